@@ -1,0 +1,148 @@
+"""The `lmspec` command line. Exit codes: 0 ok, 1 spec invalid, 2 usage or I/O error.
+
+User mistakes print one line per problem and no traceback (LMSPEC_DEBUG=1 shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from compiler.errors import Problem, SpecError, UsageError
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+# Modules adding a subcommand: each has `register(subparsers)` and imports nothing heavy at
+# module level (torch, deepspeed, megatron, vllm load inside the handler, if at all).
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _print_problems(problems: Sequence[Problem]) -> None:
+    for problem in problems:
+        print(problem.line(), file=sys.stderr)
+
+
+def _spec_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec", type=Path, default=None,
+                        help="a spec file of your own (its defaults list may pull lmspec's built-in groups)")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="Hydra overrides: key=value, group=option, +new.key=value, ~key")
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from compiler.multirun import compile_many, sweep_combinations
+    from compiler.pipeline import make_plan
+    from compiler.writer import build_files, stale_files, write_build
+
+    combos = sweep_combinations(args.overrides) if args.multirun else [(list(args.overrides), "")]
+    if args.multirun:
+        return compile_many(combos, args)
+    plan = make_plan(list(args.overrides), args.spec)
+    _print_problems(plan.warnings)
+    files = build_files(plan)
+    target = args.output / plan.name
+    if args.check:
+        differences = stale_files(target, files)
+        if differences:
+            print(f"{target} is stale; recompile and commit it:", file=sys.stderr)
+            for line in differences:
+                print(f"  {line}", file=sys.stderr)
+            return EXIT_INVALID
+        print(f"{target} is up to date ({len(files)} files)")
+        return EXIT_OK
+    write_build(target, files)
+    print(f"compiled {target} ({len(files)} files, {len(plan.warnings)} warnings)")
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from compiler.pipeline import make_plan
+
+    plan = make_plan(list(args.overrides), args.spec)
+    _print_problems(plan.warnings)
+    print(f"{plan.name}: valid ({plan.layout.world_size} ranks: tp {plan.layout.tp} x pp {plan.layout.pp} "
+          f"x dp {plan.layout.dp} x cp {plan.layout.cp}; {len(plan.warnings)} warnings)")
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from compiler.explain import explain_json, explain_text
+    from compiler.load import compose_spec
+    from compiler.plan import build_plan
+    from compiler.validate import validate
+
+    composed = compose_spec(list(args.overrides), args.spec)
+    spec, warnings = validate(composed)
+    plan = build_plan(spec, composed, warnings)
+    if args.format == "json":
+        print(explain_json(plan, composed.origins))
+    else:
+        _print_problems(plan.warnings)
+        print(explain_text(plan, composed.origins))
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from compiler.schema import spec_schema_text
+
+    sys.stdout.write(spec_schema_text())
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from compiler import __version__
+
+    parser = argparse.ArgumentParser(prog="lmspec", description=(
+        "Check a large-model job spec and compile it into reviewed launch, conversion and serving artifacts."))
+    parser.add_argument("--version", action="version", version=f"lmspec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="validate and write build/<name>/")
+    _spec_args(p)
+    p.add_argument("-o", "--output", type=Path, default=Path("build"), help="build root (default: build)")
+    p.add_argument("--check", action="store_true", help="do not write; exit 1 if the build on disk is stale")
+    p.add_argument("-m", "--multirun", action="store_true", help="Hydra sweep: one build per combination (a=1,2)")
+    p.set_defaults(handler=_cmd_compile)
+
+    p = sub.add_parser("check", help="validate only: every problem at once")
+    _spec_args(p)
+    p.set_defaults(handler=_cmd_check)
+
+    p = sub.add_parser("explain", help="the resolved spec with where each value came from, and derived numbers")
+    _spec_args(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=_cmd_explain)
+
+    p = sub.add_parser("schema", help="print the spec's JSON Schema")
+    p.set_defaults(handler=_cmd_schema)
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except SpecError as exc:
+        if os.environ.get("LMSPEC_DEBUG") == "1":
+            raise
+        _print_problems(exc.problems)
+        errors = sum(p.severity == "error" for p in exc.problems)
+        print(f"lmspec: spec invalid: {errors} error(s), {len(exc.problems) - errors} warning(s)", file=sys.stderr)
+        return EXIT_INVALID
+    except UsageError as exc:
+        if os.environ.get("LMSPEC_DEBUG") == "1":
+            raise
+        print(f"lmspec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,99 @@
+"""The Plan: the one input of every emitter, built once from a validated spec.
+
+Frozen, typed, with every derived number filled in, so no emitter re-derives
+anything and every artifact agrees with every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from compiler import __version__
+from compiler.errors import Problem
+from compiler.layout import data_parallel_size, stage_layers, world_size
+from compiler.load import Composed
+from compiler.sections import Spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Every parallel degree, resolved (no `auto` left)."""
+
+    world_size: int
+    nodes: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    etp: int
+    expert_dp: int  # replicas of each expert shard: world / (etp x ep x pp)
+    stage_layers: tuple[int, ...]
+    virtual_stages: int | None
+    sequence_parallel: bool
+    zero_stage: int
+    distributed_optimizer: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    micro_batch_size: int
+    global_batch_size: int
+    grad_accum_steps: int
+    seq_length: int
+    tokens_per_step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    lmspec_version: str
+    spec: Spec
+    layout: Layout
+    batch: Batch
+    overrides: tuple[str, ...]
+    choices: tuple[tuple[str, str], ...]
+    warnings: tuple[Problem, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def spec_dict(self) -> dict[str, Any]:
+        """The resolved spec as plain data (lists, not tuples), in the sections' order."""
+        return _plain(dataclasses.asdict(self.spec))
+
+    def derived_dict(self) -> dict[str, Any]:
+        """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec."""
+        return {"layout": _plain(dataclasses.asdict(self.layout)), "batch": dataclasses.asdict(self.batch)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
+    """Derive every number from a spec that `validate` accepted."""
+    p, t = spec.parallel, spec.train
+    dp = data_parallel_size(spec)
+    stages = stage_layers(spec)
+    assert dp is not None and stages is not None, "validate() guarantees a legal layout"
+    world = world_size(spec)
+    layout = Layout(
+        world_size=world, nodes=spec.hardware.nodes, gpus_per_node=spec.hardware.gpus_per_node,
+        tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=p.ep, etp=p.etp, expert_dp=world // (p.etp * p.ep * p.pp),
+        stage_layers=stages, virtual_stages=p.virtual_stages, sequence_parallel=p.sequence_parallel,
+        zero_stage=p.zero_stage, distributed_optimizer=p.distributed_optimizer)
+    batch = Batch(
+        micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
+        grad_accum_steps=t.global_batch_size // (t.micro_batch_size * dp), seq_length=t.seq_length,
+        tokens_per_step=t.global_batch_size * t.seq_length)
+    return Plan(lmspec_version=__version__, spec=spec, layout=layout, batch=batch,
+                overrides=composed.overrides, choices=tuple(sorted(composed.choices.items())),
+                warnings=tuple(warnings))

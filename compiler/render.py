@@ -1,0 +1,26 @@
+"""Jinja2 for human-facing artifacts: templates format, Python decides and quotes."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from compiler.paths import TEMPLATES_DIR
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **values: Any) -> str:
+    return _environment().get_template(template).render(**values)

@@ -1,0 +1,19 @@
+"""Layer two of validation: semantic rules, each a small function yielding problems.
+
+RULES is a plain table; a rule reads the typed spec and origins and never writes.
+"""
+
+from __future__ import annotations
+
+from compiler.errors import Problem
+from compiler.provenance import Origins
+from compiler.rules import backend, batch, experts, layout, model, serving
+from compiler.rules.context import RuleContext
+from compiler.sections import Spec
+
+RULES = (*model.RULES, *layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES, *serving.RULES)
+
+
+def rule_problems(spec: Spec, origins: Origins) -> list[Problem]:
+    ctx = RuleContext(spec, origins)
+    return [problem for rule in RULES for problem in rule(ctx)]

@@ -1,0 +1,42 @@
+"""Rules of expert parallelism (Megatron's MoE parallel folding)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from compiler.errors import Problem, error
+from compiler.layout import data_parallel_size, divisors
+from compiler.rules.context import RuleContext
+
+
+def ep_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
+    p = ctx.spec.parallel
+    if ctx.spec.model.moe is None and (p.ep > 1 or p.etp > 1):
+        key = "parallel.ep" if p.ep > 1 else "parallel.etp"
+        yield error(key, f"{ctx.show(key)} needs a MoE model, but {ctx.show('model.moe')}; set {key}=1")
+
+
+def experts_divide_by_ep(ctx: RuleContext) -> Iterator[Problem]:
+    moe, ep = ctx.spec.model.moe, ctx.spec.parallel.ep
+    if moe is not None and moe.num_experts % ep:
+        yield error("parallel.ep", (
+            f"{ctx.show('parallel.ep')} does not divide {ctx.show('model.moe.num_experts')}; "
+            f"valid: {', '.join(map(str, divisors(moe.num_experts)))}"))
+
+
+def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
+    """Megatron folds EP x ETP over the dense layers' DP x TP x CP ranks of one stage."""
+    p = ctx.spec.parallel
+    dp = data_parallel_size(ctx.spec)
+    if ctx.spec.model.moe is None or dp is None:
+        return
+    ranks = dp * p.tp * p.cp
+    if ranks % (p.ep * p.etp):
+        valid = [e for e in divisors(ranks) if e % p.etp == 0 and ctx.spec.model.moe.num_experts % (e // p.etp) == 0]
+        yield error("parallel.ep", (
+            f"{ctx.factor('parallel.ep')} x {ctx.factor('parallel.etp')} = {p.ep * p.etp} does not divide "
+            f"dp({dp}) x {ctx.factor('parallel.tp')} x {ctx.factor('parallel.cp')} = {ranks} ranks per pipeline stage "
+            f"(parallel.ep from {ctx.origins.of('parallel.ep')}); ep x etp must be one of {', '.join(map(str, valid))}"))
+
+
+RULES = (ep_needs_moe, experts_divide_by_ep, expert_group_fits_ranks)

@@ -1,0 +1,35 @@
+"""Turn a schema-valid resolved spec (plain dict) into the typed sections."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if value is None:
+        return None
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+                return from_dict(arg, value)
+        return tuple(value) if isinstance(value, list) else value
+    if origin is list:
+        return tuple(value)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    if tp is float:
+        return float(value)
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build `cls` from a dict the schema has already accepted (lists become tuples)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)}
+    return cls(**kwargs)
