@@ -28,7 +28,7 @@ def _print_problems(problems: Sequence[Problem]) -> None:
 
 def _spec_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", type=Path, default=None,
-                        help="a spec file of your own (its defaults list may pull lmspec's built-in groups)")
+                        help="a spec file of your own (its defaults list may pull lmspec's built-in groups), or a built-in preset name")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                         help="Hydra overrides: key=value, group=option, +new.key=value, ~key")
 

@@ -65,9 +65,18 @@ def _hydra_overrides(spec_file: Path | None) -> list[str]:
     return [f"hydra.searchpath=['file://{SPECS_DIR}']"]
 
 
+def resolve_spec_file(spec_file: Path) -> Path:
+    """A path to a spec file, or the name of a built-in composed preset in specs/."""
+    if spec_file.is_file():
+        return spec_file.resolve()
+    builtin = SPECS_DIR / f"{spec_file}.yaml"
+    if spec_file.parent == Path(".") and builtin.is_file():
+        return builtin
+    presets = sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
+    raise UsageError(f"--spec {spec_file}: no such file, nor a built-in preset ({', '.join(presets)})")
+
+
 def _check_spec_file(spec_file: Path) -> None:
-    if not spec_file.is_file():
-        raise UsageError(f"--spec {spec_file}: no such file")
     if spec_file.suffix not in (".yaml", ".yml"):
         raise UsageError(f"--spec {spec_file}: expected a .yaml file")
     try:
@@ -79,7 +88,7 @@ def _check_spec_file(spec_file: Path) -> None:
 def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Composed:
     """Compose the default spec (or `spec_file`) with Hydra overrides, keeping provenance."""
     if spec_file is not None:
-        spec_file = spec_file.resolve()
+        spec_file = resolve_spec_file(spec_file)
         _check_spec_file(spec_file)
     dirs = _search_dirs(spec_file)
     config_name = spec_file.stem if spec_file else DEFAULT_CONFIG

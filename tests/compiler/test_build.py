@@ -1,0 +1,116 @@
+"""The build directory: byte-identical recompiles, atomic replacement, drift detection, sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from compiler.pipeline import make_plan
+from compiler.writer import build_files, sha256, write_build
+
+DEEPSEEK = ["model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "parallel.pp=16", "parallel.ep=64",
+            "parallel.pp_layout=auto", "parallel.distributed_optimizer=true"]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("overrides", [[], DEEPSEEK], ids=["tiny", "deepseek_v3"])
+def test_compiling_twice_is_byte_identical(lmspec, tmp_path: Path, overrides: list[str]) -> None:
+    assert lmspec("compile", "-o", str(tmp_path / "a"), *overrides).code == 0
+    assert lmspec("compile", "-o", str(tmp_path / "b"), *overrides).code == 0
+    a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
+    assert a and a == b
+
+
+def test_manifest_records_version_overrides_and_every_file(lmspec, tmp_path: Path) -> None:
+    assert lmspec("compile", "-o", str(tmp_path), "train.steps=7").code == 0
+    build = tmp_path / "tiny"
+    manifest = json.loads((build / "manifest.json").read_text())
+    assert manifest["overrides"] == ["train.steps=7"]
+    assert manifest["lmspec_version"]
+    assert manifest["spec_sha256"] == sha256((build / "spec.resolved.yaml").read_text())
+    on_disk = {p.relative_to(build).as_posix() for p in build.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert set(manifest["files"]) == on_disk
+    for rel, digest in manifest["files"].items():
+        assert sha256((build / rel).read_text()) == digest
+
+
+def test_failed_write_leaves_previous_build_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "tiny"
+    write_build(target, build_files(make_plan([])))
+    before = _tree(target)
+    calls = {"n": 0}
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:  # the disk fails on the second file
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    from compiler.errors import UsageError
+    with pytest.raises(UsageError, match="No space left on device"):
+        write_build(target, build_files(make_plan(["train.steps=99"])))
+    assert _tree(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"], "a temp dir was left behind"
+
+
+def test_check_detects_drift_and_passes_when_fresh(lmspec, tmp_path: Path) -> None:
+    out = str(tmp_path)
+    assert lmspec("compile", "-o", out).code == 0
+    assert lmspec("compile", "--check", "-o", out).code == 0
+    (tmp_path / "tiny" / "REPORT.md").write_text("edited by hand\n")
+    (tmp_path / "tiny" / "leftover.txt").write_text("x\n")
+    result = lmspec("compile", "--check", "-o", out)
+    assert result.code == 1
+    assert "REPORT.md (changed)" in result.err and "leftover.txt (not emitted)" in result.err
+    stale = lmspec("compile", "--check", "-o", out, "train.steps=5")
+    assert stale.code == 1 and "spec.resolved.yaml (changed)" in stale.err
+    assert lmspec("compile", "-o", out).code == 0  # the build directory is lmspec's: replaced whole
+    assert not (tmp_path / "tiny" / "leftover.txt").exists()
+    assert lmspec("compile", "--check", "-o", out).code == 0
+
+
+def test_check_on_missing_build_lists_missing_files(lmspec, tmp_path: Path) -> None:
+    result = lmspec("compile", "--check", "-o", str(tmp_path))
+    assert result.code == 1 and "spec.resolved.yaml (missing)" in result.err
+
+
+def test_multirun_compiles_one_build_per_combination(lmspec, tmp_path: Path) -> None:
+    result = lmspec("compile", "-m", "-o", str(tmp_path), "parallel.tp=1,2", "train.steps=5")
+    assert result.code == 0, result.err
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["tiny-parallel.tp=1", "tiny-parallel.tp=2"]
+    plan = json.loads((tmp_path / "tiny-parallel.tp=2" / "plan.json").read_text())
+    assert plan["layout"]["tp"] == 2 and plan["layout"]["dp"] == 1
+
+
+def test_resolved_spec_compiles_back_to_itself(lmspec, tmp_path: Path) -> None:
+    assert lmspec("compile", "-o", str(tmp_path / "a"), "model=tiny_moe", "parallel.ep=2").code == 0
+    resolved = tmp_path / "a" / "tiny_moe" / "spec.resolved.yaml"
+    assert lmspec("compile", "--spec", str(resolved), "-o", str(tmp_path / "b")).code == 0
+    assert (tmp_path / "b" / "tiny_moe" / "spec.resolved.yaml").read_bytes() == resolved.read_bytes()
+
+
+def test_user_spec_pulls_builtin_groups_and_takes_overrides(lmspec, tmp_path: Path) -> None:
+    spec = tmp_path / "my_job.yaml"
+    spec.write_text("defaults:\n  - model: llama3_8b\n  - parallel: default\n  - train: default\n"
+                    "  - serve: default\n  - cluster: slurm\n  - convert: default\n  - hardware: h100_80g\n"
+                    "  - _self_\n\nname: my_job\nhardware:\n  nodes: 2\nparallel:\n  tp: 2\n"
+                    "  sequence_parallel: true\n")
+    result = lmspec("compile", "--spec", str(spec), "-o", str(tmp_path / "build"), "train.micro_batch_size=2")
+    assert result.code == 0, result.err
+    plan = json.loads((tmp_path / "build" / "my_job" / "plan.json").read_text())
+    assert plan["layout"]["world_size"] == 16 and plan["layout"]["dp"] == 8
+    assert plan["batch"]["micro_batch_size"] == 2 and plan["batch"]["grad_accum_steps"] == 1024 // 16
+
+
+def test_builtin_preset_by_name(lmspec, tmp_path: Path) -> None:
+    result = lmspec("compile", "--spec", "config", "-o", str(tmp_path))
+    assert result.code == 0 and (tmp_path / "tiny" / "spec.resolved.yaml").is_file()
