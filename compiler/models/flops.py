@@ -1,0 +1,92 @@
+"""Training FLOPs per token, after Megatron-LM's `num_floating_point_operations`.
+
+Model FLOPs count each GEMM three times (forward, weight gradient, data gradient) at
+2 FLOPs per multiply-add, so a token costs about 6 x its activated (non-embedding)
+parameters, plus the causal attention term (half the s x s score matrix, for QK^T and
+for scores x V). MoE layers count the top-k routed experts and the shared experts only.
+The embedding lookup and routers are not counted (as in Megatron); DeepSeek-V3's MTP
+module is not counted either, because lmspec's trainers do not build it.
+
+Hardware FLOPs add the forward work that recomputation repeats: the core attention for
+`selective`, every transformer layer's forward for `full`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.models.params import is_moe_layer
+from compiler.sections import ModelSpec
+
+FORWARD_BACKWARD_FACTOR = 3  # forward, backward data-gradient, backward weight-gradient GEMMs
+FLOPS_PER_MAC = 2
+GATED_LINEAR_MULTIPLIER = 1.5  # SwiGLU: three h x ffn matrices instead of two
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlopsPerToken:
+    """Model FLOPs of one token (forward + backward), split by what recompute repeats."""
+
+    layer_gemms: float  # projections and MLPs of every transformer layer
+    core_attention: float  # QK^T and scores x V (causal: half the matrix)
+    logits: float  # output head
+
+    @property
+    def total(self) -> float:
+        return self.layer_gemms + self.core_attention + self.logits
+
+
+def flops_breakdown(model: ModelSpec, seq_length: int) -> FlopsPerToken:
+    """Megatron's num_floating_point_operations / (batch x seq), kept in three parts."""
+    m, s, h = model, seq_length, model.hidden_size
+    fb = FORWARD_BACKWARD_FACTOR * FLOPS_PER_MAC
+    num_moe = sum(is_moe_layer(m, i) for i in range(m.num_layers))
+    num_dense = m.num_layers - num_moe
+    mlp_width = m.ffn_hidden_size * num_dense
+    if m.moe is not None:
+        mlp_width += m.moe.ffn_hidden_size * (m.moe.top_k + m.moe.num_shared_experts) * num_moe
+    # two h x width GEMMs per MLP (x1.5 for the gate), as Megatron's 12 = 3 x 2 x 2
+    mlp = fb * 2 * h * mlp_width * GATED_LINEAR_MULTIPLIER
+    heads = m.num_attention_heads
+    if m.attention == "mla":
+        assert m.mla is not None
+        a = m.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        q = h * heads * qk if a.q_lora_rank is None else a.q_lora_rank * (h + heads * qk + 1)
+        kv = a.kv_lora_rank * (h + heads * (a.qk_nope_head_dim + a.v_head_dim) + 1) + h * a.qk_rope_head_dim
+        projections = fb * m.num_layers * (q + kv + heads * a.v_head_dim * h)
+        core = fb * m.num_layers * (s * heads * qk / 2 + s * heads * a.v_head_dim / 2)
+    else:
+        q_width = heads * m.head_dim
+        # Q and O (h x q_width), K and V (h x kv_width): 2 GEMMs each pair
+        projections = fb * 2 * m.num_layers * h * q_width * (1 + m.num_kv_heads / heads)
+        core = fb * 2 * m.num_layers * q_width * s / 2
+    logits = fb * h * m.vocab_size
+    return FlopsPerToken(layer_gemms=mlp + projections, core_attention=core, logits=logits)
+
+
+def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Training model FLOPs per token (forward + backward), as Megatron reports them."""
+    return flops_breakdown(model, seq_length).total
+
+
+def hardware_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
+    """Model FLOPs plus the forward work recomputation repeats (none, selective, full)."""
+    f = flops_breakdown(model, seq_length)
+    extra = {"none": 0.0, "selective": f.core_attention / FORWARD_BACKWARD_FACTOR,
+             "full": (f.layer_gemms + f.core_attention) / FORWARD_BACKWARD_FACTOR}[recompute]
+    return f.total + extra
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, n_gpus: int, peak_tflops: float) -> float:
+    """Achieved FLOP/s over the GPUs' dense peak: model FLOPs give MFU, hardware FLOPs HFU."""
+    return tokens_per_s * flops_per_token / (n_gpus * peak_tflops * TFLOPS)
+
+
+def tokens_per_s(tokens_per_step: int, step_time_s: float) -> float:
+    return tokens_per_step / step_time_s
+
+
+def days_for_tokens(tokens: float, tokens_per_second: float) -> float:
+    return tokens / tokens_per_second / 86400

@@ -1,0 +1,131 @@
+"""Exact parameter counts of the decoder architectures lmspec knows, per component.
+
+Counts follow the HuggingFace implementations the converted checkpoints load into
+(LlamaForCausalLM, MixtralForCausalLM, DeepseekV2/V3ForCausalLM): no biases, RMSNorm
+weights only, SwiGLU MLPs (gate, up, down). "Active" is every parameter one token
+passes through: embedding and output head included, only the top-k routed experts
+(the convention behind Mixtral's 12.9B and DeepSeek-V3's 37B). DeepSeek-V3's
+multi-token-prediction module is counted apart (`mtp`), not in `total`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.sections import ModelSpec
+
+GATED_MLP_MATRICES = 3  # gate, up, down projections of a SwiGLU MLP
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerParams:
+    """One decoder layer, split the way parallelism shards it."""
+
+    attention: int  # projections (incl. MLA down/up projections and their norms)
+    attention_norms: int  # RMSNorm weights inside attention (MLA latent norms); replicated under TP
+    layer_norms: int  # the two pre-norms; replicated under TP
+    dense_mlp: int  # dense MLP (dense layers) or shared experts (MoE layers)
+    router: int  # router weight (+ score-correction bias); replicated under TP
+    routed_experts: int  # all routed experts; sharded by EP
+    routed_expert_one: int  # one routed expert
+
+    @property
+    def total(self) -> int:
+        return (self.attention + self.attention_norms + self.layer_norms + self.dense_mlp
+                + self.router + self.routed_experts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamCounts:
+    """Parameter counts of a model, total and activated per token, by component."""
+
+    embedding: int
+    output_head: int  # 0 when tied to the embedding
+    final_norm: int
+    attention: int  # all layers, including MLA latent norms
+    norms: int  # the layers' pre-norms and the final norm
+    dense_mlp: int  # dense layers' MLPs
+    shared_experts: int
+    routed_experts: int
+    router: int
+    mtp: int  # DeepSeek-V3 multi-token prediction modules (not in total)
+    total: int
+    active: int
+    expert: int  # parameters inside routed experts (sharded by EP, not TP/DP alone)
+    largest_layer: int  # largest single module's parameters (ZeRO-3 gathers one at a time)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def attention_params(m: ModelSpec) -> tuple[int, int]:
+    """(projection parameters, latent-norm parameters) of one attention block."""
+    h, heads = m.hidden_size, m.num_attention_heads
+    if m.attention == "gqa":
+        q = h * heads * m.head_dim
+        kv = 2 * h * m.num_kv_heads * m.head_dim
+        return q + kv + heads * m.head_dim * h, 0
+    assert m.mla is not None, "validate() guarantees mla ranks for attention=mla"
+    mla = m.mla
+    qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if mla.q_lora_rank is None:
+        q, q_norm = h * heads * qk_head, 0
+    else:
+        q, q_norm = h * mla.q_lora_rank + mla.q_lora_rank * heads * qk_head, mla.q_lora_rank
+    kv_down = h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+    kv_up = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    out = heads * mla.v_head_dim * h
+    return q + kv_down + kv_up + out, q_norm + mla.kv_lora_rank
+
+
+def is_moe_layer(m: ModelSpec, index: int) -> bool:
+    return m.moe is not None and index >= m.moe.first_dense_layers
+
+
+def layer_params(m: ModelSpec, index: int) -> LayerParams:
+    """Parameters of decoder layer `index` (0-based): dense and MoE layers differ."""
+    h = m.hidden_size
+    attention, attention_norms = attention_params(m)
+    if not is_moe_layer(m, index):
+        return LayerParams(attention=attention, attention_norms=attention_norms, layer_norms=2 * h,
+                           dense_mlp=GATED_MLP_MATRICES * h * m.ffn_hidden_size, router=0,
+                           routed_experts=0, routed_expert_one=0)
+    moe = m.moe
+    assert moe is not None
+    one = GATED_MLP_MATRICES * h * moe.ffn_hidden_size
+    return LayerParams(attention=attention, attention_norms=attention_norms, layer_norms=2 * h,
+                       dense_mlp=moe.num_shared_experts * one,
+                       router=moe.num_experts * h + (moe.num_experts if moe.router_score_bias else 0),
+                       routed_experts=moe.num_experts * one, routed_expert_one=one)
+
+
+def mtp_params(m: ModelSpec) -> int:
+    """One DeepSeek-V3 MTP module: enorm + hnorm, the 2h -> h projection, one decoder layer
+    (MoE), and the shared head's norm; embedding and output head are shared with the model."""
+    h = m.hidden_size
+    layer = layer_params(m, m.num_layers).total
+    return m.mtp_layers * (2 * h + 2 * h * h + layer + h)
+
+
+def count_params(m: ModelSpec) -> ParamCounts:
+    """Every component of the model, exactly."""
+    h = m.hidden_size
+    layers = [layer_params(m, i) for i in range(m.num_layers)]
+    embedding = m.vocab_size * h
+    output_head = 0 if m.tie_embeddings else m.vocab_size * h
+    top_k = m.moe.top_k if m.moe is not None else 0
+    attention = sum(layer.attention + layer.attention_norms for layer in layers)
+    norms = sum(layer.layer_norms for layer in layers) + h
+    dense = [layer for i, layer in enumerate(layers) if not is_moe_layer(m, i)]
+    moe = [layer for i, layer in enumerate(layers) if is_moe_layer(m, i)]
+    routed = sum(layer.routed_experts for layer in moe)
+    total = embedding + output_head + sum(layer.total for layer in layers) + h
+    active = total - routed + sum(top_k * layer.routed_expert_one for layer in moe)
+    largest_layer = max([embedding, output_head]
+                        + [layer.attention for layer in layers]
+                        + [max(layer.dense_mlp, layer.routed_expert_one) for layer in layers])
+    return ParamCounts(
+        embedding=embedding, output_head=output_head, final_norm=h, attention=attention, norms=norms,
+        dense_mlp=sum(layer.dense_mlp for layer in dense), shared_experts=sum(layer.dense_mlp for layer in moe),
+        routed_experts=routed, router=sum(layer.router for layer in moe), mtp=mtp_params(m),
+        total=total, active=active, expert=routed, largest_layer=largest_layer)
