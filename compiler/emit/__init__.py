@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from compiler.emit.deepspeed_config import emit_ds_config
+from compiler.emit.launch import emit_launch
+from compiler.emit.nccl import emit_nccl_env
 from compiler.emit.report import emit_report
 from compiler.emit.spec_files import emit_plan_json, emit_resolved_spec
 from compiler.plan import Plan
 
 Emitter = Callable[[Plan], dict[str, str]]
 
-EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report)
+EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report,
+                                  emit_ds_config, emit_launch, emit_nccl_env)
 
 
 def emit_all(plan: Plan) -> dict[str, str]:

@@ -1,0 +1,135 @@
+"""ds_config.json: the DeepSpeed engine configuration, emitted only for train.backend=deepspeed.
+
+Every number is concrete (never DeepSpeed/HF "auto"): batch keys from the Plan, bucket sizes
+derived from the hidden size exactly as DeepSpeed's HuggingFace integration fills its "auto"
+values. DeepSpeed silently accepts unknown top-level keys and optimizer/scheduler types, so
+the emitter only uses names from the tables below, which tests/launch check against
+DeepSpeed's own code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.emit.spec_files import dump_json
+from compiler.plan import Plan
+
+DS_CONFIG = "ds_config.json"
+
+# Top-level keys this emitter may write; tests prove DeepSpeedConfig reads every one.
+TOP_LEVEL_KEYS = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "steps_per_print", "wall_clock_breakdown", "bf16", "fp16", "gradient_clipping",
+    "zero_optimization", "zero_allow_untested_optimizer", "optimizer", "scheduler",
+    "activation_checkpointing", "checkpoint",
+})
+# spec optimizer -> (DeepSpeed optimizer type, adam_w_mode or None for non-Adam)
+OPTIMIZER_TYPES = {"adamw": ("AdamW", True), "adam": ("Adam", False), "sgd": ("SGD", None)}
+# spec lr_schedule.decay -> DeepSpeed scheduler type (deepspeed.runtime.lr_schedules)
+SCHEDULER_TYPES = {"cosine": "WarmupCosineLR", "linear": "WarmupDecayLR", "constant": "WarmupLR"}
+
+# fp16 dynamic loss scaling: DeepSpeed's documented defaults, written out so reviewers see them.
+FP16_INITIAL_SCALE_POWER = 16
+FP16_LOSS_SCALE_WINDOW_STEPS = 1000
+FP16_HYSTERESIS_STEPS = 2
+FP16_MIN_LOSS_SCALE = 1
+# HF integration: prefetch bucket = 0.9 h^2, persistence threshold = 10 h (elements).
+ZERO3_PREFETCH_FRACTION = 0.9
+ZERO3_PERSISTENCE_PER_HIDDEN = 10
+
+
+def emit_ds_config(plan: Plan) -> dict[str, str]:
+    if plan.spec.train.backend != "deepspeed":
+        return {}
+    return {DS_CONFIG: dump_json(ds_config(plan))}
+
+
+def ds_config(plan: Plan) -> dict[str, Any]:
+    """The config as a dict; `train_batch_size = micro x grad_accum x dp` by construction."""
+    t, b = plan.spec.train, plan.batch
+    config: dict[str, Any] = {
+        "train_batch_size": b.micro_batch_size * b.grad_accum_steps * plan.layout.dp,
+        "train_micro_batch_size_per_gpu": b.micro_batch_size,
+        "gradient_accumulation_steps": b.grad_accum_steps,
+        "steps_per_print": t.log_interval,
+        "wall_clock_breakdown": False,
+        **_precision(t.precision),
+        "gradient_clipping": t.grad_clip,
+        "zero_optimization": _zero(plan),
+        "optimizer": _optimizer(plan),
+        "scheduler": _scheduler(plan),
+        "checkpoint": {"tag_validation": "Warn", "load_universal": False, "use_node_local_storage": False},
+    }
+    if t.optimizer.name == "sgd" and plan.layout.zero_stage > 0:
+        config["zero_allow_untested_optimizer"] = True  # torch SGD is outside ZeRO's tested list
+    if t.recompute != "none":
+        config["activation_checkpointing"] = {
+            "partition_activations": False, "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False, "number_checkpoints": plan.spec.model.num_layers,
+            "synchronize_checkpoint_boundary": False, "profile": False}
+    unknown = config.keys() - TOP_LEVEL_KEYS
+    if unknown:
+        raise RuntimeError(f"ds_config emitter wrote keys outside TOP_LEVEL_KEYS: {sorted(unknown)}")
+    return config
+
+
+def _precision(precision: str) -> dict[str, Any]:
+    fp16: dict[str, Any] = {"enabled": precision == "fp16"}
+    if precision == "fp16":
+        fp16.update(loss_scale=0, initial_scale_power=FP16_INITIAL_SCALE_POWER,
+                    loss_scale_window=FP16_LOSS_SCALE_WINDOW_STEPS, hysteresis=FP16_HYSTERESIS_STEPS,
+                    min_loss_scale=FP16_MIN_LOSS_SCALE)
+    return {"bf16": {"enabled": precision == "bf16"}, "fp16": fp16}
+
+
+def _zero(plan: Plan) -> dict[str, Any]:
+    stage, p = plan.layout.zero_stage, plan.spec.parallel
+    if stage == 0:
+        return {"stage": 0}
+    hidden = plan.spec.model.hidden_size
+    bucket_elements = hidden * hidden
+    zero: dict[str, Any] = {
+        "stage": stage,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": bucket_elements,
+    }
+    if stage in (1, 2):
+        zero.update(allgather_partitions=True, allgather_bucket_size=bucket_elements, reduce_scatter=True)
+    if stage == 3:
+        zero.update(
+            stage3_prefetch_bucket_size=int(ZERO3_PREFETCH_FRACTION * bucket_elements),
+            stage3_param_persistence_threshold=ZERO3_PERSISTENCE_PER_HIDDEN * hidden,
+            stage3_gather_16bit_weights_on_model_save=False)
+    if p.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if p.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return zero
+
+
+def _optimizer(plan: Plan) -> dict[str, Any]:
+    o = plan.spec.train.optimizer
+    kind, adam_w_mode = OPTIMIZER_TYPES[o.name]
+    params: dict[str, Any] = {"lr": o.lr, "weight_decay": o.weight_decay}
+    if adam_w_mode is not None:
+        # torch_adam: torch's Adam/AdamW instead of FusedAdam, which would JIT-compile on CPU.
+        params.update(betas=[o.beta1, o.beta2], eps=o.eps, torch_adam=True, adam_w_mode=adam_w_mode)
+    return {"type": kind, "params": params}
+
+
+def _scheduler(plan: Plan) -> dict[str, Any]:
+    t = plan.spec.train
+    o, s = t.optimizer, t.lr_schedule
+    kind = SCHEDULER_TYPES[s.decay]
+    warmup_steps = max(1, s.warmup_steps)  # DeepSpeed rejects 0 (and warms up >= 2 steps anyway)
+    if s.decay == "cosine":
+        params: dict[str, Any] = {
+            "total_num_steps": t.steps, "warmup_num_steps": warmup_steps, "warmup_type": "linear",
+            "warmup_min_ratio": 0.0, "cos_min_ratio": o.min_lr / o.lr}
+    else:
+        params = {"warmup_min_lr": 0.0, "warmup_max_lr": o.lr, "warmup_num_steps": warmup_steps,
+                  "warmup_type": "linear"}
+        if s.decay == "linear":
+            params["total_num_steps"] = t.steps
+    return {"type": kind, "params": params}

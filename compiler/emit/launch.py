@@ -1,0 +1,61 @@
+"""launch/torchrun.sh and launch/sbatch.sh: one torchrun per node, under Slurm or by hand.
+
+Python decides every value and quotes every spec string with shlex.quote; the templates only
+place them. `#SBATCH` lines are read by sbatch, not by bash, so the values placed there are
+restricted by compiler.rules.launch instead of quoted.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from compiler.emit.nccl import cpu_ranks
+from compiler.plan import Plan
+from compiler.render import render
+
+TORCHRUN_SH = "launch/torchrun.sh"
+SBATCH_SH = "launch/sbatch.sh"
+PYTHON_ENV = "LMSPEC_PYTHON"  # interpreter running torch.distributed.run (default python3); named in torchrun.sh.j2
+TRAIN_MODULE = "runtime.train"
+LOOPBACK_ADDR = "127.0.0.1"  # one node: rendezvous on loopback, no hostname resolution needed
+
+
+def emit_launch(plan: Plan) -> dict[str, str]:
+    return {TORCHRUN_SH: torchrun_sh(plan), SBATCH_SH: sbatch_sh(plan)}
+
+
+def torchrun_sh(plan: Plan) -> str:
+    s, layout = plan.spec, plan.layout
+    return render(
+        "torchrun.sh.j2", name=plan.name, nnodes=layout.nodes, nproc=layout.gpus_per_node,
+        multi_node=layout.nodes > 1, loopback=LOOPBACK_ADDR, master_port=s.cluster.master_port,
+        rdzv_id=shlex.quote(f"lmspec-{plan.name}"), train_module=TRAIN_MODULE,
+        checkpoint_dir=shlex.quote(s.train.checkpoint.dir), resume=s.train.checkpoint.resume == "auto")
+
+
+def sbatch_options(plan: Plan) -> list[str]:
+    """`#SBATCH` options after job name, nodes and tasks; values are rule-checked, not quoted."""
+    slurm = plan.spec.cluster.slurm
+    options = []
+    if not cpu_ranks(plan):
+        options.append(f"--gpus-per-node={plan.layout.gpus_per_node}")
+    options += [f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
+    if slurm.partition:
+        options.append(f"--partition={slurm.partition}")
+    if slurm.account:
+        options.append(f"--account={slurm.account}")
+    if slurm.requeue:
+        options.append("--requeue")
+    # B: signals the batch shell, which forwards USR1 to the trainer (torchrun itself ignores it).
+    options.append(f"--signal=B:USR1@{slurm.signal_seconds}")
+    options += ["--output=slurm-%x-%j.out", "--open-mode=append"]
+    return options
+
+
+def sbatch_sh(plan: Plan) -> str:
+    layout, slurm = plan.layout, plan.spec.cluster.slurm
+    return render(
+        "sbatch.sh.j2", name=plan.name, nnodes=layout.nodes, nproc=layout.gpus_per_node,
+        options=sbatch_options(plan), multi_node=layout.nodes > 1, loopback=LOOPBACK_ADDR,
+        master_port=plan.spec.cluster.master_port, requeue=slurm.requeue,
+        signal_seconds=slurm.signal_seconds)
