@@ -2,6 +2,10 @@
 
 The schema in schemas/spec.schema.json is this function's output, committed so
 editors and CI tools can use it without lmspec; a test keeps the two equal.
+Spec *files* are partial (a group file holds one section, a primary file a
+defaults list and a few keys, values may be `${...}` interpolations), so editors
+get relaxed variants of the same schema: schemas/spec-file.schema.json and one
+schemas/<section>.schema.json per group. `python -m compiler.schema` rewrites all.
 """
 
 from __future__ import annotations
@@ -71,4 +75,66 @@ def spec_schema() -> dict[str, Any]:
 
 
 def spec_schema_text() -> str:
-    return json.dumps(spec_schema(), indent=2, sort_keys=False) + "\n"
+    return _text(spec_schema())
+
+
+def _text(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=False) + "\n"
+
+
+_INTERPOLATION = {"type": "string", "pattern": r"^.*\$\{.+\}.*$", "description": "An OmegaConf interpolation, e.g. ${train.seq_length}."}
+_DEFAULTS = {"type": "array", "description": "Hydra defaults list: group options and configs to merge before this file.",
+             "items": {"anyOf": [{"type": "string"}, {"type": "object"}]}}
+_DOC_KEYS = ("description", "examples")
+
+
+def _partial(node: dict[str, Any], *, in_any_of: bool = False) -> dict[str, Any]:
+    """The same schema with nothing required and `${...}` accepted wherever a value goes."""
+    if "properties" in node:
+        out = {k: v for k, v in node.items() if k not in ("required", "properties")}
+        out["properties"] = {name: _partial(prop) for name, prop in node["properties"].items()}
+        return out
+    if "anyOf" in node:
+        options = [_partial(o, in_any_of=True) for o in node["anyOf"]]
+        if not any(o.get("type") in ("object", "string") and "pattern" not in o for o in options):
+            options.append(_INTERPOLATION)
+        return {**node, "anyOf": options}
+    if node.get("type") == "array":
+        return {**node, "items": _partial(node["items"])}
+    if in_any_of or (node.get("type") == "string" and "pattern" not in node):
+        return node
+    core = {k: v for k, v in node.items() if k not in _DOC_KEYS}
+    docs = {k: v for k, v in node.items() if k in _DOC_KEYS}
+    return {"anyOf": [core, _INTERPOLATION], **docs}
+
+
+def _file_schema(title: str, file_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID.replace("spec.schema.json", file_id),
+              "title": title}
+    schema.update(_partial(body))
+    schema["properties"] = {"defaults": _DEFAULTS, **schema["properties"]}
+    return schema
+
+
+def section_names() -> tuple[str, ...]:
+    """The spec's sections that are Hydra config groups (model, hardware, ...)."""
+    return tuple(f.name for f in dataclasses.fields(Spec) if dataclasses.is_dataclass(typing.get_type_hints(Spec)[f.name]))
+
+
+def schema_files() -> dict[str, str]:
+    """Every file of schemas/: the spec's schema, the spec-file variant, one per group."""
+    files = {"spec.schema.json": spec_schema_text(),
+             "spec-file.schema.json": _text(_file_schema("lmspec spec file (partial: defaults list, overrides)",
+                                                         "spec-file.schema.json", _object_schema(Spec)))}
+    hints = typing.get_type_hints(Spec)
+    for name in section_names():
+        files[f"{name}.schema.json"] = _text(_file_schema(f"lmspec {name} group file", f"{name}.schema.json",
+                                                          _object_schema(hints[name])))
+    return files
+
+
+if __name__ == "__main__":
+    from compiler.paths import SCHEMA_FILE
+
+    for file_name, text in schema_files().items():
+        (SCHEMA_FILE.parent / file_name).write_text(text, encoding="utf-8")

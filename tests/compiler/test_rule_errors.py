@@ -8,7 +8,7 @@ import pytest
 CASES = [
     pytest.param(["model=llama3_70b", "hardware=h100_80g", "parallel.tp=6"],
                  ["parallel.tp=6 (command-line override) does not divide model.num_attention_heads=64",
-                  "specs/model/llama3_70b.yaml:7", "valid: 1, 2, 4, 8, 16, 32, 64"], id="heads-divide-by-tp"),
+                  "specs/model/llama3_70b.yaml:8", "valid: 1, 2, 4, 8, 16, 32, 64"], id="heads-divide-by-tp"),
     pytest.param(["model=llama3_8b", "hardware=h100_80g", "parallel.tp=16", "hardware.nodes=2"],
                  ["parallel.tp=16 (command-line override) crosses nodes", "hardware.gpus_per_node=8",
                   "keep tp <= 8"], id="tp-inside-node"),
