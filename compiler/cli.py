@@ -18,7 +18,11 @@ EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 # Modules adding a subcommand: each has `register(subparsers)` and imports nothing heavy at
 # module level (torch, deepspeed, megatron, vllm load inside the handler, if at all).
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "compiler.logs_command",
+    "compiler.doctor_command",
+    "compiler.run_command",
+)
 
 
 def _print_problems(problems: Sequence[Problem]) -> None:

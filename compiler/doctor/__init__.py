@@ -1,0 +1,34 @@
+"""`lmspec doctor`: known failure signatures of training and serving runs, each mapped to the
+spec keys to change. SIGNATURES is the plain table of them, checked in order."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from compiler.doctor.comm import TpSlowdown
+from compiler.doctor.findings import Finding, LogText, Signature
+from compiler.doctor.memory import CudaOutOfMemory
+from compiler.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
+from compiler.doctor.numerics import NonFiniteLoss
+from compiler.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
+from compiler.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
+from compiler.logs.context import RunContext
+
+SIGNATURES: tuple[Signature, ...] = (
+    NcclTimeout(),
+    NcclConnectionError(),
+    NcclInterface(),
+    CudaOutOfMemory(),
+    WorldSizeMismatch(),
+    RendezvousFailure(),
+    NonFiniteLoss(),
+    TpSlowdown(),
+    VllmKvCacheTooSmall(),
+    VllmParallelNotDividing(),
+)
+
+
+def diagnose(log: LogText, context: RunContext | None) -> list[Finding]:
+    """Every signature that matches, in table order, each with its evidence in log order."""
+    found = [f for signature in SIGNATURES if (f := signature.detect(log, context)) is not None]
+    return [dataclasses.replace(f, evidence=tuple(sorted(set(f.evidence), key=lambda e: e.line))) for f in found]

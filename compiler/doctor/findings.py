@@ -1,0 +1,78 @@
+"""A finding (cause, evidence lines, spec keys to change) and the log text signatures search."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from compiler.logs.context import RunContext
+
+MAX_EVIDENCE_LINES = 4  # per pattern: enough to see ranks and values, not a whole log
+_MAX_LINE_CHARS = 240
+
+
+@dataclass(frozen=True)
+class Evidence:
+    line: int  # 1-based
+    text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One spec key and the value to give it (or what to do with it), and why."""
+
+    key: str
+    value: str
+    why: str
+
+    def line(self) -> str:
+        return f"{self.key}={self.value}  # {self.why}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    signature: str
+    title: str
+    cause: str
+    evidence: tuple[Evidence, ...]
+    fixes: tuple[Fix, ...]
+
+    def text(self) -> str:
+        lines = [f"problem: {self.title} [{self.signature}]", f"  cause: {self.cause}", "  evidence:"]
+        lines += [f"    L{e.line}: {e.text}" for e in self.evidence]
+        lines.append("  change:" if self.fixes else "  change: nothing in the spec; see the cause")
+        lines += [f"    {fix.line()}" for fix in self.fixes]
+        return "\n".join(lines)
+
+
+class LogText:
+    """The log's lines (launcher prefixes stripped), searched by regex."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def find(self, pattern: re.Pattern[str], limit: int = MAX_EVIDENCE_LINES) -> list[tuple[Evidence, re.Match[str]]]:
+        hits = []
+        for number, text in enumerate(self.lines, start=1):
+            match = pattern.search(text)
+            if match:
+                hits.append((Evidence(number, _clip(text.strip())), match))
+                if len(hits) >= limit:
+                    break
+        return hits
+
+    def find_all(self, pattern: re.Pattern[str]) -> list[tuple[Evidence, re.Match[str]]]:
+        return self.find(pattern, limit=len(self.lines))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_LINE_CHARS else text[: _MAX_LINE_CHARS - 3] + "..."
+
+
+class Signature(Protocol):
+    """A known failure: `detect` returns a Finding when the log shows it, else None."""
+
+    name: str
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None: ...

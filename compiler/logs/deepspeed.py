@@ -1,0 +1,45 @@
+"""DeepSpeed text logs.
+
+Formats read from deepspeedai/DeepSpeed:
+- `deepspeed/runtime/engine.py::_report_progress` through `utils/logging.py::log_dist`:
+  ``[Rank 0] step=10, skipped=0, lr=[0.0003], mom=[(0.9, 0.95)]``;
+- `deepspeed/utils/timer.py::ThroughputTimer.stop`:
+  ``epoch=0/micro_step=20/global_step=10, RunningAvgSamplesPerSec=45.3,
+  CurrSamplesPerSec=46.1, MemAllocated=12.5GB, MaxMemAllocated=30.1GB`` (GB = 1024**3 bytes;
+  CurrSamplesPerSec = train_batch_size / time of the step);
+- `deepspeed/utils/logging.py::print_configuration`: ``  train_batch_size ............. 16``.
+The engine logs no loss itself; a training script's own loss lines need `--regex`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from compiler.logs.records import StepRecord
+
+_STEP = re.compile(r"\[Rank -?\d+\] step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
+_THROUGHPUT = re.compile(
+    r"epoch=\d+/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=([^,]+), "
+    r"CurrSamplesPerSec=([^,]+), MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB")
+_TRAIN_BATCH = re.compile(r"\btrain_batch_size \.+ (\d+)\s*$")
+_GIB_BYTES = 1024**3
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
+    match = _STEP.search(text)
+    if match:
+        lr = _NUMBER.search(match.group(3))
+        return StepRecord(step=int(match.group(1)), line=lineno, lr=float(lr.group(0)) if lr else None)
+    match = _THROUGHPUT.search(text)
+    if match:
+        samples_per_s = float(match.group(3))
+        return StepRecord(step=int(match.group(1)), line=lineno, samples_per_s=samples_per_s,
+                          peak_memory_bytes=int(float(match.group(5)) * _GIB_BYTES))
+    return None
+
+
+def parse_train_batch_size(text: str) -> int | None:
+    """train_batch_size from DeepSpeed's configuration printout."""
+    match = _TRAIN_BATCH.search(text)
+    return int(match.group(1)) if match else None

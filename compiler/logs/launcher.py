@@ -1,0 +1,27 @@
+"""Line prefixes that launchers put in front of each rank's output, stripped before parsing.
+
+- torchrun with --tee / log_line_prefix_template: ``[default0]:`` (role name + local rank,
+  torch/distributed/elastic/agent/server/local_elastic_agent.py); torch's C++ logs since 2.2
+  add ``[rank0]:`` before ``[E1218 20:27:21.426 ProcessGroupNCCL.cpp:629]``.
+- Slurm ``srun --label``: ``0: `` (task id, sometimes space-padded).
+"""
+
+from __future__ import annotations
+
+import re
+
+_PREFIX = re.compile(r"^(?:\s*\d+:\s|\[[A-Za-z_]*\d+\]:\s?)+")
+
+
+def strip_prefix(line: str) -> str:
+    """The line as the rank printed it."""
+    return _PREFIX.sub("", line, count=1)
+
+
+def rank_of(line: str) -> int | None:
+    """The rank or task number a launcher prefix names, if any."""
+    match = _PREFIX.match(line)
+    if not match:
+        return None
+    number = re.search(r"\d+", match.group(0))
+    return int(number.group(0)) if number else None

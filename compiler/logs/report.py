@@ -1,0 +1,125 @@
+"""A parsed log summarised over its steady steps: as data (JSON) and as text."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.logs.context import RunContext
+from compiler.logs.records import ParsedLog
+from compiler.logs.stats import Summary, steady_steps, summarize
+from compiler.logs.throughput import StepRates, flops_per_token, step_rates, verdict
+
+_GIB_BYTES = 1024**3
+
+
+@dataclass(frozen=True)
+class LogReport:
+    log: str
+    formats: list[str]
+    steps_logged: int
+    steps_used: int
+    warmup_steps: int
+    warmup_applied: bool  # False when skipping warm-up would have left no step
+    job: str | None
+    flops_per_token: float | None
+    hardware_flops_per_token: float | None
+    metrics: dict[str, Summary]
+    last_loss: float | None
+    peak_memory_bytes: int | None
+    gpu_memory_bytes: int | None
+    verdict: str | None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, allow_nan=True)
+
+
+def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: int) -> LogReport:
+    steps, applied = steady_steps(parsed.steps, warmup_steps)
+    rates = step_rates(steps, context)
+    metrics = _metrics(steps, rates, context)
+    flops = flops_per_token(context) if context is not None else None
+    peaks = [s.peak_memory_bytes for s in parsed.steps if s.peak_memory_bytes is not None]
+    if parsed.peak_memory_bytes is not None:
+        peaks.append(parsed.peak_memory_bytes)
+    losses = [s.loss for s in parsed.steps if s.loss is not None]
+    mfu = metrics.get("mfu")
+    return LogReport(
+        log=parsed.path, formats=parsed.formats, steps_logged=len(parsed.steps), steps_used=len(steps),
+        warmup_steps=warmup_steps, warmup_applied=applied, job=_job(context),
+        flops_per_token=flops.model if flops else None,
+        hardware_flops_per_token=flops.hardware if flops else None,
+        metrics=metrics, last_loss=losses[-1] if losses else None,
+        peak_memory_bytes=max(peaks) if peaks else None,
+        gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * _GIB_BYTES) if context else None,
+        verdict=verdict(mfu.mean) if mfu else None)
+
+
+def _metrics(steps: list, rates: list[StepRates], context: RunContext | None) -> dict[str, Summary]:
+    series: dict[str, list[float]] = {
+        "step_time_s": [s.step_time_s for s in steps if s.step_time_s is not None],
+        "tokens_per_s": [r.tokens_per_s for r in rates if r.tokens_per_s is not None],
+        "mfu": [r.mfu for r in rates if r.mfu is not None],
+        "hfu": [r.hfu for r in rates if r.hfu is not None],
+        "loss": [s.loss for s in steps if s.loss is not None],
+        "grad_norm": [s.grad_norm for s in steps if s.grad_norm is not None],
+        "logged_tflops_per_gpu": [s.tflops_per_gpu for s in steps if s.tflops_per_gpu is not None],
+    }
+    if context is not None:
+        series["tokens_per_s_per_gpu"] = [t / context.n_gpus for t in series["tokens_per_s"]]
+    return {name: summary for name, values in series.items() if (summary := summarize(values))}
+
+
+def _job(context: RunContext | None) -> str | None:
+    if context is None:
+        return None
+    s = context.spec
+    return (f"{s.model.name} on {context.n_gpus} x {s.hardware.gpu.name} "
+            f"({s.hardware.gpu.bf16_tflops:g} TFLOP/s bf16 peak), seq {s.train.seq_length}, "
+            f"global batch {s.train.global_batch_size}, recompute {s.train.recompute} [{context.origin}]")
+
+
+_LABELS = {"step_time_s": "step time (s)", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
+           "mfu": "MFU", "hfu": "HFU", "loss": "loss", "grad_norm": "grad norm",
+           "logged_tflops_per_gpu": "TFLOP/s/GPU (as logged)"}
+_PERCENT = ("mfu", "hfu")
+
+
+def _cell(name: str, value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.1%}" if name in _PERCENT else f"{value:.4g}"
+
+
+def format_text(report: LogReport) -> str:
+    lines = [f"log: {report.log} ({', '.join(report.formats) or 'no known format'}): "
+             f"{report.steps_logged} logged steps, {report.steps_used} used"]
+    if not report.warmup_applied:
+        lines.append(f"  warm-up skip (steps <= {report.warmup_steps}) would leave no step: all steps used")
+    elif report.steps_used < report.steps_logged:
+        lines.append(f"  warm-up: steps <= {report.warmup_steps} skipped (--warmup-steps)")
+    if report.job:
+        lines.append(f"job: {report.job}")
+        lines.append(f"model FLOPs/token {report.flops_per_token:.4g}, "
+                     f"with recompute {report.hardware_flops_per_token:.4g}")
+    else:
+        lines.append("job: unknown (give --build DIR or --model/--hardware/--gpus for tokens/s and MFU)")
+    if report.metrics:
+        lines.append(f"{'metric':<24}{'mean':>10}{'p50':>10}{'p90':>10}{'min':>10}{'max':>10}")
+        for name, label in _LABELS.items():
+            s = report.metrics.get(name)
+            if s:
+                cells = "".join(f"{_cell(name, v):>10}" for v in (s.mean, s.p50, s.p90, s.minimum, s.maximum))
+                lines.append(f"{label:<24}{cells}")
+    if report.last_loss is not None:
+        lines.append(f"last loss: {report.last_loss:.4g}")
+    if report.peak_memory_bytes is not None:
+        budget = (f" of {report.gpu_memory_bytes / _GIB_BYTES:.0f} GiB"
+                  if report.gpu_memory_bytes else "")
+        lines.append(f"peak memory: {report.peak_memory_bytes / _GIB_BYTES:.2f} GiB{budget}")
+    if report.verdict:
+        lines.append(f"verdict: {report.verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""Tokens/s, MFU and HFU per logged step, with FLOPs from compiler.models.flops (Megatron's
+`num_floating_point_operations` per token), and the seed's verdicts on MFU."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compiler.logs.context import RunContext
+from compiler.logs.records import StepRecord
+
+MFU_COMM_BOUND_BELOW = 0.20  # the seed: < 20% means communication or data loading dominate
+MFU_HEALTHY_LOW, MFU_HEALTHY_HIGH = 0.40, 0.60  # the seed: 40-60% is a healthy large run
+
+
+@dataclass(frozen=True)
+class StepRates:
+    """What one step achieved; None where the log and the context do not tell."""
+
+    step: int
+    tokens_per_s: float | None
+    mfu: float | None  # fraction of peak, model FLOPs
+    hfu: float | None  # fraction of peak, model + recomputed FLOPs
+
+
+@dataclass(frozen=True)
+class FlopsPerToken:
+    model: float
+    hardware: float
+
+
+def flops_per_token(context: RunContext) -> FlopsPerToken:
+    from compiler.models.flops import hardware_flops_per_token, model_flops_per_token
+
+    spec = context.spec
+    return FlopsPerToken(
+        model=model_flops_per_token(spec.model, spec.train.seq_length),
+        hardware=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute))
+
+
+def tokens_per_s(record: StepRecord, context: RunContext | None) -> float | None:
+    """As logged, else from samples/s or the step time and the global batch."""
+    if record.tokens_per_s is not None:
+        return record.tokens_per_s
+    if context is None:
+        return None
+    seq = context.seq_length
+    if record.samples_per_s is not None:
+        return record.samples_per_s * seq
+    if record.step_time_s:
+        batch = record.global_batch_size or context.global_batch_size
+        return batch * seq / record.step_time_s
+    return None
+
+
+def step_rates(steps: Sequence[StepRecord], context: RunContext | None) -> list[StepRates]:
+    flops = flops_per_token(context) if context is not None else None
+    rates = []
+    for record in steps:
+        tps = tokens_per_s(record, context)
+        mfu = hfu = None
+        if flops is not None and context is not None and tps is not None:
+            from compiler.models.flops import mfu as mfu_of
+
+            mfu = mfu_of(tps, flops.model, context.n_gpus, context.peak_tflops_per_gpu)
+            hfu = mfu_of(tps, flops.hardware, context.n_gpus, context.peak_tflops_per_gpu)
+        elif record.mfu is not None and math.isfinite(record.mfu):
+            mfu = record.mfu  # lmspec's runtime computed it from the same FLOPs model
+        rates.append(StepRates(step=record.step, tokens_per_s=tps, mfu=mfu, hfu=hfu))
+    return rates
+
+
+def verdict(mfu: float) -> str:
+    """The seed's reading of an MFU figure."""
+    if mfu < MFU_COMM_BOUND_BELOW:
+        return (f"MFU {mfu:.1%} < {MFU_COMM_BOUND_BELOW:.0%}: communication or data bound — check TP "
+                "across nodes, the comm share in `lmspec explain`, and the data loader (`lmspec doctor`)")
+    if mfu < MFU_HEALTHY_LOW:
+        return (f"MFU {mfu:.1%}: below the {MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%} of a healthy run; "
+                "larger micro batch, less recompute or lower TP may help")
+    if mfu <= MFU_HEALTHY_HIGH:
+        return f"MFU {mfu:.1%}: healthy ({MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%})"
+    return (f"MFU {mfu:.1%}: above what training usually reaches; check the GPU peak "
+            "(hardware.gpu.bf16_tflops), the GPU count and the sequence length given")
