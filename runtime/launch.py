@@ -1,0 +1,202 @@
+"""The train stage of `lmspec run`: start the build's own launch scripts and follow them.
+
+cluster.launcher=local runs launch/torchrun.sh in its own process group (Ctrl-C or SIGTERM
+stops the whole group); slurm submits launch/sbatch.sh with `sbatch --wait` and prints a
+progress line until the job ends. Either way the exit code is the training's. The scripts
+find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from compiler.emit.launch import PYTHON_ENV, SBATCH_SH, TORCHRUN_SH, TRAIN_MODULE
+from compiler.errors import UsageError
+
+STOP_GRACE_S = 30.0  # after SIGTERM, time the trainer gets to write its final checkpoint
+POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
+
+class _Terminated(Exception):
+    """SIGTERM reached `lmspec run`: stop what it started, as Ctrl-C does."""
+
+
+def run_train(build_dir: Path, options: argparse.Namespace) -> int:
+    build = build_dir.resolve()
+    launcher = _launcher(build)
+    _warn_if_edited(build)
+    env = dict(os.environ)
+    env.setdefault(PYTHON_ENV, sys.executable)
+    command = train_command(build, launcher)
+    if options.dry_run:
+        print(shell_line(command, env))
+        if launcher == "slurm":
+            print("squeue --noheader --jobs <job id> --format '%T %M %R'   # every "
+                  f"{POLL_INTERVAL_S:g} s until the job ends")
+        return 0
+    if options.smoke:
+        return smoke(build, launcher, env)
+    if launcher == "local":
+        return _run_local(command, env)
+    return _run_slurm(command, env, build)
+
+
+def train_command(build: Path, launcher: str) -> list[str]:
+    if launcher == "local":
+        return ["bash", str(build / TORCHRUN_SH), str(build)]
+    return ["sbatch", "--parsable", "--wait", str(build / SBATCH_SH), str(build)]
+
+
+def shell_line(command: list[str], env: dict[str, str]) -> str:
+    """The command as one pasteable shell line, with the interpreter it will use."""
+    return f"{PYTHON_ENV}={shlex.quote(env[PYTHON_ENV])} {shlex.join(command)}"
+
+
+def _launcher(build: Path) -> str:
+    spec_file = build / "spec.resolved.yaml"
+    try:
+        spec = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
+        launcher = spec["cluster"]["launcher"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise UsageError(f"{build} is not a usable build ({spec_file.name}: {exc}); run `lmspec compile`") from None
+    for rel in (TORCHRUN_SH, SBATCH_SH):
+        if not (build / rel).is_file():
+            raise UsageError(f"{build / rel} is missing; recompile the build with `lmspec compile`")
+    return launcher
+
+
+def _warn_if_edited(build: Path) -> None:
+    """Launch scripts edited after compiling no longer match the spec: say so, run anyway."""
+    try:
+        recorded = json.loads((build / "manifest.json").read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError):
+        return
+    for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env"):
+        actual = hashlib.sha256((build / rel).read_bytes()).hexdigest() if (build / rel).is_file() else None
+        if rel in recorded and actual != recorded[rel]:
+            print(f"warning: {build / rel} differs from what lmspec compiled (manifest.json); "
+                  "recompile to run the spec as written", file=sys.stderr)
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the whole process group (torchrun and every worker), SIGKILL after the grace."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
+
+
+def _run_local(command: list[str], env: dict[str, str]) -> int:
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        with _sigterm_raises():
+            return proc.wait()
+    except KeyboardInterrupt:
+        print("lmspec run: interrupted; stopping the training processes", file=sys.stderr)
+        _stop_group(proc)
+        return EXIT_SIGINT
+    except _Terminated:
+        _stop_group(proc)
+        return EXIT_SIGTERM
+
+
+def _job_state(job_id: str, env: dict[str, str]) -> str:
+    result = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format", "%T %M %R"],
+                            env=env, capture_output=True, text=True, check=False)
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def _run_slurm(command: list[str], env: dict[str, str], build: Path) -> int:
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    except FileNotFoundError:
+        raise UsageError("sbatch not found: cluster.launcher=slurm needs Slurm's client commands on PATH") from None
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().strip().split(";")[0]
+    if not job_id:
+        return proc.wait() or 1  # sbatch refused the script; it printed why
+    name = yaml.safe_load((build / "spec.resolved.yaml").read_text(encoding="utf-8"))["name"]
+    print(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}", flush=True)
+    try:
+        with _sigterm_raises():
+            rc = _follow(proc, job_id, env)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        print(f"\nlmspec run: cancelling Slurm job {job_id}", file=sys.stderr)
+        subprocess.run(["scancel", job_id], env=env, check=False)
+        proc.wait()
+        return EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_SIGTERM
+    print(f"Slurm job {job_id} ended with exit code {rc}", flush=True)
+    return rc
+
+
+def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> int:
+    """One progress line (rewritten in place on a terminal) until `sbatch --wait` returns."""
+    tty, shown, started = sys.stdout.isatty(), "", time.monotonic()
+    while proc.poll() is None:
+        state = _job_state(job_id, env)
+        line = f"job {job_id}: {state or 'finishing'} (followed for {time.monotonic() - started:.0f} s)"
+        if tty:
+            print(f"\r{line}\033[K", end="", flush=True)
+        elif state.split(" ")[:1] != shown.split(" ")[:1]:
+            print(line, flush=True)
+        shown = state
+        try:
+            proc.wait(timeout=POLL_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            pass
+    if tty:
+        print()
+    return proc.returncode
+
+
+def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
+    """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
+    on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
+    checks = [["bash", "-n", str(build / rel)] for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env")]
+    checks.append([env[PYTHON_ENV], "-c", (
+        "import importlib.util, sys, torch.distributed.run; "
+        f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else "
+        f"'{TRAIN_MODULE} is not importable by this interpreter')")])
+    if launcher == "slurm":
+        checks.append(["sbatch", "--test-only", str(build / SBATCH_SH), str(build)])
+    for check in checks:
+        try:
+            result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            print(f"smoke: FAILED {shlex.join(check)}: {exc.strerror}", file=sys.stderr)
+            return 1
+        if result.returncode != 0:
+            print(f"smoke: FAILED {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
+            return 1
+        print(f"smoke: ok {shlex.join(check)}")
+    return 0

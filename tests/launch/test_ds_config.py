@@ -1,0 +1,169 @@
+"""ds_config.json judged by DeepSpeed's own config classes, for every deepspeed variant."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compiler.emit.deepspeed_config import DS_CONFIG, TOP_LEVEL_KEYS
+from compiler.errors import SpecError
+from compiler.pipeline import make_plan
+from compiler.writer import build_files
+
+deepspeed_config = pytest.importorskip("deepspeed.runtime.config", reason="DeepSpeed not installed (train extra)")
+torch = pytest.importorskip("torch")
+lr_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
+
+DS = ["train.backend=deepspeed"]
+VARIANTS = {
+    "zero0-fp32": DS + ["parallel.zero_stage=0"],
+    "zero1-bf16": DS + ["parallel.zero_stage=1", "train.precision=bf16"],
+    "zero2-fp16": DS + ["parallel.zero_stage=2", "train.precision=fp16"],
+    "zero3-bf16": DS + ["parallel.zero_stage=3", "train.precision=bf16"],
+    "zero3-fp32-offload": DS + ["parallel.zero_stage=3", "parallel.offload_optimizer=true",
+                                "parallel.offload_params=true"],
+    "zero2-bf16-offload-optimizer": DS + ["parallel.zero_stage=2", "train.precision=bf16",
+                                          "parallel.offload_optimizer=true"],
+    "zero1-adam-linear": DS + ["parallel.zero_stage=1", "train.optimizer.name=adam",
+                               "train.lr_schedule.decay=linear", "train.optimizer.min_lr=0"],
+    "zero2-sgd-constant-recompute": DS + ["parallel.zero_stage=2", "train.optimizer.name=sgd",
+                                          "train.lr_schedule.decay=constant", "train.recompute=full"],
+    "zero3-no-warmup": DS + ["parallel.zero_stage=3", "train.lr_schedule.warmup_steps=0"],
+    "llama3_70b-h100-zero3": DS + ["model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8",
+                                   "parallel.zero_stage=3", "train.micro_batch_size=1", "train.global_batch_size=512"],
+    "deepseek_v3-h800-zero1-pp": DS + ["model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=32",
+                                       "parallel.zero_stage=1", "parallel.pp=16", "parallel.pp_layout=auto",
+                                       "train.global_batch_size=1024"],
+}
+PRESET = "tiny_deepspeed_zero3_2rank_cpu_fp32"
+
+
+class _ReadTracking(dict):
+    """A dict that records which of its keys were looked up (copy.copy shares the record)."""
+
+    def __init__(self, data: dict) -> None:
+        super().__init__(data)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):  # noqa: ANN001, ANN204
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):  # noqa: ANN001, ANN201
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key) -> bool:  # noqa: ANN001
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def _plan_and_config(overrides: list[str], spec: Path | None = None):
+    plan = make_plan(overrides, spec)
+    text = build_files(plan)[DS_CONFIG]
+    return plan, json.loads(text)
+
+
+def _deepspeed_config(config: dict, dp: int, monkeypatch: pytest.MonkeyPatch):
+    """DeepSpeedConfig offline: the data-parallel world size comes from the Plan."""
+    monkeypatch.setattr(deepspeed_config.dist, "get_world_size", lambda group=None: dp)
+    monkeypatch.setattr(deepspeed_config.dist, "get_rank", lambda group=None: 0)
+    return deepspeed_config.DeepSpeedConfig(config)
+
+
+CASES = [pytest.param(v, None, id=k) for k, v in VARIANTS.items()] + [pytest.param([], PRESET, id=PRESET)]
+
+
+@pytest.mark.parametrize(("overrides", "spec"), CASES)
+def test_deepspeed_accepts_emitted_config(overrides: list[str], spec: str | None,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, config = _plan_and_config(overrides, Path(spec) if spec else None)
+    tracked = _ReadTracking(config)
+    ds = _deepspeed_config(tracked, plan.layout.dp, monkeypatch)
+
+    assert ds.world_size == plan.layout.dp
+    assert ds.train_batch_size == plan.batch.global_batch_size
+    assert ds.train_micro_batch_size_per_gpu == plan.batch.micro_batch_size
+    assert ds.gradient_accumulation_steps == plan.batch.grad_accum_steps
+    assert ds.zero_optimization_stage == plan.layout.zero_stage
+    assert ds.bfloat16_config.enabled == (plan.spec.train.precision == "bf16")
+    assert ds.float16_config.enabled == (plan.spec.train.precision == "fp16")
+    assert ds.gradient_clipping == plan.spec.train.grad_clip
+    # DeepSpeed ignores unknown top-level keys silently: every key we write must be one it reads.
+    assert set(config) <= TOP_LEVEL_KEYS
+    assert set(config) - tracked.read == set(), "ds_config keys DeepSpeedConfig never reads"
+    # No "auto" anywhere: every value is concrete.
+    assert '"auto"' not in json.dumps(config)
+
+
+@pytest.mark.parametrize(("overrides", "spec"), CASES)
+def test_optimizer_and_scheduler_are_real_and_accept_their_params(overrides: list[str], spec: str | None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed takes any optimizer/scheduler name silently; build both from its own tables."""
+    plan, config = _plan_and_config(overrides, Path(spec) if spec else None)
+    ds = _deepspeed_config(config, plan.layout.dp, monkeypatch)
+    name = ds.optimizer_name
+    params = dict(ds.optimizer_params)
+    assert name in deepspeed_config.DEEPSPEED_OPTIMIZERS or hasattr(torch.optim, name), name
+    if name in ("adam", "adamw"):
+        # What DeepSpeed builds with torch_adam=true: torch's Adam or AdamW (adam_w_mode decides).
+        assert params.pop(deepspeed_config.TORCH_ADAM_PARAM) is True
+        adam_w = params.pop(deepspeed_config.ADAM_W_MODE)
+        assert adam_w == (plan.spec.train.optimizer.name == "adamw")
+        optimizer_class = torch.optim.AdamW if adam_w else torch.optim.Adam
+    else:
+        optimizer_class = getattr(torch.optim, name)
+    weights = [torch.nn.Parameter(torch.zeros(2))]
+    optimizer = optimizer_class(weights, **params)
+
+    assert ds.scheduler_name in lr_schedules.VALID_LR_SCHEDULES
+    scheduler = getattr(lr_schedules, ds.scheduler_name)(optimizer, **ds.scheduler_params)
+    t = plan.spec.train
+    lrs = []
+    for step in range(t.steps + 1):
+        scheduler.step(step)
+        lrs.append(optimizer.param_groups[0]["lr"])
+    scheduler.step(t.steps)  # the schedule's end: train.steps optimizer steps
+    expected_end = {"cosine": t.optimizer.min_lr, "linear": 0.0, "constant": t.optimizer.lr}
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(expected_end[t.lr_schedule.decay], rel=1e-6, abs=1e-12)
+    assert lrs[0] < t.optimizer.lr  # warm-up starts below the peak
+    assert max(lrs) == pytest.approx(t.optimizer.lr, rel=0.02)  # and reaches it
+
+
+def test_zero_buckets_follow_hidden_size_like_hf_auto() -> None:
+    plan, config = _plan_and_config(VARIANTS["llama3_70b-h100-zero3"])
+    hidden = plan.spec.model.hidden_size
+    zero = config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == hidden * hidden
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden * hidden)
+    assert zero["stage3_param_persistence_threshold"] == 10 * hidden
+
+
+def test_deepspeed_judge_is_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validator used above really rejects bad configs (so its silence means something)."""
+    plan, config = _plan_and_config(VARIANTS["zero3-bf16"])
+    broken = json.loads(json.dumps(config))
+    broken["zero_optimization"]["stage3_prefech_bucket_size"] = 1  # typo inside a section
+    with pytest.raises(Exception, match="stage3_prefech_bucket_size"):
+        _deepspeed_config(broken, plan.layout.dp, monkeypatch)
+    wrong_batch = dict(config, train_batch_size=config["train_batch_size"] + 1)
+    with pytest.raises(AssertionError, match="train_batch_size"):
+        _deepspeed_config(wrong_batch, plan.layout.dp, monkeypatch)
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("parallel.offload_params=true", "parallel.offload_params"),
+    ("parallel.zero_stage=5", "parallel.zero_stage"),
+    ("train.grad_clip=-1", "train.grad_clip"),
+    ("train.optimizer.name=lion", "train.optimizer.name"),
+])
+def test_bad_values_are_caught_by_lmspec_first(override: str, key: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        make_plan(DS + ["parallel.zero_stage=2", override])
+    assert key in {p.key for p in caught.value.problems}, caught.value
+
+
+def test_megatron_builds_have_no_ds_config() -> None:
+    assert DS_CONFIG not in build_files(make_plan([]))
