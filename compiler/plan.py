@@ -14,6 +14,10 @@ from compiler import __version__
 from compiler.errors import Problem
 from compiler.layout import data_parallel_size, stage_layers, world_size
 from compiler.load import Composed
+from compiler.models.params import ParamCounts, count_params
+from compiler.models.serve_memory import ServeMemory, estimate_serve_memory
+from compiler.models.summary import FlopsSummary, flops_dict, flops_summary, memory_dict, params_dict, serve_dict
+from compiler.models.train_memory import TrainMemory, estimate_train_memory
 from compiler.sections import Spec
 
 
@@ -53,6 +57,10 @@ class Plan:
     spec: Spec
     layout: Layout
     batch: Batch
+    params: ParamCounts
+    memory: TrainMemory  # per-GPU training memory of every pipeline stage
+    flops: FlopsSummary
+    serving: ServeMemory
     overrides: tuple[str, ...]
     choices: tuple[tuple[str, str], ...]
     warnings: tuple[Problem, ...]
@@ -67,7 +75,9 @@ class Plan:
 
     def derived_dict(self) -> dict[str, Any]:
         """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec."""
-        return {"layout": _plain(dataclasses.asdict(self.layout)), "batch": dataclasses.asdict(self.batch)}
+        return {"layout": _plain(dataclasses.asdict(self.layout)), "batch": dataclasses.asdict(self.batch),
+                "params": params_dict(self.params), "memory": memory_dict(self.memory),
+                "flops": flops_dict(self.flops), "serve": serve_dict(self.serving)}
 
 
 def _plain(value: Any) -> Any:
@@ -94,6 +104,10 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
         micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
         grad_accum_steps=t.global_batch_size // (t.micro_batch_size * dp), seq_length=t.seq_length,
         tokens_per_step=t.global_batch_size * t.seq_length)
-    return Plan(lmspec_version=__version__, spec=spec, layout=layout, batch=batch,
+    memory = estimate_train_memory(spec)
+    assert memory is not None, "validate() guarantees a legal layout"
+    return Plan(lmspec_version=__version__, spec=spec, layout=layout, batch=batch, params=count_params(spec.model),
+                memory=memory, flops=flops_summary(spec, batch.tokens_per_step, world),
+                serving=estimate_serve_memory(spec),
                 overrides=composed.overrides, choices=tuple(sorted(composed.choices.items())),
                 warnings=tuple(warnings))

@@ -1,0 +1,171 @@
+"""Activation memory saved for backward, per layer and per micro-batch.
+
+Two accountings, one per kind of model code the backends train:
+
+- `megatron`: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  Transformer Models", section 4 and Table 2), tensor by tensor, generalised from GPT
+  (LayerNorm, GeLU 4h MLP, dropout, MHA) to GQA/MLA, SwiGLU and MoE top-k. For GPT it
+  gives sbh(34 + 5as/h) and its TP / TP+SP / selective / full forms exactly. Megatron's
+  fused kernels store a norm's input only.
+- `hf`: the HuggingFace modeling code the DeepSpeed backend trains, as measured on CPU
+  with saved_tensors_hooks (tests/models): unfused RMSNorm (fp32 input, rsqrt, normalised
+  and output tensors), eager attention with K/V repeated to every head, MoE experts that
+  gather their tokens.
+
+The s x s score matrix (the 5as/h term) is stored only without a flash/fused attention
+kernel (`train.flash_attention=false`, HF "eager") and dropped by selective recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from compiler.sections import ModelSpec
+
+Style = Literal["megatron", "hf"]
+FP32_BYTES = 4
+INDEX_BYTES = 8  # int64 token ids / labels / expert indices
+MASK_BYTES = 1  # dropout masks are stored as bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerShape:
+    """Widths of one transformer layer, per token, as activations see them."""
+
+    hidden: int
+    heads: int
+    q_width: int  # heads x query/key head dim
+    k_width: int  # key width as stored before attention (kv heads x head dim)
+    v_width: int  # value width as stored (kv heads x value head dim)
+    out_width: int  # heads x value head dim: input of the output projection
+    q_latent: int = 0  # MLA query low rank (0 = none)
+    kv_latent: int = 0  # MLA key/value low rank
+    rope_width: int = 0  # MLA shared rotary key width
+    ffn: int = 0  # dense MLP width, or shared experts' total width in a MoE layer
+    expert_ffn: int = 0  # one routed expert's width
+    top_k: int = 0
+    experts: int = 0
+    gated: bool = True  # SwiGLU (gate and up) vs GeLU
+    dropout: bool = False  # GPT-style dropout after attention, MLP and softmax
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationSetting:
+    """What, besides the shape, decides activation bytes."""
+
+    style: Style
+    seq_length: int
+    micro_batch_size: int
+    element_bytes: int  # 2 for bf16/fp16, 4 for fp32
+    tp: int = 1
+    cp: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    recompute: Literal["none", "selective", "full"] = "none"
+    flash_attention: bool = True
+
+
+def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
+    heads = m.num_attention_heads
+    if m.attention == "mla":
+        assert m.mla is not None
+        a = m.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        base = LayerShape(hidden=m.hidden_size, heads=heads, q_width=heads * qk, k_width=heads * qk,
+                          v_width=heads * a.v_head_dim, out_width=heads * a.v_head_dim,
+                          q_latent=a.q_lora_rank or 0, kv_latent=a.kv_lora_rank, rope_width=a.qk_rope_head_dim)
+    else:
+        kv = m.num_kv_heads * m.head_dim
+        base = LayerShape(hidden=m.hidden_size, heads=heads, q_width=heads * m.head_dim, k_width=kv,
+                          v_width=kv, out_width=heads * m.head_dim)
+    if not moe_layer:
+        return replace(base, ffn=m.ffn_hidden_size)
+    assert m.moe is not None
+    return replace(base, ffn=m.moe.num_shared_experts * m.moe.ffn_hidden_size,
+                   expert_ffn=m.moe.ffn_hidden_size, top_k=m.moe.top_k, experts=m.moe.num_experts)
+
+
+def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> tuple[float, float]:
+    """(replicated, tensor-parallel-sharded) bytes per token of one layer, Korthikanti style."""
+    e, h = a.element_bytes, x.hidden
+    masks = 2 * h * MASK_BYTES if x.dropout else 0
+    # norm inputs (2), QKV input, MLP input; MLA latents: each latent norm's input and up-projection input
+    replicated = 4 * h * e + 2 * (x.q_latent + x.kv_latent) * e + x.rope_width * e + masks
+    sharded = (x.q_width + x.k_width + x.v_width + x.out_width) * e
+    seq = a.seq_length // a.cp
+    if scores:  # softmax output (+ GPT's dropout mask and dropout output)
+        sharded += x.heads * seq * (e + (MASK_BYTES + e if x.dropout else 0))
+    elif a.flash_attention:  # the kernel's softmax log-sum-exp
+        sharded += x.heads * FP32_BYTES
+    sharded += (3 if x.gated else 2) * x.ffn * e  # gated: gate and up outputs, then their product
+    if x.top_k:
+        # router logits (fp32), then per routed copy: permuted input, expert activations, output
+        replicated += x.experts * FP32_BYTES
+        routed = x.top_k * (2 * h * e + 3 * x.expert_ffn * e / a.etp)
+        sharded += routed
+    return replicated, sharded
+
+
+def _hf_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> float:
+    """Bytes per token of one layer of the HuggingFace modeling code, as measured."""
+    e, h = a.element_bytes, x.hidden
+
+    def norm(width: int) -> float:  # fp32 input copy, rsqrt, normalised, output
+        return width * FP32_BYTES + FP32_BYTES + 2 * width * e
+
+    total = 2 * norm(h)
+    seq = a.seq_length // a.cp
+    if x.kv_latent:
+        total += (norm(x.q_latent) if x.q_latent else 0) + norm(x.kv_latent)
+        # kv_b output (keys without rope and values) stored as the values' storage; the query and
+        # key with rope concatenated; scores; output projection input
+        total += (x.q_width + x.k_width + x.k_width - x.heads * x.rope_width + x.v_width + x.out_width) * e
+    elif scores:  # eager: K and V repeated to every query head
+        total += (2 * x.q_width + 2 * x.out_width) * e
+    else:  # sdpa flash kernel: Q, K, V, the output (also the projection's input), log-sum-exp
+        total += (x.q_width + x.k_width + x.v_width + x.out_width) * e + x.heads * FP32_BYTES
+    if scores:
+        total += x.heads * seq * (FP32_BYTES + (e if e != FP32_BYTES else 0))
+    gated_mlp = 4  # gate output, SiLU output, up output, their product
+    total += gated_mlp * x.ffn * e
+    if x.top_k:
+        # router: fp32 input copy (bf16 only), sigmoid scores; per routed copy: gathered input,
+        # gate/up output, SiLU output, product, weighted output, its weight and token index
+        total += (h * FP32_BYTES if e != FP32_BYTES else 0) + x.experts * FP32_BYTES
+        total += x.top_k * ((2 * h + gated_mlp * x.expert_ffn) * e + FP32_BYTES + INDEX_BYTES)
+    return total
+
+
+def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
+    """Bytes one layer keeps for backward for one micro-batch, on one GPU."""
+    tokens = a.seq_length // a.cp * a.micro_batch_size
+    if a.recompute == "full":
+        return tokens * x.hidden * a.element_bytes / (a.tp if a.sequence_parallel else 1)
+    scores = not a.flash_attention and a.recompute != "selective"
+    if a.style == "hf":
+        return tokens * _hf_token_bytes(x, a, not a.flash_attention)
+    replicated, sharded = _megatron_token_bytes(x, a, scores)
+    return tokens * (replicated / (a.tp if a.sequence_parallel else 1) + sharded / a.tp)
+
+
+def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> float:
+    """Full recompute still rebuilds one layer's activations at a time during backward."""
+    if a.recompute != "full":
+        return 0.0
+    return layer_activation_bytes(x, replace(a, recompute="none"))
+
+
+def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:
+    """Last stage: final norm, output-head input and fp32 log-softmax of the logits."""
+    tokens = a.seq_length // a.cp * a.micro_batch_size
+    h, v, e = m.hidden_size, m.vocab_size, a.element_bytes
+    if a.style == "hf":
+        return tokens * (h * FP32_BYTES + FP32_BYTES + 2 * h * e + v * FP32_BYTES + 2 * INDEX_BYTES)
+    sp = a.tp if a.sequence_parallel else 1
+    return tokens * (2 * h * e / sp + v * FP32_BYTES / a.tp)
+
+
+def embedding_activation_bytes(a: ActivationSetting) -> float:
+    """First stage: the token ids the embedding's backward scatters into."""
+    return a.seq_length // a.cp * a.micro_batch_size * INDEX_BYTES

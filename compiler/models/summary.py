@@ -1,0 +1,79 @@
+"""The derived numbers as plain data: what plan.json and `lmspec explain --format json` carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.models.flops import flops_breakdown, hardware_flops_per_token, mfu
+from compiler.models.params import ParamCounts
+from compiler.models.serve_memory import ServeMemory
+from compiler.models.train_memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, TERMS, TrainMemory
+from compiler.sections import Spec
+
+MFU_POINTS = (0.6, 0.5, 0.4, 0.3)  # the step times shown are those that would reach these MFUs
+SIGNIFICANT = 6
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlopsSummary:
+    per_token: float  # model FLOPs (forward + backward)
+    hardware_per_token: float  # plus recomputed forward work
+    per_step: float
+    peak_tflops_per_gpu: float
+    n_gpus: int
+    tokens_per_step: int
+
+    @property
+    def ideal_step_time_s(self) -> float:
+        """Step time at 100% MFU: measured step time x MFU equals this."""
+        return self.per_step / (self.n_gpus * self.peak_tflops_per_gpu * 1e12)
+
+    def at(self, step_time_s: float) -> dict[str, float]:
+        tokens_per_s = self.tokens_per_step / step_time_s
+        return {"step_time_s": _round(step_time_s), "tokens_per_s": _round(tokens_per_s),
+                "mfu": _round(mfu(tokens_per_s, self.per_token, self.n_gpus, self.peak_tflops_per_gpu)),
+                "hfu": _round(mfu(tokens_per_s, self.hardware_per_token, self.n_gpus, self.peak_tflops_per_gpu))}
+
+
+def flops_summary(spec: Spec, tokens_per_step: int, n_gpus: int) -> FlopsSummary:
+    per_token = flops_breakdown(spec.model, spec.train.seq_length).total
+    return FlopsSummary(
+        per_token=per_token,
+        hardware_per_token=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute),
+        per_step=per_token * tokens_per_step, peak_tflops_per_gpu=spec.hardware.gpu.bf16_tflops,
+        n_gpus=n_gpus, tokens_per_step=tokens_per_step)
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.{SIGNIFICANT}g}")
+
+
+def params_dict(p: ParamCounts) -> dict[str, Any]:
+    return {"total": p.total, "active": p.active, "mtp": p.mtp, "largest_layer": p.largest_layer,
+            "components": {k: v for k, v in p.as_dict().items()
+                           if k not in ("total", "active", "mtp", "largest_layer", "expert")}}
+
+
+def memory_dict(m: TrainMemory) -> dict[str, Any]:
+    def stage(s: Any) -> dict[str, Any]:
+        return {"stage": s.stage, "layers": s.layers, "dense_params": s.dense_params,
+                "expert_params": s.expert_params, "in_flight_micro_batches": _round(s.in_flight),
+                **{f"{t}_bytes": v for t, v in s.terms().items()}, "total_bytes": s.total_bytes,
+                "host_bytes": s.host_bytes}
+    worst = m.worst
+    return {"per_gpu": {f"{t}_bytes": v for t, v in worst.terms().items()}, "total_bytes": worst.total_bytes,
+            "worst_stage": worst.stage, "budget_bytes": m.budget_bytes, "fits": m.fits,
+            "device_reserve_gib": DEVICE_RESERVE_GIB, "fragmentation_fraction": FRAGMENTATION_FRACTION,
+            "terms": list(TERMS), "stages": [stage(s) for s in m.stages]}
+
+
+def flops_dict(f: FlopsSummary) -> dict[str, Any]:
+    return {"per_token": _round(f.per_token), "hardware_per_token": _round(f.hardware_per_token),
+            "per_step": _round(f.per_step), "peak_tflops_per_gpu": f.peak_tflops_per_gpu, "n_gpus": f.n_gpus,
+            "ideal_step_time_s": _round(f.ideal_step_time_s),
+            "mfu_at": [f.at(f.ideal_step_time_s / point) for point in MFU_POINTS]}
+
+
+def serve_dict(s: ServeMemory) -> dict[str, Any]:
+    return dict(s.__dict__)

@@ -1,0 +1,187 @@
+"""Training memory per GPU, by term and pipeline stage, as the backends really shard it.
+
+Model state per parameter a GPU holds (mixed precision keeps fp32 master weights):
+
+- Megatron: bf16/fp16 weights 2 B, fp32 main gradients 4 B, fp32 master + Adam m, v
+  12 B: 18 B/param; the distributed optimizer shards the 12 B over the data-parallel
+  group (dp x cp for dense parameters, expert-dp for experts): 6 + 12/d.
+  fp32: 4 + 4 + 8 (no master copy).
+- DeepSpeed, as its own estimators count it (`estimate_zero2/3_model_states_mem_needs`):
+  16-bit weights 2 B and gradients 2 B, fp32 gradient partition 4 B, master + Adam 12 B;
+  ZeRO-1 shards the fp32 gradient and optimizer partitions, ZeRO-2 also the 16-bit
+  gradients (2 + 18/d), ZeRO-3 also the weights (18/d) plus the largest layer gathered
+  (16-bit weights and gradients, 4 B/param). Offload moves the fp32 partitions to host.
+
+TP divides the linear layers (norms and routers are replicated), PP splits the layers,
+EP (x ETP) divides the routed experts. Activations follow `activations.py`, times the
+micro-batches in flight under 1F1B: stage i holds min(pp - i, grad-accum) of them, and
+interleaving multiplies by 1 + (pp - 1) / (pp x virtual stages) (Korthikanti 4.2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.layout import data_parallel_size, stage_layers, world_size
+from compiler.models.activations import (ActivationSetting, embedding_activation_bytes, head_activation_bytes,
+                                         layer_activation_bytes, layer_shape, working_layer_bytes)
+from compiler.models.params import count_params, is_moe_layer, layer_params
+from compiler.sections import Spec
+
+GIB = 2**30
+GB = 10**9
+# Device memory PyTorch cannot allocate: CUDA context, cuBLAS/NCCL workspaces, driver reserve.
+DEVICE_RESERVE_GIB = 1.0
+# Caching-allocator fragmentation and communication buckets, as a share of what is allocated.
+FRAGMENTATION_FRACTION = 0.05
+ADAM_STATES = 2  # exp_avg, exp_avg_sq
+SGD_STATES = 1  # momentum buffer
+TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateBytes:
+    """Bytes per parameter held on a GPU, by term."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    host: float = 0.0  # offloaded to host memory
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageMemory:
+    """One GPU of one pipeline stage."""
+
+    stage: int
+    layers: int
+    dense_params: int  # non-expert parameters on this GPU before ZeRO/optimizer sharding
+    expert_params: int  # routed-expert parameters on this GPU
+    in_flight: float  # micro-batches whose activations are alive at the peak
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    buffers_bytes: int
+    host_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes)
+
+    def terms(self) -> dict[str, int]:
+        return {t: getattr(self, f"{t}_bytes") for t in TERMS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainMemory:
+    stages: tuple[StageMemory, ...]
+    budget_bytes: int  # usable device memory: label minus DEVICE_RESERVE_GIB
+
+    @property
+    def worst(self) -> StageMemory:
+        return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
+
+    @property
+    def fits(self) -> bool:
+        return self.worst.total_bytes <= self.budget_bytes
+
+
+def optimizer_states(spec: Spec) -> int:
+    return ADAM_STATES if spec.train.optimizer.name in ("adam", "adamw") else SGD_STATES
+
+
+def zero_state_bytes(stage: int, shards: int, *, param_bytes: float, grad_bytes: float, fp32_grad_bytes: float,
+                     optimizer_bytes: float, offload_optimizer: bool = False, offload_params: bool = False) -> StateBytes:
+    """ZeRO stage 0-3 over `shards` ranks: P_os (1), +g (2), +p (3) as Rajbhandari et al. 2020."""
+    os_div, g_div, p_div = (shards if stage >= 1 else 1), (shards if stage >= 2 else 1), (shards if stage >= 3 else 1)
+    host = 0.0
+    weights = param_bytes / p_div
+    gradients = grad_bytes / g_div + fp32_grad_bytes / os_div
+    optimizer = optimizer_bytes / os_div
+    if offload_optimizer:
+        host += optimizer + fp32_grad_bytes / os_div
+        gradients -= fp32_grad_bytes / os_div
+        gradients -= grad_bytes / g_div if stage >= 2 else 0  # reduced straight into host partitions
+        optimizer = 0.0
+    if offload_params:
+        host += weights
+        weights = 0.0
+    return StateBytes(weights=weights, gradients=gradients, optimizer=optimizer, host=host)
+
+
+def state_bytes(spec: Spec, shards: int) -> StateBytes:
+    """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
+    t, p = spec.train, spec.parallel
+    mixed = t.precision != "fp32"
+    low = 2 if mixed else 4
+    moments = optimizer_states(spec) * 4
+    master = 4 if mixed else 0
+    if t.backend == "megatron":
+        shard = shards if p.distributed_optimizer else 1
+        return StateBytes(weights=low, gradients=4, optimizer=(master + moments) / shard)
+    return zero_state_bytes(p.zero_stage, shards, param_bytes=low, grad_bytes=low,
+                            fp32_grad_bytes=4 if mixed else 0, optimizer_bytes=master + moments,
+                            offload_optimizer=p.offload_optimizer, offload_params=p.offload_params)
+
+
+def activation_setting(spec: Spec) -> ActivationSetting:
+    t, p = spec.train, spec.parallel
+    return ActivationSetting(
+        style="megatron" if t.backend == "megatron" else "hf", seq_length=t.seq_length,
+        micro_batch_size=t.micro_batch_size, element_bytes=4 if t.precision == "fp32" else 2, tp=p.tp, cp=p.cp,
+        etp=p.etp, sequence_parallel=p.sequence_parallel, recompute=t.recompute, flash_attention=t.flash_attention)
+
+
+def estimate_train_memory(spec: Spec) -> TrainMemory | None:
+    """Per-GPU memory of every pipeline stage; None when the layout itself is illegal."""
+    dp, stages = data_parallel_size(spec), stage_layers(spec)
+    if dp is None or stages is None:
+        return None
+    m, p, t = spec.model, spec.parallel, spec.train
+    counts = count_params(m)
+    world = world_size(spec)
+    expert_dp = max(world // (p.etp * p.ep * p.pp), 1)
+    grad_accum = max(t.global_batch_size // (t.micro_batch_size * dp), 1)
+    dense_state, expert_state = state_bytes(spec, dp * p.cp), state_bytes(spec, expert_dp)
+    act = activation_setting(spec)
+    gather_bytes = 0
+    if t.backend == "deepspeed" and p.zero_stage == 3:  # one layer's 16-bit weights and gradients gathered
+        gather_bytes = 2 * (2 if t.precision != "fp32" else 4) * counts.largest_layer
+    interleave = 1 + (p.pp - 1) / (p.pp * p.virtual_stages) if p.virtual_stages else 1.0
+    out: list[StageMemory] = []
+    first = 0
+    for index, n_layers in enumerate(stages):
+        ids = range(first, first + n_layers)
+        first += n_layers
+        dense = 0.0
+        expert = 0.0
+        per_mb = 0.0
+        working = 0.0
+        for i in ids:
+            lp = layer_params(m, i)
+            dense += (lp.attention + lp.dense_mlp) / p.tp + lp.attention_norms + lp.layer_norms + lp.router
+            expert += lp.routed_experts / (p.ep * p.etp)
+            shape = layer_shape(m, is_moe_layer(m, i))
+            per_mb += layer_activation_bytes(shape, act)
+            working = max(working, working_layer_bytes(shape, act))
+        if index == 0:
+            dense += counts.embedding / p.tp
+            per_mb += embedding_activation_bytes(act)
+        if index == len(stages) - 1:
+            dense += (counts.output_head or (counts.embedding if p.pp > 1 else 0)) / p.tp + counts.final_norm
+            per_mb += head_activation_bytes(m, act)
+        in_flight = min(p.pp - index, grad_accum) * interleave
+        weights = dense * dense_state.weights + expert * expert_state.weights
+        grads = dense * dense_state.gradients + expert * expert_state.gradients
+        optim = dense * dense_state.optimizer + expert * expert_state.optimizer
+        activations = per_mb * in_flight + working
+        buffers = gather_bytes + FRAGMENTATION_FRACTION * (weights + grads + optim + activations)
+        out.append(StageMemory(
+            stage=index, layers=n_layers, dense_params=round(dense), expert_params=round(expert), in_flight=in_flight,
+            weights_bytes=round(weights), gradients_bytes=round(grads), optimizer_bytes=round(optim),
+            activations_bytes=round(activations), buffers_bytes=round(buffers),
+            host_bytes=round(dense * dense_state.host + expert * expert_state.host)))
+    budget = round((spec.hardware.gpu.memory_gib - DEVICE_RESERVE_GIB) * GIB)
+    return TrainMemory(stages=tuple(out), budget_bytes=budget)
