@@ -10,6 +10,7 @@ from compiler.logs.context import RunContext
 
 MAX_EVIDENCE_LINES = 4  # per pattern: enough to see ranks and values, not a whole log
 _MAX_LINE_CHARS = 240
+_CONTEXT_CHARS = 80  # kept before the match in a clipped line
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class LogText:
         for number, text in enumerate(self.lines, start=1):
             match = pattern.search(text)
             if match:
-                hits.append((Evidence(number, _clip(text.strip())), match))
+                hits.append((Evidence(number, _clip(text, match.start())), match))
                 if len(hits) >= limit:
                     break
         return hits
@@ -66,8 +67,14 @@ class LogText:
         return self.find(pattern, limit=len(self.lines))
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_LINE_CHARS else text[: _MAX_LINE_CHARS - 3] + "..."
+def _clip(text: str, match_at: int) -> str:
+    """The line, or a window of it that starts shortly before what matched."""
+    text = text.rstrip()
+    if len(text) <= _MAX_LINE_CHARS:
+        return text.strip()
+    start = max(0, min(match_at - _CONTEXT_CHARS, len(text) - _MAX_LINE_CHARS))
+    window = text[start: start + _MAX_LINE_CHARS]
+    return ("..." if start else "") + window + ("..." if start + _MAX_LINE_CHARS < len(text) else "")
 
 
 class Signature(Protocol):

@@ -21,7 +21,7 @@ _NAN = re.compile(
     re.IGNORECASE)
 _OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (\d+), reducing to (\d+)")
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
-_LR = re.compile(r"\b(?:learning rate|lr)\b\s*[:=]\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
+_LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
 LOSS_SCALE_COLLAPSED_AT = 1  # fp16 dynamic scaling that reaches 1 no longer protects small gradients
 LR_DIVISOR = 5  # the seed's checklist: restart from the last good checkpoint with lr / 5
 

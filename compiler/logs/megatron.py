@@ -29,7 +29,7 @@ _FIELDS: dict[str, tuple[str, float]] = {
     "lm loss": ("loss", 1.0),
     "loss scale": ("loss_scale", 1.0),
     "grad norm": ("grad_norm", 1.0),
-    "throughput per GPU (tflop/s/gpu)": ("tflops_per_gpu", 1.0),
+    "throughput per gpu (tflop/s/gpu)": ("tflops_per_gpu", 1.0),
     "number of nan iterations": ("nan_iterations", 1.0),
 }
 _INT_FIELDS = ("global_batch_size", "nan_iterations")

@@ -1,0 +1,112 @@
+"""`lmspec logs`: tokens/s, MFU/HFU from compiler.models.flops, warm-up, verdicts, plots."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from compiler.logs.context import load_flags
+from compiler.logs.parse import parse_log
+from compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
+LLAMA_FLAGS = ("--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "64", "--seq-length", "4096")
+
+
+def _report(lmspec, *argv: str) -> dict:
+    result = lmspec("logs", *argv, "--format", "json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_megatron_mfu_from_flops_model(lmspec) -> None:
+    report = _report(lmspec, str(DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
+    context = load_flags("llama3_8b", "h100_80g", 64, 4096, [])
+    spec = context.spec
+    assert (context.n_gpus, spec.train.global_batch_size, spec.hardware.gpu.bf16_tflops) == (64, 1024, 989)
+    steady = [s for s in parse_log(DATA / "healthy_megatron.log").steps if s.step > 10]
+    tokens = [s.global_batch_size * 4096 / s.step_time_s for s in steady]
+    per_token = model_flops_per_token(spec.model, 4096)
+    hw_per_token = hardware_flops_per_token(spec.model, 4096, spec.train.recompute)
+    assert report["steps_used"] == len(steady) and report["flops_per_token"] == per_token
+    assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(tokens))
+    assert report["metrics"]["tokens_per_s"]["p50"] == pytest.approx(statistics.median(tokens))
+    mfus = [mfu(t, per_token, 64, 989) for t in tokens]
+    assert report["metrics"]["mfu"]["mean"] == pytest.approx(statistics.fmean(mfus))
+    assert report["metrics"]["hfu"]["mean"] == pytest.approx(statistics.fmean(mfu(t, hw_per_token, 64, 989)
+                                                                              for t in tokens))
+    assert report["metrics"]["tokens_per_s_per_gpu"]["mean"] == pytest.approx(statistics.fmean(tokens) / 64)
+    assert 0.40 <= report["metrics"]["mfu"]["mean"] <= 0.60 and "healthy" in report["verdict"]
+    assert report["peak_memory_bytes"] == parse_log(DATA / "healthy_megatron.log").peak_memory_bytes
+
+
+def test_text_report_and_comm_bound_verdict(lmspec) -> None:
+    """The same log on 4x the GPUs (same step times) is a 4x lower MFU: the seed's < 20% verdict."""
+    result = lmspec("logs", str(DATA / "healthy_megatron.log"), "--model", "llama3_8b", "--hardware", "h100_80g",
+                    "--gpus", "256", "--seq-length", "4096")
+    assert result.code == 0, result.err
+    assert "communication or data bound" in result.out
+    assert "MFU" in result.out and "tokens/s/GPU" in result.out and "peak memory: 59.77 GiB of 80 GiB" in result.out
+
+
+def test_deepspeed_tokens_from_samples_and_seq_length(lmspec) -> None:
+    report = _report(lmspec, str(DATA / "healthy_deepspeed.log"), "--model", "llama3_8b", "--hardware",
+                     "h100_80g", "--gpus", "8", "--seq-length", "2048", "--set", "train.global_batch_size=64",
+                     "--warmup-steps", "10")
+    steady = [s for s in parse_log(DATA / "healthy_deepspeed.log").steps if s.step > 10]
+    assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(
+        statistics.fmean(s.samples_per_s * 2048 for s in steady))
+
+
+def test_warmup_steps_flag(lmspec) -> None:
+    log = str(DATA / "healthy_megatron.log")
+    all_steps = _report(lmspec, log, *LLAMA_FLAGS, "--warmup-steps", "0")
+    assert all_steps["steps_used"] == all_steps["steps_logged"]
+    # the 31 s first iteration is in the statistics only without warm-up skip
+    assert all_steps["metrics"]["step_time_s"]["maximum"] > _report(lmspec, log, *LLAMA_FLAGS)["metrics"][
+        "step_time_s"]["maximum"]
+
+
+def test_jsonl_without_job_uses_logged_mfu(lmspec, tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text((DATA / "healthy_lmspec_metrics.jsonl").read_text())
+    report = _report(lmspec, str(tmp_path))
+    steady = [s for s in parse_log(tmp_path).steps if s.step > 10]
+    assert report["job"] is None and report["flops_per_token"] is None
+    assert report["metrics"]["mfu"]["mean"] == pytest.approx(statistics.fmean(s.mfu for s in steady))
+    assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(s.tokens_per_s for s in steady))
+
+
+def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
+    assert lmspec("compile", "model=llama3_8b", "hardware=h100_80g", "hardware.nodes=8", "-o", str(tmp_path)).code == 0
+    from_build = _report(lmspec, str(DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"))
+    from_flags = _report(lmspec, str(DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
+    assert from_build["metrics"] == from_flags["metrics"] and from_build["job"].endswith(f"[{tmp_path / 'llama3_8b'}]")
+    both = lmspec("logs", str(DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"), "--gpus", "8")
+    assert both.code == 2 and "--build takes the job from the build" in both.err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("custom_trainer.log",), "no training steps found"),
+    (("custom_trainer.log", "--regex", "loss (?P<bogus>x)"), "are not fields lmspec reads"),
+    (("healthy_megatron.log", "--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "12"),
+     "not a whole number of h100_80g nodes"),
+    (("healthy_megatron.log", "--plot", "out.pdf"), "use a .png or .svg"),
+    (("healthy_megatron.log", "--build", "no/such/build"), "spec.resolved.yaml is missing"),
+])
+def test_usage_errors_exit_2(lmspec, argv: tuple[str, ...], message: str) -> None:
+    result = lmspec("logs", str(DATA / argv[0]), *argv[1:])
+    assert result.code == 2 and message in result.err and "Traceback" not in result.err
+
+
+def test_plot_png_and_deterministic_svg(lmspec, tmp_path: Path) -> None:
+    log = str(DATA / "healthy_megatron.log")
+    for name in ("a.svg", "b.svg", "c.png"):
+        assert lmspec("logs", log, *LLAMA_FLAGS, "--plot", str(tmp_path / name)).code == 0
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (tmp_path / "a.svg").read_text()
+    assert svg == (tmp_path / "b.svg").read_text()
+    for label in ("loss", "learning rate", "tokens/s", "MFU"):
+        assert label in svg

@@ -1,0 +1,130 @@
+"""Each parser against the corpus in tests/data/logs (formats cited in each file's header)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.errors import UsageError
+from compiler.logs.launcher import rank_of, strip_prefix
+from compiler.logs.parse import parse_lines, parse_log
+from compiler.logs.stats import percentile, steady_steps, summarize
+from compiler.logs.user_regex import compile_user_regex
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
+_MIB = 1024 * 1024
+
+
+def test_megatron_iteration_fields_and_memory() -> None:
+    log = parse_log(DATA / "healthy_megatron.log")
+    lines = (DATA / "healthy_megatron.log").read_text().splitlines()
+    iteration_lines = [line for line in lines if " iteration " in line]
+    assert log.formats == ["megatron"]
+    assert [s.step for s in log.steps] == list(range(1, len(iteration_lines) + 1))
+    first = log.steps[0]
+    fields = dict(part.strip().rsplit(": ", 1) for part in iteration_lines[0].split("|")[1:-1])
+    assert first.step_time_s == pytest.approx(float(fields["elapsed time per iteration (ms)"]) / 1000)
+    assert first.loss == float(fields["lm loss"]) and first.lr == float(fields["learning rate"])
+    assert first.global_batch_size == int(fields["global batch size"])
+    assert first.grad_norm == float(fields["grad norm"])
+    assert first.tflops_per_gpu == float(fields["throughput per GPU (TFLOP/s/GPU)"])
+    assert first.line == lines.index(iteration_lines[0]) + 1
+    max_allocated = float(re.search(r"max allocated: ([\d.]+)", "\n".join(lines)).group(1))
+    assert log.peak_memory_bytes == int(max_allocated * _MIB)
+
+
+def test_megatron_nan_iterations_counted() -> None:
+    log = parse_log(DATA / "megatron_nan.log")
+    assert log.steps[-1].nan_iterations == 3 and log.steps[-1].loss is None  # Megatron omits a NaN loss
+    assert all(s.nan_iterations == 0 for s in log.steps[:-1])
+
+
+def test_deepspeed_step_time_from_samples_per_second() -> None:
+    log = parse_log(DATA / "healthy_deepspeed.log")
+    text = (DATA / "healthy_deepspeed.log").read_text()
+    batch = int(re.search(r"train_batch_size \.+ (\d+)", text).group(1))
+    current = [float(v) for v in re.findall(r"CurrSamplesPerSec=([\d.]+)", text)]
+    lrs = [float(v) for v in re.findall(r"lr=\[([\d.e-]+)\]", text)]
+    assert log.formats == ["deepspeed"]
+    assert [s.samples_per_s for s in log.steps] == current
+    assert [s.lr for s in log.steps] == lrs
+    assert [s.step_time_s for s in log.steps] == pytest.approx([batch / c for c in current])
+    max_gb = float(re.findall(r"MaxMemAllocated=([\d.]+)GB", text)[-1])
+    assert log.steps[-1].peak_memory_bytes == int(max_gb * 1024**3)
+
+
+def test_lmspec_jsonl_reads_every_key_and_nan() -> None:
+    rows = [json.loads(line) for line in (DATA / "lmspec_metrics_nan.jsonl").read_text().splitlines()]
+    log = parse_log(DATA / "lmspec_metrics_nan.jsonl")
+    assert log.formats == ["lmspec-jsonl"]
+    for row, record in zip(rows, log.steps, strict=True):
+        for key in ("step", "lr", "tokens_per_s", "step_time_s", "mfu", "peak_memory_bytes"):
+            assert getattr(record, key) == row[key]
+    assert math.isnan(log.steps[-1].loss) and math.isinf(log.steps[-1].grad_norm)
+
+
+def test_run_directory_finds_metrics_jsonl(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text((DATA / "healthy_lmspec_metrics.jsonl").read_text())
+    assert len(parse_log(tmp_path).steps) == len((DATA / "healthy_lmspec_metrics.jsonl").read_text().splitlines())
+    with pytest.raises(UsageError, match="no such log file"):
+        parse_log(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="holds none of"):
+        parse_log(tmp_path / "empty")
+
+
+@pytest.mark.parametrize(("line", "stripped", "rank"), [
+    ("[rank3]:[E1122 03:24:08.117 ProcessGroupNCCL.cpp:632] x", "[E1122 03:24:08.117 ProcessGroupNCCL.cpp:632] x", 3),
+    ("[default0]: iteration 5/ 10 |", "iteration 5/ 10 |", 0),
+    ("3: [rank11]: Traceback (most recent call last):", "Traceback (most recent call last):", 3),
+    (" 12: step=5, skipped=0", "step=5, skipped=0", 12),
+    ("gpu-node-003:48211:48211 [0] NCCL INFO x", "gpu-node-003:48211:48211 [0] NCCL INFO x", None),
+])
+def test_launcher_prefixes(line: str, stripped: str, rank: int | None) -> None:
+    assert strip_prefix(line) == stripped and rank_of(line) == rank
+
+
+def test_prefixed_megatron_lines_parse_like_plain_ones() -> None:
+    plain = (DATA / "healthy_megatron.log").read_text().splitlines()
+    labelled = [f"{i % 3}: [default{i % 8}]:{line}" for i, line in enumerate(plain)]
+    assert parse_lines([strip_prefix(line) for line in labelled], "x").steps == parse_lines(plain, "x").steps
+
+
+def test_user_regex_with_and_without_step_group() -> None:
+    lines = (DATA / "custom_trainer.log").read_text().splitlines()
+    with_step = parse_lines(lines, "x", r"step (?P<step>\d+) \| loss (?P<loss>\S+) \| (?P<step_time_ms>[\d.]+) ms")
+    without = parse_lines(lines, "x", r"loss (?P<loss>\S+) \| (?P<step_time_ms>[\d.]+) ms")
+    losses = [float(v) for v in re.findall(r"loss (\S+)", "\n".join(lines))]
+    assert [s.loss for s in with_step.steps] == losses == [s.loss for s in without.steps]
+    assert [s.step for s in without.steps] == list(range(1, len(losses) + 1))
+    assert with_step.steps[0].step_time_s == pytest.approx(float(re.search(r"([\d.]+) ms", lines[1]).group(1)) / 1000)
+
+
+@pytest.mark.parametrize("pattern", [r"loss (?P<los>\S+)", r"loss \S+", r"loss (?P<loss>\S+"])
+def test_user_regex_mistakes_are_usage_errors(pattern: str) -> None:
+    with pytest.raises(UsageError, match="--regex"):
+        compile_user_regex(pattern)
+
+
+def test_percentiles_match_numpy() -> None:
+    rng = random.Random(11)
+    for n in (1, 2, 7, 100):
+        values = sorted(rng.uniform(0, 10) for _ in range(n))
+        for q in (0, 50, 90, 100):
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    summary = summarize([3.0, float("nan"), 1.0, 2.0])
+    assert summary is not None and (summary.count, summary.mean, summary.p50) == (3, 2.0, 2.0)
+
+
+def test_warmup_skip_falls_back_to_all_steps() -> None:
+    steps = parse_log(DATA / "healthy_lmspec_metrics.jsonl").steps
+    kept, applied = steady_steps(steps, 10)
+    assert applied and [s.step for s in kept] == [s.step for s in steps if s.step > 10]
+    kept, applied = steady_steps(steps, 1000)
+    assert not applied and kept == steps
