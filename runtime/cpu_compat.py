@@ -19,12 +19,14 @@ What it changes, and why (see ../shared/NOTES-deps.md):
 4. The MoE dispatcher's "move split sizes to the host as numpy" helper skips
    tensors that are already on the CPU, leaving tensors where
    `all_to_all_single` wants integer lists; on CPU it converts them as on GPU.
-5. Modules that allocate with a literal `device="cuda"` (or `.cuda()`) get a
+5. Gradient clipping: megatron computes the global norm correctly on CPU (TP
+   duplicates counted once, model-parallel all-reduce) but its scaling step
+   asserts `torch.cuda.FloatTensor`; on CPU the grads are scaled in place by torch.
+6. Modules that allocate with a literal `device="cuda"` (or `.cuda()`) get a
    `torch` proxy whose tensor factories map a CUDA device to the CPU
    (`_CUDA_LITERAL_MODULES`); everything else about torch is untouched.
-The runtime also passes an explicit causal mask and uses torch's own gradient
-clipping on CPU (megatron's clip asserts `torch.cuda.FloatTensor`); those live
-with the trainer, not here.
+The trainer also passes an explicit causal mask (megatron's default mask helper
+allocates on "cuda").
 """
 
 from __future__ import annotations
@@ -132,6 +134,26 @@ def _patch_moe_dispatcher() -> None:
     token_dispatcher.maybe_move_tensor_to_cpu = _host_split_sizes
 
 
+def _clip_grad_by_total_norm(parameters: Any, max_norm: float, total_norm: float,
+                             use_decoupled_grad: bool = False) -> None:
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    clip_coeff = max_norm / (total_norm + 1.0e-6)
+    if clip_coeff >= 1.0:
+        return
+    for param in parameters:
+        grad = param.decoupled_grad if use_decoupled_grad else param.grad
+        if grad is not None:
+            grad.mul_(clip_coeff)
+
+
+def _patch_clip_grads() -> None:
+    from megatron.core.optimizer import clip_grads, optimizer
+
+    clip_grads.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm
+    optimizer.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm
+
+
 def _patch_rng() -> None:
     from megatron.core.tensor_parallel import random as mrandom
 
@@ -152,6 +174,7 @@ def apply() -> bool:
     _patch_rng()
     _patch_streams()
     _patch_moe_dispatcher()
+    _patch_clip_grads()
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda device=None: None
     proxy = _CpuTorch()

@@ -1,0 +1,44 @@
+"""SIGTERM / SIGUSR1 -> finish the step, save a final checkpoint, exit for requeue.
+
+Slurm sends `--signal=USR1@N` N seconds before the time limit, and SIGTERM on
+preemption or `scancel`. The handler only sets a flag; the training loop checks
+it after each step (all ranks agree through an all-reduce, since a signal may
+reach ranks at different moments), saves, and exits with REQUEUE_EXIT_CODE.
+The sbatch script (issue 4) runs with `--requeue` and turns this exit code into
+`scontrol requeue $SLURM_JOB_ID`; any other launcher sees a non-zero exit that
+means "stopped early, resumable".
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+
+REQUEUE_EXIT_CODE = 3
+HANDLED = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class StopRequest:
+    """Set by a signal; read once per step by the training loop."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+    def install(self) -> None:
+        for signum in HANDLED:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+    def agreed(self) -> bool:
+        """True on every rank when any rank received a stop signal."""
+        flag = torch.tensor([1 if self.signal_name else 0], dtype=torch.int32)
+        if dist.is_initialized():
+            if dist.get_backend() == "nccl":
+                flag = flag.cuda()
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
