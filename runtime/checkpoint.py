@@ -10,10 +10,14 @@ Layout under `train.checkpoint.dir` (relative to the working directory):
       megatron backend:
         torch_dist/            megatron-core dist_checkpointing (torch_dist format):
                                .metadata, __<R>_<S>.distcp, common.pt, metadata.json;
-                               keys "model.<megatron GPTModel sharded_state_dict keys>"
-                               (e.g. model.decoder.layers.self_attention.linear_qkv.weight,
-                               layers stacked along a leading layer axis) and
-                               "optimizer.*"; loads into any TP/PP (resharding).
+                               {"model": GPTModel.sharded_state_dict(), "optimizer":
+                               optimizer.sharded_state_dict(...)}: model keys are
+                               megatron's global names (embedding.word_embeddings.weight,
+                               decoder.layers.self_attention.linear_qkv.weight with the
+                               layers stacked on a leading axis, decoder.final_layernorm.weight,
+                               output_layer.weight); loads into any TP/PP (resharding).
+                               Read it back with runtime.megatron_model.build_model +
+                               dist_checkpointing.load(model.sharded_state_dict(), dir).
       deepspeed backend:
         deepspeed/             DeepSpeed's save_checkpoint layout: latest, <tag>/
                                zero_pp_rank_R_mp_rank_00_{model,optim}_states.pt

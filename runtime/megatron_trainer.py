@@ -114,7 +114,7 @@ class MegatronTrainer:
     # -- checkpoint ------------------------------------------------------------------------------
 
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
-        model_sd = self.model.module.sharded_state_dict(prefix="model.")
+        model_sd = self.model.module.sharded_state_dict()
         return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
 
     def save(self, directory: Path) -> None:
