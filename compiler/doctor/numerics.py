@@ -5,7 +5,8 @@ Formats: Megatron-LM pretrain_gpt.py / megatron/core/rerun_state_machine.py (``f
 forward loss calculation``, ``Unexpected result nan ...``), training.py (``number of nan iterations:
   3 |``, a loss printed as ``NAN``), deepspeed/runtime/fp16/loss_scaler.py (``[deepspeed] OVERFLOW!
 Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1``, ``Current loss scale already at
-minimum``), lmspec's metrics.jsonl (``"loss": NaN``) and plain ``loss: nan`` lines.
+minimum``), lmspec's runtime/metrics.py (``loss is nan at step 17: stopping.``), a metrics.jsonl
+``"loss": NaN`` and plain ``loss: nan`` lines.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from compiler.logs.context import RunContext
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
-    r"|number of nan iterations:\s*[1-9]|\bloss\b\"?\s*[:=]\s*-?(?:nan|inf(?:inity)?)\b",
+    r"|number of nan iterations:\s*[1-9]|\bloss\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
     re.IGNORECASE)
 _OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (\d+), reducing to (\d+)")
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
-_LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
+_LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]?\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
 LOSS_SCALE_COLLAPSED_AT = 1  # fp16 dynamic scaling that reaches 1 no longer protects small gradients
 LR_DIVISOR = 5  # the seed's checklist: restart from the last good checkpoint with lr / 5
 

@@ -8,6 +8,7 @@ from compiler.errors import UsageError
 from compiler.logs.deepspeed import parse_deepspeed_line, parse_train_batch_size
 from compiler.logs.jsonl import parse_jsonl_line
 from compiler.logs.launcher import strip_prefix
+from compiler.logs.lmspec_text import parse_lmspec_line
 from compiler.logs.megatron import parse_megatron_line, parse_megatron_memory
 from compiler.logs.records import ParsedLog, StepRecord
 from compiler.logs.user_regex import compile_user_regex, parse_user_line
@@ -55,6 +56,8 @@ def parse_lines(lines: list[str], source: str, regex: str | None = None) -> Pars
             record, kind = parse_megatron_line(text, lineno), "megatron"
             if record is None:
                 record, kind = parse_deepspeed_line(text, lineno), "deepspeed"
+            if record is None:
+                record, kind = parse_lmspec_line(text, lineno), "lmspec-stdout"
             peak = parse_megatron_memory(text)
             if peak is not None:
                 log.peak_memory_bytes = max(peak, log.peak_memory_bytes or 0)

@@ -47,6 +47,8 @@ GOLDEN = [
                   "train.optimizer.lr=6e-05", "train.data.corpus="], id="nan-megatron"),
     pytest.param("lmspec_metrics_nan.jsonl", "nan_loss", ['"loss": NaN', "train.optimizer.lr=0.0006"],
                  id="nan-lmspec-jsonl"),
+    pytest.param("lmspec_train_nan.log", "nan_loss", ["loss is nan at step 17", "train.optimizer.lr=0.0006"],
+                 id="nan-lmspec-runtime"),
     pytest.param("deepspeed_loss_scale_collapse.log", "nan_loss",
                  ["reducing to 1", "already at minimum", "train.precision=bf16", "train.optimizer.lr=0.00012"],
                  id="loss-scale-collapse"),

@@ -128,3 +128,14 @@ def test_warmup_skip_falls_back_to_all_steps() -> None:
     assert applied and [s.step for s in kept] == [s.step for s in steps if s.step > 10]
     kept, applied = steady_steps(steps, 1000)
     assert not applied and kept == steps
+
+
+def test_lmspec_stdout_line() -> None:
+    """runtime/metrics.py's human line carries the same numbers as its JSON line."""
+    log = parse_log(DATA / "lmspec_train_nan.log")
+    text = (DATA / "lmspec_train_nan.log").read_text()
+    assert log.formats == ["lmspec-stdout"]
+    assert [s.loss for s in log.steps] == [float(v) for v in re.findall(r"\| loss (\S+)", text)]
+    assert [s.tokens_per_s for s in log.steps] == [float(v.replace(",", "")) for v in re.findall(r"([\d,]+) tokens/s", text)]
+    assert [s.mfu for s in log.steps] == pytest.approx([float(v) / 100 for v in re.findall(r"MFU ([\d.]+)%", text)])
+    assert log.steps[0].step_time_s == pytest.approx(2.9)
