@@ -22,6 +22,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "compiler.logs_command",
     "compiler.doctor_command",
     "compiler.run_command",
+    "compiler.init_command",
+    "compiler.diff_command",
+    "compiler.hook_command",
 )
 
 

@@ -85,7 +85,7 @@ def test_check_on_missing_build_lists_missing_files(lmspec, tmp_path: Path) -> N
 def test_multirun_compiles_one_build_per_combination(lmspec, tmp_path: Path) -> None:
     result = lmspec("compile", "-m", "-o", str(tmp_path), "parallel.tp=1,2", "train.steps=5")
     assert result.code == 0, result.err
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
     assert names == ["tiny-parallel.tp=1", "tiny-parallel.tp=2"]
     plan = json.loads((tmp_path / "tiny-parallel.tp=2" / "plan.json").read_text())
     assert plan["layout"]["tp"] == 2 and plan["layout"]["dp"] == 1

@@ -1,0 +1,30 @@
+"""`lmspec check` (the pre-commit hook's work) imports no training, serving or plotting stack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("torch", "deepspeed", "megatron", "vllm", "transformers", "matplotlib")
+PROBE = """
+import json, sys
+from compiler.cli import run
+code = run(sys.argv[1:])
+print(json.dumps({"code": code, "heavy": sorted(m for m in sys.modules if m.split(".")[0] in %r)}))
+""" % (HEAVY,)
+
+
+def _probe(*argv: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_check_of_the_largest_preset_imports_nothing_heavy() -> None:
+    result = _probe("check", "--spec", "deepseek_v3_pretrain_2048gpu_h800_bf16")
+    assert result["heavy"] == []
+
+
+def test_check_of_the_default_spec_imports_nothing_heavy() -> None:
+    result = _probe("check")
+    assert result == {"code": 0, "heavy": []}
