@@ -54,7 +54,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from compiler.logs.plot import draw
 
-        draw(args.plot, parsed.steps, step_rates(parsed.steps, context), Path(parsed.path).name)
+        draw(args.plot, parsed.steps, step_rates(parsed.steps, context), Path(parsed.path).name, args.warmup_steps)
         if args.format == "text":
             print(f"plot: {args.plot}")
     return 0

@@ -12,8 +12,9 @@ from compiler.logs.throughput import StepRates
 PLOT_SUFFIXES = (".png", ".svg")
 
 
-def draw(path: Path, steps: Sequence[StepRecord], rates: Sequence[StepRates], title: str) -> None:
-    """Four panels sharing the step axis; a panel with no data says so instead of a blank plot."""
+def draw(path: Path, steps: Sequence[StepRecord], rates: Sequence[StepRates], title: str,
+         warmup_steps: int = 0) -> None:
+    """Four panels sharing the step axis, the skipped warm-up shaded; a panel with no data says so."""
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot {path}: use a .png or .svg file name")
     import matplotlib
@@ -35,9 +36,13 @@ def draw(path: Path, steps: Sequence[StepRecord], rates: Sequence[StepRates], ti
         if points:
             xs, ys = zip(*points, strict=True)
             axis.plot(xs, ys, marker="." if len(points) < 50 else None)
+            if warmup_steps and xs[0] <= warmup_steps:
+                axis.axvspan(xs[0], min(warmup_steps, xs[-1]), color="0.85", label="warm-up (not in statistics)")
         else:
             axis.text(0.5, 0.5, "not in this log", ha="center", va="center", transform=axis.transAxes)
     axes[-1].set_xlabel("step")
+    if warmup_steps and steps and steps[0].step <= warmup_steps:
+        axes[0].legend(loc="upper right")
     figure.suptitle(title)
     figure.tight_layout()
     try:

@@ -1,0 +1,67 @@
+"""End to end: a real 2-rank CPU training run (`lmspec run`), then `lmspec logs` and `lmspec doctor`
+on what it wrote. ~45-65 s on 2 cores (most of it torch/megatron start-up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler.models.flops import mfu, model_flops_per_token
+from compiler.sections import Spec
+from compiler.typed import from_dict
+
+LMSPEC = str(Path(sys.executable).parent / "lmspec")
+RUN_TIMEOUT_S = 300
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
+    compiled = _run([LMSPEC, "compile", "-o", "build", "train.steps=10"], tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    trained = _run([LMSPEC, "run", "build/tiny"], tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    (tmp_path / "train.out").write_text(trained.stdout)
+    rows = [json.loads(line) for line in (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [5, 10]
+
+    report = _run([LMSPEC, "logs", "runs/tiny", "--build", "build/tiny", "--warmup-steps", "0", "--format", "json",
+                   "--plot", "runs/tiny/metrics.png"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    spec = from_dict(Spec, yaml.safe_load((tmp_path / "build/tiny/spec.resolved.yaml").read_text()))
+    per_token = model_flops_per_token(spec.model, spec.train.seq_length)
+    tokens = [spec.train.global_batch_size * spec.train.seq_length / r["step_time_s"] for r in rows]
+    assert data["metrics"]["tokens_per_s"]["mean"] == pytest.approx(sum(tokens) / len(tokens))
+    # the runtime's own MFU (same FLOPs model, its own clock) agrees with the one lmspec logs computes
+    expected = [mfu(t, per_token, 2, spec.hardware.gpu.bf16_tflops) for t in tokens]
+    assert data["metrics"]["mfu"]["mean"] == pytest.approx(sum(expected) / len(expected))
+    assert [r["mfu"] for r in rows] == pytest.approx(expected, rel=1e-6)
+    assert data["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in rows)
+    assert (tmp_path / "runs/tiny/metrics.png").stat().st_size > 0
+
+    stdout_report = json.loads(_run([LMSPEC, "logs", "train.out", "--warmup-steps", "0", "--format", "json"],
+                                    tmp_path).stdout)
+    assert stdout_report["formats"] == ["lmspec-stdout"] and stdout_report["steps_logged"] == len(rows)
+
+    for log in ("runs/tiny", "train.out"):
+        doctor = _run([LMSPEC, "doctor", log, "--build", "build/tiny"], tmp_path)
+        assert doctor.returncode == 0 and "healthy" in doctor.stdout, doctor.stdout
