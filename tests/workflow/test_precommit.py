@@ -34,7 +34,8 @@ def test_scaffolded_config_blocks_a_commit_with_a_stale_build(team_repo: Path, s
     set_tp(team_repo, 4)
     assert sh("git", "add", "-A", cwd=team_repo).returncode == 0
     blocked = sh("git", "commit", "-m", "tp 4", cwd=team_repo, timeout=300)
-    assert blocked.returncode == 1 and "lmspec compile --check" in blocked.stdout and "is stale" in blocked.stdout
+    output = blocked.stdout + blocked.stderr  # git runs the hook with its output on stderr
+    assert blocked.returncode == 1 and "lmspec compile --check" in output and "is stale" in output
     assert sh(VENV_BIN / "lmspec", "compile", "--spec", f"specs/{STARTER_SPEC}.yaml", cwd=team_repo).returncode == 0
     assert sh("git", "add", "-A", cwd=team_repo).returncode == 0
     done = sh("git", "commit", "-m", "tp 4, build refreshed", cwd=team_repo, timeout=300)
