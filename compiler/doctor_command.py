@@ -14,11 +14,11 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     from compiler.doctor import SIGNATURES, diagnose
     from compiler.doctor.findings import LogText
-    from compiler.logs.parse import read_lines, resolve_log
+    from compiler.logs.parse import read_raw_lines, resolve_log
     from compiler.logs_command import job_context
 
     path = resolve_log(args.log)
-    log = LogText(read_lines(path))
+    log = LogText(read_raw_lines(path))
     findings = diagnose(log, job_context(args))
     if args.format == "json":
         print(json.dumps([dataclasses.asdict(f) for f in findings], indent=2))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from compiler.logs.context import RunContext
+from compiler.logs.launcher import strip_prefix
 
 MAX_EVIDENCE_LINES = 4  # per pattern: enough to see ranks and values, not a whole log
 _MAX_LINE_CHARS = 240
@@ -48,17 +49,20 @@ class Finding:
 
 
 class LogText:
-    """The log's lines (launcher prefixes stripped), searched by regex."""
+    """The log's lines, searched with launcher prefixes stripped, quoted as written (rank prefix kept)."""
 
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
+    def __init__(self, raw_lines: list[str]) -> None:
+        self.raw_lines = raw_lines
+        self.lines = [strip_prefix(line) for line in raw_lines]
 
-    def find(self, pattern: re.Pattern[str], limit: int = MAX_EVIDENCE_LINES) -> list[tuple[Evidence, re.Match[str]]]:
+    def find(self, pattern: re.Pattern[str],
+             limit: int = MAX_EVIDENCE_LINES) -> list[tuple[Evidence, re.Match[str]]]:
         hits = []
         for number, text in enumerate(self.lines, start=1):
             match = pattern.search(text)
             if match:
-                hits.append((Evidence(number, _clip(text, match.start())), match))
+                raw = self.raw_lines[number - 1]
+                hits.append((Evidence(number, _clip(raw, len(raw) - len(text) + match.start())), match))
                 if len(hits) >= limit:
                     break
         return hits

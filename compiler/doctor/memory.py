@@ -93,7 +93,8 @@ class CudaOutOfMemory:
             cause += f" allocating {match.group(1)}"
             capacity, free = match.group(3) or match.group(6), match.group(4)
             if capacity:
-                cause += f" (GPU {match.group(2) or match.group(5)}: {capacity} total" + (f", {free} free)" if free else ")")
+                gpu = match.group(2) or match.group(5)
+                cause += f" (GPU {gpu}: {capacity} total" + (f", {free} free)" if free else ")")
             in_use = _IN_USE.search(line)
             if in_use:
                 needed = size_bytes(in_use.group(1)) + size_bytes(match.group(1))

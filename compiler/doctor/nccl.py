@@ -152,7 +152,8 @@ class NcclInterface:
         if context is not None:
             wanted = context.spec.hardware.inter_node.socket_ifname
             if wanted and picked and not wanted.startswith("^") and not picked.startswith(wanted):
-                problems.append(f"the spec asks for {wanted} (hardware.inter_node.socket_ifname) but NCCL used {picked}")
+                problems.append(f"the spec asks for {wanted} (hardware.inter_node.socket_ifname) "
+                                f"but NCCL used {picked}")
             fabric = context.spec.hardware.inter_node.fabric
             if multi and fabric in ("ib", "roce") and choice.network == "Socket":
                 problems.append(f"the spec's fabric is {fabric} but NCCL fell back to TCP sockets (no usable "

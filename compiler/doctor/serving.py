@@ -63,8 +63,9 @@ class VllmKvCacheTooSmall:
             if heads % (serve.tp * 2) == 0 and serve.tp * 2 <= per_node:
                 fixes.append(Fix("serve.tp", str(serve.tp * 2), f"from {serve.tp}: weights and KV heads split further"))
             else:
-                fixes.append(Fix("serve.pp", str(serve.pp * 2), f"from {serve.pp}: layers (and their KV cache) split "
-                                 f"over more GPUs; serve.tp={serve.tp * 2} would leave the node or not divide {heads} heads"))
+                fixes.append(Fix("serve.pp", str(serve.pp * 2),
+                                 f"from {serve.pp}: layers (and their KV cache) split over more GPUs; "
+                                 f"serve.tp={serve.tp * 2} would leave the node or not divide {heads} heads"))
         else:
             fixes += [Fix("serve.gpu_memory_utilization", "<higher, at most 0.95>", "more memory for the cache"),
                       Fix("serve.kv_cache_dtype", "fp8", "halves KV bytes per token")]

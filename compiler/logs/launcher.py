@@ -17,11 +17,3 @@ def strip_prefix(line: str) -> str:
     """The line as the rank printed it."""
     return _PREFIX.sub("", line, count=1)
 
-
-def rank_of(line: str) -> int | None:
-    """The rank or task number a launcher prefix names, if any."""
-    match = _PREFIX.match(line)
-    if not match:
-        return None
-    number = re.search(r"\d+", match.group(0))
-    return int(number.group(0)) if number else None

@@ -30,10 +30,15 @@ def resolve_log(path: Path) -> Path:
     return path
 
 
-def read_lines(path: Path) -> list[str]:
-    """The log's lines with launcher prefixes stripped (bytes that are not UTF-8 replaced)."""
+def read_raw_lines(path: Path) -> list[str]:
+    """The log's lines as written (the last redraw of a progress bar; bytes not UTF-8 replaced)."""
     text = resolve_log(path).read_text(encoding="utf-8", errors="replace")
-    return [strip_prefix(line.rsplit("\r", 1)[-1]) for line in text.splitlines()]
+    return [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
+
+
+def read_lines(path: Path) -> list[str]:
+    """The log's lines as each rank printed them: launcher prefixes stripped."""
+    return [strip_prefix(line) for line in read_raw_lines(path)]
 
 
 def _is_jsonl(lines: list[str]) -> bool:

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from compiler.logs.context import RunContext
 from compiler.logs.records import ParsedLog

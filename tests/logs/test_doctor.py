@@ -113,13 +113,15 @@ def test_build_makes_fixes_exact(lmspec, build) -> None:
     nic = _doctor(lmspec, "nccl_wrong_interface.log", "--build", str(b))[1][0]
     assert "fell back to TCP sockets" in nic["cause"] and "asks for ens3" in nic["cause"]
     assert any(f["key"] == "hardware.inter_node.hca" for f in nic["fixes"])
-    kv = {f["key"]: f["value"] for f in _doctor(lmspec, "vllm_kv_cache_too_small.log", "--build", str(b))[1][0]["fixes"]}
+    kv_finding = _doctor(lmspec, "vllm_kv_cache_too_small.log", "--build", str(b))[1][0]
+    kv = {f["key"]: f["value"] for f in kv_finding["fixes"]}
     assert kv["serve.max_model_len"] == "25344" and kv["serve.kv_cache_dtype"] == "fp8"
 
 
 def test_single_node_loopback_is_not_a_problem(lmspec, tmp_path: Path) -> None:
     log = tmp_path / "lo.log"
-    log.write_text("h:1:1 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\nh:1:1 [0] NCCL INFO Using network Socket\n"
+    log.write_text("h:1:1 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n"
+                   "h:1:1 [0] NCCL INFO Using network Socket\n"
                    "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n")
     assert lmspec("doctor", str(log)).code == 0
 
