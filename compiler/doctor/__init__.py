@@ -12,6 +12,7 @@ from compiler.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
 from compiler.doctor.numerics import NonFiniteLoss
 from compiler.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
 from compiler.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
+from compiler.doctor.slurm import HostOutOfMemory, SlurmTimeLimit
 from compiler.logs.context import RunContext
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -19,8 +20,10 @@ SIGNATURES: tuple[Signature, ...] = (
     NcclConnectionError(),
     NcclInterface(),
     CudaOutOfMemory(),
+    HostOutOfMemory(),
     WorldSizeMismatch(),
     RendezvousFailure(),
+    SlurmTimeLimit(),
     NonFiniteLoss(),
     TpSlowdown(),
     VllmKvCacheTooSmall(),
