@@ -114,3 +114,17 @@ def test_plot_png_and_deterministic_svg(lmspec, tmp_path: Path) -> None:
     assert svg == (tmp_path / "b.svg").read_text()
     for label in ("loss", "learning rate", "tokens/s", "MFU"):
         assert label in svg
+
+
+def test_spec_file_and_gpus(lmspec, tmp_path: Path) -> None:
+    """A user's own spec file is the job; --gpus re-sizes it in whole nodes."""
+    spec = tmp_path / "myjob.yaml"
+    spec.write_text("defaults:\n  - model: llama3_8b\n  - parallel: default\n  - train: default\n  - serve: default\n"
+                    "  - cluster: local\n  - convert: default\n  - hardware: h100_80g\n  - _self_\nname: myjob\n"
+                    "hardware:\n  nodes: 8\nparallel:\n  distributed_optimizer: true\n")
+    log = str(DATA / "healthy_megatron.log")
+    assert _report(lmspec, log, "--spec", str(spec))["metrics"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]
+    quarter = _report(lmspec, log, "--spec", str(spec), "--gpus", "16")
+    assert quarter["job"].startswith("llama3_8b on 16 x")
+    full = _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["mfu"]["mean"]
+    assert quarter["metrics"]["mfu"]["mean"] == pytest.approx(4 * full)
