@@ -27,6 +27,8 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
+    if "step=" not in text:  # both line kinds carry it; most lines of a big log do not
+        return None
     match = _STEP.search(text)
     if match:
         lr = _NUMBER.search(match.group(3))
@@ -41,5 +43,7 @@ def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
 
 def parse_train_batch_size(text: str) -> int | None:
     """train_batch_size from DeepSpeed's configuration printout."""
+    if "train_batch_size" not in text:
+        return None
     match = _TRAIN_BATCH.search(text)
     return int(match.group(1)) if match else None

@@ -15,6 +15,8 @@ _MIB_BYTES = 1024 * 1024
 
 
 def parse_lmspec_line(text: str, lineno: int) -> StepRecord | None:
+    if not text.startswith("step "):
+        return None
     match = _LINE.search(text)
     if not match:
         return None

@@ -45,6 +45,8 @@ def _fields(rest: str) -> dict[str, str]:
 
 
 def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
+    if "iteration" not in text:  # substring test first: most lines of a big log are not step lines
+        return None
     match = _ITERATION.search(text)
     if not match:
         return None
@@ -63,6 +65,8 @@ def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
 
 def parse_megatron_memory(text: str) -> int | None:
     """Peak bytes (max allocated) from a report_memory line."""
+    if "memory (MB)" not in text:
+        return None
     match = _MEMORY.search(text)
     if not match:
         return None
