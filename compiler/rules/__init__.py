@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from compiler.errors import Problem
 from compiler.provenance import Origins
-from compiler.rules import backend, batch, experts, launch, layout, model, serving
+from compiler.rules import backend, batch, budget, experts, launch, layout, model, serving
 from compiler.rules.context import RuleContext
 from compiler.sections import Spec
 
 RULES = (*model.RULES, *layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES, *serving.RULES,
-         *launch.RULES)
+         *launch.RULES, *budget.RULES)
 
 
 def rule_problems(spec: Spec, origins: Origins) -> list[Problem]:

@@ -99,7 +99,7 @@ def test_all_problems_reported_at_once_errors_before_warnings(lmspec) -> None:
 
 
 def test_warning_does_not_fail(lmspec) -> None:
-    result = lmspec("check", "model=llama3_8b", "hardware=h100_80g", "parallel.tp=2")
+    result = lmspec("check", "model=llama3_8b", "hardware=h100_80g", "parallel.tp=2", "parallel.distributed_optimizer=true")
     assert result.code == 0
     assert "warning: parallel.sequence_parallel=false" in result.err
 
@@ -116,7 +116,7 @@ def test_debug_shows_traceback(monkeypatch) -> None:
 def test_deepseek_2048_gpu_layout_compiles(lmspec, tmp_path) -> None:
     result = lmspec("compile", "model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "parallel.tp=1",
                     "parallel.pp=16", "parallel.ep=64", "parallel.pp_layout=auto",
-                    "parallel.distributed_optimizer=true", "-o", str(tmp_path))
+                    "parallel.distributed_optimizer=true", "train.recompute=full", "serve.pp=3", "-o", str(tmp_path))
     assert result.code == 0, result.err
     plan = (tmp_path / "deepseek_v3" / "plan.json").read_text()
     assert '"stage_layers": [\n      3,\n      3,\n      4,' in plan

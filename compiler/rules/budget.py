@@ -1,0 +1,263 @@
+"""The memory budget: the worst GPU of a training layout must fit its device, and vLLM
+must hold at least one `serve.max_model_len` sequence in its KV cache.
+
+A layout that does not fit is an error naming the biggest term and the fixes in the order
+the seed teaches (cheapest first): lower the micro batch, turn on recompute, shard more
+state (ZeRO stage / distributed optimizer / offload), add PP or EP, add GPUs. Each fix is
+computed on a copy of the spec and shown with its resulting number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from compiler.errors import Problem, error
+from compiler.layout import data_parallel_size, divisors, stage_layers
+from compiler.models.serve_memory import estimate_serve_memory
+from compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
+from compiler.rules.context import RuleContext
+from compiler.sections import Spec
+
+MAX_NODE_MULTIPLE = 1024  # how far "add GPUs" searches: up to this many times the nodes given
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def with_value(spec: Any, key: str, value: Any) -> Any:
+    """A copy of the frozen spec with one dotted key replaced."""
+    head, _, rest = key.partition(".")
+    if not rest:
+        return dataclasses.replace(spec, **{head: value})
+    return dataclasses.replace(spec, **{head: with_value(getattr(spec, head), rest, value)})
+
+
+def with_values(spec: Spec, changes: dict[str, Any]) -> Spec:
+    for key, value in changes.items():
+        spec = with_value(spec, key, value)
+    return spec
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:,.1f} GiB"
+
+
+def both(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:,.1f} GiB ({n_bytes / GB:,.1f} GB)"
+
+
+def _shown(changes: dict[str, Any]) -> str:
+    def value(v: Any) -> str:
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    return " ".join(f"{k}={value(v)}" for k, v in changes.items())
+
+
+def _candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
+    """Spec changes in the seed's order; each is checked before it is offered."""
+    t, p, m = spec.train, spec.parallel, spec.model
+    if t.micro_batch_size > 1:
+        yield {"train.micro_batch_size": 1}
+    if t.backend == "deepspeed":  # the HF model code has no selective recompute
+        if t.recompute != "full":
+            yield {"train.recompute": "full"}
+    else:
+        for level in RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(t.recompute) + 1:]:
+            yield {"train.recompute": level}
+    if t.backend == "deepspeed":
+        for stage in range(p.zero_stage + 1, 4):
+            if p.pp == 1 or stage <= 1:
+                yield {"parallel.zero_stage": stage}
+        if p.zero_stage >= 1 and not p.offload_optimizer:
+            yield {"parallel.offload_optimizer": True}
+        if p.zero_stage == 3 and not p.offload_params:
+            yield {"parallel.offload_params": True}
+    elif not p.distributed_optimizer:
+        yield {"parallel.distributed_optimizer": True}
+    if t.backend == "megatron":
+        world = spec.hardware.gpus_per_node * spec.hardware.nodes
+        pps = [n for n in divisors(world) if p.pp < n <= m.num_layers and world % (n * p.tp * p.cp) == 0]
+        pp_fix = _first_fitting_or_last(spec, [{"parallel.pp": n, "parallel.pp_layout": "auto", "parallel.dp": "auto",
+                                                "parallel.virtual_stages": None} for n in pps])
+        if pp_fix:
+            yield pp_fix
+        if m.moe is not None:
+            ep_fix = _first_fitting_or_last(spec, [{"parallel.ep": n} for n in _legal_eps(spec) if n > p.ep])
+            if ep_fix:
+                yield ep_fix
+
+
+def _legal_eps(spec: Spec) -> list[int]:
+    """Expert-parallel sizes that divide the experts and fold into one stage's dp x tp x cp ranks."""
+    p, moe = spec.parallel, spec.model.moe
+    dp = data_parallel_size(spec)
+    if moe is None or dp is None:
+        return []
+    ranks = dp * p.tp * p.cp
+    return [n for n in divisors(moe.num_experts) if ranks % (n * p.etp) == 0]
+
+
+def _first_fitting_or_last(spec: Spec, options: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The smallest change that fits alone, else the one that goes furthest."""
+    for changes in options:
+        memory = _estimate(with_values(spec, changes))
+        if memory is not None and memory.fits:
+            return changes
+    return options[-1] if options else None
+
+
+def computable(spec: Spec) -> bool:
+    """The models need a coherent architecture; the model rules report one that is not."""
+    return spec.model.attention != "mla" or spec.model.mla is not None
+
+
+def _estimate(spec: Spec) -> TrainMemory | None:
+    if not computable(spec) or data_parallel_size(spec) is None or stage_layers(spec) is None:
+        return None
+    return estimate_train_memory(spec)
+
+
+def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
+    """Smallest node count (dp=auto; experts spread over the most EP ranks that divide them)
+    whose worst GPU fits, by doubling then bisecting."""
+    base = with_value(spec, "parallel.dp", "auto")
+
+    def grown(nodes: int) -> Spec:
+        bigger = with_value(base, "hardware.nodes", nodes)
+        eps = _legal_eps(bigger) if spec.train.backend == "megatron" else []
+        return with_value(bigger, "parallel.ep", eps[-1]) if eps and eps[-1] > spec.parallel.ep else bigger
+
+    def fits(nodes: int) -> TrainMemory | None:
+        memory = _estimate(grown(nodes))
+        return memory if memory is not None and memory.fits else None
+
+    step = spec.parallel.tp * spec.parallel.pp * spec.parallel.cp
+    per_node = spec.hardware.gpus_per_node
+    legal = [n for n in range(spec.hardware.nodes + 1, spec.hardware.nodes * MAX_NODE_MULTIPLE + 1)
+             if (n * per_node) % step == 0]
+    hi = next((i for i in (2**k - 1 for k in range(32)) if i >= len(legal) or fits(legal[i])), None)
+    if hi is None or hi >= len(legal):
+        return None
+    lo = (hi + 1) // 2 - 1
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        if fits(legal[mid]):
+            hi = mid
+        else:
+            lo = mid
+    found = fits(legal[hi])
+    assert found is not None
+    return legal[hi], grown(legal[hi]), found
+
+
+def _host(spec: Spec, memory: TrainMemory) -> str:
+    host = max(s.host_bytes for s in memory.stages)
+    return f" + {gib(host * spec.hardware.gpus_per_node)} host memory per node" if host else ""
+
+
+def _fix_lines(spec: Spec) -> list[str]:
+    """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
+    lines, stacked, stacked_spec = [], {}, spec
+    for changes in _candidate_fixes(spec):
+        alone = _estimate(with_values(spec, changes))
+        if alone is None:
+            continue
+        stacked.update(changes)
+        stacked_spec = with_values(spec, stacked)
+        lines.append(f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
+                     f"({'fits' if alone.fits else 'still over'})")
+    if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1:
+        together = _estimate(stacked_spec)
+        if together is not None:
+            lines.append(f"all of these together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
+                         f"({'fits' if together.fits else 'still over'})")
+            if together.fits:
+                return lines
+    nodes = _fewest_nodes(stacked_spec if stacked and not any(line.endswith("(fits)") for line in lines) else spec)
+    if nodes is not None:
+        n, grown, memory = nodes
+        world = n * spec.hardware.gpus_per_node
+        on_top = " on top of all the above" if stacked_spec is not spec and not any(
+            line.endswith("(fits)") for line in lines) else ""
+        ep = f" parallel.ep={grown.parallel.ep}" if grown.parallel.ep != stacked_spec.parallel.ep else ""
+        lines.append(f"hardware.nodes={n} parallel.dp=auto{ep} ({world} GPUs){on_top} -> "
+                     f"{gib(memory.worst.total_bytes)} (fits)")
+    return lines
+
+
+def training_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
+    spec = ctx.spec
+    memory = _estimate(spec)
+    if memory is None or memory.fits:
+        return
+    worst = memory.worst
+    terms = worst.terms()
+    biggest = max(TERMS, key=lambda t: terms[t])
+    detail = ", ".join(f"{t} {gib(terms[t])}" for t in TERMS)
+    why = {"activations": (f"{worst.in_flight:g} micro-batch(es) in flight of {ctx.show('train.micro_batch_size')}, "
+                           f"{ctx.show('train.recompute')}"),
+           "optimizer": "fp32 master weights and Adam moments of every parameter this GPU holds",
+           "gradients": "gradients of every parameter this GPU holds",
+           "weights": "parameters this GPU holds",
+           "buffers": "gathered layers and allocator fragmentation"}[biggest]
+    fixes = _fix_lines(spec)
+    stage = f"pipeline stage {worst.stage} of {len(memory.stages)}, {worst.layers} layers" if len(memory.stages) > 1 else "every GPU"
+    yield error("hardware.gpu.memory_gib", (
+        f"training does not fit: the worst GPU ({stage}) needs {both(worst.total_bytes)} but "
+        f"{ctx.show('hardware.gpu.memory_gib')} leaves {gib(memory.budget_bytes)} usable "
+        f"(minus a {DEVICE_RESERVE_GIB:g} GiB CUDA/NCCL reserve); biggest term: {biggest} {gib(terms[biggest])} "
+        f"({why}); per GPU: {detail}. Fixes, cheapest first: "
+        + ("; ".join(fixes) if fixes else "none of lower micro batch, recompute, more sharding, PP/EP or more GPUs fits; "
+           "use a GPU with more memory")))
+
+
+def _serve_fixes(spec: Spec) -> list[str]:
+    s = spec.serve
+    candidates: list[dict[str, Any]] = []
+    if s.gpu_memory_utilization < 0.95:
+        candidates.append({"serve.gpu_memory_utilization": 0.95})
+    if not s.kv_cache_dtype.startswith("fp8"):
+        candidates.append({"serve.kv_cache_dtype": "fp8"})
+    if s.quantization is None:
+        candidates.append({"serve.quantization": "fp8"})
+    heads = spec.model.num_attention_heads
+    tp = next((n for n in divisors(heads) if n > s.tp and n <= spec.hardware.gpus_per_node), None)
+    if tp is not None:
+        candidates.append({"serve.tp": tp})
+    for pp in range(s.pp + 1, spec.model.num_layers + 1):
+        if estimate_serve_memory(with_value(spec, "serve.pp", pp)).max_tokens_in_cache >= s.max_model_len:
+            candidates.append({"serve.pp": pp})
+            break
+    lines = []
+    now = estimate_serve_memory(spec).max_tokens_in_cache
+    for changes in candidates:
+        after = estimate_serve_memory(with_values(spec, changes))
+        if after.max_tokens_in_cache <= now:
+            continue
+        verdict = "fits" if after.max_tokens_in_cache >= s.max_model_len else "still short"
+        lines.append(f"{_shown(changes)} -> {after.max_tokens_in_cache:,} tokens ({verdict})")
+    return lines
+
+
+def serving_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
+    spec = ctx.spec
+    if not computable(spec):
+        return
+    est = estimate_serve_memory(spec)
+    if est.max_tokens_in_cache >= spec.serve.max_model_len:
+        return
+    s = spec.serve
+    fixes = _serve_fixes(spec)
+    if est.max_tokens_in_cache:
+        longest = f"the longest that fits is serve.max_model_len={est.max_tokens_in_cache}"
+    else:
+        longest = "no sequence fits: the weights and activation reserve leave nothing for the KV cache"
+    yield error("serve.max_model_len", (
+        f"serving does not fit: {ctx.show('serve.max_model_len')} needs {both(s.max_model_len * est.kv_cache_bytes_per_token)} "
+        f"of KV cache per GPU ({est.kv_cache_bytes_per_token:,} bytes/token), but "
+        f"{ctx.show('serve.gpu_memory_utilization')} x {ctx.show('hardware.gpu.memory_gib')} minus weights "
+        f"{both(est.weights_bytes_per_gpu)} per GPU ({ctx.show('serve.tp')}, {ctx.show('serve.pp')}) and an activation "
+        f"reserve of {gib(est.activation_reserve_bytes)} leaves {gib(est.cache_budget_bytes)}; {longest}. Fixes: "
+        + ("; ".join(fixes) if fixes else "serve a smaller model or use GPUs with more memory")))
+
+
+RULES = (training_fits_memory, serving_fits_memory)
