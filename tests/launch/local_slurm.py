@@ -94,11 +94,16 @@ class LocalSlurm:
             except (OSError, ValueError):
                 continue
             deadline = time.monotonic() + STOP_TIMEOUT_S
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
+            while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            else:
+            if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a daemon's zombie lingers where nothing reaps orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

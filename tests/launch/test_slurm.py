@@ -1,0 +1,104 @@
+"""The emitted sbatch.sh on a real (local, single-node) Slurm: 2 ranks run, exit codes propagate.
+
+The launch path is the real one (sbatch -> srun -> launch/torchrun.sh -> nccl.env ->
+torch.distributed.run with c10d rendezvous); only the trainer module is swapped for a
+2-rank gloo all-reduce by an LMSPEC_PYTHON wrapper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compiler.emit.launch import SBATCH_SH
+from conftest import compile_build
+
+pytestmark = pytest.mark.slow
+JOB_TIMEOUT_S = 180
+WORKER = Path(__file__).with_name("allreduce_worker.py")
+SWAP_TRAINER = f"""#!{sys.executable}
+# The real interpreter and torchrun; `-m runtime.train BUILD` becomes `{WORKER.name} BUILD`.
+import os, sys
+argv = sys.argv[1:]
+if "runtime.train" in argv:
+    i = argv.index("runtime.train")
+    argv[i - 1:i + 1] = [{str(WORKER)!r}]
+os.execv(sys.executable, [sys.executable, *argv])
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tiny_slurm_build(tmp_path: Path) -> Path:
+    return compile_build(tmp_path / "build", ["cluster=slurm", f"cluster.master_port={_free_port()}"])
+
+
+def _env(local_slurm, tmp_path: Path, **extra: str) -> dict[str, str]:
+    wrapper = tmp_path / "python-swap-trainer"
+    wrapper.write_text(SWAP_TRAINER)
+    wrapper.chmod(0o755)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    return dict(local_slurm.env, LMSPEC_PYTHON=str(wrapper), ALLREDUCE_OUT=str(out), **extra)
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run in its own session; on timeout cancel every job of this cluster and kill the group."""
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["scancel", "--user=root"], env=env, check=False)
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _ranks(env: dict[str, str]) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(env["ALLREDUCE_OUT"]).glob("rank*.json"))]
+
+
+def test_tiny_sbatch_runs_two_ranks(local_slurm, tiny_slurm_build: Path, tmp_path: Path) -> None:
+    env = _env(local_slurm, tmp_path)
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+
+    result = _run(["sbatch", "--wait", "--parsable", str(tiny_slurm_build / SBATCH_SH), str(tiny_slurm_build)],
+                  env, submit_dir)
+
+    job_id = result.stdout.strip().split(";")[0]
+    log = submit_dir / f"slurm-tiny-{job_id}.out"
+    assert result.returncode == 0, result.stderr + (log.read_text() if log.exists() else "")
+    ranks = _ranks(env)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert {r["world_size"] for r in ranks} == {2}
+    assert {r["sum"] for r in ranks} == {3.0}  # (0 + 1) + (1 + 1): both ranks took part
+    assert {r["slurm_job_id"] for r in ranks} == {job_id}
+    assert all(r["argv"] == [str(tiny_slurm_build.resolve())] for r in ranks)
+    assert {r["gloo_socket_ifname"] for r in ranks} == {"lo"}  # nccl.env was sourced
+    assert "torchrun.sh: no checkpoint under runs/tiny/checkpoints" in log.read_text()
+
+
+def test_failing_rank_fails_the_job_through_lmspec_run(local_slurm, tiny_slurm_build: Path, tmp_path: Path) -> None:
+    env = _env(local_slurm, tmp_path, ALLREDUCE_FAIL_RANK="1")
+    lmspec = Path(sys.executable).with_name("lmspec")
+
+    result = _run([str(lmspec), "run", str(tiny_slurm_build)], env, tmp_path)
+
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "submitted Slurm job" in result.stdout
+    assert f"ended with exit code {result.returncode}" in result.stdout
+    assert len(_ranks(env)) == 2  # both ranks ran; rank 1 then failed
