@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "compiler.init_command",
     "compiler.diff_command",
     "compiler.hook_command",
+    "compiler.plan_command",
 )
 
 

@@ -1,0 +1,98 @@
+"""Price legal candidates: memory of the worst GPU, step time by term, tokens/s, MFU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.layout import balanced_stages
+from compiler.models.flops import flops_breakdown, hardware_flops_per_token, mfu
+from compiler.models.params import is_moe_layer
+from compiler.plan_search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, world
+from compiler.plan_search.memory import stage_table, worst_stage_memory
+from compiler.plan_search.steptime import StepInputs, StepTime, links, step_time
+from compiler.sections import Spec
+
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class PipelineWork:
+    """Per pp (row pp - 1): the slowest stage's work per token and its layers."""
+
+    stage_flops: np.ndarray  # (pp, recompute) hardware FLOPs per token of the slowest stage
+    attention_flops: np.ndarray  # core attention FLOPs per token of the most loaded stage
+    stage_layers: np.ndarray
+    stage_moe_layers: np.ndarray
+
+
+def pipeline_work(spec: Spec) -> PipelineWork:
+    """Layers cost alike (uniform split of the layer FLOPs); the last stage adds the output head."""
+    m, seq = spec.model, spec.train.seq_length
+    f = flops_breakdown(m, seq)
+    per_layer = np.array([(hardware_flops_per_token(m, seq, r) - f.logits) / m.num_layers for r in RECOMPUTE])
+    moe = np.array([is_moe_layer(m, i) for i in range(m.num_layers)])
+    flops, layers, moe_layers = [], [], []
+    for pp in range(1, m.num_layers + 1):
+        stages = np.array(balanced_stages(m.num_layers, pp))
+        ends = np.cumsum(stages)
+        flops.append(np.maximum(stages.max() * per_layer, stages[-1] * per_layer + f.logits))
+        layers.append(stages.max())
+        moe_layers.append(max(int(moe[e - n:e].sum()) for n, e in zip(stages, ends)))
+    return PipelineWork(stage_flops=np.array(flops), attention_flops=np.array(layers) * f.core_attention / m.num_layers,
+                        stage_layers=np.array(layers), stage_moe_layers=np.array(moe_layers))
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Every legal candidate with its columns, memory and step-time terms."""
+
+    columns: Columns
+    memory_bytes: np.ndarray
+    worst_stage: np.ndarray
+    fits: np.ndarray
+    time: StepTime
+    step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+    budget_bytes: int
+
+
+def derive(spec: Spec, c: Columns) -> Columns:
+    """Add world, dp and micro-batches per step to the candidate columns."""
+    out = Columns(c)
+    out["world"] = world(c, spec)
+    out["dp"] = data_parallel(c, spec)
+    out["micro_batches"] = spec.train.global_batch_size // (c.micro_batch_size * out["dp"])
+    return out
+
+
+def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
+    """Price candidates sorted by pp; `axes_values` are the sorted tp, cp and micro-batch values searched."""
+    c = derive(spec, c)
+    memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)
+    work = pipeline_work(spec)
+    s = c.pp - 1
+    seq = spec.train.seq_length
+    inputs = StepInputs(
+        world=c.world, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, dp=c.dp, etp=spec.parallel.etp,
+        micro_batches=c.micro_batches, tokens_per_micro_batch=c.micro_batch_size * seq,
+        sequence_parallel=c.sequence_parallel, deepspeed=c.backend == BACKENDS.index("deepspeed"),
+        zero_stage=c.zero_stage, distributed_optimizer=c.distributed_optimizer,
+        full_recompute=c.recompute == RECOMPUTE.index("full"),
+        stage_flops_per_token=work.stage_flops[s, c.recompute], attention_flops_per_token=work.attention_flops[s],
+        stage_layers=work.stage_layers[s], stage_moe_layers=work.stage_moe_layers[s],
+        dense_params=memory.dense_params, expert_params=memory.expert_params)
+    hw = spec.hardware
+    peak = hw.gpu.bf16_tflops * TFLOPS
+    top_k = spec.model.moe.top_k if spec.model.moe is not None else 0
+    time = step_time(inputs, hidden=spec.model.hidden_size, top_k=top_k, peak_flops=peak,
+                     hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9, link=links(hw))
+    total = time.total
+    tokens_per_s = spec.train.global_batch_size * seq / total
+    model_flops = flops_breakdown(spec.model, seq).total
+    return Priced(columns=c, memory_bytes=memory.total_bytes, worst_stage=memory.worst_stage,
+                  fits=memory.total_bytes <= memory.budget_bytes, time=time, step_time_s=total,
+                  tokens_per_s=tokens_per_s, mfu=mfu(tokens_per_s, model_flops, c.world, hw.gpu.bf16_tflops),
+                  budget_bytes=memory.budget_bytes)

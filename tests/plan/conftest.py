@@ -1,0 +1,69 @@
+"""Helpers for the plan tests: a typed spec from overrides, and one layout priced alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from compiler.load import compose_spec
+from compiler.plan_search.evaluate import Priced, price
+from compiler.plan_search.legality import BACKENDS, RECOMPUTE
+from compiler.plan_search.space import Axes, Enumeration, enumerate_legal
+from compiler.sections import Spec
+from compiler.typed import from_dict
+
+
+def typed_spec(*overrides: str) -> Spec:
+    return from_dict(Spec, compose_spec(list(overrides)).spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One point of the search space, by the spec's own names."""
+
+    nodes: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    micro_batch_size: int = 1
+    backend: str = "megatron"
+    zero_stage: int = 0
+    distributed_optimizer: bool = True
+    sequence_parallel: bool = False
+    recompute: str = "selective"
+
+    def axes(self) -> Axes:
+        return Axes(nodes=(self.nodes,), tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), ep=(self.ep,),
+                    micro_batch_size=(self.micro_batch_size,),
+                    shardings=((BACKENDS.index(self.backend), self.zero_stage, self.distributed_optimizer),),
+                    sequence_parallel=(self.sequence_parallel,), recompute=(RECOMPUTE.index(self.recompute),))
+
+    def apply(self, spec: Spec) -> Spec:
+        """The spec with this layout written into it, as `lmspec plan`'s overrides would."""
+        parallel = dataclasses.replace(
+            spec.parallel, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, dp="auto", pp_layout="auto",
+            virtual_stages=None, sequence_parallel=self.sequence_parallel, zero_stage=self.zero_stage,
+            distributed_optimizer=self.distributed_optimizer, offload_optimizer=False, offload_params=False)
+        train = dataclasses.replace(spec.train, backend=self.backend, micro_batch_size=self.micro_batch_size,
+                                    recompute=self.recompute)
+        hardware = dataclasses.replace(spec.hardware, nodes=self.nodes)
+        return dataclasses.replace(spec, parallel=parallel, train=train, hardware=hardware)
+
+
+def enumerate_one(spec: Spec, layout: Layout) -> Enumeration:
+    return enumerate_legal(spec, layout.axes())
+
+
+def price_one(spec: Spec, layout: Layout) -> Priced:
+    found = enumerate_one(spec, layout)
+    assert found.legal.size == 1, {k: v for k, v in found.rejected.items() if v}
+    values = {"tp": np.array([layout.tp]), "cp": np.array([layout.cp]),
+              "micro_batch_size": np.array([layout.micro_batch_size])}
+    return price(spec, found.legal, values)
+
+
+def scalar(values: Any) -> float:
+    return float(np.asarray(values)[0])
