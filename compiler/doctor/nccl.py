@@ -30,7 +30,9 @@ _NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
 _NNODES = re.compile(r"NCCL INFO .*\bnNodes (\d+)")
 _IB_NONE = re.compile(r"NCCL INFO NET/IB : No device found")
 
-DEFAULT_TIMEOUT_MINUTES = 30  # torch's default NCCL watchdog timeout is 10 min (600000 ms) when unset
+MIN_SUGGESTED_TIMEOUT_MINUTES = 30  # outlasts most checkpoint saves; torch's own default is 10 min
+IB_TIMEOUT_SUGGESTED = 22  # 4.096 us x 2^22 = 17 s per IB transport attempt (NCCL's default is 20)
+IB_RETRY_CNT_MAX = 7
 # Interfaces NCCL should never carry multi-node traffic over: loopback, container/VM bridges, Wi-Fi, VPN.
 _BAD_IFACE = re.compile(r"^(?:lo|docker\d*|virbr\d*|veth\w*|br-\w+|wl\w*|tailscale\d*|zt\w*)$")
 
@@ -72,10 +74,14 @@ def _ib_fixes(context: RunContext | None) -> list[Fix]:
     if context is not None and context.spec.hardware.inter_node.fabric == "ethernet":
         return []
     nccl = context.spec.cluster.nccl if context is not None else None
-    fixes = [Fix("cluster.nccl.ib_timeout", str(max(nccl.ib_timeout if nccl else 0, 22)),
-                 "longer IB transport timeout (4.096 us x 2^n) rides out fabric hiccups"),
-             Fix("cluster.nccl.ib_retry_cnt", "7", "the most IB retries before NCCL gives up")]
-    if context is None or context.spec.hardware.inter_node.fabric == "roce":
+    fixes = []
+    if nccl is None or nccl.ib_timeout < IB_TIMEOUT_SUGGESTED:
+        fixes.append(Fix("cluster.nccl.ib_timeout", str(IB_TIMEOUT_SUGGESTED),
+                         "longer IB transport timeout (4.096 us x 2^n) rides out fabric hiccups"))
+    if nccl is None or nccl.ib_retry_cnt < IB_RETRY_CNT_MAX:
+        fixes.append(Fix("cluster.nccl.ib_retry_cnt", str(IB_RETRY_CNT_MAX),
+                         "the most IB retries before NCCL gives up"))
+    if context is None or (context.spec.hardware.inter_node.fabric == "roce" and nccl.ib_gid_index is None):
         fixes.append(Fix("cluster.nccl.ib_gid_index", "3", "RoCEv2 GID on most NICs; a wrong GID cannot connect"))
     return fixes
 
@@ -110,8 +116,8 @@ class NcclTimeout:
         if choice is not None and choice.interfaces and _BAD_IFACE.match(choice.interfaces[0]):
             fixes.append(_socket_fix(choice, f"NCCL picked {choice.interfaces[0]}, which cannot reach other nodes"))
         current = context.spec.cluster.nccl.timeout_minutes if context else (timeout_ms or 0) // 60000
-        if not first and current < DEFAULT_TIMEOUT_MINUTES * 2:
-            fixes.append(Fix("cluster.nccl.timeout_minutes", str(max(2 * current, DEFAULT_TIMEOUT_MINUTES)),
+        if not first and current < MIN_SUGGESTED_TIMEOUT_MINUTES * 2:
+            fixes.append(Fix("cluster.nccl.timeout_minutes", str(max(2 * current, MIN_SUGGESTED_TIMEOUT_MINUTES)),
                              "only if a checkpoint save or first-step compile legitimately outlasts "
                              f"the current {current} min"))
         evidence = [e for e, _ in hits + others] + (choice.evidence if choice else [])

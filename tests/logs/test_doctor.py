@@ -149,3 +149,16 @@ def test_console_script_exit_codes() -> None:
                           cwd=ROOT)
     assert (sick.returncode, well.returncode) == (1, 0)
     assert "problem: CUDA out of memory" in sick.stdout and "train.micro_batch_size=" in sick.stdout
+
+
+def test_nccl_fixes_leave_out_what_the_spec_already_has(lmspec, build) -> None:
+    b = build("model=llama3_8b", "hardware=h100_80g", "hardware.nodes=2", "parallel.distributed_optimizer=true",
+              "cluster.nccl.timeout_minutes=20", "cluster.nccl.ib_timeout=14")
+    def fixes(log: str) -> dict[str, str]:
+        return {f["key"]: f["value"] for f in _doctor(lmspec, log, "--build", str(b))[1][0]["fixes"]}
+
+    timeout = fixes("torchrun_nccl_timeout.log")
+    assert timeout == {"cluster.nccl.timeout_minutes": "40"}  # 2 x the spec's 20; INFO lines already present
+    connection = fixes("slurm_nccl_connection.log")
+    assert connection["cluster.nccl.ib_timeout"] == "22" and "cluster.nccl.ib_retry_cnt" not in connection
+    assert "cluster.nccl.ib_gid_index" not in connection  # IB, not RoCE
