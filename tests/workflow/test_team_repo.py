@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from compiler.init_command import STARTER_SPEC, scaffold_files
@@ -115,3 +116,18 @@ def test_ci_uploads_every_report(team_repo: Path) -> None:
     upload = next(s for s in workflow["jobs"]["compile-check"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     pattern = upload["with"]["path"]
     assert upload["if"] == "always()" and sorted(team_repo.glob(pattern)) == [team_repo / "build" / STARTER_SPEC / "REPORT.md"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "compiler/paths.display_path prints lmspec's own specs/ by absolute install path, so a warning "
+    "quoting a built-in group makes REPORT.md differ between a laptop and CI (drift gate fails); "
+    "fix: show paths under SPECS_DIR as `lmspec:specs/...`, then drop this marker"))
+def test_builds_do_not_depend_on_where_lmspec_is_installed(team_repo: Path, lmspec, monkeypatch) -> None:
+    monkeypatch.chdir(team_repo)
+    spec = Path(SPEC_ARG)
+    spec.write_text(spec.read_text().replace("  sequence_parallel: true\n", ""))  # warns, quoting parallel/default.yaml
+    result = lmspec("compile", "--spec", SPEC_ARG)
+    assert result.code == 0 and "parallel.sequence_parallel=false" in result.err
+    build = Path("build") / STARTER_SPEC
+    leaked = [p.name for p in build.rglob("*") if p.is_file() and str(ROOT) in p.read_text()]
+    assert leaked == []
