@@ -25,13 +25,13 @@ def parse_gpus(text: str, per_node: int) -> list[int]:
         low, high = int(match[1]), int(match[2] or match[1])
         if low < 1 or high < low:
             raise UsageError(f"--gpus {text}: {part} is empty")
+        if match[2] is None and low % per_node:
+            raise UsageError(f"--gpus {low} is not whole nodes of hardware.gpus_per_node={per_node}; "
+                             f"use {low // per_node * per_node or per_node} or {(low // per_node + 1) * per_node}")
         found = [n for n in range(-(-low // per_node), high // per_node + 1) if n >= 1]
         if not found:
             raise UsageError(f"--gpus {text}: {part} holds no whole node of hardware.gpus_per_node={per_node}; "
                              f"use multiples of {per_node}")
-        if match[2] is None and low % per_node:
-            raise UsageError(f"--gpus {low} is not whole nodes of hardware.gpus_per_node={per_node}; "
-                             f"use {low // per_node * per_node or per_node} or {(low // per_node + 1) * per_node}")
         nodes.update(found)
     return sorted(nodes)
 
@@ -87,7 +87,9 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
     largest = max(result.axes.nodes)
     smallest = f"; the smallest needs {gib(p.memory_bytes.min())} GiB" if p.columns.size else ""
     fallback = fewest_gpus(spec, largest, args.backend)
-    where = f"{sorted(set(int(n) * spec.hardware.gpus_per_node for n in result.axes.nodes))} x {spec.hardware.gpu.name}"
+    counts = sorted(int(n) * spec.hardware.gpus_per_node for n in result.axes.nodes)
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}..{counts[-1]}"
+    where = f"{shown} x {spec.hardware.gpu.name}"
     if fallback is None:
         fewest = "no layout fits on up to the largest GPU count searched; use GPUs with more memory"
         found = None
@@ -97,9 +99,11 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
         from compiler.plan_search.report import rows
 
         best = rows(fallback, 1)[0]
-        fewest = (f"training fits from {found} GPUs ({found // spec.hardware.gpus_per_node} nodes) on, e.g. "
-                  f"{best.layout_text()} {best.sharding_text()} at {gib(best.memory_bytes)} GiB per GPU: "
-                  f"lmspec plan ... hardware.nodes={found // spec.hardware.gpus_per_node}")
+        nodes = found // spec.hardware.gpus_per_node
+        kept = [o for o in args.overrides if not o.startswith("hardware.nodes=")]
+        again = _shell(["lmspec", "plan", *_spec_words(args), *kept, f"hardware.nodes={nodes}"])
+        fewest = (f"training fits from {found} GPUs ({nodes} nodes) on, e.g. {best.layout_text()} "
+                  f"{best.sharding_text()} at {gib(best.memory_bytes)} GiB per GPU: {again}")
     message = (f"no layout of {spec.model.name} fits on {where}: {result.legal:,} legal layouts all exceed the "
                f"{gib(p.budget_bytes)} GiB usable per GPU{smallest}; {fewest}")
     if args.format == "json":
