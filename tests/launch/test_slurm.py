@@ -20,7 +20,7 @@ from compiler.emit.launch import SBATCH_SH
 from conftest import compile_build
 
 pytestmark = pytest.mark.slow
-JOB_TIMEOUT_S = 180
+JOB_TIMEOUT_S = 300  # the real tiny training takes ~40 s alone, longer on a loaded 2-core CI machine
 WORKER = Path(__file__).with_name("allreduce_worker.py")
 SWAP_TRAINER = f"""#!{sys.executable}
 # The real interpreter and torchrun; `-m runtime.train BUILD` becomes `{WORKER.name} BUILD`.
@@ -102,3 +102,22 @@ def test_failing_rank_fails_the_job_through_lmspec_run(local_slurm, tiny_slurm_b
     assert "submitted Slurm job" in result.stdout
     assert f"ended with exit code {result.returncode}" in result.stdout
     assert len(_ranks(env)) == 2  # both ranks ran; rank 1 then failed
+
+
+def test_tiny_training_runs_to_completion_through_lmspec_run(local_slurm, tiny_slurm_build: Path,
+                                                              tmp_path: Path) -> None:
+    """The real trainer (runtime.train) under `lmspec run` -> sbatch --wait on the local Slurm."""
+    env = dict(local_slurm.env, LMSPEC_PYTHON=sys.executable)
+    lmspec = Path(sys.executable).with_name("lmspec")
+
+    result = _run([str(lmspec), "run", str(tiny_slurm_build)], env, tmp_path)
+
+    job_id = result.stdout.split("submitted Slurm job ")[1].split(";")[0].split()[0]
+    log = tmp_path / f"slurm-tiny-{job_id}.out"
+    assert result.returncode == 0, result.stdout + result.stderr + (log.read_text() if log.exists() else "")
+    assert f"Slurm job {job_id} ended with exit code 0" in result.stdout
+    steps = [json.loads(line)["step"] for line in (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 30  # train.steps of the cpu-sized tiny spec
+    checkpoints = tmp_path / "runs/tiny/checkpoints"
+    latest = checkpoints / (checkpoints / "latest").read_text().strip()
+    assert sorted(p.name for p in (latest / "trainer_state").iterdir()) == ["rank_0.pt", "rank_1.pt"]  # 2 ranks
