@@ -17,6 +17,8 @@ from compiler.paths import display_path
 
 STAGES: dict[str, str] = {
     "train": "runtime.launch:run_train",
+    "convert": "runtime.convert:run_stage",
+    "verify": "runtime.verify:run_stage",
 }
 DEFAULT_STAGE = "train"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from compiler.emit.conversion import emit_conversion
 from compiler.emit.deepspeed_config import emit_ds_config
 from compiler.emit.launch import emit_launch
 from compiler.emit.nccl import emit_nccl_env
@@ -18,7 +19,7 @@ from compiler.plan import Plan
 Emitter = Callable[[Plan], dict[str, str]]
 
 EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report,
-                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve)
+                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve, emit_conversion)
 
 
 def emit_all(plan: Plan) -> dict[str, str]:

@@ -1,0 +1,62 @@
+"""convert/mapping.json: the reviewed checkpoint -> HuggingFace mapping that `lmspec run --stage convert` executes.
+
+megatron backend: every full Megatron tensor (one layer's slice of a stacked tensor; one
+entry per layer stands for all experts, `{e}` the global and `{i}` the local expert id),
+its split kind (compiler/conversion/transforms.py draws each), the shape of one rank's
+shard, its place in the running model, and the HF tensor(s) it becomes, with
+shapes and dtypes before and after. deepspeed backend: the ZeRO partitions are
+consolidated to full tensors (DeepSpeed's own zero_to_fp32) that already carry HF
+names, so every entry is `direct`. Both carry the HF config.json, derived from the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.conversion.mapping import Entry, build_entries, hf_config
+from compiler.conversion.transforms import Direct
+from compiler.emit.spec_files import dump_json
+from compiler.plan import Plan
+
+MAPPING_JSON = "convert/mapping.json"
+FORMAT = "lmspec-convert-mapping/1"
+
+
+def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
+    tensors = []
+    for entry in entries:
+        experts = range(entry.experts[0]) if entry.experts is not None else [None]
+        for expert in experts:
+            for pattern, shape in entry.transform.hf_shapes().items():
+                name = pattern.format(e=expert)
+                direct = Direct(name, (name,), shape)
+                tensors.append({**direct.describe(), "megatron": None,
+                                "source": {"key": name, "dtype": "float32"}, "hf_dtype": entry.hf_dtype})
+    return tensors
+
+
+def mapping_document(plan: Plan) -> dict[str, Any]:
+    entries = build_entries(plan)
+    lay, backend = plan.layout, plan.spec.train.backend
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "backend": backend,
+        "family": plan.spec.model.family,
+        "layout": {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "etp": lay.etp, "stage_layers": list(lay.stage_layers)},
+        "output": plan.spec.convert.output,
+        "checkpoint_dir": plan.spec.train.checkpoint.dir,
+        "hf_config": hf_config(plan),
+    }
+    if backend == "megatron":
+        doc["checkpoint_format"] = "torch_dist"
+        doc["tensors"] = [e.describe() for e in entries]
+    else:
+        doc["checkpoint_format"] = "deepspeed_zero"
+        doc["tensors"] = _deepspeed_tensors(entries)
+    doc["hf_tensor_count"] = sum(len(t["hf"]) * (t["experts"]["count"] if "experts" in t else 1)
+                                 for t in doc["tensors"])
+    return doc
+
+
+def emit_conversion(plan: Plan) -> dict[str, str]:
+    return {MAPPING_JSON: dump_json(mapping_document(plan))}

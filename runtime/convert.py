@@ -1,0 +1,243 @@
+"""`lmspec run <build> --stage convert`: execute convert/mapping.json on the newest checkpoint.
+
+Megatron (torch_dist): every full tensor of the mapping is assembled from the rank
+boxes its transform names (the TP/EP concatenation), cast to the output dtype as it
+is copied, turned into its HF tensor(s) (`to_hf`: QKV de-interleave, gate/up split),
+checked against the shapes and dtypes the mapping declared, and appended to the
+safetensors shard planned for it. Only one full tensor and its HF outputs are alive at
+a time: peak memory stays near 2x the largest tensor, never the model.
+
+Before anything is written: every model key of the checkpoint must be in the mapping
+and every mapped key in the checkpoint (both lists printed otherwise), with the shapes
+and dtypes the mapping says. Output goes to a temp directory renamed over
+`convert.output` at the end, so a failed conversion leaves the previous one in place.
+DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from compiler.conversion.document import TRANSFORMS, Tensor, tensors
+from compiler.conversion.kinds import SplitKind
+from compiler.conversion.transforms import Transform
+from compiler.errors import UsageError
+from runtime.dist_reader import DistCheckpoint
+from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter, torch_dtype
+
+MAPPING_JSON = "convert/mapping.json"
+LATEST = "latest"
+DIST_CKPT_DIR = "torch_dist"  # runtime.megatron_trainer.DIST_CKPT_DIR (kept here to avoid importing megatron)
+DEEPSPEED_DIR = "deepspeed"
+_LISTED = 20  # names printed per problem list
+
+
+class ConversionError(RuntimeError):
+    """The checkpoint does not match the mapping; nothing was written."""
+
+
+def load_mapping(build_dir: Path) -> dict[str, Any]:
+    path = build_dir / MAPPING_JSON
+    if not path.is_file():
+        raise UsageError(f"{path}: missing; recompile the build (lmspec compile ...)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def latest_checkpoint(root: Path) -> Path:
+    pointer = root / LATEST
+    if not pointer.is_file():
+        raise UsageError(f"{pointer}: no checkpoint to convert; train first (lmspec run <build>)")
+    step = root / pointer.read_text(encoding="utf-8").strip()
+    if not step.is_dir():
+        raise UsageError(f"{pointer} names {step.name}, which does not exist")
+    return step
+
+
+def _listing(names: list[str]) -> str:
+    more = f" (+{len(names) - _LISTED} more)" if len(names) > _LISTED else ""
+    return ", ".join(names[:_LISTED]) + more
+
+
+def check_against_checkpoint(todo: list[Tensor], ckpt: DistCheckpoint) -> None:
+    """Every problem between mapping and checkpoint, raised at once before anything is written."""
+    stored = ckpt.model_tensors()
+    problems: list[str] = []
+    mapped = {t.key for t in todo}
+    unknown = sorted(stored.keys() - mapped)
+    missing = sorted(mapped - stored.keys())
+    if unknown:
+        problems.append(f"{len(unknown)} checkpoint tensor(s) not in the mapping: {_listing(unknown)}")
+    if missing:
+        problems.append(f"{len(missing)} mapped tensor(s) missing from the checkpoint: {_listing(missing)}")
+    seen: dict[str, set[tuple[int, ...]]] = {}
+    for t in todo:
+        if t.key not in stored:
+            continue
+        s = stored[t.key]
+        lead = s.shape[:len(t.index)]
+        if s.shape[len(t.index):] != t.transform.shape or any(i >= n for i, n in zip(t.index, lead)):
+            problems.append(f"{t.label}: checkpoint shape {list(s.shape)}, mapping expects "
+                            f"{list(lead)} x {list(t.transform.shape)} with index {list(t.index)}")
+        if s.dtype_name != t.dtype:
+            problems.append(f"{t.label}: checkpoint dtype {s.dtype_name}, mapping says {t.dtype}")
+        seen.setdefault(t.key, set()).add(t.index)
+    for key, indices in seen.items():
+        lead = stored[key].shape[:len(next(iter(indices)))]
+        expected = 1
+        for n in lead:
+            expected *= n
+        if len(indices) != expected:
+            problems.append(f"{key}: the mapping covers {len(indices)} of its {expected} slices {list(lead)}")
+    if problems:
+        raise ConversionError("checkpoint does not match convert/mapping.json:\n  " + "\n  ".join(problems))
+
+
+def assemble(t: Tensor, ckpt: DistCheckpoint, dtype: torch.dtype) -> torch.Tensor:
+    """The full Megatron tensor from its rank boxes (each distinct box read once), in `dtype`."""
+    full = torch.empty(t.transform.shape, dtype=dtype)
+    done: set[tuple[tuple[int, int], ...]] = set()
+    for rank in range(t.transform.parts):
+        for box in t.transform.boxes(rank):
+            if box in done:
+                continue
+            done.add(box)
+            lead = tuple((i, i + 1) for i in t.index)
+            view = full[tuple(slice(a, b) for a, b in box)]
+            ckpt.read_into(t.key, lead + box, view.reshape((1,) * len(lead) + tuple(view.shape)))
+    return full
+
+
+def hf_plan(todo: list[Tensor]) -> list[Planned]:
+    return [Planned(name, shape, t.hf_dtype) for t in todo for name, shape in t.transform.hf_shapes().items()]
+
+
+@contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """A temp sibling of `target` that replaces it only if the block completes."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield staging
+        staging.chmod(0o755)
+        if target.exists():
+            retired = target.parent / f".{target.name}.old-{os.getpid()}"
+            os.rename(target, retired)
+            os.rename(staging, target)
+            shutil.rmtree(retired)
+        else:
+            os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _progress(total_bytes: int, count: int, enabled: bool):  # type: ignore[no-untyped-def]
+    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeRemainingColumn, TransferSpeedColumn)
+
+    progress = Progress(TextColumn("converting"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        TimeRemainingColumn(), TextColumn("tensors"), MofNCompleteColumn(),
+                        disable=not enabled, transient=False)
+    return progress
+
+
+def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
+                     classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS,
+                     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, progress: bool = False) -> dict[str, Any]:
+    """Convert one torch_dist directory into an HF directory; returns a summary."""
+    todo = tensors(doc, classes)
+    ckpt = DistCheckpoint(ckpt_dir)
+    try:
+        check_against_checkpoint(todo, ckpt)
+        plan = hf_plan(todo)
+        with atomic_directory(output) as staging:
+            writer = ShardedWriter(staging, plan, max_shard_bytes)
+            bar = _progress(writer.total_bytes, len(plan), progress)
+            with bar:
+                task = bar.add_task("convert", total=writer.total_bytes)
+                for t in todo:
+                    full = assemble(t, ckpt, torch_dtype(t.hf_dtype))
+                    outputs = t.transform.to_hf(full)
+                    del full
+                    for name, shape in t.transform.hf_shapes().items():
+                        tensor = outputs.pop(name)
+                        if tuple(tensor.shape) != shape:
+                            raise ConversionError(f"{name}: {t.transform.kind.value} produced {tuple(tensor.shape)}, "
+                                                  f"the mapping declares {shape}")
+                        writer.write(name, tensor)
+                        del tensor
+                    bar.update(task, completed=writer.bytes_written)
+            writer.finish()
+            (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
+    finally:
+        ckpt.close()
+    return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards)}
+
+
+def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> dict[str, Any]:
+    """ZeRO shards -> full fp32 tensors (DeepSpeed's zero_to_fp32) -> HF names as mapped."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    ds_dir = step_dir / DEEPSPEED_DIR
+    state = get_fp32_state_dict_from_zero_checkpoint(str(ds_dir))
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    wanted = {item["name"]: (tuple(item["shape"]), t["hf_dtype"]) for t in doc["tensors"] for item in t["hf"]}
+    unknown, missing = sorted(state.keys() - wanted.keys()), sorted(wanted.keys() - state.keys())
+    if unknown or missing:
+        raise ConversionError(f"DeepSpeed checkpoint vs mapping: not mapped: {_listing(unknown) or 'none'}; "
+                              f"missing: {_listing(missing) or 'none'}")
+    plan = [Planned(name, shape, dtype) for name, (shape, dtype) in wanted.items()]
+    with atomic_directory(output) as staging:
+        writer = ShardedWriter(staging, plan)
+        for p in plan:
+            writer.write(p.name, state.pop(p.name).to(torch_dtype(p.dtype)))
+        writer.finish()
+        (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
+    return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards)}
+
+
+def convert_build(build_dir: Path, *, progress: bool = False,
+                  classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS) -> tuple[Path, dict[str, Any]]:
+    doc = load_mapping(build_dir)
+    step = latest_checkpoint(Path(doc["checkpoint_dir"]))
+    output = Path(doc["output"])
+    if doc["backend"] == "deepspeed":
+        return output, convert_deepspeed(doc, step, output)
+    return output, convert_megatron(doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress)
+
+
+def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
+    doc = load_mapping(build_dir)
+    if getattr(options, "dry_run", False):
+        step = Path(doc["checkpoint_dir"]) / LATEST
+        print(f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
+              f"{doc['hf_tensor_count']} HF tensors) into {doc['output']}")
+        return 0
+    try:
+        output, summary = convert_build(build_dir, progress=sys.stderr.isatty())
+    except ConversionError as exc:
+        print(f"lmspec: convert: {exc}", file=sys.stderr)
+        return 1
+    print(f"converted {summary['tensors']} tensors ({summary['bytes'] / 1e9:.3f} GB, {summary['shards']} shard(s)) "
+          f"into {output}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """`python -m runtime.convert <build dir>` (what the stage runs, also usable alone)."""
+    return run_stage(Path(argv[0]), argparse.Namespace(dry_run=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,139 @@
+"""Read regions of a torch_dist (torch.distributed.checkpoint) checkpoint, one stored chunk at a time.
+
+megatron-core's dist_checkpointing writes every rank's shard of every tensor as one
+chunk (`torch.save` bytes inside a `__R_S.distcp` file) and records in `.metadata`
+each tensor's global shape and each chunk's offsets. Loading a whole key with
+`torch.distributed.checkpoint.load` materialises its global tensor, which for a
+stacked key is every layer at once; this reader copies only the chunks that overlap a
+requested box, so memory stays at one output region plus one chunk.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
+
+Box = tuple[tuple[int, int], ...]
+# megatron's optimizer state lives beside the model's: "optimizer.*", or "chained_<N>.optimizer.*"
+# when dense and expert parameters have separate optimizers (MoE)
+NON_MODEL_KEY = re.compile(r"^(chained_\d+\.)?optimizer\.")
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+class CheckpointFormatError(RuntimeError):
+    """The checkpoint is not something this reader can read."""
+
+
+class _Window(io.RawIOBase):
+    """A read-only, seekable view of bytes [start, start + length) of an open file."""
+
+    def __init__(self, fh: io.BufferedReader, start: int, length: int) -> None:
+        super().__init__()
+        self.fh, self.start, self.length, self.pos = fh, start, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.length}[whence]
+        self.pos = max(0, min(self.length, base + offset))
+        return self.pos
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.length - self.pos)
+        if n <= 0:
+            return 0
+        self.fh.seek(self.start + self.pos)
+        got = self.fh.readinto(view[:n])
+        self.pos += got
+        return got
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return DTYPE_NAMES.get(self.dtype, str(self.dtype).removeprefix("torch."))
+
+
+class DistCheckpoint:
+    """The model tensors of one torch_dist directory, readable box by box."""
+
+    def __init__(self, path: Path) -> None:
+        if not (path / ".metadata").is_file():
+            raise CheckpointFormatError(f"{path}: no .metadata (not a torch_dist checkpoint directory)")
+        self.path = path
+        self.metadata = FileSystemReader(str(path)).read_metadata()
+        self._files: dict[str, io.BufferedReader] = {}
+
+    def model_tensors(self) -> dict[str, StoredTensor]:
+        out = {}
+        for key, md in self.metadata.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata) and not NON_MODEL_KEY.match(key):
+                out[key] = StoredTensor(tuple(md.size), md.properties.dtype)
+        return out
+
+    def _file(self, relative: str) -> io.BufferedReader:
+        if relative not in self._files:
+            self._files[relative] = open(self.path / relative, "rb", buffering=0)  # noqa: SIM115
+        return self._files[relative]
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+
+    def _load_chunk(self, key: str, offsets: tuple[int, ...]) -> torch.Tensor:
+        info = self.metadata.storage_data[MetadataIndex(key, offsets)]
+        if getattr(info, "transform_descriptors", None):
+            raise CheckpointFormatError(f"{key}: stored with transforms {info.transform_descriptors} "
+                                        "(compressed checkpoints are not supported)")
+        window = io.BufferedReader(_Window(self._file(info.relative_path), info.offset, info.length),
+                                   buffer_size=1 << 16)
+        return torch.load(window, map_location="cpu", weights_only=True)
+
+    def read_into(self, key: str, box: Box, out: torch.Tensor) -> None:
+        """Copy region `box` (global coordinates, every dimension) of `key` into `out` (cast to its dtype).
+
+        Every element of the box must be covered by stored chunks, else CheckpointFormatError.
+        """
+        md = self.metadata.state_dict_metadata[key]
+        assert isinstance(md, TensorStorageMetadata)
+        covered = 0
+        for chunk in md.chunks:
+            lo = [max(b[0], o) for b, o in zip(box, chunk.offsets)]
+            hi = [min(b[1], o + s) for b, o, s in zip(box, chunk.offsets, chunk.sizes)]
+            if any(a >= b for a, b in zip(lo, hi)):
+                continue
+            data = self._load_chunk(key, tuple(chunk.offsets))
+            src = data[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, chunk.offsets))]
+            out[tuple(slice(a - b0[0], b - b0[0]) for a, b, b0 in zip(lo, hi, box))].copy_(src)
+            covered += _volume(tuple(zip(lo, hi)))
+            del data, src
+        if covered != _volume(box):
+            raise CheckpointFormatError(f"{key}: stored chunks cover {covered} of the {_volume(box)} elements "
+                                        f"of region {list(box)} (a partial or foreign checkpoint)")
+
+
+def _volume(box: Box) -> int:
+    n = 1
+    for a, b in box:
+        n *= b - a
+    return n
