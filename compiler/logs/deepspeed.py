@@ -7,7 +7,7 @@ Formats read from deepspeedai/DeepSpeed:
   ``epoch=0/micro_step=20/global_step=10, RunningAvgSamplesPerSec=45.3,
   CurrSamplesPerSec=46.1, MemAllocated=12.5GB, MaxMemAllocated=30.1GB`` (GB = 1024**3 bytes;
   CurrSamplesPerSec = train_batch_size / time of the step);
-- `deepspeed/utils/logging.py::print_configuration`: ``  train_batch_size ............. 16``.
+- its configuration printout (train_batch_size) is read by `compiler.logs.settings`.
 The engine logs no loss itself; a training script's own loss lines need `--regex`.
 """
 
@@ -21,7 +21,6 @@ _STEP = re.compile(r"\[Rank -?\d+\] step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 _THROUGHPUT = re.compile(
     r"epoch=\d+/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=([^,]+), "
     r"CurrSamplesPerSec=([^,]+), MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB")
-_TRAIN_BATCH = re.compile(r"\btrain_batch_size \.+ (\d+)\s*$")
 _GIB_BYTES = 1024**3
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -40,10 +39,3 @@ def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
                           peak_memory_bytes=int(float(match.group(5)) * _GIB_BYTES))
     return None
 
-
-def parse_train_batch_size(text: str) -> int | None:
-    """train_batch_size from DeepSpeed's configuration printout."""
-    if "train_batch_size" not in text:
-        return None
-    match = _TRAIN_BATCH.search(text)
-    return int(match.group(1)) if match else None

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler.errors import UsageError
-from compiler.logs.deepspeed import parse_deepspeed_line, parse_train_batch_size
+from compiler.logs.deepspeed import parse_deepspeed_line
 from compiler.logs.jsonl import parse_jsonl_line
 from compiler.logs.launcher import strip_prefix
 from compiler.logs.lmspec_text import parse_lmspec_line
 from compiler.logs.megatron import parse_megatron_line, parse_megatron_memory
 from compiler.logs.records import ParsedLog, StepRecord
+from compiler.logs.settings import parse_setting
 from compiler.logs.user_regex import compile_user_regex, parse_user_line
 
 METRICS_FILE = "metrics.jsonl"
@@ -51,7 +52,6 @@ def parse_lines(lines: list[str], source: str, regex: str | None = None) -> Pars
     by_step: dict[int, StepRecord] = {}
     user = compile_user_regex(regex) if regex else None
     jsonl = user is None and _is_jsonl(lines)
-    train_batch_size = None
     for lineno, text in enumerate(lines, start=1):
         if user is not None:
             record, kind = parse_user_line(user, text, lineno, len(by_step) + 1), "regex"
@@ -67,7 +67,9 @@ def parse_lines(lines: list[str], source: str, regex: str | None = None) -> Pars
             if peak is not None:
                 log.peak_memory_bytes = max(peak, log.peak_memory_bytes or 0)
                 log.add_format("megatron")
-            train_batch_size = parse_train_batch_size(text) or train_batch_size
+            setting = parse_setting(text)
+            if setting is not None:
+                log.settings.setdefault(*setting)
         if record is None:
             continue
         log.add_format(kind)
@@ -76,15 +78,15 @@ def parse_lines(lines: list[str], source: str, regex: str | None = None) -> Pars
         else:
             by_step[record.step] = record
     log.steps = [by_step[step] for step in sorted(by_step)]
-    _fill_deepspeed_batch(log, train_batch_size)
+    _fill_batch(log)
     return log
 
 
-def _fill_deepspeed_batch(log: ParsedLog, train_batch_size: int | None) -> None:
+def _fill_batch(log: ParsedLog) -> None:
     """DeepSpeed's CurrSamplesPerSec is train_batch_size / step time: recover the step time."""
     for record in log.steps:
-        if record.global_batch_size is None and train_batch_size:
-            record.global_batch_size = train_batch_size
+        if record.global_batch_size is None:
+            record.global_batch_size = log.settings.get("global_batch_size")
         if record.step_time_s is None and record.samples_per_s and record.global_batch_size:
             record.step_time_s = record.global_batch_size / record.samples_per_s
 

@@ -43,6 +43,7 @@ class ParsedLog:
     formats: list[str] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
     peak_memory_bytes: int | None = None  # from memory reports outside step lines
+    settings: dict[str, int] = field(default_factory=dict)  # start-up printout: seq_length, world_size, ...
 
     def add_format(self, name: str) -> None:
         if name not in self.formats:

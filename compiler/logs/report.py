@@ -31,6 +31,7 @@ class LogReport:
     peak_memory_bytes: int | None
     gpu_memory_bytes: int | None
     verdict: str | None
+    warnings: list[str]  # where the log's own start-up settings disagree with the job given
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, allow_nan=True)
@@ -38,7 +39,7 @@ class LogReport:
 
 def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: int) -> LogReport:
     steps, applied = steady_steps(parsed.steps, warmup_steps)
-    rates = step_rates(steps, context)
+    rates = step_rates(steps, context, parsed.settings.get("seq_length"))
     metrics = _metrics(steps, rates, context)
     flops = flops_per_token(context) if context is not None else None
     peaks = [s.peak_memory_bytes for s in parsed.steps if s.peak_memory_bytes is not None]
@@ -54,7 +55,21 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
         metrics=metrics, last_loss=losses[-1] if losses else None,
         peak_memory_bytes=max(peaks) if peaks else None,
         gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * _GIB_BYTES) if context else None,
-        verdict=verdict(mfu.mean) if mfu else None)
+        verdict=verdict(mfu.mean) if mfu else None, warnings=_mismatches(parsed.settings, context))
+
+
+def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[str]:
+    if context is None:
+        return []
+    spec, layout = context.spec, context.derived["layout"]
+    job = {"seq_length": ("train.seq_length", spec.train.seq_length),
+           "global_batch_size": ("train.global_batch_size", spec.train.global_batch_size),
+           "micro_batch_size": ("train.micro_batch_size", spec.train.micro_batch_size),
+           "world_size": ("GPUs", context.n_gpus), "tp": ("parallel.tp", layout["tp"]),
+           "pp": ("parallel.pp", layout["pp"])}
+    return [f"the log ran {name}={value} but the job given has {job[name][0]}={job[name][1]}: "
+            "is --build (or --model/--gpus/--set) the job that wrote this log?"
+            for name, value in sorted(settings.items()) if name in job and job[name][1] != value]
 
 
 def _metrics(steps: list, rates: list[StepRates], context: RunContext | None) -> dict[str, Summary]:
@@ -100,6 +115,7 @@ def format_text(report: LogReport) -> str:
         lines.append(f"  warm-up skip (steps <= {report.warmup_steps}) would leave no step: all steps used")
     elif report.steps_used < report.steps_logged:
         lines.append(f"  warm-up: steps <= {report.warmup_steps} skipped (--warmup-steps)")
+    lines += [f"warning: {w}" for w in report.warnings]
     if report.job:
         lines.append(f"job: {report.job}")
         lines.append(f"model FLOPs/token {report.flops_per_token:.4g}, "

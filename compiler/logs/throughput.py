@@ -39,26 +39,28 @@ def flops_per_token(context: RunContext) -> FlopsPerToken:
         hardware=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute))
 
 
-def tokens_per_s(record: StepRecord, context: RunContext | None) -> float | None:
-    """As logged, else from samples/s or the step time and the global batch."""
+def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length: int | None) -> float | None:
+    """As logged, else from samples/s or the step time and the global batch; the job's sequence
+    length (else the one the log printed at start-up)."""
     if record.tokens_per_s is not None:
         return record.tokens_per_s
-    if context is None:
+    seq = context.seq_length if context is not None else log_seq_length
+    if seq is None:
         return None
-    seq = context.seq_length
     if record.samples_per_s is not None:
         return record.samples_per_s * seq
-    if record.step_time_s:
-        batch = record.global_batch_size or context.global_batch_size
+    batch = record.global_batch_size or (context.global_batch_size if context is not None else None)
+    if record.step_time_s and batch:
         return batch * seq / record.step_time_s
     return None
 
 
-def step_rates(steps: Sequence[StepRecord], context: RunContext | None) -> list[StepRates]:
+def step_rates(steps: Sequence[StepRecord], context: RunContext | None,
+               log_seq_length: int | None) -> list[StepRates]:
     flops = flops_per_token(context) if context is not None else None
     rates = []
     for record in steps:
-        tps = tokens_per_s(record, context)
+        tps = tokens_per_s(record, context, log_seq_length)
         mfu = hfu = None
         if flops is not None and context is not None and tps is not None:
             from compiler.models.flops import mfu as mfu_of

@@ -128,3 +128,17 @@ def test_spec_file_and_gpus(lmspec, tmp_path: Path) -> None:
     assert quarter["job"].startswith("llama3_8b on 16 x")
     full = _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["mfu"]["mean"]
     assert quarter["metrics"]["mfu"]["mean"] == pytest.approx(4 * full)
+
+
+def test_log_settings_give_tokens_without_a_job_and_flag_a_wrong_job(lmspec) -> None:
+    """Megatron prints its arguments at start-up: seq_length gives tokens/s alone, and a job given
+    with other numbers is called out."""
+    log = str(DATA / "healthy_megatron.log")
+    alone = _report(lmspec, log)
+    assert alone["job"] is None and "mfu" not in alone["metrics"]
+    assert alone["metrics"]["tokens_per_s"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["tokens_per_s"]
+    assert _report(lmspec, log, *LLAMA_FLAGS)["warnings"] == []
+    wrong = _report(lmspec, log, "--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "8", "--set",
+                    "parallel.distributed_optimizer=true", "--set", "train.global_batch_size=64")
+    assert [w.split(" but ")[0] for w in wrong["warnings"]] == ["the log ran global_batch_size=1024",
+                                                                "the log ran world_size=64"]

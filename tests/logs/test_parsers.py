@@ -140,3 +140,11 @@ def test_lmspec_stdout_line() -> None:
     assert [s.tokens_per_s for s in log.steps] == tokens
     assert [s.mfu for s in log.steps] == pytest.approx([float(v) / 100 for v in re.findall(r"MFU ([\d.]+)%", text)])
     assert log.steps[0].step_time_s == pytest.approx(2.9)
+
+
+def test_start_up_settings_of_megatron_and_deepspeed() -> None:
+    megatron = parse_log(DATA / "healthy_megatron.log").settings
+    assert megatron == {"global_batch_size": 1024, "micro_batch_size": 1, "pp": 1, "seq_length": 4096, "tp": 1,
+                        "world_size": 64}
+    deepspeed = parse_log(DATA / "healthy_deepspeed.log").settings
+    assert deepspeed == {"global_batch_size": 64, "micro_batch_size": 2}
