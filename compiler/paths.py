@@ -10,9 +10,17 @@ SCHEMA_FILE = ROOT / "schemas" / "spec.schema.json"
 TEMPLATES_DIR = ROOT / "templates"
 
 
+BUILTIN_PREFIX = "lmspec:"
+
+
 def display_path(path: Path) -> str:
-    """A path as a user reads it: relative to the working directory when inside it."""
+    """A path as a user reads it. lmspec's own specs are `lmspec:specs/...` wherever lmspec is
+    installed, so messages copied into artifacts are the same on every machine; other files are
+    relative to the working directory when inside it."""
+    resolved = path.resolve()
+    if resolved.is_relative_to(SPECS_DIR):
+        return f"{BUILTIN_PREFIX}{resolved.relative_to(ROOT).as_posix()}"
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(resolved.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)

@@ -118,10 +118,6 @@ def test_ci_uploads_every_report(team_repo: Path) -> None:
     assert upload["if"] == "always()" and sorted(team_repo.glob(pattern)) == [team_repo / "build" / STARTER_SPEC / "REPORT.md"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "compiler/paths.display_path prints lmspec's own specs/ by absolute install path, so a warning "
-    "quoting a built-in group makes REPORT.md differ between a laptop and CI (drift gate fails); "
-    "fix: show paths under SPECS_DIR as `lmspec:specs/...`, then drop this marker"))
 def test_builds_do_not_depend_on_where_lmspec_is_installed(team_repo: Path, lmspec, monkeypatch) -> None:
     monkeypatch.chdir(team_repo)
     spec = Path(SPEC_ARG)
