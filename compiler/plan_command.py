@@ -95,7 +95,7 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
         found = None
     else:
         i = int(fallback.ranked[0])
-        found = int(fallback.priced.columns.world[i])
+        found = int(fallback.priced.feasible.world[i])
         from compiler.plan_search.report import rows
 
         best = rows(fallback, 1)[0]
@@ -122,7 +122,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError(f"--top {args.top}: must be 1 or more")
     spec, composed = _base_spec(args)
     args.backend = args.backend or ["megatron", "deepspeed"]
-    result = search(spec, _nodes(args, spec, composed), args.backend, args.objective)
+    result = search(spec, _nodes(args, spec, composed), args.backend, args.objective, args.top)
     if not result.feasible:
         return _no_fit(result, args)
     winner = overrides(rows(result, 1)[0].values)

@@ -46,17 +46,21 @@ def pipeline_work(spec: Spec) -> PipelineWork:
 
 @dataclass(frozen=True)
 class Priced:
-    """Every legal candidate with its columns, memory and step-time terms."""
+    """Every legal candidate with its worst-GPU memory; those that fit also with their step time.
+
+    `columns`, `memory_bytes`, `worst_stage` and `fits` cover every legal candidate; `feasible`
+    and the arrays after it cover only those that fit (a layout over budget needs no timing)."""
 
     columns: Columns
     memory_bytes: np.ndarray
     worst_stage: np.ndarray
     fits: np.ndarray
+    budget_bytes: int
+    feasible: Columns  # columns of the candidates that fit, with their memory_bytes and worst_stage
     time: StepTime
     step_time_s: np.ndarray
     tokens_per_s: np.ndarray
     mfu: np.ndarray
-    budget_bytes: int
 
 
 def derive(spec: Spec, c: Columns) -> Columns:
@@ -72,18 +76,22 @@ def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
     """Price candidates sorted by pp; `axes_values` are the sorted tp, cp and micro-batch values searched."""
     c = derive(spec, c)
     memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)
+    fits = memory.total_bytes <= memory.budget_bytes
+    f = c.take(fits)
+    f.update(memory_bytes=memory.total_bytes[fits], worst_stage=memory.worst_stage[fits],
+             dense_params=memory.dense_params[fits], expert_params=memory.expert_params[fits])
     work = pipeline_work(spec)
-    s = c.pp - 1
+    s = f.pp - 1
     seq = spec.train.seq_length
     inputs = StepInputs(
-        world=c.world, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, dp=c.dp, etp=spec.parallel.etp,
-        micro_batches=c.micro_batches, tokens_per_micro_batch=c.micro_batch_size * seq,
-        sequence_parallel=c.sequence_parallel, deepspeed=c.backend == BACKENDS.index("deepspeed"),
-        zero_stage=c.zero_stage, distributed_optimizer=c.distributed_optimizer,
-        full_recompute=c.recompute == RECOMPUTE.index("full"),
-        stage_flops_per_token=work.stage_flops[s, c.recompute], attention_flops_per_token=work.attention_flops[s],
+        world=f.world, tp=f.tp, pp=f.pp, cp=f.cp, ep=f.ep, dp=f.dp, etp=spec.parallel.etp,
+        micro_batches=f.micro_batches, tokens_per_micro_batch=f.micro_batch_size * seq,
+        sequence_parallel=f.sequence_parallel, deepspeed=f.backend == BACKENDS.index("deepspeed"),
+        zero_stage=f.zero_stage, distributed_optimizer=f.distributed_optimizer,
+        full_recompute=f.recompute == RECOMPUTE.index("full"),
+        stage_flops_per_token=work.stage_flops[s, f.recompute], attention_flops_per_token=work.attention_flops[s],
         stage_layers=work.stage_layers[s], stage_moe_layers=work.stage_moe_layers[s],
-        dense_params=memory.dense_params, expert_params=memory.expert_params)
+        dense_params=f.dense_params, expert_params=f.expert_params)
     hw = spec.hardware
     peak = hw.gpu.bf16_tflops * TFLOPS
     top_k = spec.model.moe.top_k if spec.model.moe is not None else 0
@@ -92,7 +100,6 @@ def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
     total = time.total
     tokens_per_s = spec.train.global_batch_size * seq / total
     model_flops = flops_breakdown(spec.model, seq).total
-    return Priced(columns=c, memory_bytes=memory.total_bytes, worst_stage=memory.worst_stage,
-                  fits=memory.total_bytes <= memory.budget_bytes, time=time, step_time_s=total,
-                  tokens_per_s=tokens_per_s, mfu=mfu(tokens_per_s, model_flops, c.world, hw.gpu.bf16_tflops),
-                  budget_bytes=memory.budget_bytes)
+    return Priced(columns=c, memory_bytes=memory.total_bytes, worst_stage=memory.worst_stage, fits=fits,
+                  budget_bytes=memory.budget_bytes, feasible=f, time=time, step_time_s=total,
+                  tokens_per_s=tokens_per_s, mfu=mfu(tokens_per_s, model_flops, f.world, hw.gpu.bf16_tflops))

@@ -32,14 +32,14 @@ def draw(path: Path, result: SearchResult) -> None:
     except ImportError:
         raise UsageError("--plot needs matplotlib: pip install matplotlib") from None
     p = result.priced
-    fits = result.ranked
-    memory, tps = p.memory_bytes[fits] / GIB, p.tokens_per_s[fits]
-    stride = max(fits.size // MAX_POINTS, 1)
+    memory, tps = p.feasible.memory_bytes / GIB, p.tokens_per_s
+    winner = int(result.ranked[0])
+    stride = max(memory.size // MAX_POINTS, 1)
     front = pareto_front(memory, tps)
     fig, ax = plt.subplots(figsize=(8, 5))
-    ax.scatter(memory[::stride], tps[::stride], s=4, color="0.75", label=f"{fits.size:,} layouts that fit")
+    ax.scatter(memory[::stride], tps[::stride], s=4, color="0.75", label=f"{memory.size:,} layouts that fit")
     ax.step(memory[front], tps[front], where="post", color="tab:blue", label="Pareto front")
-    ax.scatter(memory[:1], tps[:1], s=60, color="tab:red", zorder=3, label="winner")
+    ax.scatter(memory[winner], tps[winner], s=60, color="tab:red", zorder=3, label="winner")
     ax.axvline(p.budget_bytes / GIB, color="tab:red", linestyle="--", linewidth=1, label="memory budget")
     ax.set_xlabel("memory per GPU (GiB, worst stage)")
     ax.set_ylabel("estimated tokens/s")

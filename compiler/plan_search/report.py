@@ -56,7 +56,7 @@ class Row:
 
 
 def values_of(result: SearchResult, i: int) -> dict[str, Any]:
-    c = result.priced.columns
+    c = result.priced.feasible
     return {
         "hardware.nodes": int(c.nodes[i]), "gpus": int(c.world[i]), "dp": int(c.dp[i]),
         "parallel.tp": int(c.tp[i]), "parallel.pp": int(c.pp[i]), "parallel.cp": int(c.cp[i]),
@@ -77,13 +77,14 @@ def _why(result: SearchResult, position: int) -> str:
     ranked = result.ranked
     i = int(ranked[position])
     if position + 1 >= ranked.size:
-        return "the only layout that fits" if ranked.size == 1 else "last that fits"
+        return "the only layout that fits" if result.feasible == 1 else "last that fits"
     j = int(ranked[position + 1])
     p = result.priced
-    if result.objective == "min-gpus" and p.columns.world[i] < p.columns.world[j]:
-        return f"fewer GPUs ({p.columns.world[i]} vs {p.columns.world[j]})"
-    if result.objective == "cost" and p.columns.world[i] != p.columns.world[j]:
-        per_gpu = [p.tokens_per_s[k] / p.columns.world[k] for k in (i, j)]
+    world = p.feasible.world
+    if result.objective == "min-gpus" and world[i] < world[j]:
+        return f"fewer GPUs ({world[i]} vs {world[j]})"
+    if result.objective == "cost" and world[i] != world[j]:
+        per_gpu = [p.tokens_per_s[k] / world[k] for k in (i, j)]
         return f"{per_gpu[0] / per_gpu[1] - 1:.1%} more tokens/s per GPU than #{position + 2}"
     a, b = _terms(result, i), _terms(result, j)
     saved = {name: b[name] - a[name] for name in TERM_NAMES}
@@ -98,7 +99,7 @@ def rows(result: SearchResult, top: int) -> list[Row]:
     p = result.priced
     out = []
     for position, i in enumerate(result.ranked[:top].tolist()):
-        out.append(Row(rank=position + 1, index=i, values=values_of(result, i), memory_bytes=float(p.memory_bytes[i]),
+        out.append(Row(rank=position + 1, index=i, values=values_of(result, i), memory_bytes=float(p.feasible.memory_bytes[i]),
                        step_time_s=float(p.step_time_s[i]), tokens_per_s=float(p.tokens_per_s[i]),
                        mfu=float(p.mfu[i]), terms_s=_terms(result, i), why=_why(result, position)))
     return out

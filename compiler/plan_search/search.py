@@ -24,7 +24,7 @@ class SearchResult:
     raw_size: int
     rejected: dict[str, int]  # rule -> raw candidates it rejected first; BUDGET -> legal ones over memory
     priced: Priced
-    ranked: np.ndarray  # indices into priced, feasible ones only, best first
+    ranked: np.ndarray  # the best indices into priced.feasible, best first (at least `top` + 1)
     objective: str
     seconds: float
 
@@ -34,24 +34,32 @@ class SearchResult:
 
     @property
     def feasible(self) -> int:
-        return int(self.ranked.size)
+        return self.priced.feasible.size
 
 
-def rank(priced: Priced, objective: str) -> np.ndarray:
-    """Feasible candidates, best first; ties go to the smaller memory footprint."""
-    feasible = np.flatnonzero(priced.fits)
-    tps, mem = priced.tokens_per_s[feasible], priced.memory_bytes[feasible]
-    world = priced.columns.world[feasible]
+def rank(priced: Priced, objective: str, keep: int) -> np.ndarray:
+    """The best `keep` indices into `priced.feasible`, best first; ties go to the smaller memory.
+
+    Only candidates whose primary key is within the best `keep` (ties included) are sorted."""
+    f = priced.feasible
+    tps, mem, world = priced.tokens_per_s, f.memory_bytes, f.world
     if objective == "throughput":
-        keys = (mem, -tps)
+        keys: tuple[np.ndarray, ...] = (mem, -tps)
     elif objective == "cost":
         keys = (mem, world, world / tps)  # GPU-seconds per token
     else:
         keys = (mem, -tps, world)
-    return feasible[np.lexsort(keys)]
+    primary = keys[-1]
+    if primary.size > keep:
+        threshold = np.partition(primary, keep - 1)[keep - 1]
+        chosen = np.flatnonzero(primary <= threshold)
+    else:
+        chosen = np.arange(primary.size)
+    return chosen[np.lexsort(tuple(k[chosen] for k in keys))][:keep]
 
 
-def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective: str) -> SearchResult:
+def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective: str,
+           top: int = 10) -> SearchResult:
     """Every legal layout of `spec` on each node count, priced and ranked by `objective`."""
     start = time.perf_counter()
     axes = default_axes(spec, nodes, backends)
@@ -60,7 +68,7 @@ def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective:
     priced = price(spec, found.legal, values)
     rejected = dict(found.rejected)
     rejected[BUDGET] = int(priced.columns.size - np.count_nonzero(priced.fits))
-    ranked = rank(priced, objective)
+    ranked = rank(priced, objective, top + 1)
     return SearchResult(spec=spec, axes=axes, raw_size=found.raw_size, rejected=rejected, priced=priced,
                         ranked=ranked, objective=objective, seconds=time.perf_counter() - start)
 

@@ -115,7 +115,7 @@ def test_usage_errors(lmspec: Lmspec, tmp_path: Path) -> None:
         assert expected in result.err and "Traceback" not in result.err
 
 
-def test_check_and_compile_do_not_import_numpy() -> None:
+def test_check_does_not_import_numpy() -> None:
     code = ("import sys\nfrom compiler.cli import run\nassert run(['check']) == 0\n"
             "assert 'numpy' not in sys.modules, 'lmspec check imported numpy'\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)
