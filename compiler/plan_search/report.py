@@ -144,6 +144,7 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
                  "comm_share": round(r.comm_share, 5), "bubble_share": round(r.bubble_share, 5),
                  "terms_s": {k: round(v, 6) for k, v in r.terms_s.items()}, "why": r.why,
                  "overrides": overrides(r.values)} for r in table],
+        "current_layout": current_layout(result),
         "step_time_constants": constants(),
         **extra,
     }
@@ -178,3 +179,43 @@ def print_table(result: SearchResult, top: int) -> None:
                   f"in {result.seconds:.2f} s; rejected, by the first rule that rejects each:")
     for rule, n in rejection_lines(result):
         console.print(f"  {n:>15,}  {rule}")
+    own = current_layout(result)
+    if own is not None:
+        console.print(own)
+
+
+def current_layout(result: SearchResult) -> str | None:
+    """Where the spec's own layout stands among the candidates, or None when it is outside the
+    searched space (explicit stage list, interleaving, offload, dp not auto)."""
+    s = result.spec
+    p, t = s.parallel, s.train
+    if (p.dp != "auto" or isinstance(p.pp_layout, tuple) or p.virtual_stages is not None or p.offload_optimizer
+            or p.offload_params or (p.pp_layout is None and s.model.num_layers % p.pp)):
+        return None
+    want = {"nodes": s.hardware.nodes, "tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep,
+            "micro_batch_size": t.micro_batch_size, "sequence_parallel": p.sequence_parallel,
+            "zero_stage": p.zero_stage, "distributed_optimizer": p.distributed_optimizer,
+            "backend": BACKENDS.index(t.backend), "recompute": RECOMPUTE.index(t.recompute)}
+    shown = (f"TP{p.tp} PP{p.pp} CP{p.cp} EP{p.ep}{' SP' if p.sequence_parallel else ''}, {t.backend}, micro batch "
+             f"{t.micro_batch_size}, recompute {t.recompute}, {s.hardware.nodes} nodes")
+
+    def match(c: Any) -> np.ndarray:
+        return np.logical_and.reduce([c[k] == v for k, v in want.items()])
+
+    f = result.priced.feasible
+    hit = np.flatnonzero(match(f))
+    if hit.size:
+        i = int(hit[0])
+        tps = result.priced.tokens_per_s
+        better = int(np.count_nonzero(tps > tps[i]))
+        best = float(tps[int(result.ranked[0])])
+        return (f"the spec's own layout ({shown}) fits at {gib(f.memory_bytes[i])} GiB and ranks #{better + 1} "
+                f"by tokens/s: {tps[i]:,.0f} tokens/s, {tps[i] / best:.0%} of the winner")
+    legal = result.priced.columns
+    hit = np.flatnonzero(match(legal))
+    if hit.size:
+        return (f"the spec's own layout ({shown}) needs {gib(result.priced.memory_bytes[int(hit[0])])} GiB per GPU, "
+                f"over the {gib(result.priced.budget_bytes)} GiB budget")
+    if s.hardware.nodes not in result.axes.nodes:
+        return None
+    return f"the spec's own layout ({shown}) breaks a rule: run lmspec check for the message"

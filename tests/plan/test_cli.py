@@ -119,3 +119,12 @@ def test_check_does_not_import_numpy() -> None:
     code = ("import sys\nfrom compiler.cli import run\nassert run(['check']) == 0\n"
             "assert 'numpy' not in sys.modules, 'lmspec check imported numpy'\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)
+
+
+def test_the_specs_own_layout_is_ranked(lmspec: Lmspec) -> None:
+    result = lmspec("plan", "--spec", "llama3_70b_pretrain_64gpu_h100_bf16", "--top", "2", "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["current_layout"].startswith("the spec's own layout (TP8 PP2 CP1 EP1 SP, megatron")
+    assert " ranks #" in data["current_layout"]
+    assert data["winner_command"].startswith("lmspec compile --spec llama3_70b_pretrain_64gpu_h100_bf16 ")
