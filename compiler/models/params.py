@@ -5,7 +5,9 @@ Counts follow the HuggingFace implementations the converted checkpoints load int
 weights only, SwiGLU MLPs (gate, up, down). "Active" is every parameter one token
 passes through: embedding and output head included, only the top-k routed experts
 (the convention behind Mixtral's 12.9B and DeepSeek-V3's 37B). DeepSeek-V3's
-multi-token-prediction module is counted apart (`mtp`), not in `total`.
+multi-token-prediction module is counted apart (`mtp`), not in `total`. DeepSeek-V3's
+router score-correction bias is a buffer updated by the balancing rule, not by the
+optimizer (HF and Megatron both keep it as a buffer), so it is not a parameter here either.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class LayerParams:
     attention_norms: int  # RMSNorm weights inside attention (MLA latent norms); replicated under TP
     layer_norms: int  # the two pre-norms; replicated under TP
     dense_mlp: int  # dense MLP (dense layers) or shared experts (MoE layers)
-    router: int  # router weight (+ score-correction bias); replicated under TP
+    router: int  # router weight; replicated under TP
     routed_experts: int  # all routed experts; sharded by EP
     routed_expert_one: int  # one routed expert
 
@@ -52,7 +54,7 @@ class ParamCounts:
     total: int
     active: int
     expert: int  # parameters inside routed experts (sharded by EP, not TP/DP alone)
-    largest_layer: int  # largest single module's parameters (ZeRO-3 gathers one at a time)
+    largest_layer: int  # largest single module of the HF model (ZeRO-3 gathers one module at a time)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -78,6 +80,20 @@ def attention_params(m: ModelSpec) -> tuple[int, int]:
     return q + kv_down + kv_up + out, q_norm + mla.kv_lora_rank
 
 
+def attention_linears(m: ModelSpec) -> tuple[int, ...]:
+    """Parameters of each projection matrix of one attention block."""
+    h, heads = m.hidden_size, m.num_attention_heads
+    if m.attention == "gqa":
+        q, kv = h * heads * m.head_dim, h * m.num_kv_heads * m.head_dim
+        return q, kv, kv, q
+    assert m.mla is not None
+    a = m.mla
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    q = (h * heads * qk,) if a.q_lora_rank is None else (h * a.q_lora_rank, a.q_lora_rank * heads * qk)
+    return (*q, h * (a.kv_lora_rank + a.qk_rope_head_dim), a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim),
+            heads * a.v_head_dim * h)
+
+
 def is_moe_layer(m: ModelSpec, index: int) -> bool:
     return m.moe is not None and index >= m.moe.first_dense_layers
 
@@ -95,7 +111,7 @@ def layer_params(m: ModelSpec, index: int) -> LayerParams:
     one = GATED_MLP_MATRICES * h * moe.ffn_hidden_size
     return LayerParams(attention=attention, attention_norms=attention_norms, layer_norms=2 * h,
                        dense_mlp=moe.num_shared_experts * one,
-                       router=moe.num_experts * h + (moe.num_experts if moe.router_score_bias else 0),
+                       router=moe.num_experts * h,
                        routed_experts=moe.num_experts * one, routed_expert_one=one)
 
 
@@ -121,9 +137,8 @@ def count_params(m: ModelSpec) -> ParamCounts:
     routed = sum(layer.routed_experts for layer in moe)
     total = embedding + output_head + sum(layer.total for layer in layers) + h
     active = total - routed + sum(top_k * layer.routed_expert_one for layer in moe)
-    largest_layer = max([embedding, output_head]
-                        + [layer.attention for layer in layers]
-                        + [max(layer.dense_mlp, layer.routed_expert_one) for layer in layers])
+    largest_layer = max(embedding, output_head, *attention_linears(m), h * m.ffn_hidden_size,
+                        *(layer.routed_experts for layer in moe), *(layer.dense_mlp // GATED_MLP_MATRICES for layer in moe))
     return ParamCounts(
         embedding=embedding, output_head=output_head, final_norm=h, attention=attention, norms=norms,
         dense_mlp=sum(layer.dense_mlp for layer in dense), shared_experts=sum(layer.dense_mlp for layer in moe),

@@ -9,8 +9,9 @@ Model state per parameter a GPU holds (mixed precision keeps fp32 master weights
 - DeepSpeed, as its own estimators count it (`estimate_zero2/3_model_states_mem_needs`):
   16-bit weights 2 B and gradients 2 B, fp32 gradient partition 4 B, master + Adam 12 B;
   ZeRO-1 shards the fp32 gradient and optimizer partitions, ZeRO-2 also the 16-bit
-  gradients (2 + 18/d), ZeRO-3 also the weights (18/d) plus the largest layer gathered
-  (16-bit weights and gradients, 4 B/param). Offload moves the fp32 partitions to host.
+  gradients (2 + 18/d), ZeRO-3 also the weights (18/d: its 16-bit gradients go straight into
+  the fp32 partition) plus the largest module gathered (16-bit weights and gradients,
+  4 B/param). Offload moves the fp32 partitions to host.
 
 TP divides the linear layers (norms and routers are replicated), PP splits the layers,
 EP (x ETP) divides the routed experts. Activations follow `activations.py`, times the
@@ -98,12 +99,15 @@ def zero_state_bytes(stage: int, shards: int, *, param_bytes: float, grad_bytes:
     os_div, g_div, p_div = (shards if stage >= 1 else 1), (shards if stage >= 2 else 1), (shards if stage >= 3 else 1)
     host = 0.0
     weights = param_bytes / p_div
-    gradients = grad_bytes / g_div + fp32_grad_bytes / os_div
+    # ZeRO-3 reduce-scatters 16-bit gradients straight into the fp32 accumulation partition (the
+    # 16-bit copy lives only in the gathered module's buffer); without an fp32 partition they stay.
+    low_grads = 0.0 if stage >= 3 and fp32_grad_bytes else grad_bytes / g_div
+    gradients = low_grads + fp32_grad_bytes / os_div
     optimizer = optimizer_bytes / os_div
     if offload_optimizer:
         host += optimizer + fp32_grad_bytes / os_div
         gradients -= fp32_grad_bytes / os_div
-        gradients -= grad_bytes / g_div if stage >= 2 else 0  # reduced straight into host partitions
+        gradients -= low_grads if stage >= 2 else 0  # reduced straight into host partitions
         optimizer = 0.0
     if offload_params:
         host += weights
