@@ -173,7 +173,8 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     a2a_inter = (x.ep - in_node) / x.ep * dispatched / link.inter_bytes_per_s
     ep_mb = EP_A2A_EXPOSED_FRACTION * a2a_ops * np.maximum(a2a_intra, a2a_inter)
 
-    # ring attention: K and V of every other CP rank pass once forward, twice backward (dK, dV)
+    # ring attention: K and V (taken at the hidden width, as MHA; GQA sends less) of every other
+    # CP rank pass once forward and twice backward (K/V again, then dK/dV)
     kv = 2 * activation / x.tp
     cp_traffic = x.stage_layers * 3 * (x.cp - 1) * kv / _ring_bw(link, x.tp * x.cp)
     attention_s = x.tokens_per_micro_batch * x.attention_flops_per_token / (x.tp * x.cp) / (peak_flops * efficiency)
@@ -184,8 +185,11 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     pp_mb = p2p / _ring_bw(link, stage_span + 1)
 
     dp_comm = _dp_exposed(x, link, compute_mb)
-    shard = np.where(x.distributed_optimizer | (x.zero_stage > 0), x.dp * x.cp, 1)
-    optimizer = (x.dense_params + x.expert_params) / shard * OPTIMIZER_BYTES_PER_PARAM / (hbm_bytes_per_s * HBM_EFFICIENCY)
+    sharded = x.distributed_optimizer | (x.zero_stage > 0)  # each rank updates its shard only
+    local = (x.dense_params / np.where(sharded, x.dp * x.cp, 1)
+             + x.expert_params / np.where(sharded, x.world / (x.ep * x.etp * x.pp), 1))
+    update_bytes = local * OPTIMIZER_BYTES_PER_PARAM
+    optimizer = update_bytes / (hbm_bytes_per_s * HBM_EFFICIENCY)
     bubble = (x.pp - 1) * (compute_mb + tp_mb + ep_mb + cp_mb + pp_mb)
     return StepTime(compute=m * compute_mb, tp_comm=m * tp_mb, ep_comm=m * ep_mb, cp_comm=m * cp_mb,
                     pp_comm=m * pp_mb, bubble=bubble, dp_comm=dp_comm, optimizer=optimizer)
