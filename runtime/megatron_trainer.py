@@ -53,6 +53,9 @@ class MegatronTrainer:
         degrees = ParallelDegrees.from_spec(spec, tuple(layout["stage_layers"]))
         gpt = build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)
         self.config = gpt.config
+        if layout["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
+            print(f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout['pp']}: "
+                  f"{len(gpt.decoder.layers)} layers", flush=True)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=spec.train.precision != "fp32", overlap_grad_reduce=False,
             use_distributed_optimizer=spec.parallel.distributed_optimizer)

@@ -1,0 +1,101 @@
+"""Checkpoints that survive kill -9, corruption and preemption, and resume bitwise-equal (CPU fp32)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.torchrun_helpers import compile_build, run, run_until, workers
+
+pytestmark = pytest.mark.slow
+
+NAME = "resume"
+# tiny at DP=2: 8 steps, a checkpoint every 2, keep the last 2, a metrics line every step.
+OVERRIDES = [f"name={NAME}", "train.steps=8", "train.checkpoint.interval=2", "train.log_interval=1"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory):
+    """The uninterrupted run every other run here must reproduce."""
+    root = tmp_path_factory.mktemp("reference")
+    build = compile_build(root, NAME, OVERRIDES)
+    result = run(build, root)
+    assert result.code == 0, result.output[-4000:]
+    return build, result
+
+
+def _checkpoints(cwd: Path) -> Path:
+    return cwd / "runs" / NAME / "checkpoints"
+
+
+def test_kill9_worker_mid_save_then_resume_matches_uninterrupted(reference, tmp_path: Path) -> None:
+    build, ref = reference
+    tmp_save = _checkpoints(tmp_path) / ".tmp-step_4"
+    killed: list[int] = []
+
+    def kill_one_worker(proc: subprocess.Popen) -> None:
+        pid = workers(proc)[-1]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    crashed = run_until(build, tmp_path, tmp_save.exists, kill_one_worker)
+    assert killed and crashed.code != 0
+    ckpt = _checkpoints(tmp_path)
+    assert (ckpt / "latest").read_text().strip() == "step_2"  # the pointer never names a partial save
+    assert not (ckpt / "step_4" / "manifest.json").is_file()
+
+    resumed = run(build, tmp_path)
+    assert resumed.code == 0, resumed.output[-4000:]
+    assert f"resumed from runs/{NAME}/checkpoints/step_2 (step 2)" in resumed.output
+    ref_losses, losses = ref.losses(NAME), resumed.losses(NAME)
+    assert sorted(losses) == list(range(1, 9))
+    for step in range(3, 9):  # bitwise: same floats, not approximately
+        assert losses[step] == ref_losses[step], step
+    assert (ckpt / "latest").read_text().strip() == "step_8"
+
+
+def test_corrupt_checkpoint_falls_back_to_previous(reference, tmp_path: Path) -> None:
+    build, ref = reference
+    shutil.copytree(_checkpoints(ref.cwd), _checkpoints(tmp_path))
+    ckpt = _checkpoints(tmp_path)
+    assert (ckpt / "latest").read_text().strip() == "step_8"
+    victim = sorted((ckpt / "step_8" / "torch_dist").glob("*.distcp"))[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+
+    resumed = run(build, tmp_path)
+    assert resumed.code == 0, resumed.output[-4000:]
+    assert "checkpoint step_8 is not usable" in resumed.output and victim.name in resumed.output
+    assert f"resumed from runs/{NAME}/checkpoints/step_6 (step 6)" in resumed.output
+    ref_losses, losses = ref.losses(NAME), resumed.losses(NAME)
+    assert losses[7] == ref_losses[7] and losses[8] == ref_losses[8]
+
+
+def test_sigusr1_checkpoints_and_exits_for_requeue(reference, tmp_path: Path) -> None:
+    build, ref = reference
+    metrics = tmp_path / "runs" / NAME / "metrics.jsonl"
+
+    def three_steps_done() -> bool:
+        return metrics.is_file() and len(metrics.read_text().splitlines()) >= 3
+
+    def preempt(proc: subprocess.Popen) -> None:  # what Slurm's --signal / scancel --signal does
+        for pid in workers(proc):
+            os.kill(pid, signal.SIGUSR1)
+
+    stopped = run_until(build, tmp_path, three_steps_done, preempt)
+    assert stopped.code != 0  # torchrun reports the workers' requeue exit code as a failure
+    assert "SIGUSR1 received: checkpointed at step" in stopped.output and "exit 3 (requeue)" in stopped.output
+    ckpt = _checkpoints(tmp_path)
+    saved_step = int((ckpt / "latest").read_text().strip().removeprefix("step_"))
+    assert saved_step >= 3
+
+    resumed = run(build, tmp_path)
+    assert resumed.code == 0, resumed.output[-4000:]
+    assert f"(step {saved_step})" in resumed.output
+    assert resumed.losses(NAME)[8] == ref.losses(NAME)[8]

@@ -1,0 +1,118 @@
+"""Compile a build into a temp dir and run `python -m runtime.train` on it under torchrun.
+
+Every run is its own process group (start_new_session) and the whole group is
+SIGKILLed on timeout or when the test is done, so no worker outlives a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.pipeline import make_plan
+from compiler.writer import build_files, write_build
+
+RUN_TIMEOUT_S = 240
+NPROC = 2
+
+
+def compile_build(root: Path, name: str, overrides: list[str]) -> Path:
+    plan = make_plan([f"name={name}", *overrides])
+    target = root / "build" / name
+    write_build(target, build_files(plan))
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Run:
+    code: int
+    output: str
+    cwd: Path
+
+    def metrics(self, name: str) -> list[dict]:
+        path = self.cwd / "runs" / name / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def losses(self, name: str) -> dict[int, float]:
+        return {m["step"]: m["loss"] for m in self.metrics(name)}
+
+
+def _command(build: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NPROC}",
+            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "--max-restarts=0",
+            "-m", "runtime.train", str(build)]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start(build: Path, cwd: Path, log: Path) -> subprocess.Popen:
+    """torchrun in its own session; output to `log` (a pipe could fill and stall the workers)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as fh:
+        return subprocess.Popen(_command(build), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen, log: Path, cwd: Path, timeout_s: float) -> Run:
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise AssertionError(f"torchrun did not finish in time:\n{log.read_text()[-4000:]}") from None
+    finally:
+        kill_group(proc)  # the whole group: also any helper a worker left behind
+    return Run(proc.returncode, log.read_text(), cwd)
+
+
+def run(build: Path, cwd: Path, timeout_s: float = RUN_TIMEOUT_S) -> Run:
+    log = cwd / f"torchrun-{time.monotonic_ns()}.log"
+    return _finish(start(build, cwd, log), log, cwd, timeout_s)
+
+
+def workers(proc: subprocess.Popen) -> list[int]:
+    """Worker pids: torchrun's children."""
+    path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+
+
+def run_until(build: Path, cwd: Path, condition: Callable[[], bool], action: Callable[[subprocess.Popen], None],
+              timeout_s: float = RUN_TIMEOUT_S, poll_s: float = 0.002) -> Run:
+    """Start a run, call `action(proc)` as soon as `condition()` holds, then wait for the end."""
+    log = cwd / f"torchrun-{time.monotonic_ns()}.log"
+    proc = start(build, cwd, log)
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_group(proc)
+            raise AssertionError(f"condition never held; exit {proc.returncode}:\n{log.read_text()[-4000:]}")
+        time.sleep(poll_s)
+    action(proc)
+    return _finish(proc, log, cwd, max(1.0, deadline - time.monotonic()))
