@@ -1,7 +1,7 @@
 """serve/vllm.yaml and serve/serve.sh: vLLM serving the converted model, from the same Plan.
 
 `vllm_options` is the single list of vLLM options; vllm.yaml (for `vllm serve --config`) and
-`vllm_flags` (the same options as command-line flags, as vLLM itself expands a config file)
+`vllm_serve_args` (the same options as command-line flags, as vLLM itself expands a config file)
 are two spellings of it. YAML values are JSON scalars; shell values go through shlex.quote.
 The API key never appears in an artifact: serve.sh reads it from the variable named by
 `serve.api_key_env` and hands it to vLLM as VLLM_API_KEY (environment, not argv).
@@ -72,15 +72,18 @@ def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
     return [(name, value) for name, value in options if value is not None]
 
 
-def vllm_flags(plan: Plan) -> list[str]:
-    """The options as `vllm serve` flags, expanded the way vLLM expands a --config file."""
-    flags: list[str] = []
+def vllm_serve_args(plan: Plan) -> list[str]:
+    """`vllm serve` arguments equal to vllm.yaml: the model positional, then each option as a
+    flag, expanded the way vLLM expands a --config file (booleans as --x / --no-x)."""
+    args: list[str] = []
     for name, value in vllm_options(plan):
-        if isinstance(value, bool):
-            flags.append(f"--{name}" if value else f"--no-{name}")
+        if name == "model":
+            args.insert(0, str(value))
+        elif isinstance(value, bool):
+            args.append(f"--{name}" if value else f"--no-{name}")
         else:
-            flags += [f"--{name}", str(value)]
-    return flags
+            args += [f"--{name}", str(value)]
+    return args
 
 
 def serve_env(plan: Plan) -> list[tuple[str, str, str]]:
