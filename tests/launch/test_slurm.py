@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,40 @@ def test_tiny_training_runs_to_completion_through_lmspec_run(local_slurm, tiny_s
     checkpoints = tmp_path / "runs/tiny/checkpoints"
     latest = checkpoints / (checkpoints / "latest").read_text().strip()
     assert sorted(p.name for p in (latest / "trainer_state").iterdir()) == ["rank_0.pt", "rank_1.pt"]  # 2 ranks
+
+
+def _poll(condition, what: str, timeout_s: float = JOB_TIMEOUT_S) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _show_job(job_id: str, env: dict[str, str]) -> str:
+    return subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], env=env, capture_output=True,
+                          text=True, check=False).stdout
+
+
+def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slurm_build: Path,
+                                                             tmp_path: Path) -> None:
+    """--signal=B:USR1: the batch shell forwards USR1 to the ranks (torchrun survives it), then
+    requeues the job, which runs again with SLURM_RESTART_COUNT=1."""
+    env = _env(local_slurm, tmp_path, ALLREDUCE_AWAIT_USR1="1")
+    out = Path(env["ALLREDUCE_OUT"])
+    submitted = _run(["sbatch", "--parsable", str(tiny_slurm_build / SBATCH_SH), str(tiny_slurm_build)], env, tmp_path)
+    job_id = submitted.stdout.strip().split(";")[0]
+    try:
+        _poll(lambda: len(list(out.glob("rank*.ready"))) == 2, "both ranks to start")
+        # What Slurm does signal_seconds before the time limit (only to the batch shell: B:)
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, check=True)
+        _poll(lambda: "Restarts=1 " in _show_job(job_id, env), "the job to be requeued")
+        # Slurm holds a requeued job back (BeginTime, ~2 min); release it now.
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True)
+        _poll(lambda: len(list(out.glob("rank?.restart1.json"))) == 2, "the requeued job's ranks")
+    finally:
+        subprocess.run(["scancel", job_id], env=env, check=False)
+    first = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["signal"] for r in first] == ["SIGUSR1", "SIGUSR1"]
+    assert [r["torchrun_survived"] for r in first] == [True, True]  # torchrun.sh: trap '' USR1
+    log = (tmp_path / f"slurm-tiny-{job_id}.out").read_text()
+    assert "requeueing job" in log
