@@ -182,21 +182,22 @@ def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> in
 def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
-    checks = [["bash", "-n", str(build / rel)] for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env")]
-    checks.append([env[PYTHON_ENV], "-c", (
-        "import importlib.util, sys, torch.distributed.run; "
-        f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else "
-        f"'{TRAIN_MODULE} is not importable by this interpreter')")])
+    checks = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)])
+              for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env")]
+    checks.append((f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}", [
+        env[PYTHON_ENV], "-c", "import importlib.util, sys, torch.distributed.run; "
+        f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else '{TRAIN_MODULE} not found')"]))
     if launcher == "slurm":
-        checks.append(["sbatch", "--test-only", str(build / SBATCH_SH), str(build)])
-    for check in checks:
+        checks.append(("Slurm accepts the job (sbatch --test-only)",
+                       ["sbatch", "--test-only", str(build / SBATCH_SH), str(build)]))
+    for label, check in checks:
         try:
             result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
         except FileNotFoundError as exc:
-            print(f"smoke: FAILED {shlex.join(check)}: {exc.strerror}", file=sys.stderr)
+            print(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}", file=sys.stderr)
             return 1
         if result.returncode != 0:
-            print(f"smoke: FAILED {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
+            print(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
             return 1
-        print(f"smoke: ok {shlex.join(check)}")
+        print(f"smoke: ok {label}")
     return 0

@@ -110,5 +110,5 @@ def test_smoke_checks_without_running(builds: dict[str, Path], tmp_path: Path) -
                             capture_output=True, text=True, timeout=120, check=False)
     trainer_exists = importlib.util.find_spec("runtime.train") is not None
     assert result.returncode == (0 if trainer_exists else 1), result.stdout + result.stderr
-    assert result.stdout.count("smoke: ok bash -n") == 3
+    assert result.stdout.count("parses (bash -n)") == 3
     assert not (tmp_path / "runs").exists()

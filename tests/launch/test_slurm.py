@@ -159,3 +159,13 @@ def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slu
     assert [r["torchrun_survived"] for r in first] == [True, True]  # torchrun.sh: trap '' USR1
     log = (tmp_path / f"slurm-tiny-{job_id}.out").read_text()
     assert "requeueing job" in log
+
+
+def test_smoke_asks_slurm_without_submitting(local_slurm, tiny_slurm_build: Path, tmp_path: Path) -> None:
+    env = dict(local_slurm.env, LMSPEC_PYTHON=sys.executable)
+    result = _run([str(Path(sys.executable).with_name("lmspec")), "run", str(tiny_slurm_build), "--smoke"],
+                  env, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "smoke: ok Slurm accepts the job (sbatch --test-only)" in result.stdout
+    queue = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True, check=True)
+    assert queue.stdout.strip() == ""  # nothing was submitted
