@@ -157,9 +157,9 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     global_batch = spec.train.global_batch_size
     try:
         while step < spec.train.steps:
+            started = time.perf_counter()
             batches = stream.micro_batches(consumed, trainer.micro_batch_size, trainer.dp_rank,
                                            trainer.dp_size, trainer.num_micro_batches)
-            started = time.perf_counter()
             loss, grad_norm, lr = trainer.train_step(batches, lr_at(spec, step + 1))
             elapsed = time.perf_counter() - started
             step, consumed = step + 1, consumed + global_batch

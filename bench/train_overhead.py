@@ -1,0 +1,140 @@
+"""Runtime overhead: tokens/s of `python -m runtime.train` on tiny vs a plain PyTorch loop.
+
+    .venv/bin/python bench/train_overhead.py [ROUNDS]
+
+Both sides run under torchrun with 2 ranks (DP=2, gloo) on this machine, in
+alternating rounds of the same script, on the same megatron-core GPTModel (built
+by runtime.megatron_model), the same batches (runtime.data) and the same batch
+shape (micro 4, global 16, seq 128, fp32). The plain loop is what a person would
+write by hand: torch DDP, torch AdamW, clip_grad_norm_, one loss.backward() per
+micro-batch. The runtime's number is its own metrics (step time from data fetch
+to optimizer step, the same span the plain loop times). The first WARMUP_STEPS
+steps of each run are left out. Prints both figures and their ratio (target >= 0.95).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+STEPS = 20
+WARMUP_STEPS = 4
+DEFAULT_ROUNDS = 2
+TIMEOUT_S = 600
+OVERRIDES = [f"train.steps={STEPS}", "train.log_interval=1", f"train.checkpoint.interval={STEPS}",
+             "train.checkpoint.resume=never", "name=bench_overhead"]
+
+
+def _torchrun(args: list[str], cwd: Path) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={29600 + os.getpid() % 300}", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{out[-3000:]}")
+    return out
+
+
+def runtime_tokens_per_s(build: Path, cwd: Path) -> float:
+    _torchrun(["-m", "runtime.train", str(build)], cwd)
+    lines = (cwd / "runs" / "bench_overhead" / "metrics.jsonl").read_text().splitlines()
+    metrics = [json.loads(line) for line in lines][-(STEPS - WARMUP_STEPS):]
+    return sum(m["tokens_per_s"] * m["step_time_s"] for m in metrics) / sum(m["step_time_s"] for m in metrics)
+
+
+def plain_tokens_per_s(build: Path, cwd: Path) -> float:
+    out = _torchrun([str(Path(__file__).resolve()), "--plain", str(build)], cwd)
+    return float(out.strip().splitlines()[-1].split()[-1])
+
+
+def plain_worker(build: Path) -> None:
+    """The hand-written loop (runs on each rank under torchrun)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    from runtime import cpu_compat
+    from runtime.data import TokenStream
+    from runtime.megatron_model import build_model
+    from runtime.train import load_build
+
+    spec, plan = load_build(build)
+    dist.init_process_group("gloo")
+    cpu_compat.apply()
+    ps.initialize_model_parallel()
+    torch.manual_seed(spec.train.seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
+    model = torch.nn.parallel.DistributedDataParallel(build_model(spec, True, True))
+    opt = spec.train.optimizer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                                  weight_decay=opt.weight_decay)
+    batch = plan["batch"]
+    micro, accum, s = batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_length"]
+    stream = TokenStream(spec.train.data.corpus, s, spec.train.seed, spec.model.vocab_size)
+    position_ids = torch.arange(s).unsqueeze(0).expand(micro, s)
+    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    times = []
+    for step in range(STEPS):
+        started = time.perf_counter()
+        batches = stream.micro_batches(step * batch["global_batch_size"], micro, rank, world, accum)
+        optimizer.zero_grad(set_to_none=True)
+        for i, b in enumerate(batches):
+            context = model.no_sync() if i < accum - 1 else torch.enable_grad()
+            with context:
+                loss = model(b.tokens, position_ids, mask, labels=b.labels).float().mean() / accum
+                loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.train.grad_clip)
+        optimizer.step()
+        times.append(time.perf_counter() - started)
+    steady = times[WARMUP_STEPS:]
+    tokens_per_s = batch["tokens_per_step"] * len(steady) / sum(steady)
+    if rank == 0:
+        print(f"plain_tokens_per_s {tokens_per_s:.1f}", flush=True)
+    dist.destroy_process_group()
+
+
+def main(rounds: int) -> None:
+    from compiler.pipeline import make_plan
+    from compiler.writer import build_files, write_build
+
+    with tempfile.TemporaryDirectory(prefix="lmspec-bench-") as tmp:
+        cwd = Path(tmp)
+        build = cwd / "build" / "bench_overhead"
+        write_build(build, build_files(make_plan(OVERRIDES)))
+        runtime_runs, plain_runs = [], []
+        for _ in range(rounds):
+            runtime_runs.append(runtime_tokens_per_s(build, cwd))
+            plain_runs.append(plain_tokens_per_s(build, cwd))
+    rt, pl = max(runtime_runs), max(plain_runs)
+    print(f"runtime (python -m runtime.train): {rt:,.0f} tokens/s  (rounds: {', '.join(f'{v:,.0f}' for v in runtime_runs)})")
+    print(f"plain PyTorch loop:                {pl:,.0f} tokens/s  (rounds: {', '.join(f'{v:,.0f}' for v in plain_runs)})")
+    print(f"ratio runtime / plain: {rt / pl:.3f} (target >= 0.95; best round of each, {STEPS - WARMUP_STEPS} "
+          f"steady steps, median ratio per round {statistics.median(r / p for r, p in zip(runtime_runs, plain_runs)):.3f})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--plain":
+        plain_worker(Path(sys.argv[2]))
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_ROUNDS)
