@@ -19,6 +19,7 @@ STAGES: dict[str, str] = {
     "train": "runtime.launch:run_train",
     "convert": "runtime.convert:run_stage",
     "verify": "runtime.verify:run_stage",
+    "serve": "runtime.serve:run_stage",
 }
 DEFAULT_STAGE = "train"
 
