@@ -25,6 +25,19 @@ from runtime.megatron_model import ParallelDegrees, build_model
 DIST_CKPT_DIR = "torch_dist"
 
 
+def _check_cpu_support(spec: Spec) -> None:
+    """What megatron-core 0.16.1 cannot do without CUDA, said before it asserts deep inside."""
+    if spec.train.precision != "fp32":
+        raise NotImplementedError(
+            f"train.precision={spec.train.precision} with train.backend=megatron needs CUDA: megatron-core's "
+            "mixed-precision optimizer accepts only CUDA tensors. On CPU use train.precision=fp32 "
+            "(hardware=cpu sets it), or train.backend=deepspeed")
+    if spec.parallel.distributed_optimizer:
+        raise NotImplementedError(
+            "parallel.distributed_optimizer=true needs CUDA (megatron-core's distributed optimizer asserts "
+            "CUDA tensors); on CPU set parallel.distributed_optimizer=false")
+
+
 class MegatronTrainer:
     def __init__(self, spec: Spec, plan: dict[str, Any]) -> None:
         from megatron.core import parallel_state as ps
@@ -32,6 +45,7 @@ class MegatronTrainer:
         from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
                                                finalize_model_grads)
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.transformer.module import Float16Module
 
         self.spec = spec
         layout, batch = plan["layout"], plan["batch"]
@@ -39,6 +53,8 @@ class MegatronTrainer:
             raise NotImplementedError("parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
                                       "set parallel.virtual_stages=null")
         self.cpu = cpu_compat.apply()
+        if self.cpu:
+            _check_cpu_support(spec)
         ps.initialize_model_parallel(
             tensor_model_parallel_size=layout["tp"], pipeline_model_parallel_size=layout["pp"],
             context_parallel_size=layout["cp"], expert_model_parallel_size=layout["ep"],
@@ -59,7 +75,9 @@ class MegatronTrainer:
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=spec.train.precision != "fp32", overlap_grad_reduce=False,
             use_distributed_optimizer=spec.parallel.distributed_optimizer)
-        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=gpt)
+        self.gpt = gpt
+        wrapped = Float16Module(gpt.config, gpt) if spec.train.precision != "fp32" else gpt
+        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.no_sync_func = self.model.no_sync
         opt = spec.train.optimizer
@@ -117,7 +135,7 @@ class MegatronTrainer:
     # -- checkpoint ------------------------------------------------------------------------------
 
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
-        model_sd = self.model.module.sharded_state_dict()
+        model_sd = self.gpt.sharded_state_dict()
         return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
 
     def save(self, directory: Path) -> None:
@@ -133,7 +151,7 @@ class MegatronTrainer:
         from megatron.core import dist_checkpointing
 
         state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(directory / DIST_CKPT_DIR))
-        self.model.module.load_state_dict(state["model"])
+        self.gpt.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
     def rng_state(self) -> dict[str, Any]:

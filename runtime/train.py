@@ -193,8 +193,9 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     try:
         return train(spec, plan, build_dir)
-    except (NonFiniteLoss, CheckpointError) as exc:
-        print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)
+    except (NonFiniteLoss, CheckpointError, NotImplementedError) as exc:
+        if dist.get_rank() == 0:  # every rank reaches the same verdict
+            print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     finally:
         if dist.is_initialized():
