@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,13 @@ import pytest
 from compiler.pipeline import make_plan
 from compiler.writer import build_files, write_build
 from local_slurm import LocalSlurm, slurm_missing_reason
+
+def free_port() -> int:
+    """A TCP port free now on loopback (rendezvous ports must not collide between tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def compile_build(root: Path, overrides: list[str], spec: str | Path | None = None) -> Path:
     """Compile like `lmspec compile -o root` and return build/<name>."""

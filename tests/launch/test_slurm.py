@@ -1,15 +1,14 @@
 """The emitted sbatch.sh on a real (local, single-node) Slurm: 2 ranks run, exit codes propagate.
 
 The launch path is the real one (sbatch -> srun -> launch/torchrun.sh -> nccl.env ->
-torch.distributed.run with c10d rendezvous); only the trainer module is swapped for a
-2-rank gloo all-reduce by an LMSPEC_PYTHON wrapper.
+torch.distributed.run with c10d rendezvous); the trainer module is swapped for a 2-rank gloo
+all-reduce by an LMSPEC_PYTHON wrapper, except in the test that runs the real tiny training.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,37 +17,20 @@ from pathlib import Path
 import pytest
 
 from compiler.emit.launch import SBATCH_SH
-from conftest import compile_build
+from conftest import compile_build, free_port
+from swap_trainer import write_wrapper
 
 pytestmark = pytest.mark.slow
 JOB_TIMEOUT_S = 300  # the real tiny training takes ~40 s alone, longer on a loaded 2-core CI machine
-WORKER = Path(__file__).with_name("allreduce_worker.py")
-SWAP_TRAINER = f"""#!{sys.executable}
-# The real interpreter and torchrun; `-m runtime.train BUILD` becomes `{WORKER.name} BUILD`.
-import os, sys
-argv = sys.argv[1:]
-if "runtime.train" in argv:
-    i = argv.index("runtime.train")
-    argv[i - 1:i + 1] = [{str(WORKER)!r}]
-os.execv(sys.executable, [sys.executable, *argv])
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def tiny_slurm_build(tmp_path: Path) -> Path:
-    return compile_build(tmp_path / "build", ["cluster=slurm", f"cluster.master_port={_free_port()}"])
+    return compile_build(tmp_path / "build", ["cluster=slurm", f"cluster.master_port={free_port()}"])
 
 
 def _env(local_slurm, tmp_path: Path, **extra: str) -> dict[str, str]:
-    wrapper = tmp_path / "python-swap-trainer"
-    wrapper.write_text(SWAP_TRAINER)
-    wrapper.chmod(0o755)
+    wrapper = write_wrapper(tmp_path)
     out = tmp_path / "ranks"
     out.mkdir()
     return dict(local_slurm.env, LMSPEC_PYTHON=str(wrapper), ALLREDUCE_OUT=str(out), **extra)
