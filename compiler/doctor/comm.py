@@ -1,8 +1,9 @@
 """TP slowdown: the Plan's communication estimate says tensor-parallel traffic dominates the step
 (the seed's "TP8 slower than TP4"), so more TP made the run slower, not faster.
 
-Needs --build: the share comes from plan.json's `comm` section (compiler/models, issue 3); the
-log adds the measured MFU/step time as evidence when it has them.
+Needs --build: the share is plan.json's `comm.share_of_step` (communication time over step time,
+a fraction; the comm estimate of compiler/models, issue 3); the log adds its last timed step
+as evidence when it has one.
 """
 
 from __future__ import annotations
@@ -14,31 +15,26 @@ from compiler.logs.context import RunContext
 from compiler.logs.parse import parse_lines
 
 COMM_SHARE_LIMIT = 0.30  # the seed: comm over 30% of compute time is where TP stops paying
-# Where plan.json's `comm` section may state the share of step time spent communicating.
-_SHARE_KEYS = ("share_of_step", "share_of_compute", "share", "fraction_of_compute")
 
 
 def comm_share(derived: dict[str, Any]) -> tuple[float, dict[str, Any]] | None:
+    """The Plan's communication share of step time and its whole comm section, when it has one."""
     comm = derived.get("comm")
-    if not isinstance(comm, dict):
+    if not isinstance(comm, dict) or not isinstance(comm.get("share_of_step"), (int, float)):
         return None
-    for key in _SHARE_KEYS:
-        if isinstance(comm.get(key), (int, float)):
-            return float(comm[key]), comm
-    return None
+    return float(comm["share_of_step"]), comm
 
 
 def _tp_fixes(context: RunContext) -> list[Fix]:
     layout, hw = context.derived["layout"], context.spec.hardware
     tp, pp = int(layout["tp"]), int(layout["pp"])
-    lower = min(tp // 2, hw.gpus_per_node) if tp > 1 else 1
-    fixes = [Fix("parallel.tp", str(max(lower, 1)), f"from {tp}: less all-reduce traffic per layer"
-                 + ("; TP must stay inside a node's " + hw.intra_node.link if tp > hw.gpus_per_node else ""))]
+    if hw.intra_node.link == "pcie":
+        fixes = [Fix("parallel.tp", "1", f"from {tp}: {hw.gpu.name} has no NVLink, every TP all-reduce crosses PCIe")]
+    else:
+        fixes = [Fix("parallel.tp", str(tp // 2), f"from {tp}: half the all-reduce traffic per layer")]
     if pp * 2 <= context.spec.model.num_layers:
         fixes.append(Fix("parallel.pp", str(pp * 2), f"from {pp}: keeps per-GPU memory as TP drops; PP sends "
                          "only activations between stages"))
-    if hw.intra_node.link == "pcie" and tp > 1:
-        fixes.append(Fix("parallel.tp", "1", f"{hw.gpu.name} has no NVLink: TP all-reduces go over PCIe"))
     return fixes
 
 

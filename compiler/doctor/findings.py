@@ -16,7 +16,7 @@ _CONTEXT_CHARS = 80  # kept before the match in a clipped line
 
 @dataclass(frozen=True)
 class Evidence:
-    line: int  # 1-based
+    line: int  # 1-based line of the log; 0 for evidence from the build (plan.json)
     text: str
 
 
@@ -42,7 +42,7 @@ class Finding:
 
     def text(self) -> str:
         lines = [f"problem: {self.title} [{self.signature}]", f"  cause: {self.cause}", "  evidence:"]
-        lines += [f"    L{e.line}: {e.text}" for e in self.evidence]
+        lines += [f"    L{e.line}: {e.text}" if e.line else f"    {e.text}" for e in self.evidence]
         lines.append("  change:" if self.fixes else "  change: nothing in the spec; see the cause")
         lines += [f"    {fix.line()}" for fix in self.fixes]
         return "\n".join(lines)

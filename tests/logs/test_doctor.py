@@ -87,7 +87,7 @@ def test_healthy_logs_exit_0(lmspec, log: str) -> None:
 
 def test_every_signature_has_a_golden_case() -> None:
     golden = {p.values[1] for p in GOLDEN}
-    assert {s.name for s in SIGNATURES} - golden == {"tp_slowdown"}  # needs a Plan with a comm estimate: below
+    assert {s.name for s in SIGNATURES} - golden == {"tp_slowdown"}  # needs a Plan comm estimate: tests below
 
 
 @pytest.fixture
@@ -162,3 +162,28 @@ def test_nccl_fixes_leave_out_what_the_spec_already_has(lmspec, build) -> None:
     connection = fixes("slurm_nccl_connection.log")
     assert connection["cluster.nccl.ib_timeout"] == "22" and "cluster.nccl.ib_retry_cnt" not in connection
     assert "cluster.nccl.ib_gid_index" not in connection  # IB, not RoCE
+
+
+def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
+    """The signature's own logic, fed a Plan whose comm section states the share (the key it reads)."""
+    import dataclasses
+
+    from compiler.doctor.comm import TpSlowdown
+    from compiler.doctor.findings import LogText
+    from compiler.logs.context import load_build
+
+    context = load_build(build("model=llama3_8b", "hardware=rtx4090_24g", "hardware.nodes=2", "parallel.tp=8",
+                               "parallel.sequence_parallel=true", "parallel.distributed_optimizer=true",
+                               "train.global_batch_size=64"))
+    log = LogText((DATA / "healthy_megatron.log").read_text().splitlines())
+
+    def with_share(share: float):
+        return dataclasses.replace(context, derived={**context.derived, "comm": {"share_of_step": share}})
+
+    assert TpSlowdown().detect(log, context) is None  # no comm estimate in the Plan: no claim
+    assert TpSlowdown().detect(log, with_share(0.25)) is None  # under the seed's 30%
+    finding = TpSlowdown().detect(log, with_share(0.45))
+    assert finding is not None and "45%" in finding.cause
+    assert [(f.key, f.value) for f in finding.fixes] == [("parallel.tp", "1"), ("parallel.pp", "2")]  # PCIe
+    assert finding.evidence[0].text == "plan.json comm: share_of_step=0.45"
+    assert finding.evidence[-1].text in log.lines[finding.evidence[-1].line - 1]
