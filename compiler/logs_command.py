@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compiler.logs.context import RunContext
 
 
 def add_job_args(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +23,7 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
                         help="a further Hydra override of the job (repeatable), e.g. train.global_batch_size=512")
 
 
-def job_context(args: argparse.Namespace) -> Any:
+def job_context(args: argparse.Namespace) -> RunContext | None:
     """RunContext from --build, or from flags/overrides, or None when none is given."""
     from compiler.errors import UsageError
     from compiler.logs.context import load_build, load_flags
@@ -54,7 +57,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from compiler.logs.plot import draw
 
-        draw(args.plot, parsed.steps, step_rates(parsed.steps, context), Path(parsed.path).name, args.warmup_steps)
+        rates = step_rates(parsed.steps, context, parsed.settings.get("seq_length"))
+        draw(args.plot, parsed.steps, rates, Path(parsed.path).name, args.warmup_steps)
         if args.format == "text":
             print(f"plot: {args.plot}")
     return 0
