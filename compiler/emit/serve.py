@@ -131,3 +131,20 @@ def serve_sh(plan: Plan) -> str:
         cli=f"${{{VLLM_CLI_ENV}:-{CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm'}}}",
         cpu_cli=CPU_VLLM_CLI, model=shlex.quote(model_path(plan.spec)),
         literal_dollar=any(c in model_path(plan.spec) for c in "$`"))
+
+
+def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
+    """REPORT.md's serving rows that are not memory: layout, lengths, dtypes, quantization, endpoint."""
+    s, v = plan.spec, plan.spec.serve
+    layout = f"tp {v.tp} x pp {v.pp} x dp {v.dp}" + (" with expert parallel" if v.expert_parallel else "")
+    source = "serve.model_path" if v.model_path else "the conversion output"
+    auth = f"key from ${v.api_key_env}" if v.api_key_env else "no API key"
+    return [
+        ("engine layout", f"{layout} = {v.tp * v.pp * v.dp} GPU(s)"),
+        ("max model len", f"{v.max_model_len:,} tokens (training sequences: {s.train.seq_length:,})"),
+        ("dtype / KV cache dtype", f"{v.dtype} / {v.kv_cache_dtype}"),
+        ("quantization", QUANTIZATION_NOTES[v.quantization] if v.quantization else "none"),
+        ("model served", f"`{model_path(s)}` ({source})"),
+        ("endpoint", f"http://{v.host}:{v.port}/v1 as `{v.served_model_name}`, {auth}"),
+        ("run", f"`lmspec run build/{plan.name} --stage serve` ({SERVE_SH} with {VLLM_YAML})"),
+    ]
