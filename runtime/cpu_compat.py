@@ -89,6 +89,9 @@ class _CpuTorch(types.ModuleType):
 
 
 class _CpuEvent:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
     def synchronize(self) -> None:
         return None
 
@@ -97,7 +100,15 @@ class _CpuEvent:
 
 
 class _CpuStream:
-    """Stands for every CUDA stream: work on the CPU is already ordered."""
+    """Stands for every CUDA stream: work on the CPU is already ordered. A class (not a
+    function) so that annotations such as `torch.cuda.Stream | None` keep working."""
+
+    _instance: "_CpuStream | None" = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "_CpuStream":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
 
     def wait_stream(self, other: Any) -> None:
         return None
@@ -112,14 +123,11 @@ class _CpuStream:
         return None
 
 
-_CPU_STREAM = _CpuStream()
-
-
 def _patch_streams() -> None:
-    torch.cuda.Stream = lambda *args, **kwargs: _CPU_STREAM
-    torch.cuda.current_stream = lambda device=None: _CPU_STREAM
+    torch.cuda.Stream = _CpuStream
+    torch.cuda.Event = _CpuEvent
+    torch.cuda.current_stream = lambda device=None: _CpuStream()
     torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
-    torch.cuda.Event = lambda *args, **kwargs: _CpuEvent()
 
 
 def _host_split_sizes(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:

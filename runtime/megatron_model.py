@@ -2,15 +2,21 @@
 
 The public API (imported by conversion, issue 6) is small and stable:
 
-- `transformer_config(spec, layout=None)` -> the `TransformerConfig` (or
-  `MLATransformerConfig`) the model is built with; `layout` overrides the spec's
-  parallel degrees (e.g. load a TP=2 checkpoint into a TP=1 model).
-- `build_model(spec, pre_process, post_process, layout=None)` -> one `GPTModel`
-  chunk for this pipeline rank (megatron's parallel_state must be initialised).
+- `ParallelDegrees(tp, pp, ep, etp, sequence_parallel, stage_layers)`; by default
+  `ParallelDegrees.from_spec(spec, plan_stage_layers)`.
+- `transformer_config(spec, degrees=None)` -> the `TransformerConfig` (or
+  `MLATransformerConfig`) the model is built with; `degrees` overrides the spec's
+  parallel degrees (e.g. build TP=1 to load a TP=2 checkpoint: dist_checkpointing
+  reshards on load).
+- `build_model(spec, pre_process, post_process, degrees=None, pp_rank=None)` -> one
+  `GPTModel` for this pipeline rank. megatron's parallel_state must be initialised
+  with the same degrees, and on CPU `runtime.cpu_compat.apply()` called first.
 
 What is built: RMSNorm, SwiGLU, RoPE, no biases, no dropout; GQA via
-`num_query_groups`, or MLA (megatron-core 0.16.1's local spec supports
-`MLASelfAttention`); MoE with top-k routing, shared experts and the first
+`num_query_groups`, or MLA (megatron-core 0.16.1's local spec names
+`MLASelfAttention`, but its local core attention rejects MLA's distinct value
+width, so `LatentCoreAttention` (torch SDPA) stands in, and the q/kv latents get
+RMSNorm as in DeepSeek); MoE with top-k routing, shared experts and the first
 `moe.first_dense_layers` layers dense (`moe_layer_freq`), tokens dispatched
 all-to-all over the expert-parallel group; the pipeline split follows the
 Plan's `stage_layers` (the spec's `pp_layout`) through
