@@ -1,11 +1,12 @@
 """Which rule rejects which candidate: the validator's predicates, evaluated on arrays.
 
-Each entry names a rule of `compiler.rules` and gives its condition as plain
-arithmetic over candidate columns (numpy arrays) and the spec's scalars, so the
-search drops exactly what `lmspec check` would reject, and counts it under the
-same name. Entries are grouped by the search stage that first knows every value
-they read, in the validator's rule order (layout, experts, batch, backend), so a
-candidate is counted under the first rule that rejects it.
+Each entry names a rule of `compiler.rules` and calls that rule's own condition (the
+plain-arithmetic predicates next to it, e.g. `layout.tp_divides_heads`) on candidate
+columns (numpy arrays) and the spec's scalars, so the search drops exactly what
+`lmspec check` would reject, and counts it under the same name. Entries are grouped
+by the search stage that first knows every value they read, in the validator's rule
+order (layout, experts, batch, backend), so a candidate is counted under the first
+rule that rejects it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.rules import backend, batch, experts, layout
 from compiler.sections import Spec
 
 BACKENDS = ("megatron", "deepspeed")
@@ -58,46 +60,45 @@ def data_parallel(c: Columns, s: Spec) -> np.ndarray:
     return np.where(world(c, s) % mp == 0, world(c, s) // mp, 0)
 
 
-def _kv_heads_fit(c: Columns, s: Spec) -> Any:
-    kv = s.model.num_kv_heads
-    return (s.model.attention != "gqa") | (kv % c.tp == 0) | (c.tp % kv == 0)
+def _deepspeed(c: Columns) -> np.ndarray:
+    return c.backend == BACKENDS.index("deepspeed")
 
 
 def _expert_group_fits(c: Columns, s: Spec) -> Any:
-    if s.model.moe is None:
+    if s.model.moe is None:  # the rule checks MoE models only
         return True
-    return (data_parallel(c, s) * c.tp * c.cp) % (c.ep * s.parallel.etp) == 0
+    return experts.expert_group_fits(data_parallel(c, s) * c.tp * c.cp, c.ep, s.parallel.etp)
 
 
-def _is(c: Columns, backend: str) -> np.ndarray:
-    return c.backend == BACKENDS.index(backend)
-
-
+# pp_layout is `auto` for every candidate: the stages are balanced, so pp need not divide the layers.
 LAYOUT_CHECKS = (
-    Check("layout.world_size_matches", lambda c, s: world(c, s) % (c.tp * c.pp * c.cp) == 0),
-    Check("layout.heads_divide_by_tp", lambda c, s: s.model.num_attention_heads % c.tp == 0),
-    Check("layout.kv_heads_fit_tp", _kv_heads_fit),
-    Check("layout.layers_fit_pipeline", lambda c, s: c.pp <= s.model.num_layers),  # pp_layout=auto
-    Check("layout.tp_inside_node", lambda c, s: c.tp <= s.hardware.gpus_per_node),
-    Check("layout.cp_divides_sequence", lambda c, s: (c.cp == 1) | (s.train.seq_length % (2 * c.cp) == 0)),
+    Check("layout.world_size_matches", lambda c, s: layout.world_divides(world(c, s), c.tp, c.pp, c.cp)),
+    Check("layout.heads_divide_by_tp", lambda c, s: layout.tp_divides_heads(s.model.num_attention_heads, c.tp)),
+    Check("layout.kv_heads_fit_tp",
+          lambda c, s: s.model.attention != "gqa" or layout.kv_heads_split_evenly(s.model.num_kv_heads, c.tp)),
+    Check("layout.layers_fit_pipeline", lambda c, s: layout.stages_have_layers(s.model.num_layers, c.pp)),
+    Check("layout.tp_inside_node", lambda c, s: layout.tp_within_node(c.tp, s.hardware.gpus_per_node)),
+    Check("layout.cp_divides_sequence", lambda c, s: layout.cp_splits_sequence(s.train.seq_length, c.cp)),
 )
 EXPERT_CHECKS = (
-    Check("experts.ep_needs_moe", lambda c, s: (s.model.moe is not None) | (c.ep == 1)),
+    Check("experts.ep_needs_moe",
+          lambda c, s: experts.expert_parallel_has_moe(s.model.moe is not None, c.ep, s.parallel.etp)),
     Check("experts.experts_divide_by_ep",
-          lambda c, s: True if s.model.moe is None else s.model.moe.num_experts % c.ep == 0),
+          lambda c, s: s.model.moe is None or experts.ep_divides_experts(s.model.moe.num_experts, c.ep)),
     Check("experts.expert_group_fits_ranks", _expert_group_fits),
 )
 BATCH_CHECKS = (
-    Check("batch.global_batch_divides",
-          lambda c, s: s.train.global_batch_size % (c.micro_batch_size * data_parallel(c, s)) == 0),
+    Check("batch.global_batch_divides", lambda c, s: batch.global_batch_splits(
+        s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s))),
 )
 BACKEND_CHECKS = (
-    Check("backend.zero_is_deepspeed", lambda c, s: ~(_is(c, "megatron") & (c.zero_stage > 0))),
-    Check("backend.distributed_optimizer_is_megatron", lambda c, s: ~(_is(c, "deepspeed") & c.distributed_optimizer)),
+    Check("backend.zero_is_deepspeed", lambda c, s: backend.zero_matches_backend(_deepspeed(c), c.zero_stage)),
+    Check("backend.distributed_optimizer_is_megatron",
+          lambda c, s: backend.distributed_optimizer_matches_backend(_deepspeed(c), c.distributed_optimizer)),
     Check("backend.deepspeed_pipeline_needs_low_zero",
-          lambda c, s: ~(_is(c, "deepspeed") & (c.pp > 1) & (c.zero_stage >= 2))),
+          lambda c, s: backend.pipeline_zero_supported(_deepspeed(c), c.pp, c.zero_stage)),
     Check("backend.deepspeed_is_data_parallel",
-          lambda c, s: ~(_is(c, "deepspeed") & ((c.tp > 1) | (c.cp > 1) | (c.ep > 1)))),
+          lambda c, s: backend.data_parallel_only(_deepspeed(c), c.tp, c.cp, c.ep)),
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
-    Check("layout.sequence_parallel_needs_tp", lambda c, s: ~(c.sequence_parallel & (c.tp == 1))),
+    Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
 )

@@ -100,7 +100,8 @@ def rows(result: SearchResult, top: int) -> list[Row]:
     out = []
     for position, i in enumerate(result.ranked[:top].tolist()):
         out.append(Row(rank=position + 1, index=i, values=values_of(result, i),
-                       memory_bytes=float(p.feasible.memory_bytes[i]), step_time_s=float(p.step_time_s[i]), tokens_per_s=float(p.tokens_per_s[i]),
+                       memory_bytes=float(p.feasible.memory_bytes[i]), step_time_s=float(p.step_time_s[i]),
+                       tokens_per_s=float(p.tokens_per_s[i]),
                        mfu=float(p.mfu[i]), terms_s=_terms(result, i), why=_why(result, position)))
     return out
 

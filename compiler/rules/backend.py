@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from compiler.errors import Problem, error, warning
 from compiler.rules.context import RuleContext
 
 
+# Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+# `deepspeed` is 1 (True) for train.backend=deepspeed, 0 (False) for megatron.
+def zero_matches_backend(deepspeed: Any, zero_stage: Any) -> Any:
+    return (deepspeed != 0) | (zero_stage == 0)
+
+
+def distributed_optimizer_matches_backend(deepspeed: Any, distributed_optimizer: Any) -> Any:
+    return (deepspeed == 0) | (distributed_optimizer == 0)
+
+
+def pipeline_zero_supported(deepspeed: Any, pp: Any, zero_stage: Any) -> Any:
+    return (deepspeed == 0) | (pp == 1) | (zero_stage <= 1)
+
+
+def data_parallel_only(deepspeed: Any, tp: Any, cp: Any, ep: Any) -> Any:
+    return (deepspeed == 0) | ((tp == 1) & (cp == 1) & (ep == 1))
+
+
 def zero_is_deepspeed(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
-    if s.train.backend == "megatron" and s.parallel.zero_stage > 0:
+    if not zero_matches_backend(s.train.backend == "deepspeed", s.parallel.zero_stage):
         yield error("parallel.zero_stage", (
             f"{ctx.show('parallel.zero_stage')} is a DeepSpeed setting but {ctx.show('train.backend')}; "
             "set parallel.zero_stage=0 and parallel.distributed_optimizer=true (Megatron's ZeRO-1 equivalent), "
@@ -19,7 +39,7 @@ def zero_is_deepspeed(ctx: RuleContext) -> Iterator[Problem]:
 
 def distributed_optimizer_is_megatron(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
-    if s.train.backend == "deepspeed" and s.parallel.distributed_optimizer:
+    if not distributed_optimizer_matches_backend(s.train.backend == "deepspeed", s.parallel.distributed_optimizer):
         yield error("parallel.distributed_optimizer", (
             f"{ctx.show('parallel.distributed_optimizer')} is a Megatron setting but {ctx.show('train.backend')}; "
             "use parallel.zero_stage=1 (or higher) instead"))
@@ -38,7 +58,7 @@ def offload_is_deepspeed_zero(ctx: RuleContext) -> Iterator[Problem]:
 
 def deepspeed_pipeline_needs_low_zero(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
-    if s.train.backend == "deepspeed" and s.parallel.pp > 1 and s.parallel.zero_stage >= 2:
+    if not pipeline_zero_supported(s.train.backend == "deepspeed", s.parallel.pp, s.parallel.zero_stage):
         yield error("parallel.pp", (
             f"{ctx.show('parallel.pp')} with {ctx.show('parallel.zero_stage')}: DeepSpeed's pipeline engine "
             "supports ZeRO stage 0 or 1 only; set parallel.zero_stage=1, or train.backend=megatron for PP"))
@@ -46,8 +66,8 @@ def deepspeed_pipeline_needs_low_zero(ctx: RuleContext) -> Iterator[Problem]:
 
 def deepspeed_is_data_parallel(ctx: RuleContext) -> Iterator[Problem]:
     """lmspec's deepspeed backend trains a HuggingFace model under ZeRO data parallelism."""
-    s = ctx.spec
-    if s.train.backend != "deepspeed":
+    s, p = ctx.spec, ctx.spec.parallel
+    if data_parallel_only(s.train.backend == "deepspeed", p.tp, p.cp, p.ep):
         return
     for key in ("parallel.tp", "parallel.cp", "parallel.ep"):
         if ctx.value(key) > 1:

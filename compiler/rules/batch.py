@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from compiler.errors import Problem, error
 from compiler.layout import data_parallel_size
 from compiler.rules.context import RuleContext
+
+
+# Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+def global_batch_splits(global_batch_size: Any, micro_batch_size: Any, dp: Any) -> Any:
+    return global_batch_size % (micro_batch_size * dp) == 0
 
 
 def global_batch_divides(ctx: RuleContext) -> Iterator[Problem]:
@@ -15,7 +22,7 @@ def global_batch_divides(ctx: RuleContext) -> Iterator[Problem]:
     if dp is None:
         return
     per_step = t.micro_batch_size * dp
-    if t.global_batch_size % per_step:
+    if not global_batch_splits(t.global_batch_size, t.micro_batch_size, dp):
         lower = t.global_batch_size // per_step * per_step
         upper = lower + per_step
         yield error("train.global_batch_size", (

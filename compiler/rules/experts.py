@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from compiler.errors import Problem, error
 from compiler.layout import data_parallel_size, divisors
 from compiler.rules.context import RuleContext
 
 
+# Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+def expert_parallel_has_moe(is_moe: Any, ep: Any, etp: Any) -> Any:
+    return (is_moe != 0) | ((ep == 1) & (etp == 1))
+
+
+def ep_divides_experts(num_experts: Any, ep: Any) -> Any:
+    return num_experts % ep == 0
+
+
+def expert_group_fits(ranks_per_stage: Any, ep: Any, etp: Any) -> Any:
+    return ranks_per_stage % (ep * etp) == 0
+
+
 def ep_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
     p = ctx.spec.parallel
-    if ctx.spec.model.moe is None and (p.ep > 1 or p.etp > 1):
+    if not expert_parallel_has_moe(ctx.spec.model.moe is not None, p.ep, p.etp):
         key = "parallel.ep" if p.ep > 1 else "parallel.etp"
         yield error(key, f"{ctx.show(key)} needs a MoE model, but {ctx.show('model.moe')}; set {key}=1")
 
 
 def experts_divide_by_ep(ctx: RuleContext) -> Iterator[Problem]:
     moe, ep = ctx.spec.model.moe, ctx.spec.parallel.ep
-    if moe is not None and moe.num_experts % ep:
+    if moe is not None and not ep_divides_experts(moe.num_experts, ep):
         yield error("parallel.ep", (
             f"{ctx.show('parallel.ep')} does not divide {ctx.show('model.moe.num_experts')}; "
             f"valid: {', '.join(map(str, divisors(moe.num_experts)))}"))
@@ -31,7 +46,7 @@ def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
     if ctx.spec.model.moe is None or dp is None:
         return
     ranks = dp * p.tp * p.cp
-    if ranks % (p.ep * p.etp):
+    if not expert_group_fits(ranks, p.ep, p.etp):
         valid = [e for e in divisors(ranks) if e % p.etp == 0 and ctx.spec.model.moe.num_experts % (e // p.etp) == 0]
         yield error("parallel.ep", (
             f"{ctx.factor('parallel.ep')} x {ctx.factor('parallel.etp')} = {p.ep * p.etp} does not divide "

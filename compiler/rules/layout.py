@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from compiler.errors import Problem, error, warning
 from compiler.layout import balanced_stages, divisors, model_parallel_size, world_size
 from compiler.rules.context import RuleContext
 
 GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
+
+
+# Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+def world_divides(world: Any, tp: Any, pp: Any, cp: Any) -> Any:
+    return world % (tp * pp * cp) == 0
+
+
+def tp_divides_heads(heads: Any, tp: Any) -> Any:
+    return heads % tp == 0
+
+
+def kv_heads_split_evenly(kv_heads: Any, tp: Any) -> Any:
+    return (kv_heads % tp == 0) | (tp % kv_heads == 0)
+
+
+def stages_have_layers(num_layers: Any, pp: Any) -> Any:
+    return pp <= num_layers
+
+
+def tp_within_node(tp: Any, gpus_per_node: Any) -> Any:
+    return tp <= gpus_per_node
+
+
+def cp_splits_sequence(seq_length: Any, cp: Any) -> Any:
+    return (cp == 1) | (seq_length % (2 * cp) == 0)
+
+
+def sequence_parallel_has_tp(sequence_parallel: Any, tp: Any) -> Any:
+    return (sequence_parallel == 0) | (tp > 1)
 
 
 def _origins(ctx: RuleContext, *keys: str) -> str:
@@ -22,7 +53,7 @@ def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
     mp = model_parallel_size(s)
     mp_factors = f"{ctx.factor('parallel.tp')} x {ctx.factor('parallel.pp')} x {ctx.factor('parallel.cp')}"
     if s.parallel.dp == "auto":
-        if world % mp:
+        if not world_divides(world, s.parallel.tp, s.parallel.pp, s.parallel.cp):
             fits = [n for n in range(s.hardware.nodes + 1, s.hardware.nodes * mp + 1)
                     if (n * s.hardware.gpus_per_node) % mp == 0][:1]
             fix = f"set hardware.nodes={fits[0]}" if fits else "lower parallel.tp/pp/cp"
@@ -41,7 +72,7 @@ def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
 
 def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
     heads, tp = ctx.spec.model.num_attention_heads, ctx.spec.parallel.tp
-    if heads % tp:
+    if not tp_divides_heads(heads, tp):
         yield error("parallel.tp", (
             f"{ctx.show('parallel.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
             f"valid: {', '.join(map(str, divisors(heads)))}"))
@@ -49,7 +80,7 @@ def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
 
 def kv_heads_fit_tp(ctx: RuleContext) -> Iterator[Problem]:
     m, tp = ctx.spec.model, ctx.spec.parallel.tp
-    if m.attention == "gqa" and m.num_kv_heads % tp and tp % m.num_kv_heads:
+    if m.attention == "gqa" and not kv_heads_split_evenly(m.num_kv_heads, tp):
         valid = [d for d in divisors(m.num_attention_heads) if m.num_kv_heads % d == 0 or d % m.num_kv_heads == 0]
         yield error("parallel.tp", (
             f"{ctx.show('parallel.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
@@ -64,7 +95,7 @@ def layers_fit_pipeline(ctx: RuleContext) -> Iterator[Problem]:
             f"{ctx.show('parallel.pp')} does not divide {ctx.show('model.num_layers')}; "
             f"valid: {', '.join(map(str, divisors(m.num_layers)))}, or set parallel.pp_layout=auto "
             f"(uneven stages {list(balanced_stages(m.num_layers, p.pp)) if m.num_layers >= p.pp else ''})"))
-    elif layout == "auto" and m.num_layers < p.pp:
+    elif layout == "auto" and not stages_have_layers(m.num_layers, p.pp):
         yield error("parallel.pp", f"{ctx.show('parallel.pp')} exceeds {ctx.show('model.num_layers')}: a stage needs a layer")
     elif isinstance(layout, tuple):
         if len(layout) != p.pp or sum(layout) != m.num_layers or min(layout) < 1:
@@ -88,7 +119,7 @@ def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
 
 def tp_inside_node(ctx: RuleContext) -> Iterator[Problem]:
     tp, per_node = ctx.spec.parallel.tp, ctx.spec.hardware.gpus_per_node
-    if tp > per_node:
+    if not tp_within_node(tp, per_node):
         yield error("parallel.tp", (
             f"{ctx.show('parallel.tp')} crosses nodes ({ctx.show('hardware.gpus_per_node')}): every layer's "
             f"all-reduce would go over the inter-node network; keep tp <= {per_node} and add parallel.pp or dp"))
@@ -100,14 +131,14 @@ def tp_inside_node(ctx: RuleContext) -> Iterator[Problem]:
 
 def cp_divides_sequence(ctx: RuleContext) -> Iterator[Problem]:
     cp, seq = ctx.spec.parallel.cp, ctx.spec.train.seq_length
-    if cp > 1 and seq % (2 * cp):
+    if not cp_splits_sequence(seq, cp):
         yield error("parallel.cp", (
             f"{ctx.show('train.seq_length')} must divide by 2 x {ctx.show('parallel.cp')} "
             "(causal load balancing splits each sequence into 2 x cp chunks)"))
 
 
 def sequence_parallel_needs_tp(ctx: RuleContext) -> Iterator[Problem]:
-    if ctx.spec.parallel.sequence_parallel and ctx.spec.parallel.tp == 1:
+    if not sequence_parallel_has_tp(ctx.spec.parallel.sequence_parallel, ctx.spec.parallel.tp):
         yield warning("parallel.sequence_parallel", (
             f"{ctx.show('parallel.sequence_parallel')} has no effect with {ctx.show('parallel.tp')}; "
             "set parallel.sequence_parallel=false or tp > 1"))
