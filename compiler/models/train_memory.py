@@ -22,6 +22,7 @@ interleaving multiplies by 1 + (pp - 1) / (pp x virtual stages) (Korthikanti 4.2
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from compiler.layout import data_parallel_size, stage_layers, world_size
 from compiler.models.activations import (ActivationSetting, embedding_activation_bytes, head_activation_bytes,
@@ -138,6 +139,26 @@ def activation_setting(spec: Spec) -> ActivationSetting:
         etp=p.etp, sequence_parallel=p.sequence_parallel, recompute=t.recompute, flash_attention=t.flash_attention)
 
 
+def gathered_layer_bytes(spec: Spec) -> int:
+    """ZeRO-3 gathers one module's 16-bit weights and gradients at a time; 0 otherwise."""
+    t, p = spec.train, spec.parallel
+    if t.backend == "deepspeed" and p.zero_stage == 3:
+        return 2 * (2 if t.precision != "fp32" else 4) * count_params(spec.model).largest_layer
+    return 0
+
+
+def stage_terms(dense: Any, expert: Any, per_mb: Any, working: Any, in_flight: Any, dense_state: StateBytes,
+                expert_state: StateBytes, gather_bytes: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(weights, gradients, optimizer, activations, buffers) bytes of one stage's GPU. Plain
+    arithmetic: `lmspec plan` calls it on numpy arrays of candidates (compiler/plan_search)."""
+    weights = dense * dense_state.weights + expert * expert_state.weights
+    grads = dense * dense_state.gradients + expert * expert_state.gradients
+    optim = dense * dense_state.optimizer + expert * expert_state.optimizer
+    activations = per_mb * in_flight + working
+    buffers = gather_bytes + FRAGMENTATION_FRACTION * (weights + grads + optim + activations)
+    return weights, grads, optim, activations, buffers
+
+
 def estimate_train_memory(spec: Spec) -> TrainMemory | None:
     """Per-GPU memory of every pipeline stage; None when the layout itself is illegal."""
     dp, stages = data_parallel_size(spec), stage_layers(spec)
@@ -150,9 +171,7 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
     grad_accum = max(t.global_batch_size // (t.micro_batch_size * dp), 1)
     dense_state, expert_state = state_bytes(spec, dp * p.cp), state_bytes(spec, expert_dp)
     act = activation_setting(spec)
-    gather_bytes = 0
-    if t.backend == "deepspeed" and p.zero_stage == 3:  # one layer's 16-bit weights and gradients gathered
-        gather_bytes = 2 * (2 if t.precision != "fp32" else 4) * counts.largest_layer
+    gather_bytes = gathered_layer_bytes(spec)
     interleave = 1 + (p.pp - 1) / (p.pp * p.virtual_stages) if p.virtual_stages else 1.0
     out: list[StageMemory] = []
     first = 0
@@ -177,11 +196,8 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
             dense += (counts.output_head or (counts.embedding if p.pp > 1 else 0)) / p.tp + counts.final_norm
             per_mb += head_activation_bytes(m, act)
         in_flight = min(p.pp - index, grad_accum) * interleave
-        weights = dense * dense_state.weights + expert * expert_state.weights
-        grads = dense * dense_state.gradients + expert * expert_state.gradients
-        optim = dense * dense_state.optimizer + expert * expert_state.optimizer
-        activations = per_mb * in_flight + working
-        buffers = gather_bytes + FRAGMENTATION_FRACTION * (weights + grads + optim + activations)
+        weights, grads, optim, activations, buffers = stage_terms(
+            dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes)
         out.append(StageMemory(
             stage=index, layers=n_layers, dense_params=round(dense), expert_params=round(expert), in_flight=in_flight,
             weights_bytes=round(weights), gradients_bytes=round(grads), optimizer_bytes=round(optim),

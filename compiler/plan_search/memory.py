@@ -24,8 +24,8 @@ from compiler.layout import balanced_stages
 from compiler.models.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                          layer_shape, working_layer_bytes)
 from compiler.models.params import count_params, is_moe_layer, layer_params
-from compiler.models.train_memory import (DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, GIB, StateBytes,
-                                          activation_setting, state_bytes)
+from compiler.models.train_memory import (DEVICE_RESERVE_GIB, GIB, StateBytes, activation_setting,
+                                          gathered_layer_bytes, stage_terms, state_bytes)
 from compiler.plan_search.legality import BACKENDS, RECOMPUTE, Columns
 from compiler.sections import Spec
 
@@ -90,39 +90,6 @@ def stage_table(spec: Spec) -> StageTable:
     cols = [table[..., k] for k in range(8)]
     return StageTable(valid=valid, index=cols[0], dense_layers=cols[1], moe_layers=cols[2], dense_split=cols[3],
                       dense_replicated=cols[4], expert=cols[5], first=cols[6] > 0, last=cols[7] > 0)
-
-
-@dataclass(frozen=True)
-class StageTerms:
-    weights: np.ndarray
-    gradients: np.ndarray
-    optimizer: np.ndarray
-    activations: np.ndarray
-    buffers: np.ndarray
-
-    @property
-    def total_bytes(self) -> np.ndarray:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
-
-
-def gathered_layer_bytes(spec: Spec) -> int:
-    """ZeRO-3 gathers one layer's 16-bit weights and gradients at a time."""
-    t, p = spec.train, spec.parallel
-    if t.backend == "deepspeed" and p.zero_stage == 3:
-        return 2 * (2 if t.precision != "fp32" else 4) * count_params(spec.model).largest_layer
-    return 0
-
-
-def stage_terms(dense: np.ndarray, expert: np.ndarray, per_mb: np.ndarray, working: np.ndarray,
-                in_flight: np.ndarray, dense_state: StateBytes, expert_state: StateBytes,
-                gather_bytes: np.ndarray) -> StageTerms:
-    """The arithmetic of one stage in `estimate_train_memory` (to be shared with it)."""
-    weights = dense * dense_state.weights + expert * expert_state.weights
-    grads = dense * dense_state.gradients + expert * expert_state.gradients
-    optim = dense * dense_state.optimizer + expert * expert_state.optimizer
-    activations = per_mb * in_flight + working
-    buffers = gather_bytes + FRAGMENTATION_FRACTION * (weights + grads + optim + activations)
-    return StageTerms(weights, grads, optim, activations, buffers)
 
 
 @dataclass(frozen=True)
@@ -231,7 +198,7 @@ def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: d
         in_flight = np.minimum(s + 1 - row(table.index), col(c.micro_batches))
         states = [StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
                   for st in (dense_state, expert_state)]
-        stage_total = stage_terms(dense, expert, per_mb, working, in_flight, *states, col(gather)).total_bytes
+        stage_total = sum(stage_terms(dense, expert, per_mb, working, in_flight, *states, col(gather)))
         pick = np.argmax(stage_total, axis=1)
         at = np.arange(hi - lo)
         total[cut] = stage_total[at, pick]
