@@ -17,8 +17,10 @@ def draw(path: Path, steps: Sequence[StepRecord], rates: Sequence[StepRates], ti
     """Four panels sharing the step axis, the skipped warm-up shaded; a panel with no data says so."""
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot {path}: use a .png or .svg file name")
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'lmspec[train]' (or matplotlib)") from None
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "lmspec"  # stable SVG ids: the same log draws the same file
     import matplotlib.pyplot as plt
