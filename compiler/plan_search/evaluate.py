@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,14 +73,8 @@ def derive(spec: Spec, c: Columns) -> Columns:
     return out
 
 
-def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
-    """Price candidates sorted by pp; `axes_values` are the sorted tp, cp and micro-batch values searched."""
-    c = derive(spec, c)
-    memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)
-    fits = memory.total_bytes <= memory.budget_bytes
-    f = c.take(fits)
-    f.update(memory_bytes=memory.total_bytes[fits], worst_stage=memory.worst_stage[fits],
-             dense_params=memory.dense_params[fits], expert_params=memory.expert_params[fits])
+def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
+    """The step-time model's inputs for candidates carrying memory's dense/expert parameter columns."""
     work = pipeline_work(spec)
     s = f.pp - 1
     seq = spec.train.seq_length
@@ -93,13 +88,24 @@ def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
         stage_layers=work.stage_layers[s], stage_moe_layers=work.stage_moe_layers[s],
         dense_params=f.dense_params, expert_params=f.expert_params)
     hw = spec.hardware
-    peak = hw.gpu.bf16_tflops * TFLOPS
-    top_k = spec.model.moe.top_k if spec.model.moe is not None else 0
-    time = step_time(inputs, hidden=spec.model.hidden_size, top_k=top_k, peak_flops=peak,
-                     hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * 1e9, link=links(hw))
+    return inputs, {"hidden": spec.model.hidden_size, "top_k": spec.model.moe.top_k if spec.model.moe else 0,
+                    "peak_flops": hw.gpu.bf16_tflops * TFLOPS, "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * 1e9,
+                    "link": links(hw)}
+
+
+def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
+    """Price candidates sorted by pp; `axes_values` are the sorted tp, cp and micro-batch values searched."""
+    c = derive(spec, c)
+    memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)
+    fits = memory.total_bytes <= memory.budget_bytes
+    f = c.take(fits)
+    f.update(memory_bytes=memory.total_bytes[fits], worst_stage=memory.worst_stage[fits],
+             dense_params=memory.dense_params[fits], expert_params=memory.expert_params[fits])
+    inputs, kwargs = price_inputs(spec, f)
+    time = step_time(inputs, **kwargs)
     total = time.total
-    tokens_per_s = spec.train.global_batch_size * seq / total
-    model_flops = flops_breakdown(spec.model, seq).total
+    tokens_per_s = spec.train.global_batch_size * spec.train.seq_length / total
+    model_flops = flops_breakdown(spec.model, spec.train.seq_length).total
     return Priced(columns=c, memory_bytes=memory.total_bytes, worst_stage=memory.worst_stage, fits=fits,
                   budget_bytes=memory.budget_bytes, feasible=f, time=time, step_time_s=total,
-                  tokens_per_s=tokens_per_s, mfu=mfu(tokens_per_s, model_flops, f.world, hw.gpu.bf16_tflops))
+                  tokens_per_s=tokens_per_s, mfu=mfu(tokens_per_s, model_flops, f.world, spec.hardware.gpu.bf16_tflops))

@@ -1,6 +1,6 @@
 """Estimated time of one training step: compute at an efficiency curve, plus exposed communication.
 
-Arithmetic (numpy ufuncs) that works on floats and numpy arrays alike, so one formula prices one
+Plain arithmetic (no numpy import) that works on floats and numpy arrays alike, so one formula prices one
 layout or a million. Per micro-batch, the slowest pipeline stage runs its layers'
 hardware FLOPs (recompute included) at `gemm_efficiency` of the dense peak, plus the
 tensor-parallel collectives, the expert all-to-alls, ring-attention traffic not hidden
@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 # --- efficiency curve (fitted to Megatron's published MFU, see tests/plan) ---
 # Fraction of the dense bf16 peak the transformer's GEMMs (and the fused kernels around them)
@@ -82,6 +80,19 @@ class Links:
     gpus_per_node: int
 
 
+def _pick(condition: Any, if_true: Any, if_false: Any) -> Any:
+    """`if_true if condition else if_false`, for a bool or an array of them."""
+    return if_false + condition * (if_true - if_false)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return (a + b + abs(a - b)) / 2
+
+
+def _min(a: Any, b: Any) -> Any:
+    return (a + b - abs(a - b)) / 2
+
+
 def links(hardware: Any) -> Links:
     intra = (hardware.intra_node.gb_per_s * GB * LINK_DIRECTION_FRACTION[hardware.intra_node.link]
              * INTRA_NODE_BUS_EFFICIENCY)
@@ -92,7 +103,7 @@ def links(hardware: Any) -> Links:
 
 def _ring_bw(link: Links, span: Any) -> Any:
     """Bus bandwidth of a ring whose consecutive members sit `span` ranks apart in total."""
-    return np.where(span > link.gpus_per_node, link.inter_bytes_per_s, link.intra_bytes_per_s)
+    return _pick(span > link.gpus_per_node, link.inter_bytes_per_s, link.intra_bytes_per_s)
 
 
 def gemm_efficiency(hidden: int, tp: Any, tokens: Any, flops_per_byte: float) -> Any:
@@ -158,7 +169,7 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     m = x.micro_batches
     tokens_rank = x.tokens_per_micro_batch / x.cp  # rows of every GEMM on one GPU
     efficiency = (gemm_efficiency(hidden, x.tp, tokens_rank, peak_flops / hbm_bytes_per_s)
-                  * np.where(x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0))
+                  * _pick(x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0))
     flops_gpu = x.tokens_per_micro_batch * x.stage_flops_per_token / (x.tp * x.cp)
     compute_mb = flops_gpu / (peak_flops * efficiency)
 
@@ -167,27 +178,27 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     tp_mb = TP_COMM_EXPOSED_FRACTION * tp_ops * 2 * (x.tp - 1) / x.tp * activation / link.intra_bytes_per_s
 
     dispatched = activation / x.tp * top_k  # each token's routed copies leave its rank
-    in_node = np.minimum(x.ep, link.gpus_per_node / x.etp)
+    in_node = _min(x.ep, link.gpus_per_node / x.etp)
     a2a_ops = x.stage_moe_layers * (A2A_PER_MOE_LAYER + 2 * x.full_recompute)
     a2a_intra = (in_node - 1) / x.ep * dispatched / link.intra_bytes_per_s
     a2a_inter = (x.ep - in_node) / x.ep * dispatched / link.inter_bytes_per_s
-    ep_mb = EP_A2A_EXPOSED_FRACTION * a2a_ops * np.maximum(a2a_intra, a2a_inter)
+    ep_mb = EP_A2A_EXPOSED_FRACTION * a2a_ops * _max(a2a_intra, a2a_inter)
 
     # ring attention: K and V (taken at the hidden width, as MHA; GQA sends less) of every other
     # CP rank pass once forward and twice backward (K/V again, then dK/dV)
     kv = 2 * activation / x.tp
     cp_traffic = x.stage_layers * 3 * (x.cp - 1) * kv / _ring_bw(link, x.tp * x.cp)
     attention_s = x.tokens_per_micro_batch * x.attention_flops_per_token / (x.tp * x.cp) / (peak_flops * efficiency)
-    cp_mb = np.maximum(cp_traffic - attention_s, 0.0)
+    cp_mb = _max(cp_traffic - attention_s, 0.0)
 
     stage_span = x.world / x.pp  # ranks between neighbouring stages
-    p2p = np.where(x.pp > 1, 2 * activation / np.where(x.sequence_parallel, x.tp, 1), 0.0)
+    p2p = _pick(x.pp > 1, 2 * activation / _pick(x.sequence_parallel, x.tp, 1), 0.0)
     pp_mb = p2p / _ring_bw(link, stage_span + 1)
 
     dp_comm = _dp_exposed(x, link, compute_mb)
     sharded = x.distributed_optimizer | (x.zero_stage > 0)  # each rank updates its shard only
-    local = (x.dense_params / np.where(sharded, x.dp * x.cp, 1)
-             + x.expert_params / np.where(sharded, x.world / (x.ep * x.etp * x.pp), 1))
+    local = (x.dense_params / _pick(sharded, x.dp * x.cp, 1)
+             + x.expert_params / _pick(sharded, x.world / (x.ep * x.etp * x.pp), 1))
     update_bytes = local * OPTIMIZER_BYTES_PER_PARAM
     optimizer = update_bytes / (hbm_bytes_per_s * HBM_EFFICIENCY)
     bubble = (x.pp - 1) * (compute_mb + tp_mb + ep_mb + cp_mb + pp_mb)
@@ -202,13 +213,12 @@ def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
     # seconds of one reduce-scatter (or all-gather) of every local parameter at one byte each
     per_byte = ((d - 1) / d * x.dense_params / _ring_bw(link, x.tp * d)
                 + (edp - 1) / edp * x.expert_params / _ring_bw(link, x.ep * x.etp * edp))
-    grad = np.where(x.deepspeed, DEEPSPEED_GRAD_BYTES, MEGATRON_GRAD_BYTES)
+    grad = _pick(x.deepspeed, DEEPSPEED_GRAD_BYTES, MEGATRON_GRAD_BYTES)
     gather = PARAM_GATHER_BYTES
     sharded = x.distributed_optimizer | (x.zero_stage > 0)
     # bytes per parameter sent once per step, and every micro-batch
-    once = np.where(x.zero_stage == 3, 0, np.where(x.zero_stage == 2, gather,
-                                                   np.where(sharded, grad + gather, 2 * grad)))
-    every = np.where(x.zero_stage == 2, grad, np.where(x.zero_stage == 3, grad + 2 * gather, 0))
+    once = _pick(x.zero_stage == 3, 0, _pick(x.zero_stage == 2, gather, _pick(sharded, grad + gather, 2 * grad)))
+    every = _pick(x.zero_stage == 2, grad, _pick(x.zero_stage == 3, grad + 2 * gather, 0))
     hidden_by = DP_OVERLAP_FRACTION * compute_mb
-    return (np.maximum(once * per_byte - hidden_by, 0.0)
-            + x.micro_batches * np.maximum(every * per_byte - hidden_by, 0.0))
+    return (_max(once * per_byte - hidden_by, 0.0)
+            + x.micro_batches * _max(every * per_byte - hidden_by, 0.0))

@@ -116,3 +116,20 @@ def test_worst_stage_memory_is_the_memory_models(overrides: list[str], point: La
     assert bool(priced.fits[0]) == expected.fits
     budget_errors = list(training_fits_memory(RuleContext(spec, composed.origins)))
     assert bool(budget_errors) == (not bool(priced.fits[0]))
+
+
+def test_step_time_is_the_same_for_one_layout_in_plain_numbers() -> None:
+    """The step-time model is plain arithmetic: Python numbers give what the arrays give."""
+    import dataclasses
+
+    from compiler.plan_search import steptime
+    from compiler.plan_search.evaluate import price_inputs
+
+    spec = from_dict(Spec, compose_spec(["model=mixtral_8x7b", "hardware=h100_80g"]).spec)
+    point = Layout(nodes=4, tp=2, pp=4, cp=2, ep=4, micro_batch_size=2, sequence_parallel=True)
+    priced = price_one(spec, point)
+    inputs, kwargs = price_inputs(spec, priced.feasible)
+    plain = dataclasses.replace(inputs, **{f.name: getattr(inputs, f.name)[0].item()
+                                           for f in dataclasses.fields(inputs)
+                                           if hasattr(getattr(inputs, f.name), "shape")})
+    assert steptime.step_time(plain, **kwargs).total == pytest.approx(scalar(priced.step_time_s), rel=1e-12)
