@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -142,14 +142,12 @@ def atomic_directory(target: Path) -> Iterator[Path]:
         raise
 
 
-def _progress(total_bytes: int, count: int, enabled: bool):  # type: ignore[no-untyped-def]
-    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeRemainingColumn, TransferSpeedColumn)
+def _progress(enabled: bool):  # type: ignore[no-untyped-def]
+    """A rich progress bar over bytes written (shown on a terminal only)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    progress = Progress(TextColumn("converting"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), TextColumn("tensors"), MofNCompleteColumn(),
-                        disable=not enabled, transient=False)
-    return progress
+    return Progress(TextColumn("converting {task.fields[tensor]}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn(), disable=not enabled)
 
 
 def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
@@ -163,9 +161,9 @@ def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
         plan = hf_plan(todo)
         with atomic_directory(output) as staging:
             writer = ShardedWriter(staging, plan, max_shard_bytes)
-            bar = _progress(writer.total_bytes, len(plan), progress)
+            bar = _progress(progress)
             with bar:
-                task = bar.add_task("convert", total=writer.total_bytes)
+                task = bar.add_task("convert", total=writer.total_bytes, tensor="")
                 for t in todo:
                     full = assemble(t, ckpt, torch_dtype(t.hf_dtype))
                     outputs = t.transform.to_hf(full)
@@ -177,7 +175,7 @@ def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
                                                   f"the mapping declares {shape}")
                         writer.write(name, tensor)
                         del tensor
-                    bar.update(task, completed=writer.bytes_written)
+                    bar.update(task, completed=writer.bytes_written, tensor=t.label)
             writer.finish()
             (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
     finally:

@@ -10,9 +10,13 @@ requested box, so memory stays at one output region plus one chunk.
 
 from __future__ import annotations
 
+import collections
 import io
 import os
+import pickle
 import re
+import struct
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,37 @@ Box = tuple[tuple[int, int], ...]
 # when dense and expert parameters have separate optimizers (MoE)
 NON_MODEL_KEY = re.compile(r"^(chained_\d+\.)?optimizer\.")
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+_STORAGE_DTYPES = {"FloatStorage": torch.float32, "BFloat16Storage": torch.bfloat16, "HalfStorage": torch.float16}
+_ZIP_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # PKZIP local file header, 30 bytes
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """Where a chunk's bytes lie in its .distcp file, when they are exactly the tensor (the fast path)."""
+
+    file: str
+    offset: int
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class _Recipe(pickle.Unpickler):
+    """Reads a torch.save pickle of ONE plain tensor without loading data; anything else is refused."""
+
+    def find_class(self, module: str, name: str):  # type: ignore[no-untyped-def]
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return lambda *args: ("tensor", *args)
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+    def persistent_load(self, pid):  # type: ignore[no-untyped-def]
+        return pid
 
 
 class CheckpointFormatError(RuntimeError):
@@ -109,6 +144,46 @@ class DistCheckpoint:
                                    buffer_size=1 << 16)
         return torch.load(window, map_location="cpu", weights_only=True)
 
+    def _raw(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> _Raw | None:
+        """The chunk's storage bytes, if the chunk is a whole contiguous little-endian tensor stored
+        uncompressed; None otherwise (then torch.load reads it)."""
+        info = self.metadata.storage_data[MetadataIndex(key, offsets)]
+        if getattr(info, "transform_descriptors", None):
+            return None
+        window = _Window(self._file(info.relative_path), info.offset, info.length)
+        try:
+            archive = zipfile.ZipFile(io.BufferedReader(window, buffer_size=1 << 16))
+            prefix = archive.namelist()[0].split("/")[0]
+            if f"{prefix}/byteorder" in archive.namelist() and archive.read(f"{prefix}/byteorder") != b"little":
+                return None
+            kind, storage, offset, size, stride, *_ = _Recipe(io.BytesIO(archive.read(f"{prefix}/data.pkl"))).load()
+            _, dtype, storage_key, _, numel = storage
+            member = archive.getinfo(f"{prefix}/data/{storage_key}")
+        except (pickle.UnpicklingError, KeyError, ValueError, zipfile.BadZipFile, TypeError):
+            return None
+        contiguous = tuple(int(torch.tensor(size[i + 1:]).prod()) for i in range(len(size)))
+        if (kind != "tensor" or offset != 0 or tuple(size) != sizes or tuple(stride) != contiguous
+                or numel != int(torch.tensor(size).prod()) or member.compress_type != zipfile.ZIP_STORED
+                or member.file_size != numel * dtype.itemsize):
+            return None
+        window.seek(member.header_offset)
+        header = _ZIP_LOCAL_HEADER.unpack(window.read(_ZIP_LOCAL_HEADER.size))
+        start = member.header_offset + _ZIP_LOCAL_HEADER.size + header[9] + header[10]
+        return _Raw(info.relative_path, info.offset + start, member.file_size, sizes, dtype)
+
+    def _read_raw(self, raw: _Raw, out: torch.Tensor) -> None:
+        """Read the bytes straight into `out` (contiguous, same dtype and shape)."""
+        view = memoryview(out.view(torch.uint8).numpy()).cast("B") if out.dim() else None
+        assert view is not None and len(view) == raw.nbytes
+        fh = self._file(raw.file)
+        fh.seek(raw.offset)
+        done = 0
+        while done < raw.nbytes:
+            got = fh.readinto(view[done:])
+            if not got:
+                raise CheckpointFormatError(f"{self.path / raw.file}: ends inside a tensor")
+            done += got
+
     def read_into(self, key: str, box: Box, out: torch.Tensor) -> None:
         """Copy region `box` (global coordinates, every dimension) of `key` into `out` (cast to its dtype).
 
@@ -122,11 +197,22 @@ class DistCheckpoint:
             hi = [min(b[1], o + s) for b, o, s in zip(box, chunk.offsets, chunk.sizes)]
             if any(a >= b for a, b in zip(lo, hi)):
                 continue
-            data = self._load_chunk(key, tuple(chunk.offsets))
-            src = data[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, chunk.offsets))]
-            out[tuple(slice(a - b0[0], b - b0[0]) for a, b, b0 in zip(lo, hi, box))].copy_(src)
+            target = out[tuple(slice(a - b0[0], b - b0[0]) for a, b, b0 in zip(lo, hi, box))]
+            offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
+            whole = all(a == o and b == o + n for a, b, o, n in zip(lo, hi, offsets, sizes))
+            raw = self._raw(key, offsets, sizes) if whole else None
+            if raw is not None and target.is_contiguous() and target.dtype == raw.dtype:
+                self._read_raw(raw, target)  # one copy: file -> destination
+            elif raw is not None:
+                data = torch.empty(sizes, dtype=raw.dtype)
+                self._read_raw(raw, data)
+                target.copy_(data)
+                del data
+            else:
+                data = self._load_chunk(key, offsets)
+                target.copy_(data[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets))])
+                del data
             covered += _volume(tuple(zip(lo, hi)))
-            del data, src
         if covered != _volume(box):
             raise CheckpointFormatError(f"{key}: stored chunks cover {covered} of the {_volume(box)} elements "
                                         f"of region {list(box)} (a partial or foreign checkpoint)")

@@ -18,6 +18,7 @@ import torch
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1000**3  # what transformers' save_pretrained uses ("5GB")
 INDEX_JSON = "model.safetensors.index.json"
+WRITE_SLICE_BYTES = 16 << 20  # one write() of hundreds of MB is ~8x slower here than 16 MiB slices
 _ST_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -96,9 +97,10 @@ class ShardedWriter:
             self._fh = open(self.directory / shard.file, "wb")  # noqa: SIM115
             self._fh.write(shard.header())
             self._open_shard = shard
-        data = tensor.contiguous()
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().data
         assert self._fh is not None
-        self._fh.write(data.reshape(-1).view(torch.uint8).numpy().data)
+        for start in range(0, len(raw), WRITE_SLICE_BYTES):
+            self._fh.write(raw[start:start + WRITE_SLICE_BYTES])
         self.bytes_written += planned.nbytes
         self._next += 1
 

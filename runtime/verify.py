@@ -5,8 +5,9 @@ and the newest checkpoint with the training backend (runtime.megatron_model's bu
 one process, TP=PP=EP=1: dist_checkpointing reshards whatever layout was trained),
 runs the same token batch through both and compares logits: cosine similarity (must
 reach MIN_LOGITS_COSINE) and max absolute difference. Forward hooks record every
-decoder layer's output on both sides; below the threshold the report names the first
-layer whose outputs diverge, which is where a bad mapping entry lives.
+decoder layer's output on both sides; every layer must also stay above
+MIN_LAYER_COSINE, and a failure names the first layer whose outputs diverge, which is
+where a bad mapping entry lives.
 """
 
 from __future__ import annotations
@@ -39,17 +40,20 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return self.cosine >= MIN_LOGITS_COSINE
+        """Logits close enough AND no layer off: a lightly trained model can hide a wrong layer
+        behind a logits cosine above 0.99 (a swapped kv group measured 0.993 with layer 2 at 0.91)."""
+        return self.cosine >= MIN_LOGITS_COSINE and self.first_divergence() is None
 
     def first_divergence(self) -> str | None:
         for name, cos in self.layers:
             if cos < MIN_LAYER_COSINE:
                 return name
-        return "the output head (lm_head / output_layer)" if not self.ok else None
+        return "the output head (lm_head / output_layer)" if self.cosine < MIN_LOGITS_COSINE else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"logits_cosine": self.cosine, "max_abs_diff": self.max_abs_diff, "ok": self.ok,
-                "min_cosine": MIN_LOGITS_COSINE, "first_diverging": None if self.ok else self.first_divergence(),
+                "min_cosine": MIN_LOGITS_COSINE, "min_layer_cosine": MIN_LAYER_COSINE,
+                "first_diverging": self.first_divergence(),
                 "layers": {name: cos for name, cos in self.layers}}
 
 
@@ -145,7 +149,8 @@ def compare(reference: tuple[torch.Tensor, list[torch.Tensor]],
     return Report(cosine(ref_logits, hf_logits), float((ref_logits - hf_logits).abs().max()), layers)
 
 
-def verify_build(build_dir: Path) -> Report:
+def verify_build(build_dir: Path, hf_dir: Path | None = None) -> Report:
+    """Compare the newest checkpoint of the build with `hf_dir` (default: the build's convert.output)."""
     import yaml
 
     from compiler.sections import Spec
@@ -156,7 +161,7 @@ def verify_build(build_dir: Path) -> Report:
     if spec.train.backend != "megatron":
         raise UsageError(f"verify compares against the megatron backend; train.backend={spec.train.backend}")
     doc = load_mapping(build_dir)
-    hf_dir = Path(doc["output"])
+    hf_dir = Path(doc["output"]) if hf_dir is None else hf_dir
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build_dir} --stage convert` first")
     step = latest_checkpoint(Path(doc["checkpoint_dir"]))
@@ -169,20 +174,26 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
     if getattr(options, "dry_run", False):
         print(f"would compare the logits of the converted model and the newest checkpoint of {build_dir}")
         return 0
-    report = verify_build(build_dir)
+    report = verify_build(build_dir, getattr(options, "hf_dir", None))
     print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     if report.ok:
         print(f"verify: ok: logits cosine {report.cosine:.6f} >= {MIN_LOGITS_COSINE}, "
               f"max |diff| {report.max_abs_diff:.3e}")
         return 0
-    print(f"verify: FAILED: logits cosine {report.cosine:.6f} < {MIN_LOGITS_COSINE} (max |diff| "
-          f"{report.max_abs_diff:.3e}); first diverging: {report.first_divergence()}", file=sys.stderr)
+    print(f"verify: FAILED: logits cosine {report.cosine:.6f} (>= {MIN_LOGITS_COSINE} required), max |diff| "
+          f"{report.max_abs_diff:.3e}; first diverging: {report.first_divergence()} (layer outputs below "
+          f"{MIN_LAYER_COSINE} cosine); check its entries in convert/mapping.json", file=sys.stderr)
     return 1
 
 
 def main(argv: list[str]) -> int:
-    """`python -m runtime.verify <build dir>`."""
-    return run_stage(Path(argv[0]), argparse.Namespace(dry_run=False))
+    """`python -m runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
+    hf_dir = Path(argv[1]) if len(argv) > 1 else None
+    try:
+        return run_stage(Path(argv[0]), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
+    except UsageError as exc:
+        print(f"lmspec: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

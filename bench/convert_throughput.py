@@ -1,0 +1,113 @@
+"""Convert throughput and memory: a >= 2 GB synthetic TP=2 checkpoint -> HF, against `cp -r` of it.
+
+    .venv/bin/python bench/convert_throughput.py [--repeats 3] [--json] [--workdir DIR]
+
+Compiles a Llama-shaped 557M-parameter fp32 build at TP=2, writes a synthetic checkpoint
+for it with megatron-core's dist_checkpointing (bench/synthetic_checkpoint.py), then
+alternates `cp -r` of the checkpoint directory and the converter (`runtime.convert`
+in a fresh process), `sync` before each so neither inherits the other's writeback.
+Reported: medians of wall time and GB/s (checkpoint bytes / seconds) for both, the
+converter's own time without interpreter start-up, their ratio (target >= 0.7x of cp),
+and the converter's peak RSS (kernel's wait4) against the largest tensor (bound: 2x +
+a small constant). Exit 1 below the target ratio or above the memory bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 0.7
+BASE_RSS_ALLOWANCE_BYTES = 400 * 2**20  # interpreter, torch, safetensors, rich; tests/convert/test_memory_bound.py
+OVERRIDES = ["hardware=h100_80g", "hardware.gpus_per_node=2", "parallel.tp=2", "train.precision=fp32",
+             "convert.dtype=float32", "model.hidden_size=2048", "model.ffn_hidden_size=8192",
+             "model.num_attention_heads=16", "model.num_kv_heads=4", "model.head_dim=128", "model.num_layers=7",
+             "model.vocab_size=32000", "model.max_position_embeddings=4096", "name=convert_bench",
+             "cluster.master_port=29877"]
+_ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_TIMED_CONVERT = ("import json, sys, time; from pathlib import Path; from runtime.convert import convert_build; "
+                  "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
+                  "print(json.dumps({'seconds': time.perf_counter() - t, **s}))")
+
+
+def timed(cmd: list[str], cwd: Path) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS bytes, stdout) of one process."""
+    subprocess.run(["sync"], check=True)
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return wall, usage.ru_maxrss * 1024, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep files here (default: a temp dir)")
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="lmspec-convert-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    try:
+        subprocess.run([py, "-c", "from compiler.cli import main; main()", "compile", *OVERRIDES, "-o", "build"],
+                       cwd=work, check=True, stdout=subprocess.DEVNULL)
+        build = Path("build/convert_bench")
+        made = subprocess.run([py, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port=29878",
+                               str(ROOT / "bench" / "synthetic_checkpoint.py"), str(build)],
+                              cwd=work, check=True, capture_output=True, text=True)
+        ckpt = json.loads(made.stdout.strip().splitlines()[-1])
+        src, size = work / ckpt["checkpoint"], ckpt["bytes"]
+        mapping = json.loads((work / build / "convert" / "mapping.json").read_text())
+        largest = max(math.prod(t["megatron_shape"]) * _ITEM_BYTES[t["hf_dtype"]] for t in mapping["tensors"])
+        cp_s, conv_s, inner_s, peaks = [], [], [], []
+        for _ in range(args.repeats):
+            shutil.rmtree(work / "cp_copy", ignore_errors=True)
+            wall, _, _ = timed(["cp", "-r", str(src), str(work / "cp_copy")], work)
+            cp_s.append(wall)
+            wall, peak, out = timed([py, "-c", _TIMED_CONVERT, str(build)], work)
+            conv_s.append(wall)
+            inner_s.append(json.loads(out.strip().splitlines()[-1])["seconds"])
+            peaks.append(peak)
+        cp, conv, inner = (statistics.median(v) for v in (cp_s, conv_s, inner_s))
+        result = {
+            "checkpoint_bytes": size, "largest_tensor_bytes": largest,
+            "cp_seconds": cp, "cp_gb_per_s": size / cp / 1e9,
+            "convert_seconds": conv, "convert_gb_per_s": size / conv / 1e9,
+            "convert_seconds_without_startup": inner, "convert_gb_per_s_without_startup": size / inner / 1e9,
+            "ratio_vs_cp": cp / conv, "ratio_vs_cp_without_startup": cp / inner, "target_ratio": TARGET_RATIO,
+            "peak_rss_bytes": max(peaks), "peak_rss_over_largest_tensor": max(peaks) / largest,
+            "rss_bound_bytes": 2 * largest + BASE_RSS_ALLOWANCE_BYTES, "repeats": args.repeats,
+        }
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        print(f"checkpoint {size / 1e9:.2f} GB (TP=2), largest tensor {largest / 2**20:.0f} MiB, {args.repeats} runs, medians")
+        print(f"cp -r        {cp:6.2f} s  {result['cp_gb_per_s']:.2f} GB/s")
+        print(f"convert      {conv:6.2f} s  {result['convert_gb_per_s']:.2f} GB/s  ({result['ratio_vs_cp']:.2f}x cp)")
+        print(f"  without interpreter start-up {inner:6.2f} s  {result['convert_gb_per_s_without_startup']:.2f} GB/s  "
+              f"({result['ratio_vs_cp_without_startup']:.2f}x cp; target {TARGET_RATIO}x)")
+        print(f"peak RSS {max(peaks) / 2**20:.0f} MiB = {result['peak_rss_over_largest_tensor']:.2f}x the largest tensor "
+              f"(bound 2x + {BASE_RSS_ALLOWANCE_BYTES // 2**20} MiB = {result['rss_bound_bytes'] / 2**20:.0f} MiB)")
+    ok = result["ratio_vs_cp_without_startup"] >= TARGET_RATIO and max(peaks) <= result["rss_bound_bytes"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Real trained checkpoints for the conversion tests, once per session (see convert_helpers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from convert_helpers import MOE_TP2_EP2, Trained, train
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("convert")
+
+
+@pytest.fixture(scope="session")
+def tiny_tp2(workdir: Path) -> Trained:
+    """tiny (GQA 8 heads / 2 kv groups, square o_proj) trained at TP=2."""
+    return train(workdir, "tiny_tp2", ["hardware=cpu", "parallel.tp=2"])
+
+
+@pytest.fixture(scope="session")
+def tiny_pp2(workdir: Path) -> Trained:
+    return train(workdir, "tiny_pp2", ["hardware=cpu", "parallel.pp=2"])
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_tp2_ep2(workdir: Path) -> Trained:
+    """tiny_moe (MLA, 8 experts top-2, 1 shared, first layer dense) at TP=2 with EP=2."""
+    return train(workdir, "tiny_moe_tp2_ep2", MOE_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")

@@ -1,0 +1,114 @@
+"""Helpers of the conversion tests: compile, train a few steps, run commands, read results.
+
+Every command runs in its own process group (killed as a group on timeout), in a
+per-session work directory, because runs/ and checkpoints are relative to the working
+directory. Builds use their own master port so parallel test sessions do not collide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+TRAIN_TIMEOUT_S = 300
+STEP_TIMEOUT_S = 240
+TRAIN_STEPS = 3
+# megatron-core refuses to train MoE with TP but without sequence parallelism
+MOE_TP2_EP2 = ["parallel.tp=2", "parallel.sequence_parallel=true"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Run in its own process group; on timeout kill the group and fail."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout_s} s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def lmspec(*args: str, cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return run([PYTHON, "-c", "from compiler.cli import main; main()", *args], cwd, timeout_s)
+
+
+@dataclass(frozen=True)
+class Trained:
+    workdir: Path
+    build: Path  # relative to workdir
+    name: str
+
+    @property
+    def hf_dir(self) -> Path:
+        return self.workdir / "runs" / self.name / "hf"
+
+
+def compile_build(workdir: Path, name: str, overrides: list[str], spec: str | None = None) -> Path:
+    args = ["compile", *(["--spec", spec] if spec else []), *overrides, f"name={name}",
+            f"cluster.master_port={free_port()}", "-o", "build"]
+    result = lmspec(*args, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    return Path("build") / name
+
+
+def train(workdir: Path, name: str, overrides: list[str], spec: str | None = None) -> Trained:
+    steps = [f"train.steps={TRAIN_STEPS}", f"train.checkpoint.interval={TRAIN_STEPS}"]
+    build = compile_build(workdir, name, [*steps, *overrides], spec)
+    result = lmspec("run", str(build), cwd=workdir, timeout_s=TRAIN_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return Trained(workdir, build, name)
+
+
+def verify_report(trained: Trained, hf_dir: Path | None = None) -> tuple[int, dict, str]:
+    cmd = [PYTHON, "-m", "runtime.verify", str(trained.build)] + ([str(hf_dir)] if hf_dir else [])
+    result = run(cmd, trained.workdir)
+    out = result.stdout
+    report = json.loads(out[out.index("{\n"):out.rindex("}") + 1]) if "{\n" in out else {}
+    return result.returncode, report, result.stderr
+
+
+def hf_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors.update(load_file(directory / shard))
+    assert sorted(tensors) == sorted(index["weight_map"])
+    return tensors
+
+
+def peak_rss_bytes(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> tuple[int, int, str]:
+    """(exit code, peak RSS of the process in bytes, stdout) of `cmd`, measured by the kernel (wait4)."""
+    import threading
+
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        out = proc.stdout.read() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss * 1024, out  # ru_maxrss is in KiB on Linux
