@@ -33,7 +33,8 @@ KEY_NUMBERS: tuple[tuple[str, str], ...] = (
     ("tokens/step", r"^batch\.tokens_per_step$"),
     (f"tokens/s @{REFERENCE_MFU:.0%} MFU", r"^flops\.mfu_at\.reference\.tokens_per_s$"),
     (f"step time @{REFERENCE_MFU:.0%} MFU", r"^flops\.mfu_at\.reference\.step_time_s$"),
-    ("comm share", r"comm\w*_(share|fraction)$"),
+    ("comm/compute", r"^comm\.ratio_to_compute$"),
+    ("comm share of step", r"^comm\.share_of_step$"),
     ("serve weights/GPU", r"^serve\.weights_bytes_per_gpu$"),
     ("KV capacity (tokens)", r"^serve\.max_tokens_in_cache$"),
     ("concurrent seqs", r"^serve\.max_concurrent_seqs$"),
@@ -58,7 +59,7 @@ def format_value(path: str, value: Any) -> str:
     if isinstance(value, (int, float)):
         if path.endswith("_bytes") or "_bytes_" in path:
             return f"{value / GIB_BYTES:.1f} GiB" if abs(value) >= GIB_BYTES else f"{value / MIB_BYTES:.1f} MiB"
-        if re.search(r"(share|fraction|mfu|utilization)$", path):
+        if re.search(r"(share|fraction|mfu|utilization|ratio|ratio_to_\w+|share_of_\w+)$", path):
             return f"{value * 100:.0f}%"
         if path.startswith("params."):
             return f"{value / 1e9:.3g}B" if value >= 1e9 else f"{value / 1e6:.3g}M"
@@ -89,6 +90,10 @@ def key_numbers(plan: dict[str, Any]) -> dict[str, str]:
             out[label] = " x ".join(str(by_key.get(k, "-")) for k in _LAYOUT_KEYS)
         else:
             out[label] = format_value(matches[0], flat[matches[0]])
+    line = flat.get("comm.warning_ratio")
+    ratio = flat.get("comm.ratio_to_compute")
+    if isinstance(line, (int, float)) and isinstance(ratio, (int, float)) and ratio > line:
+        out["comm/compute"] += f" (over the {line:.0%} line)"
     return out
 
 

@@ -79,7 +79,15 @@ def test_diff_against_a_revision_without_the_spec(team_repo: Path, lmspec, monke
 def test_values_read_as_a_reviewer_reads_them() -> None:
     assert format_value("memory.total_bytes", 41.2 * 2**30) == "41.2 GiB"
     assert format_value("memory.per_gpu.weights_bytes", 512 * 2**20) == "512.0 MiB"
-    assert format_value("comm.exposed_share", 0.31) == "31%"
+    assert format_value("comm.share_of_step", 0.31) == "31%"
+    assert format_value("comm.ratio_to_compute", 0.884) == "88%"
     assert format_value("batch.tokens_per_step", 4194304) == "4,194,304"
     assert arrow("41.2 GiB", "20.6 GiB") == "41.2→20.6 GiB"
     assert arrow("2 x 1 x 8 x 1", "4 x 1 x 4 x 1") == "2 x 1 x 8 x 1→4 x 1 x 4 x 1"
+
+
+def test_comm_over_the_warning_line_is_flagged() -> None:
+    plan = {"comm": {"ratio_to_compute": 0.31, "warning_ratio": 0.3, "share_of_step": 0.24}}
+    assert key_numbers(plan)["comm/compute"] == "31% (over the 30% line)"
+    plan["comm"]["ratio_to_compute"] = 0.12
+    assert key_numbers(plan)["comm/compute"] == "12%"
