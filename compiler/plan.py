@@ -14,9 +14,11 @@ from compiler import __version__
 from compiler.errors import Problem
 from compiler.layout import data_parallel_size, stage_layers, world_size
 from compiler.load import Composed
+from compiler.models.comm import CommEstimate, estimate_comm
 from compiler.models.params import ParamCounts, count_params
 from compiler.models.serve_memory import ServeMemory, estimate_serve_memory
-from compiler.models.summary import FlopsSummary, flops_dict, flops_summary, memory_dict, params_dict, serve_dict
+from compiler.models.summary import (FlopsSummary, comm_dict, flops_dict, flops_summary, memory_dict, params_dict,
+                                     serve_dict)
 from compiler.models.train_memory import TrainMemory, estimate_train_memory
 from compiler.sections import Spec
 
@@ -61,6 +63,7 @@ class Plan:
     memory: TrainMemory  # per-GPU training memory of every pipeline stage
     flops: FlopsSummary
     serving: ServeMemory
+    comm: CommEstimate  # communication per step against compute, nothing overlapped
     overrides: tuple[str, ...]
     choices: tuple[tuple[str, str], ...]
     warnings: tuple[Problem, ...]
@@ -77,7 +80,7 @@ class Plan:
         """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec."""
         return {"layout": _plain(dataclasses.asdict(self.layout)), "batch": dataclasses.asdict(self.batch),
                 "params": params_dict(self.params), "memory": memory_dict(self.memory),
-                "flops": flops_dict(self.flops), "serve": serve_dict(self.serving)}
+                "flops": flops_dict(self.flops), "serve": serve_dict(self.serving), "comm": comm_dict(self.comm)}
 
 
 def _plain(value: Any) -> Any:
@@ -104,10 +107,10 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
         micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
         grad_accum_steps=t.global_batch_size // (t.micro_batch_size * dp), seq_length=t.seq_length,
         tokens_per_step=t.global_batch_size * t.seq_length)
-    memory = estimate_train_memory(spec)
-    assert memory is not None, "validate() guarantees a legal layout"
+    memory, comm = estimate_train_memory(spec), estimate_comm(spec)
+    assert memory is not None and comm is not None, "validate() guarantees a legal layout"
     return Plan(lmspec_version=__version__, spec=spec, layout=layout, batch=batch, params=count_params(spec.model),
                 memory=memory, flops=flops_summary(spec, batch.tokens_per_step, world),
-                serving=estimate_serve_memory(spec),
+                serving=estimate_serve_memory(spec), comm=comm,
                 overrides=composed.overrides, choices=tuple(sorted(composed.choices.items())),
                 warnings=tuple(warnings))

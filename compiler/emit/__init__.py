@@ -10,6 +10,7 @@ from collections.abc import Callable
 from compiler.emit.conversion import emit_conversion
 from compiler.emit.deepspeed_config import emit_ds_config
 from compiler.emit.launch import emit_launch
+from compiler.emit.memory_chart import emit_memory_chart
 from compiler.emit.nccl import emit_nccl_env
 from compiler.emit.report import emit_report
 from compiler.emit.serve import emit_serve
@@ -19,7 +20,8 @@ from compiler.plan import Plan
 Emitter = Callable[[Plan], dict[str, str]]
 
 EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report,
-                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve, emit_conversion)
+                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve, emit_conversion,
+                                  emit_memory_chart)
 
 
 def emit_all(plan: Plan) -> dict[str, str]:

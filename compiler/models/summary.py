@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.models.flops import flops_breakdown, hardware_flops_per_token, mfu
+from compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, CommEstimate
+from compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
 from compiler.models.params import ParamCounts
 from compiler.models.serve_memory import ServeMemory
 from compiler.models.train_memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, TERMS, TrainMemory
 from compiler.sections import Spec
 
 MFU_POINTS = (0.6, 0.5, 0.4, 0.3)  # the step times shown are those that would reach these MFUs
+TRILLION = 1e12
 SIGNIFICANT = 6
 
 
@@ -33,7 +35,8 @@ class FlopsSummary:
         tokens_per_s = self.tokens_per_step / step_time_s
         return {"step_time_s": _round(step_time_s), "tokens_per_s": _round(tokens_per_s),
                 "mfu": _round(mfu(tokens_per_s, self.per_token, self.n_gpus, self.peak_tflops_per_gpu)),
-                "hfu": _round(mfu(tokens_per_s, self.hardware_per_token, self.n_gpus, self.peak_tflops_per_gpu))}
+                "hfu": _round(mfu(tokens_per_s, self.hardware_per_token, self.n_gpus, self.peak_tflops_per_gpu)),
+                "days_per_trillion_tokens": _round(days_for_tokens(TRILLION, tokens_per_s))}
 
 
 def flops_summary(spec: Spec, tokens_per_step: int, n_gpus: int) -> FlopsSummary:
@@ -77,3 +80,10 @@ def flops_dict(f: FlopsSummary) -> dict[str, Any]:
 
 def serve_dict(s: ServeMemory) -> dict[str, Any]:
     return dict(s.__dict__)
+
+
+def comm_dict(c: CommEstimate) -> dict[str, Any]:
+    return {"tp_s": _round(c.tp_s), "dp_s": _round(c.dp_s), "ep_s": _round(c.ep_s), "pp_s": _round(c.pp_s),
+            "total_s": _round(c.total_s), "compute_s": _round(c.compute_s),
+            "ratio_to_compute": _round(c.ratio_to_compute), "share_of_step": _round(c.share_of_step),
+            "compute_efficiency_assumed": COMPUTE_EFFICIENCY, "warning_ratio": COMM_SHARE_WARNING}

@@ -13,8 +13,9 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from compiler.errors import Problem, error
+from compiler.errors import Problem, error, warning
 from compiler.layout import data_parallel_size, divisors, stage_layers
+from compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
 from compiler.models.serve_memory import estimate_serve_memory
 from compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
 from compiler.rules.context import RuleContext
@@ -260,4 +261,29 @@ def serving_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
         + ("; ".join(fixes) if fixes else "serve a smaller model or use GPUs with more memory")))
 
 
-RULES = (training_fits_memory, serving_fits_memory)
+COMM_KEYS = {"tp": "parallel.tp", "dp": "parallel.dp", "ep": "parallel.ep", "pp": "parallel.pp"}
+
+
+def communication_within_budget(ctx: RuleContext) -> Iterator[Problem]:
+    """A warning: estimated communication above 30% of compute time (the seed's TP8 slowdown)."""
+    if not computable(ctx.spec):
+        return
+    comm = estimate_comm(ctx.spec)
+    if comm is None or comm.ratio_to_compute <= COMM_SHARE_WARNING:
+        return
+    parts = {"tp": comm.tp_s, "dp": comm.dp_s, "ep": comm.ep_s, "pp": comm.pp_s}
+    worst = max(parts, key=lambda k: parts[k])
+    key = COMM_KEYS[worst]
+    link = ctx.spec.hardware.intra_node
+    fix = {"tp": f"lower parallel.tp (every layer all-reduces over {link.link} at {link.gb_per_s:g} GB/s) and add parallel.pp",
+           "dp": "shard less often: raise train.global_batch_size (fewer steps) or keep the data-parallel group inside a node",
+           "ep": "keep parallel.ep inside a node or lower it",
+           "pp": "lower parallel.pp"}[worst]
+    yield warning(key, (
+        f"communication is {comm.ratio_to_compute:.0%} of compute time (> {COMM_SHARE_WARNING:.0%}): per step "
+        + ", ".join(f"{k} {v:.3g} s" for k, v in parts.items() if v)
+        + f" against {comm.compute_s:.3g} s of compute at {COMPUTE_EFFICIENCY:.0%} of "
+        f"{ctx.show('hardware.gpu.bf16_tflops')}, nothing overlapped; biggest: {ctx.show(key)}; {fix}"))
+
+
+RULES = (training_fits_memory, serving_fits_memory, communication_within_budget)
