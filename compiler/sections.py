@@ -128,7 +128,7 @@ class ParallelSpec:
     offload_optimizer: bool = key("DeepSpeed: keep optimizer states in host memory.", example=False)
     offload_params: bool = key("DeepSpeed ZeRO-3: keep parameters in host memory.", example=False)
     pp_layout: None | Auto | list[int] = key("Layers per pipeline stage: null = num_layers must divide by pp; auto = balanced uneven split; or an explicit list.", example="auto")
-    virtual_stages: int | None = key("Interleaved 1F1B: model chunks per pipeline rank; null = plain 1F1B.", example=None, minimum=1)
+    virtual_stages: int | None = key("Interleaved 1F1B: model chunks per pipeline rank; null = plain 1F1B.", example=2, minimum=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,14 +205,14 @@ class ServeSpec:
     enforce_eager: bool = key("Disable CUDA graphs (debugging, CPU).", example=False)
     served_model_name: str = key("Model name clients send in requests.", example="llama3-8b")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = key("Weight and activation dtype.", example="bfloat16")
-    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes"] | None = key("Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint.", example=None)
+    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes"] | None = key("Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint.", example="fp8")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = key("KV cache dtype; auto = model dtype.", example="auto")
     max_num_seqs: int = key("Most sequences batched at once.", example=256, minimum=1)
-    max_num_batched_tokens: int | None = key("Token budget per scheduler step; null = vLLM's default.", example=None, minimum=1)
+    max_num_batched_tokens: int | None = key("Token budget per scheduler step; null = vLLM's default.", example=8192, minimum=1)
     host: str = key("Bind address.", example="127.0.0.1")
     port: int = key("Port.", example=8000, minimum=1, maximum=65535)
     api_key_env: str | None = key("Name of the environment variable holding the API key (never the key itself); null = no auth.", example="VLLM_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    model_path: str | None = key("Model directory to serve; null = the conversion output (convert.output).", example=None)
+    model_path: str | None = key("Model directory to serve; null = the conversion output (convert.output).", example="runs/llama3_8b/hf")
     cpu_kvcache_space_gib: float = key("VLLM_CPU_KVCACHE_SPACE for the CPU backend, GiB.", example=1, exclusive_minimum=0)
 
 
@@ -221,7 +221,7 @@ class SlurmSpec:
     """Slurm submission settings."""
 
     partition: str | None = key("--partition; null = the cluster default.", example="gpu")
-    account: str | None = key("--account; null = none.", example=None)
+    account: str | None = key("--account; null = none.", example="my_team")
     time: str = key("--time limit, [D-]HH:MM:SS.", example="24:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")
     cpus_per_task: int = key("--cpus-per-task (one task per node runs torchrun).", example=64, minimum=1)
     signal_seconds: int = key("--signal=USR1@N: seconds before the time limit to checkpoint and requeue.", example=300, minimum=1)

@@ -77,3 +77,22 @@ def test_check_jsonschema_rejects_a_typo_in_a_group_file(tmp_path: Path) -> None
     bad.write_text(bad.read_text(encoding="utf-8").replace("gpus_per_node:", "gpu_per_node:"), encoding="utf-8")
     result = _check_jsonschema(_schema_of(SPECS_DIR / "hardware" / "h100_80g.yaml"), [bad])
     assert result.returncode == 1 and "gpu_per_node" in result.stdout + result.stderr
+
+
+def _leaf_keys(node: dict, path: str = ""):
+    for name, prop in node.get("properties", {}).items():
+        options = [prop, *prop.get("anyOf", [])]
+        objects = [o for o in options if o.get("type") == "object"]
+        if objects:
+            for option in objects:
+                yield from _leaf_keys(option, f"{path}{name}.")
+        else:
+            yield f"{path}{name}", prop
+
+
+def test_every_key_has_a_description_and_an_example_for_editors() -> None:
+    schema = json.loads((SCHEMA_FILE).read_text(encoding="utf-8"))
+    keys = dict(_leaf_keys(schema))
+    assert len(keys) > 100
+    missing = sorted(k for k, prop in keys.items() if not prop.get("description") or not prop.get("examples"))
+    assert missing == [], f"keys without a description or an example in compiler/sections.py: {missing}"
