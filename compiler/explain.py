@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from compiler.models.table import memory_table_text
 from compiler.plan import Plan
 from compiler.provenance import Origins
 
@@ -26,6 +27,7 @@ def explain_text(plan: Plan, origins: Origins) -> str:
     lines.append("")
     lines.append("derived:")
     lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(plan.derived_dict())]
+    lines += ["", memory_table_text(plan.memory, "training memory per GPU (worst stage)")]
     return "\n".join(lines)
 
 
