@@ -158,10 +158,11 @@ def _host(spec: Spec, memory: TrainMemory) -> str:
 def _fix_lines(spec: Spec) -> list[str]:
     """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
     lines, stacked, stacked_spec = [], {}, spec
+    now = _estimate(spec)
     for changes in _candidate_fixes(spec):
         alone = _estimate(with_values(spec, changes))
-        if alone is None:
-            continue
+        if alone is None or now is None or alone.worst.total_bytes >= now.worst.total_bytes:
+            continue  # a change that does not lower the worst GPU is no fix
         stacked.update(changes)
         stacked_spec = with_values(spec, stacked)
         lines.append(f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "

@@ -62,6 +62,14 @@ def test_budget_error(lmspec, overrides: list[str], expected: list[str]) -> None
     assert "Traceback" not in result.err
 
 
+def test_fixes_that_do_not_help_are_not_offered(lmspec) -> None:
+    """With flash attention, selective recompute stores what no recompute stores: not a fix."""
+    result = lmspec("check", *DEEPSEEK_2048, "train.recompute=none", "parallel.pp=8", "hardware.nodes=128")
+    assert result.code == 1
+    assert "Fixes, cheapest first: train.recompute=full -> 35.3 GiB (fits)" in result.err
+    assert "train.recompute=selective" not in result.err
+
+
 def test_deepseek_2048_gpus_fit_with_the_recommended_recompute(lmspec) -> None:
     """DeepSeek's own layout, under the recompute the fix list recommends: accepted, with its breakdown."""
     result = lmspec("explain", "--format", "json", *DEEPSEEK_2048, "train.recompute=full")
@@ -80,3 +88,6 @@ def test_default_cpu_spec_fits(lmspec, tmp_path) -> None:
     assert result.code == 0, result.err
     plan = json.loads((tmp_path / "tiny" / "plan.json").read_text())
     assert plan["memory"]["fits"] and plan["serve"]["max_concurrent_seqs"] >= 1
+    chart = (tmp_path / "tiny" / "report" / "memory.svg").read_text()
+    assert chart.startswith("<?xml") and "<dc:date>" not in chart and "weights" in chart
+    assert "report/memory.svg" in (tmp_path / "tiny" / "REPORT.md").read_text()
