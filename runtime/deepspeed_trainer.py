@@ -56,7 +56,7 @@ def hf_config(spec: Spec) -> Any:
                first_k_dense_replace=m.moe.first_dense_layers, kv_lora_rank=m.mla.kv_lora_rank,
                q_lora_rank=m.mla.q_lora_rank, qk_rope_head_dim=m.mla.qk_rope_head_dim,
                qk_nope_head_dim=m.mla.qk_nope_head_dim, v_head_dim=m.mla.v_head_dim,
-               n_group=1, topk_group=1)
+               n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.0)
 
 
 def _skip_cpu_shm_op_build() -> None:

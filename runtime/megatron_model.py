@@ -79,7 +79,7 @@ def _moe_kwargs(spec: Spec) -> dict[str, Any]:
         "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else _MOE_AUX_LOSS_COEFF,
         "moe_router_score_function": "sigmoid" if deepseek_v3 else "softmax",
         "moe_router_enable_expert_bias": moe.router_score_bias,
-        "moe_router_pre_softmax": deepseek_v3,
+        "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
         "moe_router_dtype": "fp32",
         "moe_grouped_gemm": False,
     }

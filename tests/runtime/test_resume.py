@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.checkpoint import verify
 from tests.runtime.torchrun_helpers import compile_build, run, run_until, workers
 
 pytestmark = pytest.mark.slow
@@ -78,7 +80,7 @@ def test_corrupt_checkpoint_falls_back_to_previous(reference, tmp_path: Path) ->
 
 
 def test_sigusr1_checkpoints_and_exits_for_requeue(reference, tmp_path: Path) -> None:
-    build, ref = reference
+    build, _ = reference
     metrics = tmp_path / "runs" / NAME / "metrics.jsonl"
 
     def three_steps_done() -> bool:
@@ -91,11 +93,8 @@ def test_sigusr1_checkpoints_and_exits_for_requeue(reference, tmp_path: Path) ->
     stopped = run_until(build, tmp_path, three_steps_done, preempt)
     assert stopped.code != 0  # torchrun reports the workers' requeue exit code as a failure
     assert "SIGUSR1 received: checkpointed at step" in stopped.output and "exit 3 (requeue)" in stopped.output
+    step = int(re.search(r"checkpointed at step (\d+)", stopped.output).group(1))
+    assert 3 <= step < 8  # stopped early, right after the signal, not at a checkpoint interval only
     ckpt = _checkpoints(tmp_path)
-    saved_step = int((ckpt / "latest").read_text().strip().removeprefix("step_"))
-    assert saved_step >= 3
-
-    resumed = run(build, tmp_path)
-    assert resumed.code == 0, resumed.output[-4000:]
-    assert f"(step {saved_step})" in resumed.output
-    assert resumed.losses(NAME)[8] == ref.losses(NAME)[8]
+    assert (ckpt / "latest").read_text().strip() == f"step_{step}"
+    assert verify(ckpt / f"step_{step}") is None  # complete; resuming from such a one is covered above
