@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from compiler.emit.memory_chart import CHART_PATH
+from compiler.emit.serve import serve_report_rows
 from compiler.models.train_memory import GB, GIB, TERMS
 from compiler.plan import Plan
 from compiler.render import render
@@ -28,7 +29,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
         "report.md.j2", name=plan.name, model=s.model.name, hardware=s.hardware.name,
         backend=s.train.backend, precision=s.train.precision, layout_rows=rows, batch_rows=batch_rows,
         params_rows=_params_rows(plan), memory_rows=_memory_rows(plan), memory_note=_memory_note(plan),
-        chart=CHART_PATH, flops_rows=_flops_rows(plan), serve_rows=_serve_rows(plan),
+        chart=CHART_PATH, flops_rows=_flops_rows(plan), serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)],
         warnings=[w.message for w in plan.warnings])}
 
 

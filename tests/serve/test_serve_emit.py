@@ -170,3 +170,14 @@ def test_hostile_model_path_and_name_stay_data(tmp_path: Path, shellcheck: str) 
     assert not (tmp_path / "pwned").exists()
     check = subprocess.run([shellcheck, str(build / SERVE_SH)], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout
+
+
+def test_report_states_the_serving_layout_and_the_calibration_need(tmp_path: Path) -> None:
+    _, build = compile_build(tmp_path / "build", ["serve.quantization=awq", "serve.model_path=/models/tiny-awq"])
+    report = (build / "REPORT.md").read_text()
+    serving = report[report.index("## Serving (vLLM)"):]
+    assert "| engine layout | tp 1 x pp 1 x dp 1 = 1 GPU(s) |" in serving
+    assert "| quantization | AWQ: needs an AWQ-calibrated checkpoint" in serving
+    assert "| model served | `/models/tiny-awq` (serve.model_path) |" in serving
+    assert "| endpoint | http://127.0.0.1:8000/v1 as `tiny`, key from $VLLM_API_KEY |" in serving
+    assert "| concurrent sequences of 128 tokens |" in serving
