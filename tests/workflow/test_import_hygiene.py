@@ -1,4 +1,5 @@
-"""`lmspec check` (the pre-commit hook's work) imports no training, serving or plotting stack."""
+"""`lmspec check` (the pre-commit hook's work) imports no training, serving or plotting stack;
+`lmspec compile` no training or serving stack (its memory chart may load matplotlib)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "deepspeed", "megatron", "vllm", "transformers", "matplotlib")
+from pathlib import Path
+
+STACKS = ("torch", "deepspeed", "megatron", "vllm", "transformers")
+HEAVY = (*STACKS, "matplotlib")
 PROBE = """
 import json, sys
 from compiler.cli import run
 code = run(sys.argv[1:])
-print(json.dumps({"code": code, "heavy": sorted(m for m in sys.modules if m.split(".")[0] in %r)}))
+print(json.dumps({"code": code, "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(%r))}))
 """ % (HEAVY,)
 
 
@@ -28,3 +32,8 @@ def test_check_of_the_largest_preset_imports_nothing_heavy() -> None:
 def test_check_of_the_default_spec_imports_nothing_heavy() -> None:
     result = _probe("check")
     assert result == {"code": 0, "heavy": []}
+
+
+def test_compile_imports_no_training_or_serving_stack(tmp_path: Path) -> None:
+    result = _probe("compile", "-o", str(tmp_path), "--spec", "deepseek_v3_pretrain_2048gpu_h800_bf16")
+    assert result["code"] == 0 and not set(result["heavy"]) & set(STACKS)
