@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -222,13 +223,15 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
         print(f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
               f"{doc['hf_tensor_count']} HF tensors) into {doc['output']}")
         return 0
+    start = time.perf_counter()
     try:
         output, summary = convert_build(build_dir, progress=sys.stderr.isatty())
     except ConversionError as exc:
         print(f"lmspec: convert: {exc}", file=sys.stderr)
         return 1
+    seconds = time.perf_counter() - start
     print(f"converted {summary['tensors']} tensors ({summary['bytes'] / 1e9:.3f} GB, {summary['shards']} shard(s)) "
-          f"into {output}")
+          f"into {output} in {seconds:.1f} s ({summary['bytes'] / 1e9 / seconds:.2f} GB/s)")
     return 0
 
 

@@ -1,8 +1,9 @@
 """`lmspec run <build> --stage verify`: the converted HF model must compute what the trained one does.
 
 Loads the conversion output with transformers' `AutoModelForCausalLM.from_pretrained`
-and the newest checkpoint with the training backend (runtime.megatron_model's builder,
-one process, TP=PP=EP=1: dist_checkpointing reshards whatever layout was trained),
+and the newest checkpoint with the training backend (megatron: runtime.megatron_model's
+builder, one process, TP=PP=EP=1, dist_checkpointing reshards whatever layout was
+trained; deepspeed: the trainer's own HF model with DeepSpeed's ZeRO consolidation),
 runs the same token batch through both and compares logits: cosine similarity (must
 reach MIN_LOGITS_COSINE) and max absolute difference. Forward hooks record every
 decoder layer's output on both sides; every layer must also stay above
@@ -121,6 +122,21 @@ def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[t
         ps.destroy_model_parallel()
 
 
+def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The DeepSpeed backend's own model (runtime.deepspeed_trainer.hf_config) with DeepSpeed's
+    consolidation of the ZeRO shards loaded into it."""
+    import transformers
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    from runtime.convert import DEEPSPEED_DIR
+    from runtime.deepspeed_trainer import hf_config
+
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+    state = get_fp32_state_dict_from_zero_checkpoint(str(step_dir / DEEPSPEED_DIR))
+    model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()}, strict=True)
+    return _forward(model, tokens)
+
+
 def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     from transformers import AutoModelForCausalLM
 
@@ -128,6 +144,10 @@ def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[t
     bad = {kind: sorted(map(str, names)) for kind, names in info.items() if names and kind != "error_msgs"}
     if bad:  # transformers initialises missing weights randomly: that must not pass as "converted"
         raise UsageError(f"{hf_dir}: transformers did not load it cleanly: {bad}")
+    return _forward(model, tokens)
+
+
+def _forward(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     model.eval()
     hidden: list[torch.Tensor] = []
     hooks = [layer.register_forward_hook(
@@ -158,8 +178,6 @@ def verify_build(build_dir: Path, hf_dir: Path | None = None) -> Report:
     from runtime.convert import latest_checkpoint, load_mapping
 
     spec = from_dict(Spec, yaml.safe_load((build_dir / "spec.resolved.yaml").read_text(encoding="utf-8")))
-    if spec.train.backend != "megatron":
-        raise UsageError(f"verify compares against the megatron backend; train.backend={spec.train.backend}")
     doc = load_mapping(build_dir)
     hf_dir = Path(doc["output"]) if hf_dir is None else hf_dir
     if not (hf_dir / "config.json").is_file():
@@ -167,6 +185,8 @@ def verify_build(build_dir: Path, hf_dir: Path | None = None) -> Report:
     step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     tokens = token_batch(spec.train.data.corpus, spec.model.vocab_size)
     converted = hf_outputs(hf_dir, tokens)  # first: runtime.cpu_compat's torch.cuda patches break transformers' import
+    if spec.train.backend == "deepspeed":
+        return compare(deepspeed_outputs(spec, step, tokens), converted)
     return compare(megatron_outputs(spec, step / DIST_CKPT_DIR, tokens), converted)
 
 

@@ -27,3 +27,9 @@ def tiny_pp2(workdir: Path) -> Trained:
 def tiny_moe_tp2_ep2(workdir: Path) -> Trained:
     """tiny_moe (MLA, 8 experts top-2, 1 shared, first layer dense) at TP=2 with EP=2."""
     return train(workdir, "tiny_moe_tp2_ep2", MOE_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")
+
+
+@pytest.fixture(scope="session")
+def tiny_deepspeed_zero3(workdir: Path) -> Trained:
+    """tiny trained by the DeepSpeed backend, ZeRO-3 over 2 ranks (the conversion consolidates)."""
+    return train(workdir, "tiny_deepspeed_zero3", [], spec="tiny_deepspeed_zero3_2rank_cpu_fp32")

@@ -1,6 +1,7 @@
-"""Train at TP=2 / PP=2 / TP=2+EP=2, convert with the emitted mapping, prove it by logits.
+"""Train at TP=2 / PP=2 / TP=2+EP=2 (Megatron) and ZeRO-3 (DeepSpeed), convert with the
+emitted mapping, prove it by logits.
 
-~4 minutes on 2 CPU cores, most of it the three 3-step training runs (session fixtures).
+~6 minutes on 2 CPU cores, most of it the four 3-step training runs (session fixtures).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ FP32_CPU_MIN_COSINE = 0.9999  # what fp32 on CPU must reach (the stage itself re
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("fixture", ["tiny_tp2", "tiny_pp2", "tiny_moe_tp2_ep2"])
+@pytest.mark.parametrize("fixture", ["tiny_tp2", "tiny_pp2", "tiny_moe_tp2_ep2", "tiny_deepspeed_zero3"])
 def test_convert_then_logits_match(fixture: str, request: pytest.FixtureRequest) -> None:
     trained: Trained = request.getfixturevalue(fixture)
     result = lmspec("run", str(trained.build), "--stage", "convert", cwd=trained.workdir)
