@@ -21,6 +21,7 @@ communication is large (the seed's TP8 slowdown), it does not predict step time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from compiler.layout import data_parallel_size, stage_layers
 from compiler.models.flops import TFLOPS, hardware_flops_per_token
@@ -65,8 +66,29 @@ def _bandwidth_gb_s(spec: Spec, group_span: int) -> float:
     return nic_gb_s / hw.gpus_per_node
 
 
-def _ring(n: int) -> float:
-    return (n - 1) / n if n > 1 else 0.0
+def ring(n: Any) -> Any:
+    """Share of a buffer each of n ranks sends in a reduce-scatter, all-gather or all-to-all (0 at n = 1).
+
+    This and the volume functions below are plain arithmetic on ints or numpy arrays: `lmspec plan`
+    prices its candidates' traffic with them (compiler/plan_search/steptime.py)."""
+    return (n - 1) / n
+
+
+def tp_bytes_per_micro_batch(layers: Any, full_recompute: Any, tp: Any, tokens: Any, hidden: int,
+                             element_bytes: int) -> Any:
+    """TP: 4 collectives per layer (6 with full recompute), each ~ an all-reduce of tokens x hidden."""
+    return layers * (4 + 2 * full_recompute) * 2 * ring(tp) * tokens * hidden * element_bytes
+
+
+def ep_bytes_per_micro_batch(moe_layers: Any, ep: Any, tokens: Any, tp_split: Any, top_k: int, hidden: int,
+                             element_bytes: int) -> Any:
+    """EP: dispatch and combine all-to-alls, forward and backward, of the top-k token copies."""
+    return moe_layers * 4 * ring(ep) * tokens / tp_split * top_k * hidden * element_bytes
+
+
+def pp_bytes_per_micro_batch(tokens: Any, tp_split: Any, hidden: int, element_bytes: int) -> Any:
+    """PP: one activation forward and one gradient backward per stage boundary."""
+    return 2 * tokens * hidden * element_bytes / tp_split
 
 
 def estimate_comm(spec: Spec) -> CommEstimate | None:
@@ -79,8 +101,7 @@ def estimate_comm(spec: Spec) -> CommEstimate | None:
     tokens = t.seq_length // p.cp * t.micro_batch_size  # per micro-batch on one GPU's sequence shard
     layers = max(stages)
     # TP: 4 collectives per layer per micro-batch (6 with full recompute), each ~ an all-reduce
-    tp_passes = 6 if t.recompute == "full" else 4
-    tp_bytes = micro * layers * tp_passes * 2 * _ring(p.tp) * tokens * m.hidden_size * e
+    tp_bytes = micro * tp_bytes_per_micro_batch(layers, t.recompute == "full", p.tp, tokens, m.hidden_size, e)
     tp_s = tp_bytes / (_bandwidth_gb_s(spec, p.tp) * GB) if p.tp > 1 else 0.0
     # DP: gradients of the parameters one GPU holds
     first = sum(stages[:stages.index(layers)])
@@ -94,15 +115,16 @@ def estimate_comm(spec: Spec) -> CommEstimate | None:
     if t.backend == "deepspeed" and p.zero_stage == 3:
         per_param += 2 * e  # weights gathered for forward and again for backward
     expert_dp = max(spec.hardware.gpus_per_node * spec.hardware.nodes // (p.etp * p.ep * p.pp), 1)
-    dp_s = (dense * per_param * _ring(dp * p.cp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB)
-            + expert * per_param * _ring(expert_dp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB))
+    dp_s = (dense * per_param * ring(dp * p.cp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB)
+            + expert * per_param * ring(expert_dp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB))
     # EP: 4 all-to-alls per MoE layer per micro-batch of the top-k token copies
     moe_layers = sum(is_moe_layer(m, i) for i in range(first, first + layers))
     top_k = m.moe.top_k if m.moe else 0
-    ep_bytes = micro * moe_layers * 4 * _ring(p.ep) * tokens / (p.tp if p.sequence_parallel else 1) * top_k * m.hidden_size * e
+    tp_split = p.tp if p.sequence_parallel else 1
+    ep_bytes = micro * ep_bytes_per_micro_batch(moe_layers, p.ep, tokens, tp_split, top_k, m.hidden_size, e)
     ep_s = ep_bytes / (_bandwidth_gb_s(spec, p.tp * p.ep) * GB) if p.ep > 1 else 0.0
     # PP: one activation forward and one gradient backward per micro-batch and stage boundary
-    pp_bytes = micro * 2 * tokens * m.hidden_size * e / (p.tp if p.sequence_parallel else 1)
+    pp_bytes = micro * pp_bytes_per_micro_batch(tokens, tp_split, m.hidden_size, e)
     pp_s = pp_bytes / (_bandwidth_gb_s(spec, p.tp * p.cp * dp * p.pp) * GB) if p.pp > 1 else 0.0
     world = spec.hardware.gpus_per_node * spec.hardware.nodes
     flops = hardware_flops_per_token(m, t.seq_length, t.recompute) * t.global_batch_size * t.seq_length / world

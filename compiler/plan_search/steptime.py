@@ -18,15 +18,20 @@ Overlap assumptions (the settings lmspec's emitted Megatron/DeepSpeed configs us
   traffic issued every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 gathers) behind that
   fraction of all the compute.
 - Pipeline send/recv is exposed (it is small next to the layers' work).
-Collectives are timed as NCCL rings at their bus bandwidth: 2(n-1)/n x bytes for an
-all-reduce, (n-1)/n x bytes for reduce-scatter / all-gather, over the NVLink of a node
-when the group stays inside one, else over the node's NICs shared by its GPUs.
+The TP, EP and PP bytes on the wire are `compiler.models.comm`'s volume functions (the
+estimate plan.json reports, which assumes no overlap and datasheet bandwidths); here they
+move at NCCL bus bandwidth, and the DP traffic follows each sharding's schedule. Rings
+send 2(n-1)/n x bytes for an all-reduce, (n-1)/n x bytes for reduce-scatter / all-gather,
+over the NVLink of a node when the group stays inside one, else over the node's NICs
+shared by its GPUs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from compiler.models.comm import ep_bytes_per_micro_batch, pp_bytes_per_micro_batch, tp_bytes_per_micro_batch
 
 # --- efficiency curve (fitted to Megatron's published MFU, see tests/plan) ---
 # Fraction of the dense bf16 peak the transformer's GEMMs (and the fused kernels around them)
@@ -67,8 +72,6 @@ PARAM_GATHER_BYTES = 2  # sharded weights are gathered in bf16
 # Adam m and v (24), read the fp32 gradient (4), write the bf16 weight (2).
 OPTIMIZER_BYTES_PER_PARAM = 30
 HBM_EFFICIENCY = 0.8  # of the datasheet HBM bandwidth an elementwise update reaches
-TP_COLLECTIVES_PER_LAYER = 4  # forward: after attention and after MLP; backward: the same two
-A2A_PER_MOE_LAYER = 4  # dispatch and combine, forward and backward
 
 
 @dataclass(frozen=True)
@@ -173,16 +176,19 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     flops_gpu = x.tokens_per_micro_batch * x.stage_flops_per_token / (x.tp * x.cp)
     compute_mb = flops_gpu / (peak_flops * efficiency)
 
-    activation = tokens_rank * hidden * ACTIVATION_BYTES  # one micro-batch's hidden states on a TP group
-    tp_ops = x.stage_layers * (TP_COLLECTIVES_PER_LAYER + 2 * x.full_recompute)
-    tp_mb = TP_COMM_EXPOSED_FRACTION * tp_ops * 2 * (x.tp - 1) / x.tp * activation / link.intra_bytes_per_s
+    # bytes on the wire per micro-batch: compiler.models.comm's volumes, the ones plan.json reports
+    tp_split = _pick(x.sequence_parallel, x.tp, 1)
+    tp_bytes = tp_bytes_per_micro_batch(x.stage_layers, x.full_recompute, x.tp, tokens_rank, hidden, ACTIVATION_BYTES)
+    tp_mb = TP_COMM_EXPOSED_FRACTION * tp_bytes / link.intra_bytes_per_s
 
-    dispatched = activation / x.tp * top_k  # each token's routed copies leave its rank
+    # an all-to-all sends to every peer at once: the peers in the node over NVLink, the rest over the NICs
+    ep_bytes = ep_bytes_per_micro_batch(x.stage_moe_layers, x.ep, tokens_rank, tp_split, top_k, hidden,
+                                        ACTIVATION_BYTES)
     in_node = _min(x.ep, link.gpus_per_node / x.etp)
-    a2a_ops = x.stage_moe_layers * (A2A_PER_MOE_LAYER + 2 * x.full_recompute)
-    a2a_intra = (in_node - 1) / x.ep * dispatched / link.intra_bytes_per_s
-    a2a_inter = (x.ep - in_node) / x.ep * dispatched / link.inter_bytes_per_s
-    ep_mb = EP_A2A_EXPOSED_FRACTION * a2a_ops * _max(a2a_intra, a2a_inter)
+    peers = _max(x.ep - 1, 1)
+    ep_mb = EP_A2A_EXPOSED_FRACTION * ep_bytes * _max((in_node - 1) / peers / link.intra_bytes_per_s,
+                                                      (x.ep - in_node) / peers / link.inter_bytes_per_s)
+    activation = tokens_rank * hidden * ACTIVATION_BYTES  # one micro-batch's hidden states on a TP group
 
     # ring attention: K and V (taken at the hidden width, as MHA; GQA sends less) of every other
     # CP rank pass once forward and twice backward (K/V again, then dK/dV)
@@ -192,7 +198,7 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     cp_mb = _max(cp_traffic - attention_s, 0.0)
 
     stage_span = x.world / x.pp  # ranks between neighbouring stages
-    p2p = _pick(x.pp > 1, 2 * activation / _pick(x.sequence_parallel, x.tp, 1), 0.0)
+    p2p = (x.pp > 1) * pp_bytes_per_micro_batch(tokens_rank, tp_split, hidden, ACTIVATION_BYTES)
     pp_mb = p2p / _ring_bw(link, stage_span + 1)
 
     dp_comm = _dp_exposed(x, link, compute_mb)
