@@ -18,6 +18,7 @@ from compiler.layout import data_parallel_size, divisors, stage_layers
 from compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
 from compiler.models.serve_memory import estimate_serve_memory
 from compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
+from compiler.provenance import Origins
 from compiler.rules.context import RuleContext
 from compiler.sections import Spec
 
@@ -119,7 +120,8 @@ def _estimate(spec: Spec) -> TrainMemory | None:
 
 def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
     """Smallest node count (dp=auto; experts spread over the most EP ranks that divide them)
-    whose worst GPU fits, by doubling then bisecting."""
+    whose worst GPU fits. Fit is not monotonic in the node count (EP must divide the experts and
+    the ranks), so double the nodes until one fits, then scan the legal counts since the last double."""
     base = with_value(spec, "parallel.dp", "auto")
 
     def grown(nodes: int) -> Spec:
@@ -132,22 +134,23 @@ def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
         return memory if memory is not None and memory.fits else None
 
     step = spec.parallel.tp * spec.parallel.pp * spec.parallel.cp
-    per_node = spec.hardware.gpus_per_node
-    legal = [n for n in range(spec.hardware.nodes + 1, spec.hardware.nodes * MAX_NODE_MULTIPLE + 1)
-             if (n * per_node) % step == 0]
-    hi = next((i for i in (2**k - 1 for k in range(32)) if i >= len(legal) or fits(legal[i])), None)
-    if hi is None or hi >= len(legal):
+    nodes, per_node = spec.hardware.nodes, spec.hardware.gpus_per_node
+    doubled = (nodes * 2**k for k in range(1, MAX_NODE_MULTIPLE.bit_length()))
+    hi = next((n for n in doubled if (n * per_node) % step == 0 and fits(n)), None)
+    if hi is None:
         return None
-    lo = (hi + 1) // 2 - 1
-    while lo + 1 < hi:
-        mid = (lo + hi) // 2
-        if fits(legal[mid]):
-            hi = mid
-        else:
-            lo = mid
-    found = fits(legal[hi])
-    assert found is not None
-    return legal[hi], grown(legal[hi]), found
+    for n in range(hi // 2 + 1, hi + 1):
+        if (n * per_node) % step == 0 and (found := fits(n)) is not None:
+            return n, grown(n), found
+    raise AssertionError("unreachable: hi itself fits")
+
+
+def _legal(spec: Spec) -> bool:
+    """No layout or expert rule objects: a stack of fixes is offered only if it would compile."""
+    from compiler.rules import experts, layout  # siblings of this rule in the same table
+
+    ctx = RuleContext(spec, Origins())
+    return not any(p.severity == "error" for rule in (*layout.RULES, *experts.RULES) for p in rule(ctx))
 
 
 def _host(spec: Spec, memory: TrainMemory) -> str:
@@ -157,20 +160,23 @@ def _host(spec: Spec, memory: TrainMemory) -> str:
 
 def _fix_lines(spec: Spec) -> list[str]:
     """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
-    lines, stacked, stacked_spec = [], {}, spec
+    lines, stacked, stacked_spec, offered = [], {}, spec, []
     now = _estimate(spec)
     for changes in _candidate_fixes(spec):
         alone = _estimate(with_values(spec, changes))
         if alone is None or now is None or alone.worst.total_bytes >= now.worst.total_bytes:
             continue  # a change that does not lower the worst GPU is no fix
-        stacked.update(changes)
-        stacked_spec = with_values(spec, stacked)
+        offered.append(changes)
+        if _legal(with_values(spec, {**stacked, **changes})):  # e.g. more PP can leave no room for more EP
+            stacked.update(changes)
+            stacked_spec = with_values(spec, stacked)
         lines.append(f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
                      f"({'fits' if alone.fits else 'still over'})")
     if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1:
         together = _estimate(stacked_spec)
         if together is not None:
-            lines.append(f"all of these together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
+            which = "all of these" if len(stacked) == sum(len(c) for c in offered) else _shown(stacked)
+            lines.append(f"{which} together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
                          f"({'fits' if together.fits else 'still over'})")
             if together.fits:
                 return lines
