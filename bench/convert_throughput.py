@@ -78,6 +78,7 @@ def main() -> int:
             shutil.rmtree(work / "cp_copy", ignore_errors=True)
             wall, _, _ = timed(["cp", "-r", str(src), str(work / "cp_copy")], work)
             cp_s.append(wall)
+            shutil.rmtree(work / mapping["output"], ignore_errors=True)  # as for cp: no old output to replace
             wall, peak, out = timed([py, "-c", _TIMED_CONVERT, str(build)], work)
             conv_s.append(wall)
             inner_s.append(json.loads(out.strip().splitlines()[-1])["seconds"])

@@ -13,6 +13,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,6 +23,12 @@ WRITE_SLICE_BYTES = 16 << 20  # one write() of hundreds of MB is ~8x slower here
 _ST_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _write_all(fh: Any, data: memoryview) -> None:
+    """An unbuffered file may write less than asked: loop until all of it is written."""
+    while len(data):
+        data = data[fh.write(data):]
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -94,13 +101,13 @@ class ShardedWriter:
                              f"{planned.shape} {planned.dtype}")
         if shard is not self._open_shard:
             self._close()
-            self._fh = open(self.directory / shard.file, "wb")  # noqa: SIM115
-            self._fh.write(shard.header())
+            self._fh = open(self.directory / shard.file, "wb", buffering=0)  # noqa: SIM115 (big writes: no copy)
+            _write_all(self._fh, memoryview(shard.header()))
             self._open_shard = shard
         raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().data
         assert self._fh is not None
         for start in range(0, len(raw), WRITE_SLICE_BYTES):
-            self._fh.write(raw[start:start + WRITE_SLICE_BYTES])
+            _write_all(self._fh, raw[start:start + WRITE_SLICE_BYTES])
         self.bytes_written += planned.nbytes
         self._next += 1
 
