@@ -13,26 +13,18 @@ import hashlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from compiler.emit.launch import PYTHON_ENV, SBATCH_SH, TORCHRUN_SH, TRAIN_MODULE
 from compiler.errors import UsageError
+from runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
-STOP_GRACE_S = 30.0  # after SIGTERM, time the trainer gets to write its final checkpoint
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
-EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
-
-
-class _Terminated(Exception):
-    """SIGTERM reached `lmspec run`: stop what it started, as Ctrl-C does."""
 
 
 def run_train(build_dir: Path, options: argparse.Namespace) -> int:
@@ -92,41 +84,17 @@ def _warn_if_edited(build: Path) -> None:
                   "recompile to run the spec as written", file=sys.stderr)
 
 
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the whole process group (torchrun and every worker), SIGKILL after the grace."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        proc.wait()
-
-
 def _run_local(command: list[str], env: dict[str, str]) -> int:
     proc = subprocess.Popen(command, env=env, start_new_session=True)
     try:
-        with _sigterm_raises():
+        with sigterm_raises():
             return proc.wait()
     except KeyboardInterrupt:
         print("lmspec run: interrupted; stopping the training processes", file=sys.stderr)
-        _stop_group(proc)
+        stop_group(proc)
         return EXIT_SIGINT
-    except _Terminated:
-        _stop_group(proc)
+    except Terminated:
+        stop_group(proc)
         return EXIT_SIGTERM
 
 
@@ -148,9 +116,9 @@ def _run_slurm(command: list[str], env: dict[str, str], build: Path) -> int:
     name = yaml.safe_load((build / "spec.resolved.yaml").read_text(encoding="utf-8"))["name"]
     print(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}", flush=True)
     try:
-        with _sigterm_raises():
+        with sigterm_raises():
             rc = _follow(proc, job_id, env)
-    except (KeyboardInterrupt, _Terminated) as exc:
+    except (KeyboardInterrupt, Terminated) as exc:
         print(f"\nlmspec run: cancelling Slurm job {job_id}", file=sys.stderr)
         subprocess.run(["scancel", job_id], env=env, check=False)
         proc.wait()

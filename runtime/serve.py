@@ -16,15 +16,12 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +31,20 @@ from compiler.emit.serve import CPU_VLLM_CLI, SERVE_SH, VLLM_CLI_ENV, model_path
 from compiler.errors import UsageError
 from compiler.sections import Spec
 from compiler.typed import from_dict
+from runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
 HEALTH_POLL_S = 1.0
 PROGRESS_EVERY_S = 10.0  # progress line interval when stdout is not a terminal
 REQUEST_TIMEOUT_S = 120.0
-STOP_GRACE_S = 30.0
 SMOKE_PROMPT = "The"
 SMOKE_MAX_TOKENS = 8
 LOG_TAIL_LINES = 30
-EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM = 1, 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_FAILED = 1
 
 
 class ServeFailure(Exception):
     """vLLM did not come up or did not answer as a client needs."""
-
-
-class _Terminated(Exception):
-    """SIGTERM reached `lmspec run`: stop the server, as Ctrl-C does."""
 
 
 def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
@@ -74,19 +67,19 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        with _sigterm_raises():
+        with sigterm_raises():
             return _serve(spec, proc, env, log_path, smoke=options.smoke)
     except ServeFailure as exc:
         print(f"serve: FAILED: {exc}", file=sys.stderr)
         _print_log_tail(log_path)
-        _stop_group(proc)
+        stop_group(proc, sweep=True)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("\nserve: interrupted; stopping vLLM", file=sys.stderr)
-        _stop_group(proc)
+        stop_group(proc, sweep=True)
         return EXIT_SIGINT
-    except _Terminated:
-        _stop_group(proc)
+    except Terminated:
+        stop_group(proc, sweep=True)
         return EXIT_SIGTERM
 
 
@@ -99,7 +92,7 @@ def _serve(spec: Spec, proc: subprocess.Popen[bytes], env: dict[str, str], log_p
     print(f"serving {v.served_model_name} at {base}/v1 (OpenAI-compatible"
           + (f"; key from ${v.api_key_env}" if key else "; no API key") + f"); log: {log_path}", flush=True)
     if smoke:
-        _stop_group(proc)
+        stop_group(proc, sweep=True)
         print("serve: smoke checks passed; vLLM stopped")
         return 0
     print("serve: Ctrl-C stops the server", flush=True)
@@ -215,34 +208,6 @@ def _preflight(spec: Spec, env: dict[str, str]) -> None:
         except OSError as exc:
             raise UsageError(f"serve.port={v.port}: cannot listen on {v.host}:{v.port} ({exc.strerror}); stop "
                              "what holds it or compile with another serve.port") from None
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    def handler(signum: int, frame: object) -> None:
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM vLLM's whole process group (API server, engine core, workers); SIGKILL after the grace."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        proc.wait()
-    try:  # whatever vLLM left in its group (engine core, workers) goes too
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _print_log_tail(log_path: Path) -> None:
