@@ -25,6 +25,10 @@ class RuleContext:
         shown = json.dumps(list(value) if isinstance(value, tuple) else value)
         return f"{key}={shown} ({self.origins.of(key)})"
 
+    def sources(self, *keys: str) -> str:
+        """`parallel.tp from command-line override; hardware.nodes from ...`: where factors came from."""
+        return "; ".join(f"{k} from {self.origins.of(k)}" for k in keys)
+
     def factor(self, key: str) -> str:
         """`parallel.tp(8)`: a factor of a product, for messages that print every factor."""
         return f"{key}({self.value(key)})"

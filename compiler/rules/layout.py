@@ -42,10 +42,6 @@ def sequence_parallel_has_tp(sequence_parallel: Any, tp: Any) -> Any:
     return (sequence_parallel == 0) | (tp > 1)
 
 
-def _origins(ctx: RuleContext, *keys: str) -> str:
-    return "; ".join(f"{k} from {ctx.origins.of(k)}" for k in keys)
-
-
 def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
     world = world_size(s)
@@ -59,14 +55,14 @@ def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
             fix = f"set hardware.nodes={fits[0]}" if fits else "lower parallel.tp/pp/cp"
             yield error("parallel.dp", (
                 f"parallel.dp=auto cannot be derived: {mp_factors} = {mp} does not divide the world size "
-                f"{world_factors} ({_origins(ctx, 'parallel.tp', 'parallel.pp', 'hardware.nodes')}); "
+                f"{world_factors} ({ctx.sources('parallel.tp', 'parallel.pp', 'hardware.nodes')}); "
                 f"{fix}, or choose tp x pp x cp among {', '.join(map(str, divisors(world)))}"))
         return
     product = mp * int(s.parallel.dp)
     if product != world:
         yield error("parallel.dp", (
             f"{mp_factors} x {ctx.factor('parallel.dp')} = {product} != world size {world_factors} "
-            f"({_origins(ctx, 'parallel.dp', 'hardware.nodes')}); set parallel.dp=auto"
+            f"({ctx.sources('parallel.dp', 'hardware.nodes')}); set parallel.dp=auto"
             + (f" (gives {world // mp})" if world % mp == 0 else "")))
 
 

@@ -52,7 +52,7 @@ def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
         yield error("serve.tp", (
             f"serving needs {ctx.factor('serve.tp')} x {ctx.factor('serve.pp')} x {ctx.factor('serve.dp')} = "
             f"{used} GPUs but {ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {gpus} "
-            f"are available ({'; '.join(f'{k} from {ctx.origins.of(k)}' for k in _SERVE_GPU_KEYS)}); "
+            f"are available ({ctx.sources(*_SERVE_GPU_KEYS)}); "
             "lower serve.tp/pp/dp or raise hardware.nodes"))
     elif v.tp > ctx.spec.hardware.gpus_per_node:
         yield warning("serve.tp", (
