@@ -29,34 +29,17 @@ DS_TAG = "state"
 
 
 def hf_config(spec: Spec) -> Any:
-    """The transformers config of `spec.model` (architecture only, float32 master weights)."""
+    """The transformers config the converted checkpoint will carry (compiler.conversion), for
+    training: no KV cache, and the attention kernel `train.flash_attention` asks for (eager stores
+    the s x s scores the memory model then counts)."""
     import transformers
 
-    m = spec.model
-    common = dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-                  num_attention_heads=m.num_attention_heads, max_position_embeddings=m.max_position_embeddings,
-                  rms_norm_eps=m.norm_eps, tie_word_embeddings=m.tie_embeddings, hidden_act="silu",
-                  rope_parameters={"rope_type": "default", "rope_theta": m.rope_theta},
-                  attention_dropout=0.0, use_cache=False)
-    if m.family == "llama":
-        return transformers.LlamaConfig(**common, intermediate_size=m.ffn_hidden_size,
-                                        num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim,
-                                        attention_bias=False, mlp_bias=False)
-    if m.family == "mixtral":
-        assert m.moe is not None, "validate() requires model.moe for mixtral"
-        return transformers.MixtralConfig(**common, intermediate_size=m.moe.ffn_hidden_size,
-                                          num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim,
-                                          num_local_experts=m.moe.num_experts,
-                                          num_experts_per_tok=m.moe.top_k)
-    assert m.mla is not None and m.moe is not None, "validate() requires mla and moe for deepseek"
-    cls = transformers.DeepseekV3Config if m.family == "deepseek_v3" else transformers.DeepseekV2Config
-    return cls(**common, intermediate_size=m.ffn_hidden_size, moe_intermediate_size=m.moe.ffn_hidden_size,
-               num_key_value_heads=m.num_kv_heads, n_shared_experts=m.moe.num_shared_experts,
-               n_routed_experts=m.moe.num_experts, num_experts_per_tok=m.moe.top_k,
-               first_k_dense_replace=m.moe.first_dense_layers, kv_lora_rank=m.mla.kv_lora_rank,
-               q_lora_rank=m.mla.q_lora_rank, qk_rope_head_dim=m.mla.qk_rope_head_dim,
-               qk_nope_head_dim=m.mla.qk_nope_head_dim, v_head_dim=m.mla.v_head_dim,
-               n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.0)
+    from compiler.conversion.mapping import hf_model_config
+
+    config = hf_model_config(spec.model) | {"use_cache": False}
+    config.pop("architectures")
+    attention = "sdpa" if spec.train.flash_attention else "eager"
+    return transformers.AutoConfig.for_model(**config, attn_implementation=attention)
 
 
 def _skip_cpu_shm_op_build() -> None:

@@ -152,7 +152,12 @@ def build_entries(plan: Plan) -> list[Entry]:
 
 def hf_config(plan: Plan) -> dict[str, Any]:
     """config.json of the converted model, from the spec (transformers' names)."""
-    m = plan.spec.model
+    return dict(sorted({**hf_model_config(plan.spec.model), "torch_dtype": plan.spec.convert.dtype}.items()))
+
+
+def hf_model_config(m: ModelSpec) -> dict[str, Any]:
+    """The transformers architecture of `m`: the one config both the DeepSpeed trainer builds its
+    model from and the converted checkpoint carries, so the two cannot drift apart."""
     arch, model_type = T.HF_ARCHITECTURES[m.family]
     config: dict[str, Any] = {
         "architectures": [arch], "model_type": model_type, "hidden_size": m.hidden_size,
@@ -161,7 +166,7 @@ def hf_config(plan: Plan) -> dict[str, Any]:
         "head_dim": m.head_dim, "vocab_size": m.vocab_size, "max_position_embeddings": m.max_position_embeddings,
         "rms_norm_eps": m.norm_eps, "rope_theta": m.rope_theta, "rope_scaling": None,
         "tie_word_embeddings": m.tie_embeddings, "hidden_act": "silu", "attention_bias": False,
-        "torch_dtype": plan.spec.convert.dtype, "initializer_range": 0.02, "use_cache": True,
+        "initializer_range": 0.02, "use_cache": True,
     }
     if m.family == "llama":
         config["mlp_bias"] = False

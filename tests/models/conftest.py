@@ -20,32 +20,15 @@ def spec_of(*overrides: str) -> Spec:
 
 
 def hf_config(m: ModelSpec, attn_implementation: str = "eager") -> Any:
-    """The transformers config of the same architecture, built from the spec's numbers."""
+    """The transformers config lmspec emits for this architecture (convert/mapping.json's hf_config,
+    also what the DeepSpeed trainer builds): counting its parameters checks both."""
     import transformers
 
-    common: dict[str, Any] = dict(
-        vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_attention_heads, num_key_value_heads=m.num_kv_heads,
-        max_position_embeddings=m.max_position_embeddings, rms_norm_eps=m.norm_eps,
-        tie_word_embeddings=m.tie_embeddings, attention_dropout=0.0, use_cache=False)
-    if m.family == "llama":
-        config = transformers.LlamaConfig(**common, intermediate_size=m.ffn_hidden_size, head_dim=m.head_dim,
-                                          attention_bias=False, mlp_bias=False)
-    elif m.family == "mixtral":
-        assert m.moe is not None
-        config = transformers.MixtralConfig(**common, intermediate_size=m.moe.ffn_hidden_size, head_dim=m.head_dim,
-                                            num_local_experts=m.moe.num_experts, num_experts_per_tok=m.moe.top_k)
-    else:
-        assert m.mla is not None and m.moe is not None
-        cls = transformers.DeepseekV3Config if m.family == "deepseek_v3" else transformers.DeepseekV2Config
-        config = cls(**common, intermediate_size=m.ffn_hidden_size, moe_intermediate_size=m.moe.ffn_hidden_size,
-                     n_shared_experts=m.moe.num_shared_experts, n_routed_experts=m.moe.num_experts,
-                     num_experts_per_tok=m.moe.top_k, first_k_dense_replace=m.moe.first_dense_layers,
-                     kv_lora_rank=m.mla.kv_lora_rank, q_lora_rank=m.mla.q_lora_rank,
-                     qk_rope_head_dim=m.mla.qk_rope_head_dim, qk_nope_head_dim=m.mla.qk_nope_head_dim,
-                     v_head_dim=m.mla.v_head_dim, n_group=1, topk_group=1)
-    config._attn_implementation = attn_implementation
-    return config
+    from compiler.conversion.mapping import hf_model_config
+
+    config = hf_model_config(m) | {"use_cache": False}
+    config.pop("architectures")
+    return transformers.AutoConfig.for_model(**config, attn_implementation=attn_implementation)
 
 
 def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eager") -> Any:
