@@ -50,10 +50,10 @@ class _Option:
 def _option(spec: Spec, changes: dict[str, Any]) -> _Option | None:
     """A layout change with the comm share and worst-GPU memory the models give it; None if illegal."""
     from compiler.models.comm import estimate_comm
-    from compiler.rules.budget import _estimate, with_values
+    from compiler.rules.budget import estimate, with_values
 
     changed = with_values(spec, changes)
-    memory, comm = _estimate(changed), estimate_comm(changed)
+    memory, comm = estimate(changed), estimate_comm(changed)
     if memory is None or comm is None:
         return None
     return _Option(changes, comm.share_of_step, memory.worst.total_bytes, memory.fits)

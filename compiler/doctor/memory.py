@@ -48,10 +48,10 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
     The run needed `needed_bytes` (in use + the failed allocation) where the model planned less;
     each estimate is scaled by that ratio so a fix that only just fits on paper is not offered as enough.
     """
-    from compiler.rules.budget import _candidate_fixes, _estimate, gib, with_values
+    from compiler.rules.budget import candidate_fixes, estimate, gib, with_values
 
     spec = context.spec
-    planned = _estimate(spec)
+    planned = estimate(spec)
     if planned is None:
         return "", generic_fixes()
     worst, budget = planned.worst.total_bytes, planned.budget_bytes
@@ -59,8 +59,8 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
     note = (f" The memory model planned {gib(worst)} per GPU on the worst stage of {gib(budget)} usable"
             + (f"; the run needed at least {gib(needed_bytes)}, x{scale:.2f} the estimate." if needed_bytes else "."))
     fixes = []
-    for changes in _candidate_fixes(spec):
-        memory = _estimate(with_values(spec, changes))
+    for changes in candidate_fixes(spec):
+        memory = estimate(with_values(spec, changes))
         if memory is None:
             continue
         (key, value), *rest = changes.items()

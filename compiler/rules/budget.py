@@ -54,7 +54,7 @@ def _shown(changes: dict[str, Any]) -> str:
     return " ".join(f"{k}={value(v)}" for k, v in changes.items())
 
 
-def _candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
+def candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
     """Spec changes in the seed's order; each is checked before it is offered."""
     t, p, m = spec.train, spec.parallel, spec.model
     if t.micro_batch_size > 1:
@@ -101,7 +101,7 @@ def _legal_eps(spec: Spec) -> list[int]:
 def _first_fitting_or_last(spec: Spec, options: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The smallest change that fits alone, else the one that goes furthest."""
     for changes in options:
-        memory = _estimate(with_values(spec, changes))
+        memory = estimate(with_values(spec, changes))
         if memory is not None and memory.fits:
             return changes
     return options[-1] if options else None
@@ -112,7 +112,7 @@ def computable(spec: Spec) -> bool:
     return spec.model.attention != "mla" or spec.model.mla is not None
 
 
-def _estimate(spec: Spec) -> TrainMemory | None:
+def estimate(spec: Spec) -> TrainMemory | None:
     if not computable(spec) or data_parallel_size(spec) is None or stage_layers(spec) is None:
         return None
     return estimate_train_memory(spec)
@@ -130,7 +130,7 @@ def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
         return with_value(bigger, "parallel.ep", eps[-1]) if eps and eps[-1] > spec.parallel.ep else bigger
 
     def fits(nodes: int) -> TrainMemory | None:
-        memory = _estimate(grown(nodes))
+        memory = estimate(grown(nodes))
         return memory if memory is not None and memory.fits else None
 
     step = spec.parallel.tp * spec.parallel.pp * spec.parallel.cp
@@ -161,9 +161,9 @@ def _host(spec: Spec, memory: TrainMemory) -> str:
 def _fix_lines(spec: Spec) -> list[str]:
     """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
     lines, stacked, stacked_spec, offered = [], {}, spec, []
-    now = _estimate(spec)
-    for changes in _candidate_fixes(spec):
-        alone = _estimate(with_values(spec, changes))
+    now = estimate(spec)
+    for changes in candidate_fixes(spec):
+        alone = estimate(with_values(spec, changes))
         if alone is None or now is None or alone.worst.total_bytes >= now.worst.total_bytes:
             continue  # a change that does not lower the worst GPU is no fix
         offered.append(changes)
@@ -173,7 +173,7 @@ def _fix_lines(spec: Spec) -> list[str]:
         lines.append(f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
                      f"({'fits' if alone.fits else 'still over'})")
     if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1:
-        together = _estimate(stacked_spec)
+        together = estimate(stacked_spec)
         if together is not None:
             which = "all of these" if len(stacked) == sum(len(c) for c in offered) else _shown(stacked)
             lines.append(f"{which} together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
@@ -194,7 +194,7 @@ def _fix_lines(spec: Spec) -> list[str]:
 
 def training_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
     spec = ctx.spec
-    memory = _estimate(spec)
+    memory = estimate(spec)
     if memory is None or memory.fits:
         return
     worst = memory.worst
