@@ -54,7 +54,7 @@ def check_finite(step: int, loss: float, spec: Spec) -> None:
     raise NonFiniteLoss(
         f"loss is {loss} at step {step}: stopping. Usual fixes: train.precision=bf16 "
         f"(now {t.precision}; fp16 overflows), train.grad_clip=1.0 (now {t.grad_clip}), "
-        f"or a lower train.optimizer.lr (now {t.optimizer.lr:g}, e.g. {t.optimizer.lr / 3:g})")
+        f"or a lower train.optimizer.lr (now {t.optimizer.lr:g}, e.g. {t.optimizer.lr / 5:g})")
 
 
 class MetricsLog:
