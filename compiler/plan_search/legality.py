@@ -99,6 +99,9 @@ BACKEND_CHECKS = (
           lambda c, s: backend.pipeline_zero_supported(_deepspeed(c), c.pp, c.zero_stage)),
     Check("backend.deepspeed_is_data_parallel",
           lambda c, s: backend.data_parallel_only(_deepspeed(c), c.tp, c.cp, c.ep)),
+    Check("experts.moe_tensor_parallel_needs_sequence_parallel",
+          lambda c, s: experts.moe_tp_has_sequence_parallel(~_deepspeed(c), s.model.moe is not None, c.tp,
+                                                            c.sequence_parallel)),
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
     Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
 )

@@ -78,7 +78,8 @@ def deepspeed_is_data_parallel(ctx: RuleContext) -> Iterator[Problem]:
 
 def megatron_sequence_parallel_hint(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
-    if s.train.backend == "megatron" and s.parallel.tp > 1 and not s.parallel.sequence_parallel:
+    dense = s.model.moe is None  # MoE under TP needs it outright (experts.moe_tensor_parallel_needs_...)
+    if s.train.backend == "megatron" and dense and s.parallel.tp > 1 and not s.parallel.sequence_parallel:
         yield warning("parallel.sequence_parallel", (
             f"{ctx.show('parallel.sequence_parallel')} with {ctx.show('parallel.tp')}: activations of norms and "
             "dropout are replicated on every TP rank; parallel.sequence_parallel=true divides them by tp"))

@@ -145,12 +145,12 @@ def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
     raise AssertionError("unreachable: hi itself fits")
 
 
-def _legal(spec: Spec) -> bool:
-    """No layout or expert rule objects: a stack of fixes is offered only if it would compile."""
+def _failing_layout_rules(spec: Spec) -> set[str]:
     from compiler.rules import experts, layout  # siblings of this rule in the same table
 
     ctx = RuleContext(spec, Origins())
-    return not any(p.severity == "error" for rule in (*layout.RULES, *experts.RULES) for p in rule(ctx))
+    return {rule.__name__ for rule in (*layout.RULES, *experts.RULES)
+            if any(p.severity == "error" for p in rule(ctx))}
 
 
 def _host(spec: Spec, memory: TrainMemory) -> str:
@@ -162,17 +162,19 @@ def _fix_lines(spec: Spec) -> list[str]:
     """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
     lines, stacked, stacked_spec, offered = [], {}, spec, []
     now = estimate(spec)
+    already_failing = _failing_layout_rules(spec)
     for changes in candidate_fixes(spec):
         alone = estimate(with_values(spec, changes))
         if alone is None or now is None or alone.worst.total_bytes >= now.worst.total_bytes:
             continue  # a change that does not lower the worst GPU is no fix
         offered.append(changes)
-        if _legal(with_values(spec, {**stacked, **changes})):  # e.g. more PP can leave no room for more EP
+        # stack it only if the stack breaks no further layout rule (more PP can leave no room for more EP)
+        if _failing_layout_rules(with_values(spec, {**stacked, **changes})) <= already_failing:
             stacked.update(changes)
             stacked_spec = with_values(spec, stacked)
         lines.append(f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
                      f"({'fits' if alone.fits else 'still over'})")
-    if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1:
+    if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1 and stacked:
         together = estimate(stacked_spec)
         if together is not None:
             which = "all of these" if len(stacked) == sum(len(c) for c in offered) else _shown(stacked)

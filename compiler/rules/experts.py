@@ -24,6 +24,10 @@ def expert_group_fits(ranks_per_stage: Any, ep: Any, etp: Any) -> Any:
     return ranks_per_stage % (ep * etp) == 0
 
 
+def moe_tp_has_sequence_parallel(megatron: Any, is_moe: Any, tp: Any, sequence_parallel: Any) -> Any:
+    return (megatron == 0) | (is_moe == 0) | (tp == 1) | (sequence_parallel != 0)
+
+
 def ep_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
     p = ctx.spec.parallel
     if not expert_parallel_has_moe(ctx.spec.model.moe is not None, p.ep, p.etp):
@@ -54,4 +58,15 @@ def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
             f"(parallel.ep from {ctx.origins.of('parallel.ep')}); ep x etp must be one of {', '.join(map(str, valid))}"))
 
 
-RULES = (ep_needs_moe, experts_divide_by_ep, expert_group_fits_ranks)
+def moe_tensor_parallel_needs_sequence_parallel(ctx: RuleContext) -> Iterator[Problem]:
+    """megatron-core raises at model build for MoE layers under TP without sequence parallelism."""
+    s = ctx.spec
+    if not moe_tp_has_sequence_parallel(s.train.backend == "megatron", s.model.moe is not None, s.parallel.tp,
+                                        s.parallel.sequence_parallel):
+        yield error("parallel.sequence_parallel", (
+            f"{ctx.show('parallel.sequence_parallel')} with {ctx.show('parallel.tp')} and MoE layers: "
+            "megatron-core dispatches tokens to experts from sequence-parallel shards and refuses tensor "
+            "parallelism without it; set parallel.sequence_parallel=true"))
+
+
+RULES = (ep_needs_moe, experts_divide_by_ep, expert_group_fits_ranks, moe_tensor_parallel_needs_sequence_parallel)

@@ -43,7 +43,7 @@ def test_llama_mapping_names_every_transformers_tensor() -> None:
 def test_deepseek_v3_mapping_matches_transformers_with_fused_experts() -> None:
     """transformers 5 fuses experts at load time (gate_up_proj [E, 2f, h], down_proj [E, h, f]); the
     mapping writes the released per-expert names, which its conversion mapping fuses."""
-    doc = mapping(["parallel.tp=2"], spec="tiny_moe_pretrain_2rank_cpu_fp32")
+    doc = mapping(["parallel.tp=2", "parallel.sequence_parallel=true"], spec="tiny_moe_pretrain_2rank_cpu_fp32")
     ours = hf_names_and_shapes(doc)
     theirs = transformers_state(doc)
     per_expert = {n: s for n, s in ours.items() if ".mlp.experts." in n}
@@ -74,7 +74,7 @@ def test_expert_global_id_is_local_plus_ep_rank_times_experts_per_rank(ep: int) 
 
 
 @pytest.mark.parametrize("overrides,spec", [(["hardware=cpu", "parallel.tp=2"], None),
-                                            (["parallel.tp=2"], "tiny_moe_pretrain_2rank_cpu_fp32")])
+                                            (["parallel.tp=2", "parallel.sequence_parallel=true"], "tiny_moe_pretrain_2rank_cpu_fp32")])
 def test_rank_boxes_tile_every_tensor_exactly_once(overrides: list[str], spec: str | None) -> None:
     for t in tensors(mapping(overrides, spec)):
         tr = t.transform

@@ -87,7 +87,7 @@ MEMORY_CASES = [
     ("deepseek_v3 TP2 PP16 CP2 EP8 SP", ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=15360"],
      Layout(nodes=256, tp=2, pp=16, cp=2, ep=8, sequence_parallel=True, recompute="none")),
     ("deepseek_v3 PP13 uneven", ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=1040"],
-     Layout(nodes=130, tp=4, pp=13, ep=16, micro_batch_size=2, distributed_optimizer=False)),
+     Layout(nodes=130, tp=4, pp=13, ep=16, micro_batch_size=2, distributed_optimizer=False, sequence_parallel=True)),
     ("llama3_70b TP8 PP2 SP", ["model=llama3_70b", "hardware=h100_80g"],
      Layout(nodes=8, tp=8, pp=2, sequence_parallel=True)),
     ("llama3_70b PP7 few micro-batches", ["model=llama3_70b", "hardware=h100_80g", "train.global_batch_size=16"],
