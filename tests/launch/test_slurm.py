@@ -131,9 +131,16 @@ def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slu
         # What Slurm does signal_seconds before the time limit (only to the batch shell: B:)
         subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, check=True)
         _poll(lambda: "Restarts=1 " in _show_job(job_id, env), "the job to be requeued")
-        # Slurm holds a requeued job back (BeginTime, ~2 min); release it now.
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True)
-        _poll(lambda: len(list(out.glob("rank?.restart1.json"))) == 2, "the requeued job's ranks")
+        def released_and_rerun() -> bool:
+            # Slurm holds a requeued job back (BeginTime, ~2 min). Release it only once the first run has
+            # left the node: started while that run still completes, the job dies ("credential revoked").
+            node = subprocess.run(["sinfo", "--noheader", "--format=%T"], env=env, capture_output=True,
+                                  text=True, check=False).stdout.split()
+            if node == ["idle"] and "Reason=BeginTime" in _show_job(job_id, env):
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=False)
+            return len(list(out.glob("rank?.restart1.json"))) == 2
+
+        _poll(released_and_rerun, "the requeued job's ranks")
     finally:
         subprocess.run(["scancel", job_id], env=env, check=False)
     first = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
