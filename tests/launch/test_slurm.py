@@ -21,6 +21,7 @@ from conftest import compile_build, free_port
 from swap_trainer import write_wrapper
 
 pytestmark = pytest.mark.slow
+CREDENTIAL_REVOKE_GRACE_S = 2.0  # slurmd compares credential and revocation times in whole seconds
 JOB_TIMEOUT_S = 300  # the real tiny training takes ~40 s alone, longer on a loaded 2-core CI machine
 
 
@@ -131,9 +132,12 @@ def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slu
         # What Slurm does signal_seconds before the time limit (only to the batch shell: B:)
         subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=env, check=True)
         _poll(lambda: "Restarts=1 " in _show_job(job_id, env), "the job to be requeued")
+        # Slurm holds a requeued job back (BeginTime, ~2 min) because slurmd revoked the job's credential:
+        # a new one issued within the same second still counts as revoked ("Killing non-startable batch
+        # job: Job credential revoked"). Release it once the revocation is in the past and the node is idle.
+        time.sleep(CREDENTIAL_REVOKE_GRACE_S)
+
         def released_and_rerun() -> bool:
-            # Slurm holds a requeued job back (BeginTime, ~2 min). Release it only once the first run has
-            # left the node: started while that run still completes, the job dies ("credential revoked").
             node = subprocess.run(["sinfo", "--noheader", "--format=%T"], env=env, capture_output=True,
                                   text=True, check=False).stdout.split()
             if node == ["idle"] and "Reason=BeginTime" in _show_job(job_id, env):
