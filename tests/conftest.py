@@ -19,6 +19,13 @@ class CliResult:
     out: str
     err: str
 
+    def assert_reports(self, code: int, fragments: list[str]) -> None:
+        """Exit `code`, every fragment on stderr, and no traceback: the golden-error contract."""
+        assert self.code == code, self.err
+        for fragment in fragments:
+            assert fragment in self.err, f"missing {fragment!r} in:\n{self.err}"
+        assert "Traceback" not in self.err
+
 
 @pytest.fixture
 def lmspec(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:

@@ -91,8 +91,5 @@ def test_malformed_input_fails_cleanly_and_leaves_build_untouched(
     before = _snapshot(out)
     argv = [a.replace("{dir}", str(bad_specs)) for a in argv]
     result = lmspec("compile", "-o", str(out), *argv)
-    assert result.code == code, result.err
-    for fragment in fragments:
-        assert fragment in result.err, f"missing {fragment!r} in:\n{result.err}"
-    assert "Traceback" not in result.err
+    result.assert_reports(code, fragments)
     assert _snapshot(out) == before
