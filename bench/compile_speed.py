@@ -30,7 +30,7 @@ TARGET_RATIO = 1.3
 # DeepSeek-V3 on 2048 H800 as DeepSeek ran it (pp 16, ep 64, distributed optimizer): the
 # largest shipped preset.
 PRESET = "deepseek_v3_pretrain_2048gpu_h800_bf16"
-LMSPEC = "import sys; from compiler.cli import run; sys.exit(run(sys.argv[1:]))"
+LMSPEC = "from compiler.cli import main; main()"  # what the `lmspec` console script runs
 HYDRA = """
 import sys
 from hydra import compose, initialize_config_dir

@@ -6,6 +6,7 @@ User mistakes print one line per problem and no traceback (LMSPEC_DEBUG=1 shows 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -15,6 +16,11 @@ from pathlib import Path
 from compiler.errors import Problem, SpecError, UsageError
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+# A compile builds ~50k long-lived objects (modules, Hydra's configs) and almost no cycles; at
+# CPython's default threshold (700) the collector rescans them a dozen times, and once more
+# at exit: a quarter of a compile's CPU (bench/compile_speed.py). The console command
+# collects rarely and freezes what is alive before exiting.
+_GC_GEN0_THRESHOLD = 100_000
 
 # Modules adding a subcommand: each has `register(subparsers)` and imports nothing heavy at
 # module level (torch, deepspeed, megatron, vllm load inside the handler, if at all).
@@ -51,8 +57,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return compile_many(combos, args)
     plan = make_plan(list(args.overrides), args.spec)
     _print_problems(plan.warnings)
-    files = build_files(plan)
     target = args.output / plan.name
+    files = build_files(plan, replacing=target)
     if args.check:
         differences = stale_files(target, files)
         if differences:
@@ -153,10 +159,12 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
+    gc.set_threshold(_GC_GEN0_THRESHOLD)
     try:
         code = run()
         sys.stdout.flush()
     except BrokenPipeError:  # `lmspec explain | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = EXIT_OK
+    gc.freeze()
     sys.exit(code)

@@ -55,7 +55,7 @@ def _check_one(spec: Path, output: Path, compile_check: bool) -> bool:
         print(f"{spec}: valid ({len(plan.warnings)} warnings)")
         return True
     target = output / plan.name
-    stale = stale_files(target, build_files(plan))
+    stale = stale_files(target, build_files(plan, replacing=target))
     if stale:
         print(f"{target} is stale ({', '.join(stale)}); refresh it: lmspec compile --spec {spec} -o {output}",
               file=sys.stderr)

@@ -7,22 +7,25 @@ own exceptions are re-phrased here into problems that name the key and the fix.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra._internal import config_loader_impl
+from hydra._internal.defaults_list import DefaultsList
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from compiler.errors import SpecError, UsageError, error
 from compiler.paths import SPECS_DIR, display_path
-from compiler.provenance import Origins, replay
+from compiler.provenance import SAFE_LOADER, Origins, replay
 
 DEFAULT_CONFIG = "config"
 
@@ -80,9 +83,32 @@ def _check_spec_file(spec_file: Path) -> None:
     if spec_file.suffix not in (".yaml", ".yml"):
         raise UsageError(f"--spec {spec_file}: expected a .yaml file")
     try:
-        yaml.safe_load(spec_file.read_text(encoding="utf-8"))
+        yaml.load(spec_file.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise SpecError([error("<file>", f"{display_path(spec_file)}: YAML syntax error: {exc}")]) from None
+
+
+@contextmanager
+def _defaults_list_of_compose() -> Iterator[list[DefaultsList]]:
+    """The defaults list Hydra builds while composing (the sources in merge order).
+
+    Hydra's `compose` computes it but does not return it; asking `compute_defaults_list`
+    again reloads every YAML file (a third of a compile's own time), so it is caught on
+    the way instead. hydra-core is pinned to 1.3.x, where compose calls this module-level
+    function once per composition.
+    """
+    caught: list[DefaultsList] = []
+    create = config_loader_impl.create_defaults_list
+
+    def catching(*args: Any, **kwargs: Any) -> DefaultsList:
+        caught.append(create(*args, **kwargs))
+        return caught[-1]
+
+    config_loader_impl.create_defaults_list = catching
+    try:
+        yield caught
+    finally:
+        config_loader_impl.create_defaults_list = create
 
 
 def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Composed:
@@ -95,10 +121,10 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
     all_overrides = _hydra_overrides(spec_file) + list(overrides)
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"):
+        with (initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"),
+              _defaults_list_of_compose() as caught):
             cfg = compose(config_name=config_name, overrides=all_overrides, return_hydra_config=True)
-            loader = GlobalHydra.instance().config_loader()
-            defaults = loader.compute_defaults_list(config_name, all_overrides, RunMode.RUN).defaults
+            defaults = caught[-1].defaults
             choices = {k: v for k, v in cfg.hydra.runtime.choices.items()
                        if v is not None and not k.startswith("hydra/")}
             with open_dict(cfg):

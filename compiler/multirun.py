@@ -56,8 +56,8 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
             rows.append(SweepRow(suffix, None, None, [p.message for p in exc.problems if p.severity == "error"]))
             status = EXIT_INVALID
             continue
-        files = build_files(plan)
         target = args.output / f"{plan.name}-{suffix}" if suffix else args.output / plan.name
+        files = build_files(plan, replacing=target)
         rows.append(SweepRow(suffix, target.name, files["plan.json"], [p.message for p in plan.warnings]))
         if args.check:
             stale = stale_files(target, files)

@@ -17,6 +17,8 @@ import yaml
 from compiler.paths import display_path
 
 COMMAND_LINE = "command-line override"
+# libyaml's parser keeps line marks too and is ~10x faster than the pure-Python one.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _key_lines(node: yaml.Node, prefix: str, out: dict[str, tuple[int, bool]]) -> None:
@@ -32,7 +34,7 @@ def _key_lines(node: yaml.Node, prefix: str, out: dict[str, tuple[int, bool]]) -
 
 def yaml_key_lines(path: Path, package: str) -> dict[str, tuple[int, bool]]:
     """Dotted key -> (1-based line, is a leaf) for every key of a YAML file placed at `package`."""
-    node = yaml.compose(path.read_text(encoding="utf-8"))
+    node = yaml.compose(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     lines: dict[str, tuple[int, bool]] = {}
     if node is not None:
         _key_lines(node, package, lines)

@@ -8,12 +8,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from compiler.earlier import MANIFEST, EarlierBuild
 from compiler.emit import emit_all
 from compiler.emit.spec_files import dump_json
 from compiler.errors import UsageError
 from compiler.plan import Plan
 
-MANIFEST = "manifest.json"
 EXECUTABLE_SUFFIXES = (".sh",)
 
 
@@ -21,9 +21,13 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def build_files(plan: Plan) -> dict[str, str]:
-    """Every artifact of the plan plus manifest.json, which records how the build was made."""
-    files = emit_all(plan)
+def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
+    """Every artifact of the plan plus manifest.json, which records how the build was made.
+
+    `replacing` is the build directory these files will replace or be checked against: an
+    untouched chart there drawn from the same numbers is kept instead of redrawn.
+    """
+    files = emit_all(plan, EarlierBuild(replacing) if replacing is not None else None)
     files[MANIFEST] = dump_json({
         "lmspec_version": plan.lmspec_version,
         "name": plan.name,

@@ -8,6 +8,9 @@ checkpoint tensor, or one expert's) and the HuggingFace tensor(s) it becomes:
   sharding, and what dist_checkpointing records as chunk offsets on disk.
 - `to_hf(full)` / `from_hf(tensors, cat)`: the layout change between the full Megatron
   tensor and the HF tensor(s) (de-interleave QKV, split gate/up, or none).
+- `hf_rows()`: the same layout change as data: each HF tensor as the row ranges of the
+  full Megatron tensor it concatenates, so the runtime can copy checkpoint bytes to the
+  output file without holding the tensor (see runtime/convert.py).
 - `merge(shards, cat)` / `split(tensors, cat)`: rank shards <-> HF tensors, composed
   from the two above. Used by the reverse conversion and the tests.
 
@@ -25,6 +28,7 @@ from compiler.conversion.kinds import SplitKind
 
 Shape = tuple[int, ...]
 Box = tuple[tuple[int, int], ...]  # [start, stop) per dimension of the full Megatron tensor
+Rows = tuple[int, int]  # [start, stop) along dim 0 of the full Megatron tensor
 Cat = Callable[..., Any]  # torch.cat(tensors, dim)
 
 
@@ -38,6 +42,11 @@ def _full_box(shape: Shape) -> Box:
 
 def _with(box: Box, dim: int, start: int, stop: int) -> Box:
     return box[:dim] + ((start, stop),) + box[dim + 1:]
+
+
+def _owner(cls: type, method: str) -> type:
+    """The class in `cls`'s MRO that defines `method`."""
+    return next(c for c in cls.__mro__ if method in c.__dict__)
 
 
 class Transform:
@@ -87,6 +96,21 @@ class Transform:
     def from_hf(self, tensors: Mapping[str, Any], cat: Cat) -> Any:
         (name,) = self.hf
         return tensors[name]
+
+    def hf_rows(self) -> dict[str, list[Rows]] | None:
+        """Each HF tensor as the dim-0 row ranges of the full Megatron tensor that `to_hf` concatenates.
+
+        None for a 0-d tensor, and when a subclass overrides `to_hf` without `_rows` (then only
+        `to_hf` is right).
+        """
+        cls = type(self)
+        if not self.shape or not issubclass(_owner(cls, "_rows"), _owner(cls, "to_hf")):
+            return None
+        return self._rows()
+
+    def _rows(self) -> dict[str, list[Rows]]:
+        (name,) = self.hf
+        return {name: [(0, self.shape[0])]}
 
     # -- composed -----------------------------------------------------------------------------
     def assemble(self, shards: Sequence[Any], cat: Cat) -> Any:
@@ -225,6 +249,15 @@ class QKV(Transform):
                 k: grouped[:, per_group].reshape(self.groups * self.head_dim, *rest),
                 v: grouped[:, per_group + 1].reshape(self.groups * self.head_dim, *rest)}
 
+    def _rows(self) -> dict[str, list[Rows]]:
+        q, k, v = self.hf
+        q_rows = self.heads // self.groups * self.head_dim
+        block = q_rows + 2 * self.head_dim
+        starts = [g * block for g in range(self.groups)]
+        return {q: [(s, s + q_rows) for s in starts],
+                k: [(s + q_rows, s + q_rows + self.head_dim) for s in starts],
+                v: [(s + q_rows + self.head_dim, s + block) for s in starts]}
+
     def from_hf(self, tensors: Mapping[str, Any], cat: Cat) -> Any:
         q, k, v = (tensors[name] for name in self.hf)
         per_group = self.heads // self.groups
@@ -277,6 +310,11 @@ class GatedMLP(Transform):
         gate, up = self.hf
         half = self.shape[0] // 2
         return {gate: full[:half], up: full[half:]}
+
+    def _rows(self) -> dict[str, list[Rows]]:
+        gate, up = self.hf
+        half = self.shape[0] // 2
+        return {gate: [(0, half)], up: [(half, self.shape[0])]}
 
     def from_hf(self, tensors: Mapping[str, Any], cat: Cat) -> Any:
         gate, up = self.hf

@@ -1,12 +1,15 @@
 """Emitters: one pure function per artifact kind, Plan -> {relative path: text}.
 
 EMITTERS is a plain table; `emit_all` runs each and refuses two emitters writing one path.
+The memory chart is the one emitter that may keep a file of the earlier build (its matplotlib
+import costs more than the rest of a compile), so it is called apart with that build.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from compiler.earlier import EarlierBuild
 from compiler.emit.conversion import emit_conversion
 from compiler.emit.deepspeed_config import emit_ds_config
 from compiler.emit.launch import emit_launch
@@ -20,16 +23,17 @@ from compiler.plan import Plan
 Emitter = Callable[[Plan], dict[str, str]]
 
 EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report,
-                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve, emit_conversion,
-                                  emit_memory_chart)
+                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve, emit_conversion)
 
 
-def emit_all(plan: Plan) -> dict[str, str]:
+def emit_all(plan: Plan, earlier: EarlierBuild | None = None) -> dict[str, str]:
+    """Every artifact; `earlier` is the build being replaced, whose unchanged chart may be kept."""
+    outputs = [(emitter.__name__, emitter(plan)) for emitter in EMITTERS]
+    outputs.append((emit_memory_chart.__name__, emit_memory_chart(plan, earlier)))
     files: dict[str, str] = {}
-    for emitter in EMITTERS:
-        produced = emitter(plan)
+    for name, produced in outputs:
         clash = files.keys() & produced.keys()
         if clash:
-            raise RuntimeError(f"{emitter.__name__} rewrites {sorted(clash)}: two emitters own one path")
+            raise RuntimeError(f"{name} rewrites {sorted(clash)}: two emitters own one path")
         files.update(produced)
     return dict(sorted(files.items()))

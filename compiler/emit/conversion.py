@@ -7,10 +7,15 @@ shard, its place in the running model, and the HF tensor(s) it becomes, with
 shapes and dtypes before and after. deepspeed backend: the ZeRO partitions are
 consolidated to full tensors (DeepSpeed's own zero_to_fp32) that already carry HF
 names, so every entry is `direct`. Both carry the HF config.json, derived from the spec.
+
+One tensor per line: a reviewer's diff names exactly the tensors a spec change touched,
+and the rows go through json's C encoder (an indented dump of DeepSeek-V3's ~900 rows
+took 17 ms, a third of a compile's own time).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from compiler.conversion.mapping import Entry, build_entries, hf_config
@@ -58,5 +63,12 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
     return doc
 
 
+def dump_mapping(doc: dict[str, Any]) -> str:
+    """`dump_json`'s layout for the header keys, then `tensors` (last, as in sorted order) a row per line."""
+    head = {key: value for key, value in doc.items() if key != "tensors"}
+    rows = ",\n".join(f"    {json.dumps(row, sort_keys=True, ensure_ascii=False)}" for row in doc["tensors"])
+    return f'{dump_json(head).rstrip().removesuffix("}").rstrip()},\n  "tensors": [\n{rows}\n  ]\n}}\n'
+
+
 def emit_conversion(plan: Plan) -> dict[str, str]:
-    return {MAPPING_JSON: dump_json(mapping_document(plan))}
+    return {MAPPING_JSON: dump_mapping(mapping_document(plan))}

@@ -3,12 +3,23 @@
 matplotlib is imported inside the emitter (compiling a spec imports nothing heavy before it
 is needed) and driven for byte-identical output: the Agg-free SVG canvas, a fixed hash
 salt for element ids, no date in the metadata, text kept as text.
+
+Importing matplotlib costs ~0.4 s, more than the rest of a compile, so the chart is keyed
+by the numbers it draws: the key goes into the SVG's Dublin Core identifier, and when the
+earlier build on disk holds an untouched chart with the same key it is kept, not redrawn
+(as make keeps a target whose inputs did not change). A spec edit that moves no memory
+figure (lr, steps, serving, NCCL) then compiles without matplotlib.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import re
+from dataclasses import asdict, dataclass
 
+from compiler.earlier import EarlierBuild
 from compiler.models.train_memory import GIB, TERMS
 from compiler.plan import Plan
 
@@ -17,41 +28,71 @@ COLORS = {"weights": "#4c72b0", "gradients": "#55a868", "optimizer": "#c44e52", 
           "buffers": "#937860"}
 HASH_SALT = "lmspec"
 FIGURE_INCHES = (7.0, 3.6)
+_KEY_IN_SVG = re.compile(r"<dc:identifier>lmspec-chart-([0-9a-f]{64})</dc:identifier>")
 
 
-def memory_chart_svg(plan: Plan) -> str:
+@dataclass(frozen=True)
+class ChartData:
+    """Everything the chart draws; its hash decides whether an earlier chart can be kept."""
+
+    title: str
+    stage_labels: list[str]
+    gib_by_term: dict[str, list[float]]
+    budget_gib: float
+    lmspec_version: str
+
+    @classmethod
+    def of(cls, plan: Plan) -> ChartData:
+        stages = plan.memory.stages
+        return cls(title=f"{plan.name}: training memory per GPU ({plan.spec.hardware.gpu.name})",
+                   stage_labels=[str(s.stage) for s in stages] if len(stages) > 1 else ["every GPU"],
+                   gib_by_term={term: [s.terms()[term] / GIB for s in stages] for term in TERMS},
+                   budget_gib=plan.memory.budget_bytes / GIB, lmspec_version=plan.lmspec_version)
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def memory_chart_svg(data: ChartData) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
-    stages = plan.memory.stages
-    labels = [str(s.stage) for s in stages] if len(stages) > 1 else ["every GPU"]
+    labels, single = data.stage_labels, len(data.stage_labels) == 1
     with matplotlib.rc_context({"svg.hashsalt": HASH_SALT, "svg.fonttype": "none", "font.size": 8}):
         figure = Figure(figsize=FIGURE_INCHES)
         FigureCanvasSVG(figure)
         ax = figure.add_subplot()
-        bottom = [0.0] * len(stages)
+        bottom = [0.0] * len(labels)
         for term in TERMS:
-            values = [s.terms()[term] / GIB for s in stages]
+            values = data.gib_by_term[term]
             ax.bar(labels, values, bottom=bottom, color=COLORS[term], label=term, width=0.7)
             bottom = [b + v for b, v in zip(bottom, values)]
-        budget = plan.memory.budget_bytes / GIB
+        budget = data.budget_gib
         ax.axhline(budget, color="black", linestyle="--", linewidth=1)
-        ax.text(len(stages) - 0.5 if len(stages) > 1 else 1.4, budget, f"usable {budget:.1f} GiB", ha="right", va="bottom")
+        ax.text(1.4 if single else len(labels) - 0.5, budget, f"usable {budget:.1f} GiB", ha="right", va="bottom")
         ax.set_ylabel("GiB per GPU")
-        ax.set_xlabel("pipeline stage" if len(stages) > 1 else "")
-        ax.set_title(f"{plan.name}: training memory per GPU ({plan.spec.hardware.gpu.name})")
-        ax.legend(loc="upper left", ncols=len(TERMS), frameon=False, bbox_to_anchor=(0, -0.12 if len(stages) > 1 else -0.05))
+        ax.set_xlabel("" if single else "pipeline stage")
+        ax.set_title(data.title)
+        ax.legend(loc="upper left", ncols=len(TERMS), frameon=False, bbox_to_anchor=(0, -0.05 if single else -0.12))
         ax.set_ylim(0, max(max(bottom), budget) * 1.12)
-        if len(stages) == 1:
+        if single:
             ax.set_xlim(-1.5, 1.5)
         figure.tight_layout()
         out = io.StringIO()
-        figure.savefig(out, format="svg", metadata={"Date": None, "Creator": "lmspec"})
+        figure.savefig(out, format="svg", metadata={"Date": None, "Creator": "lmspec",
+                                                     "Identifier": f"lmspec-chart-{data.key()}"})
     return out.getvalue()
 
 
-def emit_memory_chart(plan: Plan) -> dict[str, str]:
-    return {CHART_PATH: memory_chart_svg(plan)}
+def emit_memory_chart(plan: Plan, earlier: EarlierBuild | None = None) -> dict[str, str]:
+    """The chart, kept from `earlier` when that one was drawn from the same numbers."""
+    data = ChartData.of(plan)
+    kept = earlier.file(CHART_PATH) if earlier is not None else None
+    if kept is not None:
+        found = _KEY_IN_SVG.search(kept)
+        if found and found.group(1) == data.key():
+            return {CHART_PATH: kept}
+    return {CHART_PATH: memory_chart_svg(data)}
