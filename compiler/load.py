@@ -41,7 +41,7 @@ class Composed:
 
 
 def _search_dirs(spec_file: Path | None) -> list[Path]:
-    return [spec_file.parent, SPECS_DIR] if spec_file else [SPECS_DIR]
+    return [spec_file.parent, SPECS_DIR] if spec_file and spec_file.parent != SPECS_DIR else [SPECS_DIR]
 
 
 def _find_source(config_path: str, dirs: list[Path]) -> Path | None:
@@ -63,7 +63,7 @@ def _value_override_keys(overrides: list[str], choices: dict[str, str]) -> list[
 
 
 def _hydra_overrides(spec_file: Path | None) -> list[str]:
-    if spec_file is None:
+    if spec_file is None or spec_file.parent == SPECS_DIR:  # a built-in preset: specs/ is the search path
         return []
     return [f"hydra.searchpath=['file://{SPECS_DIR}']"]
 

@@ -25,6 +25,7 @@ from compiler.plan import Plan
 
 MAPPING_JSON = "convert/mapping.json"
 FORMAT = "lmspec-convert-mapping/1"
+_ROW_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
 
 
 def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
@@ -66,7 +67,7 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
 def dump_mapping(doc: dict[str, Any]) -> str:
     """`dump_json`'s layout for the header keys, then `tensors` (last, as in sorted order) a row per line."""
     head = {key: value for key, value in doc.items() if key != "tensors"}
-    rows = ",\n".join(f"    {json.dumps(row, sort_keys=True, ensure_ascii=False)}" for row in doc["tensors"])
+    rows = ",\n".join(f"    {_ROW_ENCODER.encode(row)}" for row in doc["tensors"])
     return f'{dump_json(head).rstrip().removesuffix("}").rstrip()},\n  "tensors": [\n{rows}\n  ]\n}}\n'
 
 
