@@ -12,6 +12,8 @@ Two kinds of compile are timed:
 - first build: into an empty directory, drawing the chart (matplotlib's import alone is
   ~0.4 s).
 
+`lmspec check` (the other pre-commit hook: validate only) is timed as well.
+
 Target: rebuild within 1.3x of the floor, judged on CPU time (user + sys of the child),
 which a loaded CI machine distorts far less than wall time; everything is printed.
 lmspec's modules are byte-compiled first, as site-packages (Hydra's) are by pip and as
@@ -71,11 +73,12 @@ def _time(argv: list[str]) -> tuple[float, float]:
 def measure(repeats: int, overrides: list[str]) -> dict[str, float]:
     """Medians of each kind of run, in fresh processes, alternating so drift hits all alike."""
     compileall.compile_dir(ROOT / "compiler", quiet=1)
-    runs: dict[str, list[tuple[float, float]]] = {"rebuild": [], "first_build": [], "hydra_compose": []}
+    runs: dict[str, list[tuple[float, float]]] = {"rebuild": [], "first_build": [], "check": [], "hydra_compose": []}
     with tempfile.TemporaryDirectory(prefix="lmspec-bench-") as work:
         rebuild_out, first_out = Path(work) / "rebuild", Path(work) / "first"
         argv = {"rebuild": [sys.executable, "-c", LMSPEC, "compile", "-o", str(rebuild_out), "--spec", PRESET, *overrides],
                 "first_build": [sys.executable, "-c", LMSPEC, "compile", "-o", str(first_out), "--spec", PRESET, *overrides],
+                "check": [sys.executable, "-c", LMSPEC, "check", "--spec", PRESET, *overrides],
                 "hydra_compose": [sys.executable, "-c", HYDRA, str(ROOT / "specs"), PRESET, *overrides]}
         _time(argv["rebuild"]), _time(argv["hydra_compose"])  # the build to rebuild over; warm the OS file cache
         for _ in range(repeats):
@@ -87,7 +90,7 @@ def measure(repeats: int, overrides: list[str]) -> dict[str, float]:
         medians = {kind: statistics.median(r[i] for r in timed) for kind, timed in runs.items()}
         for kind, median in medians.items():
             result[f"{kind}_{clock}_s"] = round(median, 4)
-        for kind in ("rebuild", "first_build"):
+        for kind in ("rebuild", "first_build", "check"):
             result[f"{kind}_{clock}_ratio"] = round(medians[kind] / medians["hydra_compose"], 3)
     return result
 
@@ -105,7 +108,8 @@ def main() -> int:
         for clock in ("cpu", "wall"):
             print(f"{clock:>4}: hydra compose {result[f'hydra_compose_{clock}_s']:.3f} s; lmspec compile: "
                   f"rebuild {result[f'rebuild_{clock}_s']:.3f} s ({result[f'rebuild_{clock}_ratio']:.2f}x), "
-                  f"first build {result[f'first_build_{clock}_s']:.3f} s ({result[f'first_build_{clock}_ratio']:.2f}x)")
+                  f"first build {result[f'first_build_{clock}_s']:.3f} s ({result[f'first_build_{clock}_ratio']:.2f}x); "
+                  f"lmspec check {result[f'check_{clock}_s']:.3f} s ({result[f'check_{clock}_ratio']:.2f}x)")
         print(f"medians of {args.repeats} cold runs each; target: rebuild CPU ratio <= {TARGET_RATIO}")
     return 0 if result["rebuild_cpu_ratio"] <= TARGET_RATIO else 1
 

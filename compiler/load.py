@@ -6,7 +6,6 @@ own exceptions are re-phrased here into problems that name the key and the fix.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -163,6 +162,8 @@ def _known_keys() -> list[str]:
 
 
 def did_you_mean(word: str, candidates: list[str]) -> str:
+    import difflib  # only on the error path
+
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
 
