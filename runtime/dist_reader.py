@@ -6,12 +6,17 @@ each tensor's global shape and each chunk's offsets. Loading a whole key with
 `torch.distributed.checkpoint.load` materialises its global tensor, which for a
 stacked key is every layer at once; this reader copies only the chunks that overlap a
 requested box, so memory stays at one output region plus one chunk.
+
+`row_bands` goes one step further for the converter's direct path: it names the byte
+ranges of the .distcp files that hold given rows of a tensor, in row order, so they can
+be copied file to file without becoming tensors.
 """
 
 from __future__ import annotations
 
 import collections
 import io
+import math
 import os
 import pickle
 import re
@@ -19,6 +24,7 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
@@ -44,6 +50,26 @@ class _Raw:
     nbytes: int
     shape: tuple[int, ...]
     dtype: torch.dtype
+
+
+class ByteRun(NamedTuple):
+    """`nbytes` bytes at `offset` of checkpoint file `file` (relative to the checkpoint directory)."""
+
+    file: str
+    offset: int
+    nbytes: int
+
+
+class Band(NamedTuple):
+    """`rows` consecutive rows of a tensor, stored as one run per part: each part holds its column
+    range of those rows back to back, and a row is one row of each part in turn.
+
+    One part: a plain byte run (rows of a chunk that spans all columns). Several: a row-parallel
+    tensor, whose TP chunks each hold some columns of every row.
+    """
+
+    rows: int
+    parts: tuple[ByteRun, ...]
 
 
 class _Recipe(pickle.Unpickler):
@@ -117,6 +143,7 @@ class DistCheckpoint:
         self.path = path
         self.metadata = FileSystemReader(str(path)).read_metadata()
         self._files: dict[str, io.BufferedReader] = {}
+        self._raws: dict[tuple[str, tuple[int, ...]], _Raw | None] = {}
 
     def model_tensors(self) -> dict[str, StoredTensor]:
         out = {}
@@ -129,6 +156,10 @@ class DistCheckpoint:
         if relative not in self._files:
             self._files[relative] = open(self.path / relative, "rb", buffering=0)  # noqa: SIM115
         return self._files[relative]
+
+    def fileno(self, relative: str) -> int:
+        """The OS file descriptor of checkpoint file `relative`, open for reading."""
+        return self._file(relative).fileno()
 
     def close(self) -> None:
         for fh in self._files.values():
@@ -146,7 +177,12 @@ class DistCheckpoint:
 
     def _raw(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> _Raw | None:
         """The chunk's storage bytes, if the chunk is a whole contiguous little-endian tensor stored
-        uncompressed; None otherwise (then torch.load reads it)."""
+        uncompressed; None otherwise (then torch.load reads it). Parsed once per chunk."""
+        if (key, offsets) not in self._raws:
+            self._raws[key, offsets] = self._parse_raw(key, offsets, sizes)
+        return self._raws[key, offsets]
+
+    def _parse_raw(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> _Raw | None:
         info = self.metadata.storage_data[MetadataIndex(key, offsets)]
         if getattr(info, "transform_descriptors", None):
             return None
@@ -216,6 +252,49 @@ class DistCheckpoint:
         if covered != _volume(box):
             raise CheckpointFormatError(f"{key}: stored chunks cover {covered} of the {_volume(box)} elements "
                                         f"of region {list(box)} (a partial or foreign checkpoint)")
+
+    def row_bands(self, key: str, lead: tuple[int, ...], rows: tuple[int, int],
+                  dtype: torch.dtype) -> list[Band] | None:
+        """Where rows [start, stop) of `key[lead]` (all later dimensions) lie in the files, in row order.
+
+        A chunk that spans every later dimension holds its rows as one run; a 2-D chunk cut along
+        columns (row-parallel) holds its columns of its rows as one run too, so a band of rows has
+        one part per chunk. None when the rows cannot be copied as stored bytes (a chunk not raw
+        `dtype`, another cut, incomplete coverage): the caller then reads tensors (`read_into`),
+        which also reports what is wrong.
+        """
+        md = self.metadata.state_dict_metadata[key]
+        assert isinstance(md, TensorStorageMetadata)
+        d, size = len(lead), tuple(md.size)
+        region = tuple((i, i + 1) for i in lead) + (rows,) + tuple((0, n) for n in size[d + 1:])
+        item = dtype.itemsize
+        strips: list[tuple[int, int, int, str, int, int]] = []  # first row, stop row, column, file, offset, row bytes
+        covered = 0
+        for chunk in md.chunks:
+            offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
+            lo = [max(b[0], o) for b, o in zip(region, offsets)]
+            hi = [min(b[1], o + n) for b, o, n in zip(region, offsets, sizes)]
+            if any(a >= b for a, b in zip(lo, hi)):
+                continue
+            raw = self._raw(key, offsets, sizes)
+            if raw is None or raw.dtype != dtype:
+                return None
+            if sizes[d + 1:] != size[d + 1:] and len(size) != d + 2:
+                return None  # cut along a later dimension of a >2-D tensor: rows are not runs
+            row_bytes = math.prod(sizes[d + 1:]) * item  # the chunk's rows are contiguous: full width of the chunk
+            start = sum((a - o) * math.prod(sizes[i + 1:]) for i, (a, o) in enumerate(zip(lo, offsets))) * item
+            strips.append((lo[d], hi[d], lo[d + 1] if len(size) > d + 1 else 0, raw.file, raw.offset + start,
+                           row_bytes))
+            covered += _volume(tuple(zip(lo, hi)))
+        if covered != _volume(region):
+            return None
+        cuts = sorted({r for first, stop, *_ in strips for r in (first, stop)})
+        bands = []
+        for a, b in zip(cuts, cuts[1:]):
+            parts = sorted((column, ByteRun(file, offset + (a - first) * width, (b - a) * width))
+                           for first, stop, column, file, offset, width in strips if first <= a < stop)
+            bands.append(Band(b - a, tuple(run for _, run in parts)))
+        return bands
 
 
 def _volume(box: Box) -> int:

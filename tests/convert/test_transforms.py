@@ -114,3 +114,35 @@ def test_mla_up_keeps_whole_heads_per_rank() -> None:
 def test_constructors_reject_shapes_that_do_not_fit(make, message: str) -> None:
     with pytest.raises(MappingError, match=re.escape(message)):
         make()
+
+
+ROW_SELECTIONS = [
+    QKV("qkv", ("q", "k", "v"), ((8 + 2 * 2) * 4, HIDDEN), 2, heads=8, groups=2, head_dim=4),
+    GatedMLP("fc1", ("gate", "up"), (32, HIDDEN), 2),
+    ColumnParallel("w", ("w",), (16, HIDDEN), 2),
+    RowParallel("w", ("w",), (16, HIDDEN), 2),
+    Replicated("norm", ("norm",), (HIDDEN,), 2),
+    MlaDown("kv_down", ("kv_a",), (12, HIDDEN), 2, latent=8, rope_dim=4),
+    MlaUp("kv_up", ("kv_b",), (4 * 8, 6), 2, heads=4, head_rows=(3, 5)),
+]
+
+
+@pytest.mark.parametrize("t", ROW_SELECTIONS, ids=lambda t: t.kind.value)
+def test_hf_rows_describe_to_hf(t) -> None:
+    """The converter copies the rows `hf_rows` names instead of calling `to_hf`: they must agree."""
+    full = rand(*t.shape)
+    rows = t.hf_rows()
+    assert rows is not None and list(rows) == list(t.hf_shapes())
+    for name, tensor in t.to_hf(full).items():
+        assert torch.equal(torch.cat([full[a:b] for a, b in rows[name]]), tensor)
+
+
+def test_hf_rows_refuse_a_subclass_that_changes_to_hf_only() -> None:
+    """A transform that overrides `to_hf` alone (as the wrong-mapping tests do) must not be copied by rows."""
+
+    class Flipped(ColumnParallel):
+        def to_hf(self, full):
+            return super().to_hf(full.flip(0))
+
+    assert Flipped("w", ("w",), (16, HIDDEN), 2).hf_rows() is None
+    assert ColumnParallel("w", ("w",), (16, HIDDEN), 2).hf_rows() == {"w": [(0, 16)]}
