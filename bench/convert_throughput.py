@@ -23,7 +23,7 @@ tensors' offsets in .distcp files are not page-aligned (runtime/safetensors_stre
 has the measurements). The target counts the conversion, not the interpreter: start-up
 (~1.9 s here, importing torch and torch.distributed.checkpoint) is reported apart, as it
 is fixed per run while checkpoints grow to hundreds of GB.
-""""""
+"""
 
 from __future__ import annotations
 
