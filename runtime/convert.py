@@ -11,7 +11,9 @@ Megatron (torch_dist), two paths per full tensor of the mapping, same bytes out:
   through tensors cost a read into a large buffer, the de-interleave copy of QKV and a
   write from memory that is out of cache; on the 2.2 GB bench checkpoint that ran at
   0.2x the speed of `cp -r` (bench/convert_throughput.py), the direct copy at about cp's
-  speed. It holds no tensor, so memory stays at the interpreter's.
+  speed. It holds no tensor, so memory stays at the interpreter's, and imports no torch
+  (runtime/dist_metadata.py reads the checkpoint's index): importing torch and
+  torch.distributed.checkpoint took 1.9 s, four times the copy of that 2.2 GB.
 - buffered (casts, transforms that only `to_hf` knows, chunks stored compressed or as
   pickles): the full Megatron tensor is assembled from the rank boxes its transform
   names (the TP/EP concatenation), cast to the output dtype as it is copied (into one
@@ -40,16 +42,17 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from compiler.conversion.kinds import SplitKind
 from compiler.conversion.transforms import Transform
 from compiler.errors import UsageError
-from runtime.dist_reader import Band, DistCheckpoint
+from runtime.dist_reader import ITEM_BYTES, Band, DistCheckpoint
 from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter, torch_dtype
+
+if TYPE_CHECKING:
+    import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
 
 MAPPING_JSON = "convert/mapping.json"
 LATEST = "latest"
@@ -127,6 +130,8 @@ class Arena:
     """
 
     def __init__(self, nbytes: int) -> None:
+        import torch
+
         self.buffer = torch.zeros(nbytes, dtype=torch.uint8)
 
     def tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -136,6 +141,8 @@ class Arena:
 
 def assemble(t: Tensor, ckpt: DistCheckpoint, dtype: torch.dtype, arena: Arena | None = None) -> torch.Tensor:
     """The full Megatron tensor from its rank boxes (each distinct box read once), in `dtype`."""
+    import torch
+
     full = arena.tensor(t.transform.shape, dtype) if arena else torch.empty(t.transform.shape, dtype=dtype)
     done: set[tuple[tuple[int, int], ...]] = set()
     for rank in range(t.transform.parts):
@@ -154,12 +161,11 @@ def file_bands(t: Tensor, ckpt: DistCheckpoint) -> dict[str, list[Band]] | None:
     rows = t.transform.hf_rows()
     if rows is None or t.dtype != t.hf_dtype:
         return None
-    dtype = torch_dtype(t.dtype)
     out: dict[str, list[Band]] = {}
     for name, ranges in rows.items():
         bands: list[Band] = []
         for span in ranges:
-            found = ckpt.row_bands(t.key, t.index, span, dtype)
+            found = ckpt.row_bands(t.key, t.index, span, t.dtype)
             if found is None:
                 return None
             bands += found
@@ -199,7 +205,7 @@ def _progress(enabled: bool):  # type: ignore[no-untyped-def]
                     TransferSpeedColumn(), TimeRemainingColumn(), disable=not enabled)
 
 
-def _write_buffered(t: Tensor, ckpt: DistCheckpoint, writer: ShardedWriter, arena: Arena) -> None:
+def _write_buffered(t: Tensor, ckpt: DistCheckpoint, writer: ShardedWriter, arena: Arena | None) -> None:
     full = assemble(t, ckpt, torch_dtype(t.hf_dtype), arena)
     outputs = t.transform.to_hf(full)
     del full
@@ -229,8 +235,8 @@ def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
         buffered = [t for t in todo if bands[t.label] is None]
         with atomic_directory(output) as staging:
             writer = ShardedWriter(staging, plan, max_shard_bytes)
-            arena = Arena(max((math.prod(t.transform.shape) * torch_dtype(t.hf_dtype).itemsize for t in buffered),
-                              default=0))
+            largest = max((math.prod(t.transform.shape) * ITEM_BYTES[t.hf_dtype] for t in buffered), default=0)
+            arena = Arena(largest) if buffered else None
             bar = _progress(progress)
             with bar:
                 task = bar.add_task("convert", total=writer.total_bytes, tensor="")

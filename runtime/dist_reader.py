@@ -9,7 +9,8 @@ requested box, so memory stays at one output region plus one chunk.
 
 `row_bands` goes one step further for the converter's direct path: it names the byte
 ranges of the .distcp files that hold given rows of a tensor, in row order, so they can
-be copied file to file without becoming tensors.
+be copied file to file without becoming tensors. That path imports no torch (the
+metadata is read by runtime/dist_metadata.py); reading tensors imports it when first used.
 """
 
 from __future__ import annotations
@@ -24,20 +25,19 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import torch
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
+from runtime.dist_metadata import read_metadata
+
+if TYPE_CHECKING:
+    import torch
 
 Box = tuple[tuple[int, int], ...]
 # megatron's optimizer state lives beside the model's: "optimizer.*", or "chained_<N>.optimizer.*"
 # when dense and expert parameters have separate optimizers (MoE)
 NON_MODEL_KEY = re.compile(r"^(chained_\d+\.)?optimizer\.")
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-_STORAGE_DTYPES = {"FloatStorage": torch.float32, "BFloat16Storage": torch.bfloat16, "HalfStorage": torch.float16}
+ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_STORAGE_DTYPES = {"FloatStorage": "float32", "BFloat16Storage": "bfloat16", "HalfStorage": "float16"}
 _ZIP_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # PKZIP local file header, 30 bytes
 
 
@@ -49,7 +49,7 @@ class _Raw:
     offset: int
     nbytes: int
     shape: tuple[int, ...]
-    dtype: torch.dtype
+    dtype: str
 
 
 class ByteRun(NamedTuple):
@@ -127,11 +127,17 @@ class _Window(io.RawIOBase):
 @dataclass(frozen=True)
 class StoredTensor:
     shape: tuple[int, ...]
-    dtype: torch.dtype
+    dtype_name: str
 
-    @property
-    def dtype_name(self) -> str:
-        return DTYPE_NAMES.get(self.dtype, str(self.dtype).removeprefix("torch."))
+
+def _torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 class DistCheckpoint:
@@ -141,16 +147,13 @@ class DistCheckpoint:
         if not (path / ".metadata").is_file():
             raise CheckpointFormatError(f"{path}: no .metadata (not a torch_dist checkpoint directory)")
         self.path = path
-        self.metadata = FileSystemReader(str(path)).read_metadata()
+        self.metadata = read_metadata(path)
         self._files: dict[str, io.BufferedReader] = {}
         self._raws: dict[tuple[str, tuple[int, ...]], _Raw | None] = {}
 
     def model_tensors(self) -> dict[str, StoredTensor]:
-        out = {}
-        for key, md in self.metadata.state_dict_metadata.items():
-            if isinstance(md, TensorStorageMetadata) and not NON_MODEL_KEY.match(key):
-                out[key] = StoredTensor(tuple(md.size), md.properties.dtype)
-        return out
+        return {key: StoredTensor(md.shape, md.dtype) for key, md in self.metadata.tensors.items()
+                if not NON_MODEL_KEY.match(key)}
 
     def _file(self, relative: str) -> io.BufferedReader:
         if relative not in self._files:
@@ -167,9 +170,11 @@ class DistCheckpoint:
         self._files.clear()
 
     def _load_chunk(self, key: str, offsets: tuple[int, ...]) -> torch.Tensor:
-        info = self.metadata.storage_data[MetadataIndex(key, offsets)]
-        if getattr(info, "transform_descriptors", None):
-            raise CheckpointFormatError(f"{key}: stored with transforms {info.transform_descriptors} "
+        import torch
+
+        info = self.metadata.storage[key, offsets]
+        if info.transforms:
+            raise CheckpointFormatError(f"{key}: stored with transforms {list(info.transforms)} "
                                         "(compressed checkpoints are not supported)")
         window = io.BufferedReader(_Window(self._file(info.relative_path), info.offset, info.length),
                                    buffer_size=1 << 16)
@@ -183,8 +188,8 @@ class DistCheckpoint:
         return self._raws[key, offsets]
 
     def _parse_raw(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> _Raw | None:
-        info = self.metadata.storage_data[MetadataIndex(key, offsets)]
-        if getattr(info, "transform_descriptors", None):
+        info = self.metadata.storage[key, offsets]
+        if info.transforms:
             return None
         window = _Window(self._file(info.relative_path), info.offset, info.length)
         try:
@@ -197,10 +202,10 @@ class DistCheckpoint:
             member = archive.getinfo(f"{prefix}/data/{storage_key}")
         except (pickle.UnpicklingError, KeyError, ValueError, zipfile.BadZipFile, TypeError):
             return None
-        contiguous = tuple(int(torch.tensor(size[i + 1:]).prod()) for i in range(len(size)))
+        contiguous = tuple(math.prod(size[i + 1:]) for i in range(len(size)))
         if (kind != "tensor" or offset != 0 or tuple(size) != sizes or tuple(stride) != contiguous
-                or numel != int(torch.tensor(size).prod()) or member.compress_type != zipfile.ZIP_STORED
-                or member.file_size != numel * dtype.itemsize):
+                or numel != math.prod(size) or member.compress_type != zipfile.ZIP_STORED
+                or member.file_size != numel * ITEM_BYTES[dtype]):
             return None
         window.seek(member.header_offset)
         header = _ZIP_LOCAL_HEADER.unpack(window.read(_ZIP_LOCAL_HEADER.size))
@@ -209,6 +214,8 @@ class DistCheckpoint:
 
     def _read_raw(self, raw: _Raw, out: torch.Tensor) -> None:
         """Read the bytes straight into `out` (contiguous, same dtype and shape)."""
+        import torch
+
         view = memoryview(out.view(torch.uint8).numpy()).cast("B") if out.dim() else None
         assert view is not None and len(view) == raw.nbytes
         fh = self._file(raw.file)
@@ -225,22 +232,21 @@ class DistCheckpoint:
 
         Every element of the box must be covered by stored chunks, else CheckpointFormatError.
         """
-        md = self.metadata.state_dict_metadata[key]
-        assert isinstance(md, TensorStorageMetadata)
+        import torch
+
         covered = 0
-        for chunk in md.chunks:
-            lo = [max(b[0], o) for b, o in zip(box, chunk.offsets)]
-            hi = [min(b[1], o + s) for b, o, s in zip(box, chunk.offsets, chunk.sizes)]
+        for offsets, sizes in self.metadata.tensors[key].chunks:
+            lo = [max(b[0], o) for b, o in zip(box, offsets)]
+            hi = [min(b[1], o + s) for b, o, s in zip(box, offsets, sizes)]
             if any(a >= b for a, b in zip(lo, hi)):
                 continue
             target = out[tuple(slice(a - b0[0], b - b0[0]) for a, b, b0 in zip(lo, hi, box))]
-            offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
             whole = all(a == o and b == o + n for a, b, o, n in zip(lo, hi, offsets, sizes))
             raw = self._raw(key, offsets, sizes) if whole else None
-            if raw is not None and target.is_contiguous() and target.dtype == raw.dtype:
+            if raw is not None and target.is_contiguous() and _dtype_name(target.dtype) == raw.dtype:
                 self._read_raw(raw, target)  # one copy: file -> destination
             elif raw is not None:
-                data = torch.empty(sizes, dtype=raw.dtype)
+                data = torch.empty(sizes, dtype=_torch_dtype(raw.dtype))
                 self._read_raw(raw, data)
                 target.copy_(data)
                 del data
@@ -253,8 +259,7 @@ class DistCheckpoint:
             raise CheckpointFormatError(f"{key}: stored chunks cover {covered} of the {_volume(box)} elements "
                                         f"of region {list(box)} (a partial or foreign checkpoint)")
 
-    def row_bands(self, key: str, lead: tuple[int, ...], rows: tuple[int, int],
-                  dtype: torch.dtype) -> list[Band] | None:
+    def row_bands(self, key: str, lead: tuple[int, ...], rows: tuple[int, int], dtype: str) -> list[Band] | None:
         """Where rows [start, stop) of `key[lead]` (all later dimensions) lie in the files, in row order.
 
         A chunk that spans every later dimension holds its rows as one run; a 2-D chunk cut along
@@ -263,15 +268,14 @@ class DistCheckpoint:
         `dtype`, another cut, incomplete coverage): the caller then reads tensors (`read_into`),
         which also reports what is wrong.
         """
-        md = self.metadata.state_dict_metadata[key]
-        assert isinstance(md, TensorStorageMetadata)
-        d, size = len(lead), tuple(md.size)
+        md = self.metadata.tensors[key]
+        if dtype not in ITEM_BYTES:
+            return None
+        d, size, item = len(lead), md.shape, ITEM_BYTES[dtype]
         region = tuple((i, i + 1) for i in lead) + (rows,) + tuple((0, n) for n in size[d + 1:])
-        item = dtype.itemsize
         strips: list[tuple[int, int, int, str, int, int]] = []  # first row, stop row, column, file, offset, row bytes
         covered = 0
-        for chunk in md.chunks:
-            offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes)
+        for offsets, sizes in md.chunks:
             lo = [max(b[0], o) for b, o in zip(region, offsets)]
             hi = [min(b[1], o + n) for b, o, n in zip(region, offsets, sizes)]
             if any(a >= b for a, b in zip(lo, hi)):

@@ -30,15 +30,15 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1000**3  # what transformers' save_pretrained uses ("5GB")
 INDEX_JSON = "model.safetensors.index.json"
 WRITE_SLICE_BYTES = 16 << 20  # one write() of hundreds of MB is ~8x slower here than 16 MiB slices
 _ST_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers per writev
 BOUNCE_BYTES = 512 << 10  # read, then written while still in L2 (1 MiB per core here; 4 MiB ran 5x slower)
@@ -134,7 +134,9 @@ def _preallocate(fd: int, nbytes: int) -> None:
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    return _TORCH_DTYPES[name]
+    import torch  # here, not at the top: the direct path writes bytes and never needs torch
+
+    return getattr(torch, name)
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,11 @@ class ShardedWriter:
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         planned = self._next_planned(name)
-        if tuple(tensor.shape) != planned.shape or tensor.dtype != _TORCH_DTYPES[planned.dtype]:
+        if tuple(tensor.shape) != planned.shape or str(tensor.dtype) != f"torch.{planned.dtype}":
             raise ValueError(f"{name}: produced {tuple(tensor.shape)} {tensor.dtype}, the mapping says "
                              f"{planned.shape} {planned.dtype}")
+        import torch  # loaded already: `tensor` is one
+
         _write_all(self._open(planned), [tensor.contiguous().reshape(-1).view(torch.uint8).numpy().data])
         self._done(planned)
 
