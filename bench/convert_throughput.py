@@ -16,13 +16,17 @@ small constant). Exit 1 below the target ratio or above the memory bound.
 What the converter does here (runtime/convert.py): no dtype cast is asked, so every
 tensor takes the direct path: its HF tensors are row ranges of the Megatron tensor
 (`Transform.hf_rows`), found as byte runs in the .distcp files and copied file to file
-through a 512 KiB buffer that stays in L2, into a shard whose blocks are reserved first.
-Why: the earlier path (read into a large buffer, `to_hf` copies, write out of cache) ran
-at 0.19x cp here; copy_file_range, cp's own in-kernel copy, ran at ~0.65x because the
-tensors' offsets in .distcp files are not page-aligned (runtime/safetensors_stream.py
-has the measurements). The target counts the conversion, not the interpreter: start-up
-(~1.9 s here, importing torch and torch.distributed.checkpoint) is reported apart, as it
-is fixed per run while checkpoints grow to hundreds of GB.
+through a 512 KiB buffer that stays in L2, into a shard whose blocks are reserved first,
+without importing torch. Why, measured here: the earlier path (read into a large buffer,
+`to_hf` copies, write from memory out of cache) ran at 0.19x cp without start-up and
+0.11x with it, as importing torch and torch.distributed.checkpoint took 1.9 s;
+copy_file_range, cp's own in-kernel copy, ran at ~0.65x because the tensors' offsets in
+.distcp files are not page-aligned (runtime/safetensors_stream.py has the figures).
+
+Caveat, measured on this VM: with most of RAM holding page cache (old bench directories
+left behind), cp and the converter both slowed 1.5-5x and varied from run to run (the
+converter more: 0.75-1.07x cp over three such benches); with free memory both are steady
+within ~10%. Hence the per-run figures, and cp and convert compared within one run.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ _ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _TIMED_CONVERT = ("import json, sys, time; from pathlib import Path; from runtime.convert import convert_build; "
                   "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
                   "print(json.dumps({'seconds': time.perf_counter() - t, **s}))")
+
+
+def _runs(seconds: list[float]) -> str:
+    return " ".join(f"{s:.2f}" for s in seconds)
 
 
 def timed(cmd: list[str], cwd: Path) -> tuple[float, int, str]:
@@ -106,6 +114,7 @@ def main() -> int:
             "ratio_vs_cp": cp / conv, "ratio_vs_cp_without_startup": cp / inner, "target_ratio": TARGET_RATIO,
             "peak_rss_bytes": max(peaks), "peak_rss_over_largest_tensor": max(peaks) / largest,
             "rss_bound_bytes": 2 * largest + BASE_RSS_ALLOWANCE_BYTES, "repeats": args.repeats,
+            "cp_runs_s": cp_s, "convert_runs_s": conv_s, "convert_runs_without_startup_s": inner_s,
             "megatron_tensors_direct": summary["megatron_tensors_direct"],
             "megatron_tensors_buffered": summary["megatron_tensors_buffered"],
         }
@@ -116,10 +125,11 @@ def main() -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         print(f"checkpoint {size / 1e9:.2f} GB (TP=2), largest tensor {largest / 2**20:.0f} MiB, {args.repeats} runs, medians")
-        print(f"cp -r        {cp:6.2f} s  {result['cp_gb_per_s']:.2f} GB/s")
-        print(f"convert      {conv:6.2f} s  {result['convert_gb_per_s']:.2f} GB/s  ({result['ratio_vs_cp']:.2f}x cp)")
+        print(f"cp -r        {cp:6.2f} s  {result['cp_gb_per_s']:.2f} GB/s  (runs: {_runs(cp_s)})")
+        print(f"convert      {conv:6.2f} s  {result['convert_gb_per_s']:.2f} GB/s  ({result['ratio_vs_cp']:.2f}x cp; "
+              f"runs: {_runs(conv_s)})")
         print(f"  without interpreter start-up {inner:6.2f} s  {result['convert_gb_per_s_without_startup']:.2f} GB/s  "
-              f"({result['ratio_vs_cp_without_startup']:.2f}x cp; target {TARGET_RATIO}x)")
+              f"({result['ratio_vs_cp_without_startup']:.2f}x cp; target {TARGET_RATIO}x; runs: {_runs(inner_s)})")
         print(f"  Megatron tensors copied direct {summary['megatron_tensors_direct']}, "
               f"through tensors {summary['megatron_tensors_buffered']}")
         print(f"peak RSS {max(peaks) / 2**20:.0f} MiB = {result['peak_rss_over_largest_tensor']:.2f}x the largest tensor "
