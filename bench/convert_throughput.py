@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from runtime.dtypes import DTYPE_BYTES
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.7
 BASE_RSS_ALLOWANCE_BYTES = 400 * 2**20  # interpreter, torch, safetensors, rich; tests/convert/test_memory_bound.py
@@ -51,7 +53,6 @@ OVERRIDES = ["hardware=h100_80g", "hardware.gpus_per_node=2", "parallel.tp=2", "
              "model.num_attention_heads=16", "model.num_kv_heads=4", "model.head_dim=128", "model.num_layers=7",
              "model.vocab_size=32000", "model.max_position_embeddings=4096", "name=convert_bench",
              "cluster.master_port=29877"]
-_ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _TIMED_CONVERT = ("import json, sys, time; from pathlib import Path; from runtime.convert import convert_build; "
                   "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
                   "print(json.dumps({'seconds': time.perf_counter() - t, **s}))")
@@ -93,7 +94,7 @@ def main() -> int:
         ckpt = json.loads(made.stdout.strip().splitlines()[-1])
         src, size = work / ckpt["checkpoint"], ckpt["bytes"]
         mapping = json.loads((work / build / "convert" / "mapping.json").read_text())
-        largest = max(math.prod(t["megatron_shape"]) * _ITEM_BYTES[t["hf_dtype"]] for t in mapping["tensors"])
+        largest = max(math.prod(t["megatron_shape"]) * DTYPE_BYTES[t["hf_dtype"]] for t in mapping["tensors"])
         cp_s, conv_s, inner_s, peaks = [], [], [], []
         for _ in range(args.repeats):
             shutil.rmtree(work / "cp_copy", ignore_errors=True)

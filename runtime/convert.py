@@ -48,8 +48,9 @@ from compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from compiler.conversion.kinds import SplitKind
 from compiler.conversion.transforms import Transform
 from compiler.errors import UsageError
-from runtime.dist_reader import ITEM_BYTES, Band, DistCheckpoint
-from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter, torch_dtype
+from runtime.dist_reader import Band, DistCheckpoint
+from runtime.dtypes import DTYPE_BYTES, torch_dtype
+from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter
 
 if TYPE_CHECKING:
     import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
@@ -235,7 +236,7 @@ def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
         buffered = [t for t in todo if bands[t.label] is None]
         with atomic_directory(output) as staging:
             writer = ShardedWriter(staging, plan, max_shard_bytes)
-            largest = max((math.prod(t.transform.shape) * ITEM_BYTES[t.hf_dtype] for t in buffered), default=0)
+            largest = max((math.prod(t.transform.shape) * DTYPE_BYTES[t.hf_dtype] for t in buffered), default=0)
             arena = Arena(largest) if buffered else None
             bar = _progress(progress)
             with bar:

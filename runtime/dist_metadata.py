@@ -14,9 +14,12 @@ lies. Where that fails (a format this reader does not know), torch's own reader 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runtime.dtypes import dtype_name
 
 METADATA_FILE = ".metadata"
 _TORCH_DTYPE_NAMES = frozenset({"float64", "float32", "bfloat16", "float16", "int64", "int32", "int16", "int8",
@@ -92,16 +95,24 @@ def _offsets(index: Any) -> tuple[int, ...]:
     return tuple(offset) if offset is not None else ()
 
 
+def _collect(tensors: Iterable[tuple[str, Any]], storage: Iterable[tuple[Any, Any]],
+             dtype_of: Callable[[Any], str]) -> CheckpointMetadata:
+    """CheckpointMetadata from `(key, TensorStorageMetadata)` and `(MetadataIndex, _StorageInfo)` pairs,
+    torch's or their inert stand-ins alike."""
+    return CheckpointMetadata(
+        {key: TensorMeta(tuple(md.size), dtype_of(md.properties),
+                         tuple((tuple(c.offsets), tuple(c.sizes)) for c in md.chunks))
+         for key, md in tensors},
+        {(index.fqn, _offsets(index)): StorageInfo(info.relative_path, info.offset, info.length,
+                                                   tuple(getattr(info, "transform_descriptors", None) or ()))
+         for index, info in storage})
+
+
 def read_inert(path: Path) -> CheckpointMetadata:
     with open(path / METADATA_FILE, "rb") as fh:
         root = _Inert(fh).load()
-    tensors = {key: TensorMeta(tuple(md.size), _dtype_of(md.properties),
-                               tuple((tuple(c.offsets), tuple(c.sizes)) for c in md.chunks))
-               for key, md in root.state_dict_metadata.items() if type(md).__name__ == "TensorStorageMetadata"}
-    storage = {(index.fqn, _offsets(index)): StorageInfo(info.relative_path, info.offset, info.length,
-                                                        tuple(getattr(info, "transform_descriptors", None) or ()))
-               for index, info in root.storage_data.items()}
-    return CheckpointMetadata(tensors, storage)
+    return _collect(((key, md) for key, md in root.state_dict_metadata.items()
+                     if type(md).__name__ == "TensorStorageMetadata"), root.storage_data.items(), _dtype_of)
 
 
 def read_with_torch(path: Path) -> CheckpointMetadata:
@@ -110,13 +121,8 @@ def read_with_torch(path: Path) -> CheckpointMetadata:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     md = FileSystemReader(str(path)).read_metadata()
-    tensors = {key: TensorMeta(tuple(m.size), str(m.properties.dtype).removeprefix("torch."),
-                               tuple((tuple(c.offsets), tuple(c.sizes)) for c in m.chunks))
-               for key, m in md.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
-    storage = {(index.fqn, _offsets(index)): StorageInfo(info.relative_path, info.offset, info.length,
-                                                        tuple(getattr(info, "transform_descriptors", None) or ()))
-               for index, info in md.storage_data.items()}
-    return CheckpointMetadata(tensors, storage)
+    return _collect(((key, m) for key, m in md.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)),
+                    md.storage_data.items(), lambda properties: dtype_name(properties.dtype))
 
 
 def read_metadata(path: Path) -> CheckpointMetadata:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from runtime.dist_metadata import read_metadata
+from runtime.dtypes import DTYPE_BYTES, dtype_name, torch_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +37,6 @@ Box = tuple[tuple[int, int], ...]
 # megatron's optimizer state lives beside the model's: "optimizer.*", or "chained_<N>.optimizer.*"
 # when dense and expert parameters have separate optimizers (MoE)
 NON_MODEL_KEY = re.compile(r"^(chained_\d+\.)?optimizer\.")
-ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _STORAGE_DTYPES = {"FloatStorage": "float32", "BFloat16Storage": "bfloat16", "HalfStorage": "float16"}
 _ZIP_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # PKZIP local file header, 30 bytes
 
@@ -130,16 +130,6 @@ class StoredTensor:
     dtype_name: str
 
 
-def _torch_dtype(name: str) -> torch.dtype:
-    import torch
-
-    return getattr(torch, name)
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 class DistCheckpoint:
     """The model tensors of one torch_dist directory, readable box by box."""
 
@@ -205,7 +195,7 @@ class DistCheckpoint:
         contiguous = tuple(math.prod(size[i + 1:]) for i in range(len(size)))
         if (kind != "tensor" or offset != 0 or tuple(size) != sizes or tuple(stride) != contiguous
                 or numel != math.prod(size) or member.compress_type != zipfile.ZIP_STORED
-                or member.file_size != numel * ITEM_BYTES[dtype]):
+                or member.file_size != numel * DTYPE_BYTES[dtype]):
             return None
         window.seek(member.header_offset)
         header = _ZIP_LOCAL_HEADER.unpack(window.read(_ZIP_LOCAL_HEADER.size))
@@ -243,10 +233,10 @@ class DistCheckpoint:
             target = out[tuple(slice(a - b0[0], b - b0[0]) for a, b, b0 in zip(lo, hi, box))]
             whole = all(a == o and b == o + n for a, b, o, n in zip(lo, hi, offsets, sizes))
             raw = self._raw(key, offsets, sizes) if whole else None
-            if raw is not None and target.is_contiguous() and _dtype_name(target.dtype) == raw.dtype:
+            if raw is not None and target.is_contiguous() and dtype_name(target.dtype) == raw.dtype:
                 self._read_raw(raw, target)  # one copy: file -> destination
             elif raw is not None:
-                data = torch.empty(sizes, dtype=_torch_dtype(raw.dtype))
+                data = torch.empty(sizes, dtype=torch_dtype(raw.dtype))
                 self._read_raw(raw, data)
                 target.copy_(data)
                 del data
@@ -269,9 +259,9 @@ class DistCheckpoint:
         which also reports what is wrong.
         """
         md = self.metadata.tensors[key]
-        if dtype not in ITEM_BYTES:
+        if dtype not in DTYPE_BYTES:
             return None
-        d, size, item = len(lead), md.shape, ITEM_BYTES[dtype]
+        d, size, item = len(lead), md.shape, DTYPE_BYTES[dtype]
         region = tuple((i, i + 1) for i in lead) + (rows,) + tuple((0, n) for n in size[d + 1:])
         strips: list[tuple[int, int, int, str, int, int]] = []  # first row, stop row, column, file, offset, row bytes
         covered = 0

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from runtime.dtypes import DTYPE_BYTES, dtype_name
+
 if TYPE_CHECKING:
     import torch
 
@@ -39,7 +41,6 @@ DEFAULT_MAX_SHARD_BYTES = 5 * 1000**3  # what transformers' save_pretrained uses
 INDEX_JSON = "model.safetensors.index.json"
 WRITE_SLICE_BYTES = 16 << 20  # one write() of hundreds of MB is ~8x slower here than 16 MiB slices
 _ST_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
-_ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers per writev
 BOUNCE_BYTES = 512 << 10  # read, then written while still in L2 (1 MiB per core here; 4 MiB ran 5x slower)
 
@@ -133,12 +134,6 @@ def _preallocate(fd: int, nbytes: int) -> None:
         pass
 
 
-def torch_dtype(name: str) -> torch.dtype:
-    import torch  # here, not at the top: the direct path writes bytes and never needs torch
-
-    return getattr(torch, name)
-
-
 @dataclass(frozen=True)
 class Planned:
     name: str
@@ -147,7 +142,7 @@ class Planned:
 
     @property
     def nbytes(self) -> int:
-        n = _ITEM_BYTES[self.dtype]
+        n = DTYPE_BYTES[self.dtype]
         for d in self.shape:
             n *= d
         return n
@@ -197,7 +192,7 @@ class ShardedWriter:
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         planned = self._next_planned(name)
-        if tuple(tensor.shape) != planned.shape or str(tensor.dtype) != f"torch.{planned.dtype}":
+        if tuple(tensor.shape) != planned.shape or dtype_name(tensor.dtype) != planned.dtype:
             raise ValueError(f"{name}: produced {tuple(tensor.shape)} {tensor.dtype}, the mapping says "
                              f"{planned.shape} {planned.dtype}")
         import torch  # loaded already: `tensor` is one

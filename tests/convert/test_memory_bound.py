@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from convert_helpers import PYTHON, ROOT, compile_build, free_port, peak_rss_bytes, run
 
+from runtime.dtypes import DTYPE_BYTES
+
 pytestmark = pytest.mark.slow
 
 # A Llama-shaped model of 557M fp32 parameters (2.2 GB): largest tensor the embedding, 262 MB.
@@ -27,11 +29,10 @@ SYNTHETIC_2GB = ["hardware=h100_80g", "hardware.gpus_per_node=2", "parallel.tp=2
                  "model.num_layers=7", "model.vocab_size=32000", "model.max_position_embeddings=4096"]
 MIN_CHECKPOINT_BYTES = 2 * 10**9
 BASE_RSS_ALLOWANCE_BYTES = 400 * 2**20  # interpreter, torch, safetensors, rich (~270 MiB measured) + metadata
-ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def largest_tensor_bytes(mapping: dict) -> int:
-    return max(math.prod(t["megatron_shape"]) * max(ITEM_BYTES[t["megatron"]["dtype"]], ITEM_BYTES[t["hf_dtype"]])
+    return max(math.prod(t["megatron_shape"]) * max(DTYPE_BYTES[t["megatron"]["dtype"]], DTYPE_BYTES[t["hf_dtype"]])
                for t in mapping["tensors"])
 
 
