@@ -28,8 +28,8 @@ Exit 1 when the ratio is above the target, 2 when a compile fails. To see where 
 from __future__ import annotations
 
 import argparse
-import json
 import compileall
+import json
 import resource
 import shutil
 import statistics
@@ -76,10 +76,22 @@ def measure(repeats: int, overrides: list[str]) -> dict[str, float]:
     runs: dict[str, list[tuple[float, float]]] = {"rebuild": [], "first_build": [], "check": [], "hydra_compose": []}
     with tempfile.TemporaryDirectory(prefix="lmspec-bench-") as work:
         rebuild_out, first_out = Path(work) / "rebuild", Path(work) / "first"
-        argv = {"rebuild": [sys.executable, "-c", LMSPEC, "compile", "-o", str(rebuild_out), "--spec", PRESET, *overrides],
-                "first_build": [sys.executable, "-c", LMSPEC, "compile", "-o", str(first_out), "--spec", PRESET, *overrides],
-                "check": [sys.executable, "-c", LMSPEC, "check", "--spec", PRESET, *overrides],
-                "hydra_compose": [sys.executable, "-c", HYDRA, str(ROOT / "specs"), PRESET, *overrides]}
+        argv = {
+            "rebuild": [sys.executable, "-c", LMSPEC, "compile", "-o", str(rebuild_out), "--spec", PRESET, *overrides],
+            "first_build": [
+                sys.executable,
+                "-c",
+                LMSPEC,
+                "compile",
+                "-o",
+                str(first_out),
+                "--spec",
+                PRESET,
+                *overrides,
+            ],
+            "check": [sys.executable, "-c", LMSPEC, "check", "--spec", PRESET, *overrides],
+            "hydra_compose": [sys.executable, "-c", HYDRA, str(ROOT / "specs"), PRESET, *overrides],
+        }
         _time(argv["rebuild"]), _time(argv["hydra_compose"])  # the build to rebuild over; warm the OS file cache
         for _ in range(repeats):
             shutil.rmtree(first_out, ignore_errors=True)
@@ -106,12 +118,15 @@ def main() -> int:
         print(json.dumps(result))
     else:
         for clock in ("cpu", "wall"):
-            print(f"{clock:>4}: hydra compose {result[f'hydra_compose_{clock}_s']:.3f} s; lmspec compile: "
-                  f"rebuild {result[f'rebuild_{clock}_s']:.3f} s ({result[f'rebuild_{clock}_ratio']:.2f}x), "
-                  f"first build {result[f'first_build_{clock}_s']:.3f} s ({result[f'first_build_{clock}_ratio']:.2f}x); "
-                  f"lmspec check {result[f'check_{clock}_s']:.3f} s ({result[f'check_{clock}_ratio']:.2f}x)")
+            print(
+                f"{clock:>4}: hydra compose {result[f'hydra_compose_{clock}_s']:.3f} s; lmspec compile: "
+                f"rebuild {result[f'rebuild_{clock}_s']:.3f} s ({result[f'rebuild_{clock}_ratio']:.2f}x), "
+                f"first build {result[f'first_build_{clock}_s']:.3f} s ({result[f'first_build_{clock}_ratio']:.2f}x); "
+                f"lmspec check {result[f'check_{clock}_s']:.3f} s ({result[f'check_{clock}_ratio']:.2f}x)"
+            )
         print(f"medians of {args.repeats} cold runs each; target: rebuild CPU ratio <= {TARGET_RATIO}")
     return 0 if result["rebuild_cpu_ratio"] <= TARGET_RATIO else 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

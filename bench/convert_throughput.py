@@ -48,14 +48,28 @@ from runtime.dtypes import DTYPE_BYTES
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.7
 BASE_RSS_ALLOWANCE_BYTES = 400 * 2**20  # interpreter, torch, safetensors, rich; tests/convert/test_memory_bound.py
-OVERRIDES = ["hardware=h100_80g", "hardware.gpus_per_node=2", "parallel.tp=2", "train.precision=fp32",
-             "convert.dtype=float32", "model.hidden_size=2048", "model.ffn_hidden_size=8192",
-             "model.num_attention_heads=16", "model.num_kv_heads=4", "model.head_dim=128", "model.num_layers=7",
-             "model.vocab_size=32000", "model.max_position_embeddings=4096", "name=convert_bench",
-             "cluster.master_port=29877"]
-_TIMED_CONVERT = ("import json, sys, time; from pathlib import Path; from runtime.convert import convert_build; "
-                  "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
-                  "print(json.dumps({'seconds': time.perf_counter() - t, **s}))")
+OVERRIDES = [
+    "hardware=h100_80g",
+    "hardware.gpus_per_node=2",
+    "parallel.tp=2",
+    "train.precision=fp32",
+    "convert.dtype=float32",
+    "model.hidden_size=2048",
+    "model.ffn_hidden_size=8192",
+    "model.num_attention_heads=16",
+    "model.num_kv_heads=4",
+    "model.head_dim=128",
+    "model.num_layers=7",
+    "model.vocab_size=32000",
+    "model.max_position_embeddings=4096",
+    "name=convert_bench",
+    "cluster.master_port=29877",
+]
+_TIMED_CONVERT = (
+    "import json, sys, time; from pathlib import Path; from runtime.convert import convert_build; "
+    "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
+    "print(json.dumps({'seconds': time.perf_counter() - t, **s}))"
+)
 
 
 def _runs(seconds: list[float]) -> str:
@@ -85,12 +99,28 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     try:
-        subprocess.run([py, "-c", "from compiler.cli import main; main()", "compile", *OVERRIDES, "-o", "build"],
-                       cwd=work, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [py, "-c", "from compiler.cli import main; main()", "compile", *OVERRIDES, "-o", "build"],
+            cwd=work,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         build = Path("build/convert_bench")
-        made = subprocess.run([py, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port=29878",
-                               str(ROOT / "bench" / "synthetic_checkpoint.py"), str(build)],
-                              cwd=work, check=True, capture_output=True, text=True)
+        made = subprocess.run(
+            [
+                py,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node=2",
+                "--master-port=29878",
+                str(ROOT / "bench" / "synthetic_checkpoint.py"),
+                str(build),
+            ],
+            cwd=work,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         ckpt = json.loads(made.stdout.strip().splitlines()[-1])
         src, size = work / ckpt["checkpoint"], ckpt["bytes"]
         mapping = json.loads((work / build / "convert" / "mapping.json").read_text())
@@ -108,14 +138,24 @@ def main() -> int:
             peaks.append(peak)
         cp, conv, inner = (statistics.median(v) for v in (cp_s, conv_s, inner_s))
         result = {
-            "checkpoint_bytes": size, "largest_tensor_bytes": largest,
-            "cp_seconds": cp, "cp_gb_per_s": size / cp / 1e9,
-            "convert_seconds": conv, "convert_gb_per_s": size / conv / 1e9,
-            "convert_seconds_without_startup": inner, "convert_gb_per_s_without_startup": size / inner / 1e9,
-            "ratio_vs_cp": cp / conv, "ratio_vs_cp_without_startup": cp / inner, "target_ratio": TARGET_RATIO,
-            "peak_rss_bytes": max(peaks), "peak_rss_over_largest_tensor": max(peaks) / largest,
-            "rss_bound_bytes": 2 * largest + BASE_RSS_ALLOWANCE_BYTES, "repeats": args.repeats,
-            "cp_runs_s": cp_s, "convert_runs_s": conv_s, "convert_runs_without_startup_s": inner_s,
+            "checkpoint_bytes": size,
+            "largest_tensor_bytes": largest,
+            "cp_seconds": cp,
+            "cp_gb_per_s": size / cp / 1e9,
+            "convert_seconds": conv,
+            "convert_gb_per_s": size / conv / 1e9,
+            "convert_seconds_without_startup": inner,
+            "convert_gb_per_s_without_startup": size / inner / 1e9,
+            "ratio_vs_cp": cp / conv,
+            "ratio_vs_cp_without_startup": cp / inner,
+            "target_ratio": TARGET_RATIO,
+            "peak_rss_bytes": max(peaks),
+            "peak_rss_over_largest_tensor": max(peaks) / largest,
+            "rss_bound_bytes": 2 * largest + BASE_RSS_ALLOWANCE_BYTES,
+            "repeats": args.repeats,
+            "cp_runs_s": cp_s,
+            "convert_runs_s": conv_s,
+            "convert_runs_without_startup_s": inner_s,
             "megatron_tensors_direct": summary["megatron_tensors_direct"],
             "megatron_tensors_buffered": summary["megatron_tensors_buffered"],
         }
@@ -125,16 +165,27 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        print(f"checkpoint {size / 1e9:.2f} GB (TP=2), largest tensor {largest / 2**20:.0f} MiB, {args.repeats} runs, medians")
+        print(
+            f"checkpoint {size / 1e9:.2f} GB (TP=2), largest tensor "
+            f"{largest / 2**20:.0f} MiB, {args.repeats} runs, medians"
+        )
         print(f"cp -r        {cp:6.2f} s  {result['cp_gb_per_s']:.2f} GB/s  (runs: {_runs(cp_s)})")
-        print(f"convert      {conv:6.2f} s  {result['convert_gb_per_s']:.2f} GB/s  ({result['ratio_vs_cp']:.2f}x cp; "
-              f"runs: {_runs(conv_s)})")
-        print(f"  without interpreter start-up {inner:6.2f} s  {result['convert_gb_per_s_without_startup']:.2f} GB/s  "
-              f"({result['ratio_vs_cp_without_startup']:.2f}x cp; target {TARGET_RATIO}x; runs: {_runs(inner_s)})")
-        print(f"  Megatron tensors copied direct {summary['megatron_tensors_direct']}, "
-              f"through tensors {summary['megatron_tensors_buffered']}")
-        print(f"peak RSS {max(peaks) / 2**20:.0f} MiB = {result['peak_rss_over_largest_tensor']:.2f}x the largest tensor "
-              f"(bound 2x + {BASE_RSS_ALLOWANCE_BYTES // 2**20} MiB = {result['rss_bound_bytes'] / 2**20:.0f} MiB)")
+        print(
+            f"convert      {conv:6.2f} s  {result['convert_gb_per_s']:.2f} GB/s  ({result['ratio_vs_cp']:.2f}x cp; "
+            f"runs: {_runs(conv_s)})"
+        )
+        print(
+            f"  without interpreter start-up {inner:6.2f} s  {result['convert_gb_per_s_without_startup']:.2f} GB/s  "
+            f"({result['ratio_vs_cp_without_startup']:.2f}x cp; target {TARGET_RATIO}x; runs: {_runs(inner_s)})"
+        )
+        print(
+            f"  Megatron tensors copied direct {summary['megatron_tensors_direct']}, "
+            f"through tensors {summary['megatron_tensors_buffered']}"
+        )
+        print(
+            f"peak RSS {max(peaks) / 2**20:.0f} MiB = {result['peak_rss_over_largest_tensor']:.2f}x the largest tensor "
+            f"(bound 2x + {BASE_RSS_ALLOWANCE_BYTES // 2**20} MiB = {result['rss_bound_bytes'] / 2**20:.0f} MiB)"
+        )
     ok = result["ratio_vs_cp_without_startup"] >= TARGET_RATIO and max(peaks) <= result["rss_bound_bytes"]
     return 0 if ok else 1
 

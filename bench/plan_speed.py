@@ -43,18 +43,26 @@ def main() -> int:
         runs.append((time.perf_counter() - start, time.process_time() - cpu_start, result))
     wall, cpu, result = min(runs, key=lambda run: run[0])
     load = os.getloadavg()[0]
-    print(f"job: {' '.join(args.overrides)}; GPU counts {spec.hardware.gpus_per_node}..{args.max_gpus} "
-          f"({len(nodes)} node counts)")
+    print(
+        f"job: {' '.join(args.overrides)}; GPU counts {spec.hardware.gpus_per_node}..{args.max_gpus} "
+        f"({len(nodes)} node counts)"
+    )
     print(f"raw candidates:    {result.raw_size:>14,}  ({result.raw_size / wall:,.0f} /s)")
     print(f"legal, priced:     {result.legal:>14,}  ({result.legal / wall:,.0f} /s)")
     print(f"fit in memory:     {result.feasible:>14,}")
-    print(f"wall time:         {wall:>14.3f} s  (best of {args.repeat}: "
-          f"{', '.join(f'{w:.3f}' for w, _, _ in runs)}; load average {load:.1f} on {os.cpu_count()} CPUs)")
+    print(
+        f"wall time:         {wall:>14.3f} s  (best of {args.repeat}: "
+        f"{', '.join(f'{w:.3f}' for w, _, _ in runs)}; load average {load:.1f} on {os.cpu_count()} CPUs)"
+    )
     print(f"CPU time:          {cpu:>14.3f} s  (this process; equals the wall time on an idle machine)")
-    verdict = {name: seconds < TARGET_SECONDS and result.legal / seconds >= TARGET_RATE
-               for name, seconds in (("wall", wall), ("CPU", cpu))}
-    print(f"targets (< {TARGET_SECONDS:g} s, >= {TARGET_RATE:.0e} priced candidates/s): "
-          + ", ".join(f"{name} time {'met' if ok else 'MISSED'}" for name, ok in verdict.items()))
+    verdict = {
+        name: seconds < TARGET_SECONDS and result.legal / seconds >= TARGET_RATE
+        for name, seconds in (("wall", wall), ("CPU", cpu))
+    }
+    print(
+        f"targets (< {TARGET_SECONDS:g} s, >= {TARGET_RATE:.0e} priced candidates/s): "
+        + ", ".join(f"{name} time {'met' if ok else 'MISSED'}" for name, ok in verdict.items())
+    )
     return 0 if verdict["wall"] else 1
 
 

@@ -47,8 +47,7 @@ def sharded_state(doc: dict, tp_rank: int) -> dict:
             data = torch.randn(local, generator=gen, dtype=torch.float32).to(_DTYPES[t.dtype])
             lead = tuple(1 for _ in t.index)
             data = data.reshape(lead + local)
-            offsets = [(i, idx, size) for i, (idx, size) in
-                       enumerate(zip(t.index, lead_sizes[t.key]))]
+            offsets = [(i, idx, size) for i, (idx, size) in enumerate(zip(t.index, lead_sizes[t.key]))]
             if tr.split_dim is not None:
                 d = tr.split_dim
                 length = box[d][1] - box[d][0]

@@ -31,16 +31,29 @@ STEPS = 20
 WARMUP_STEPS = 4
 DEFAULT_ROUNDS = 2
 TIMEOUT_S = 600
-OVERRIDES = [f"train.steps={STEPS}", "train.log_interval=1", f"train.checkpoint.interval={STEPS}",
-             "train.checkpoint.resume=never", "name=bench_overhead"]
+OVERRIDES = [
+    f"train.steps={STEPS}",
+    "train.log_interval=1",
+    f"train.checkpoint.interval={STEPS}",
+    "train.checkpoint.resume=never",
+    "name=bench_overhead",
+]
 
 
 def _torchrun(args: list[str], cwd: Path) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-           f"--master-port={29600 + os.getpid() % 300}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={29600 + os.getpid() % 300}",
+        *args,
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=TIMEOUT_S)
     finally:
@@ -56,7 +69,7 @@ def _torchrun(args: list[str], cwd: Path) -> str:
 def runtime_tokens_per_s(build: Path, cwd: Path) -> float:
     _torchrun(["-m", "runtime.train", str(build)], cwd)
     lines = (cwd / "runs" / "bench_overhead" / "metrics.jsonl").read_text().splitlines()
-    metrics = [json.loads(line) for line in lines][-(STEPS - WARMUP_STEPS):]
+    metrics = [json.loads(line) for line in lines][-(STEPS - WARMUP_STEPS) :]
     return sum(m["tokens_per_s"] * m["step_time_s"] for m in metrics) / sum(m["step_time_s"] for m in metrics)
 
 
@@ -69,7 +82,6 @@ def plain_worker(build: Path) -> None:
     """The hand-written loop (runs on each rank under torchrun)."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
@@ -86,8 +98,9 @@ def plain_worker(build: Path) -> None:
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
     model = torch.nn.parallel.DistributedDataParallel(build_model(spec, True, True))
     opt = spec.train.optimizer
-    optimizer = torch.optim.AdamW(model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-                                  weight_decay=opt.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
+    )
     batch = plan["batch"]
     micro, accum, s = batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_length"]
     stream = TokenStream(spec.train.data.corpus, s, spec.train.seed, spec.model.vocab_size)
@@ -127,10 +140,18 @@ def main(rounds: int) -> None:
             runtime_runs.append(runtime_tokens_per_s(build, cwd))
             plain_runs.append(plain_tokens_per_s(build, cwd))
     rt, pl = max(runtime_runs), max(plain_runs)
-    print(f"runtime (python -m runtime.train): {rt:,.0f} tokens/s  (rounds: {', '.join(f'{v:,.0f}' for v in runtime_runs)})")
-    print(f"plain PyTorch loop:                {pl:,.0f} tokens/s  (rounds: {', '.join(f'{v:,.0f}' for v in plain_runs)})")
-    print(f"ratio runtime / plain: {rt / pl:.3f} (target >= 0.95; best round of each, {STEPS - WARMUP_STEPS} "
-          f"steady steps, median ratio per round {statistics.median(r / p for r, p in zip(runtime_runs, plain_runs)):.3f})")
+    print(
+        f"runtime (python -m runtime.train): {rt:,.0f} tokens/s  "
+        f"(rounds: {', '.join(f'{v:,.0f}' for v in runtime_runs)})"
+    )
+    print(
+        f"plain PyTorch loop:                {pl:,.0f} tokens/s  (rounds: {', '.join(f'{v:,.0f}' for v in plain_runs)})"
+    )
+    print(
+        f"ratio runtime / plain: {rt / pl:.3f} (target >= 0.95; best round of each, {STEPS - WARMUP_STEPS} "
+        "steady steps, median ratio per round "
+        f"{statistics.median(r / p for r, p in zip(runtime_runs, plain_runs)):.3f})"
+    )
 
 
 if __name__ == "__main__":

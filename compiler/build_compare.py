@@ -144,8 +144,11 @@ def _load(text: str | None, loader: Any) -> dict[str, Any]:
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any], fmt: Any) -> list[tuple[str, str, str]]:
-    return [(k, fmt(k, old.get(k, "-")), fmt(k, new.get(k, "-"))) for k in dict.fromkeys([*old, *new])
-            if old.get(k, "-") != new.get(k, "-")]
+    return [
+        (k, fmt(k, old.get(k, "-")), fmt(k, new.get(k, "-")))
+        for k in dict.fromkeys([*old, *new])
+        if old.get(k, "-") != new.get(k, "-")
+    ]
 
 
 def compare(old: dict[str, str], new: dict[str, str], old_label: str = "a", new_label: str = "b") -> Comparison:
@@ -162,15 +165,24 @@ def compare(old: dict[str, str], new: dict[str, str], old_label: str = "a", new_
             continue
         files.append(("A" if a is None else "D" if b is None else "M", path))
         if path != MANIFEST_FILE:
-            unified.append("".join(difflib.unified_diff(
-                (a or "").splitlines(keepends=True), (b or "").splitlines(keepends=True),
-                fromfile=f"{old_label}/{path}" if a is not None else "/dev/null",
-                tofile=f"{new_label}/{path}" if b is not None else "/dev/null")))
+            unified.append(
+                "".join(
+                    difflib.unified_diff(
+                        (a or "").splitlines(keepends=True),
+                        (b or "").splitlines(keepends=True),
+                        fromfile=f"{old_label}/{path}" if a is not None else "/dev/null",
+                        tofile=f"{new_label}/{path}" if b is not None else "/dev/null",
+                    )
+                )
+            )
     return Comparison(
-        spec_changes=tuple(_changes(old_spec, new_spec, format_value)), number_changes=tuple(numbers),
+        spec_changes=tuple(_changes(old_spec, new_spec, format_value)),
+        number_changes=tuple(numbers),
         warnings_added=tuple(w for w in new_warn if w not in old_warn),
         warnings_removed=tuple(w for w in old_warn if w not in new_warn),
-        files=tuple(files), unified=tuple(unified))
+        files=tuple(files),
+        unified=tuple(unified),
+    )
 
 
 def render(comparison: Comparison, *, old_label: str, new_label: str, unified: bool = True) -> str:

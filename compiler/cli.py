@@ -42,10 +42,18 @@ def _print_problems(problems: Sequence[Problem]) -> None:
 
 
 def _spec_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--spec", type=Path, default=None,
-                        help="a spec file of your own (its defaults list may pull lmspec's built-in groups), or a built-in preset name")
-    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                        help="Hydra overrides: key=value, group=option, +new.key=value, ~key")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        default=None,
+        help="a spec file of your own (its defaults list may pull lmspec's built-in groups), or a built-in preset name",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="OVERRIDE",
+        help="Hydra overrides: key=value, group=option, +new.key=value, ~key",
+    )
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -79,8 +87,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     plan = make_plan(list(args.overrides), args.spec)
     _print_problems(plan.warnings)
-    print(f"{plan.name}: valid ({plan.layout.world_size} ranks: tp {plan.layout.tp} x pp {plan.layout.pp} "
-          f"x dp {plan.layout.dp} x cp {plan.layout.cp}; {len(plan.warnings)} warnings)")
+    print(
+        f"{plan.name}: valid ({plan.layout.world_size} ranks: tp {plan.layout.tp} x pp {plan.layout.pp} "
+        f"x dp {plan.layout.dp} x cp {plan.layout.cp}; {len(plan.warnings)} warnings)"
+    )
     return EXIT_OK
 
 
@@ -127,8 +137,12 @@ def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
 def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     from compiler import __version__
 
-    parser = argparse.ArgumentParser(prog="lmspec", description=(
-        "Check a large-model job spec and compile it into reviewed launch, conversion and serving artifacts."))
+    parser = argparse.ArgumentParser(
+        prog="lmspec",
+        description=(
+            "Check a large-model job spec and compile it into reviewed launch, conversion and serving artifacts."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"lmspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

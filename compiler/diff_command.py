@@ -21,14 +21,28 @@ from compiler.errors import SpecError, UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("diff", help="what a spec change does to every artifact and to the key numbers",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--against", metavar="REV", default=None,
-                   help="compare the spec at this git revision with the working tree (both compiled now)")
-    p.add_argument("--spec", type=Path, default=None, help="the spec file (or built-in preset) to compile with --against")
+    p = sub.add_parser(
+        "diff",
+        help="what a spec change does to every artifact and to the key numbers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="compare the spec at this git revision with the working tree (both compiled now)",
+    )
+    p.add_argument(
+        "--spec", type=Path, default=None, help="the spec file (or built-in preset) to compile with --against"
+    )
     p.add_argument("--stat", action="store_true", help="the summary only, no unified diffs")
-    p.add_argument("args", nargs="*", metavar="BUILD_OR_OVERRIDE",
-                   help="two build directories; with --against, Hydra overrides instead")
+    p.add_argument(
+        "args",
+        nargs="*",
+        metavar="BUILD_OR_OVERRIDE",
+        help="two build directories; with --against, Hydra overrides instead",
+    )
     p.set_defaults(handler=run_diff)
 
 
@@ -36,8 +50,11 @@ def read_build(path: Path) -> dict[str, str]:
     """Every file of a build directory as text, by relative path."""
     if not path.is_dir():
         raise UsageError(f"{path}: not a build directory (compile one with `lmspec compile`)")
-    files = {p.relative_to(path).as_posix(): p.read_text(encoding="utf-8", errors="replace")
-             for p in sorted(path.rglob("*")) if p.is_file()}
+    files = {
+        p.relative_to(path).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
     if "manifest.json" not in files:
         raise UsageError(f"{path}: no manifest.json, so not an lmspec build directory")
     return files
@@ -112,8 +129,10 @@ def run_diff(args: argparse.Namespace) -> int:
         old_label, new_label = f"{name}@{args.against}", f"{name}@worktree"
     else:
         if args.spec is not None or len(args.args) != 2:
-            raise UsageError("diff takes two build directories (lmspec diff build/a build/b), "
-                             "or --against REV [--spec FILE] [OVERRIDES]")
+            raise UsageError(
+                "diff takes two build directories (lmspec diff build/a build/b), "
+                "or --against REV [--spec FILE] [OVERRIDES]"
+            )
         old_label, new_label = args.args
         old, new = read_build(Path(old_label)), read_build(Path(new_label))
     comparison = compare(old, new, old_label, new_label)

@@ -26,8 +26,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print("\n\n".join(f.text() for f in findings))
         print(f"\n{path}: {len(findings)} problem(s) found")
     else:
-        print(f"{path}: healthy — none of {len(SIGNATURES)} known failure signatures in "
-              f"{len(log.lines)} lines")
+        print(f"{path}: healthy — none of {len(SIGNATURES)} known failure signatures in {len(log.lines)} lines")
     return 1 if findings else 0
 
 

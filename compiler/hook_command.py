@@ -18,12 +18,21 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hook", help="pre-commit/CI checks of a spec repository (specs/*.yaml -> build/)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=("check", "compile-check"),
-                   help="check: validate specs; compile-check: fail when build/ differs from a fresh compile")
+    p = sub.add_parser(
+        "hook",
+        help="pre-commit/CI checks of a spec repository (specs/*.yaml -> build/)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "mode",
+        choices=("check", "compile-check"),
+        help="check: validate specs; compile-check: fail when build/ differs from a fresh compile",
+    )
     p.add_argument("files", nargs="*", type=Path, help="changed files (from pre-commit); none = every spec")
-    p.add_argument("--specs-dir", type=Path, default=Path("specs"), help="where the primary specs live (default: specs)")
+    p.add_argument(
+        "--specs-dir", type=Path, default=Path("specs"), help="where the primary specs live (default: specs)"
+    )
     p.add_argument("-o", "--output", type=Path, default=Path("build"), help="build root (default: build)")
     p.set_defaults(handler=run_hook)
 
@@ -57,8 +66,10 @@ def _check_one(spec: Path, output: Path, compile_check: bool) -> bool:
     target = output / plan.name
     stale = stale_files(target, build_files(plan, replacing=target))
     if stale:
-        print(f"{target} is stale ({', '.join(stale)}); refresh it: lmspec compile --spec {spec} -o {output}",
-              file=sys.stderr)
+        print(
+            f"{target} is stale ({', '.join(stale)}); refresh it: lmspec compile --spec {spec} -o {output}",
+            file=sys.stderr,
+        )
         return False
     print(f"{target}: up to date")
     return True

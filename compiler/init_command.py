@@ -1,12 +1,12 @@
 """`lmspec init <dir>`: scaffold a team's spec repository, compiled and ready to commit.
 
-    specs/<starter>.yaml            a job whose defaults list pulls lmspec's built-in groups
-    specs/hardware/our_cluster.yaml our own groups, found first on Hydra's search path
-    specs/cluster/our_slurm.yaml
-    schemas/*.schema.json           for editors (each spec names its schema in a modeline)
-    build/<starter>/                compiled now: committed, reviewed, drift-checked in CI
-    .github/workflows/lmspec.yml    CI: hook check, compile --check, diff, upload REPORT.md
-    .pre-commit-config.yaml         the same checks before each commit
+specs/<starter>.yaml            a job whose defaults list pulls lmspec's built-in groups
+specs/hardware/our_cluster.yaml our own groups, found first on Hydra's search path
+specs/cluster/our_slurm.yaml
+schemas/*.schema.json           for editors (each spec names its schema in a modeline)
+build/<starter>/                compiled now: committed, reviewed, drift-checked in CI
+.github/workflows/lmspec.yml    CI: hook check, compile --check, diff, upload REPORT.md
+.pre-commit-config.yaml         the same checks before each commit
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ SCAFFOLD: tuple[tuple[str, str], ...] = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("init", help="scaffold a spec repository: specs/, schemas/, build/, CI, pre-commit",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "init",
+        help="scaffold a spec repository: specs/, schemas/, build/, CI, pre-commit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("directory", type=Path, help="where to create it (may exist; no file is overwritten)")
     p.set_defaults(handler=run_init)
 
@@ -43,8 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _environment() -> Any:
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(SCAFFOLD_DIR)), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(SCAFFOLD_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
 def scaffold_files() -> dict[str, str]:
@@ -78,7 +86,9 @@ def run_init(args: argparse.Namespace) -> int:
     with working_directory(root):
         plan = make_plan([], Path("specs") / f"{STARTER_SPEC}.yaml")
         write_build(Path("build") / plan.name, build_files(plan))
-    print(f"created {root}: specs/{STARTER_SPEC}.yaml, our groups in specs/hardware and specs/cluster, "
-          f"build/{plan.name}/, CI and pre-commit config\n"
-          f"next: cd {root} && git init && git add -A && git commit -m 'lmspec specs and builds'")
+    print(
+        f"created {root}: specs/{STARTER_SPEC}.yaml, our groups in specs/hardware and specs/cluster, "
+        f"build/{plan.name}/, CI and pre-commit config\n"
+        f"next: cd {root} && git init && git add -A && git commit -m 'lmspec specs and builds'"
+    )
     return 0

@@ -120,17 +120,25 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
     all_overrides = _hydra_overrides(spec_file) + list(overrides)
     GlobalHydra.instance().clear()
     try:
-        with (initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"),
-              _defaults_list_of_compose() as caught):
+        with (
+            initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"),
+            _defaults_list_of_compose() as caught,
+        ):
             cfg = compose(config_name=config_name, overrides=all_overrides, return_hydra_config=True)
             defaults = caught[-1].defaults
-            choices = {k: v for k, v in cfg.hydra.runtime.choices.items()
-                       if v is not None and not k.startswith("hydra/")}
+            choices = {
+                k: v for k, v in cfg.hydra.runtime.choices.items() if v is not None and not k.startswith("hydra/")
+            }
             with open_dict(cfg):
                 del cfg["hydra"]
             spec = OmegaConf.to_container(cfg, resolve=True)
-    except (ConfigCompositionException, MissingConfigException, OverrideParseException,
-            OmegaConfBaseException, yaml.YAMLError) as exc:
+    except (
+        ConfigCompositionException,
+        MissingConfigException,
+        OverrideParseException,
+        OmegaConfBaseException,
+        yaml.YAMLError,
+    ) as exc:
         raise _rephrase(exc, overrides) from None
     finally:
         GlobalHydra.instance().clear()
@@ -172,17 +180,24 @@ def _rephrase(exc: Exception, overrides: list[str]) -> Exception:
     """Hydra's errors, re-phrased: key first, then the fix; grammar errors are usage errors."""
     text = str(exc).strip()
     if isinstance(exc, OverrideParseException):
-        return UsageError(f"cannot parse override: {text}. Overrides look like key=value, "
-                          "group=option, +new.key=value or ~key")
+        return UsageError(
+            f"cannot parse override: {text}. Overrides look like key=value, group=option, +new.key=value or ~key"
+        )
     if isinstance(exc, MissingConfigException):
         return SpecError([error("<defaults>", text.replace("\n\n", "\n").replace("\n", " "))])
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
-        if f"Could not override '{key}'" in text or f"Could not append to config. An item is already at '{key}'" in text:
+        if (
+            f"Could not override '{key}'" in text
+            or f"Could not append to config. An item is already at '{key}'" in text
+        ):
             hint = did_you_mean(key, _known_keys())
             if "Could not override" in text:
-                message = (f"{key} (command-line override): unknown key{hint} "
-                           f"(to add a new key use +{key}=...; lmspec's schema allows only the keys in schemas/spec.schema.json)")
+                message = (
+                    f"{key} (command-line override): unknown key{hint} "
+                    f"(to add a new key use +{key}=...; lmspec's schema "
+                    "allows only the keys in schemas/spec.schema.json)"
+                )
             else:
                 message = f"{key} (command-line override): already set; drop the '+' to override it"
             return SpecError([error(key, message)])

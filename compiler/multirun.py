@@ -105,11 +105,15 @@ def sweep_index(rows: list[SweepRow], swept: list[str]) -> str:
     labels = list(dict.fromkeys(label for n in numbers for label in n))
     valid = [n for n in numbers if n]
     columns = [c for c in labels if c in ALWAYS_SHOWN or len({n.get(c) for n in valid}) > 1]
-    lines = [f"# Sweep: {' '.join(swept) or 'one combination'}", "",
-             f"{sum(r.build is not None for r in rows)} of {len(rows)} combinations valid; "
-             "each build's REPORT.md has the details.", "",
-             "| build | " + " | ".join(columns) + " | problems |",
-             "|---|" + "---|" * len(columns) + "---|"]
+    lines = [
+        f"# Sweep: {' '.join(swept) or 'one combination'}",
+        "",
+        f"{sum(r.build is not None for r in rows)} of {len(rows)} combinations valid; "
+        "each build's REPORT.md has the details.",
+        "",
+        "| build | " + " | ".join(columns) + " | problems |",
+        "|---|" + "---|" * len(columns) + "---|",
+    ]
     for row, values in zip(rows, numbers):
         name = f"[{row.build}](<{row.build}/REPORT.md>)" if row.build else f"{row.suffix} (invalid)"
         cells = [values.get(c, "") for c in columns]

@@ -17,8 +17,15 @@ from compiler.load import Composed
 from compiler.models.comm import CommEstimate, estimate_comm
 from compiler.models.params import ParamCounts, count_params
 from compiler.models.serve_memory import ServeMemory, estimate_serve_memory
-from compiler.models.summary import (FlopsSummary, comm_dict, flops_dict, flops_summary, memory_dict, params_dict,
-                                     serve_dict)
+from compiler.models.summary import (
+    FlopsSummary,
+    comm_dict,
+    flops_dict,
+    flops_summary,
+    memory_dict,
+    params_dict,
+    serve_dict,
+)
 from compiler.models.train_memory import TrainMemory, estimate_train_memory
 from compiler.sections import Spec
 
@@ -78,9 +85,15 @@ class Plan:
 
     def derived_dict(self) -> dict[str, Any]:
         """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec."""
-        return {"layout": _plain(dataclasses.asdict(self.layout)), "batch": dataclasses.asdict(self.batch),
-                "params": params_dict(self.params), "memory": memory_dict(self.memory),
-                "flops": flops_dict(self.flops), "serve": serve_dict(self.serving), "comm": comm_dict(self.comm)}
+        return {
+            "layout": _plain(dataclasses.asdict(self.layout)),
+            "batch": dataclasses.asdict(self.batch),
+            "params": params_dict(self.params),
+            "memory": memory_dict(self.memory),
+            "flops": flops_dict(self.flops),
+            "serve": serve_dict(self.serving),
+            "comm": comm_dict(self.comm),
+        }
 
 
 def _plain(value: Any) -> Any:
@@ -99,18 +112,42 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
     assert dp is not None and stages is not None, "validate() guarantees a legal layout"
     world = world_size(spec)
     layout = Layout(
-        world_size=world, nodes=spec.hardware.nodes, gpus_per_node=spec.hardware.gpus_per_node,
-        tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=p.ep, etp=p.etp, expert_dp=world // (p.etp * p.ep * p.pp),
-        stage_layers=stages, virtual_stages=p.virtual_stages, sequence_parallel=p.sequence_parallel,
-        zero_stage=p.zero_stage, distributed_optimizer=p.distributed_optimizer)
+        world_size=world,
+        nodes=spec.hardware.nodes,
+        gpus_per_node=spec.hardware.gpus_per_node,
+        tp=p.tp,
+        pp=p.pp,
+        dp=dp,
+        cp=p.cp,
+        ep=p.ep,
+        etp=p.etp,
+        expert_dp=world // (p.etp * p.ep * p.pp),
+        stage_layers=stages,
+        virtual_stages=p.virtual_stages,
+        sequence_parallel=p.sequence_parallel,
+        zero_stage=p.zero_stage,
+        distributed_optimizer=p.distributed_optimizer,
+    )
     batch = Batch(
-        micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
-        grad_accum_steps=t.global_batch_size // (t.micro_batch_size * dp), seq_length=t.seq_length,
-        tokens_per_step=t.global_batch_size * t.seq_length)
+        micro_batch_size=t.micro_batch_size,
+        global_batch_size=t.global_batch_size,
+        grad_accum_steps=t.global_batch_size // (t.micro_batch_size * dp),
+        seq_length=t.seq_length,
+        tokens_per_step=t.global_batch_size * t.seq_length,
+    )
     memory, comm = estimate_train_memory(spec), estimate_comm(spec)
     assert memory is not None and comm is not None, "validate() guarantees a legal layout"
-    return Plan(lmspec_version=__version__, spec=spec, layout=layout, batch=batch, params=count_params(spec.model),
-                memory=memory, flops=flops_summary(spec, batch.tokens_per_step, world),
-                serving=estimate_serve_memory(spec), comm=comm,
-                overrides=composed.overrides, choices=tuple(sorted(composed.choices.items())),
-                warnings=tuple(warnings))
+    return Plan(
+        lmspec_version=__version__,
+        spec=spec,
+        layout=layout,
+        batch=batch,
+        params=count_params(spec.model),
+        memory=memory,
+        flops=flops_summary(spec, batch.tokens_per_step, world),
+        serving=estimate_serve_memory(spec),
+        comm=comm,
+        overrides=composed.overrides,
+        choices=tuple(sorted(composed.choices.items())),
+        warnings=tuple(warnings),
+    )

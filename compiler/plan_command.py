@@ -26,12 +26,16 @@ def parse_gpus(text: str, per_node: int) -> list[int]:
         if low < 1 or high < low:
             raise UsageError(f"--gpus {text}: {part} is empty")
         if match[2] is None and low % per_node:
-            raise UsageError(f"--gpus {low} is not whole nodes of hardware.gpus_per_node={per_node}; "
-                             f"use {low // per_node * per_node or per_node} or {(low // per_node + 1) * per_node}")
+            raise UsageError(
+                f"--gpus {low} is not whole nodes of hardware.gpus_per_node={per_node}; "
+                f"use {low // per_node * per_node or per_node} or {(low // per_node + 1) * per_node}"
+            )
         found = [n for n in range(-(-low // per_node), high // per_node + 1) if n >= 1]
         if not found:
-            raise UsageError(f"--gpus {text}: {part} holds no whole node of hardware.gpus_per_node={per_node}; "
-                             f"use multiples of {per_node}")
+            raise UsageError(
+                f"--gpus {text}: {part} holds no whole node of hardware.gpus_per_node={per_node}; "
+                f"use multiples of {per_node}"
+            )
         nodes.update(found)
     return sorted(nodes)
 
@@ -102,10 +106,14 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
         nodes = found // spec.hardware.gpus_per_node
         kept = [o for o in args.overrides if not o.startswith("hardware.nodes=")]
         again = _shell(["lmspec", "plan", *_spec_words(args), *kept, f"hardware.nodes={nodes}"])
-        fewest = (f"training fits from {found} GPUs ({nodes} nodes) on, e.g. {best.layout_text()} "
-                  f"{best.sharding_text()} at {gib(best.memory_bytes)} GiB per GPU: {again}")
-    message = (f"no layout of {spec.model.name} fits on {where}: {result.legal:,} legal layouts all exceed the "
-               f"{gib(p.budget_bytes)} GiB usable per GPU{smallest}; {fewest}")
+        fewest = (
+            f"training fits from {found} GPUs ({nodes} nodes) on, e.g. {best.layout_text()} "
+            f"{best.sharding_text()} at {gib(best.memory_bytes)} GiB per GPU: {again}"
+        )
+    message = (
+        f"no layout of {spec.model.name} fits on {where}: {result.legal:,} legal layouts all exceed the "
+        f"{gib(p.budget_bytes)} GiB usable per GPU{smallest}; {fewest}"
+    )
     if args.format == "json":
         from compiler.plan_search.report import to_json
 
@@ -134,8 +142,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         draw(args.plot, result)
     if args.format == "json":
-        extra = {"winner_command": line, "winner_problems": [p.line() for p in problems],
-                 "written": str(written) if written else None}
+        extra = {
+            "winner_command": line,
+            "winner_problems": [p.line() for p in problems],
+            "written": str(written) if written else None,
+        }
         print(json.dumps(to_json(result, args.top, extra), indent=2))
         return 0
     print_table(result, args.top)
@@ -170,13 +181,15 @@ def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
     best = rows(result, 1)[0]
     flags = [*(["--gpus", args.gpus] if args.gpus else []), "--objective", args.objective]
     command = "lmspec plan " + _shell([*_spec_words(args), *args.overrides, *flags])
-    header = (f"# {result.spec.model.name} on {best.values['gpus']} x {result.spec.hardware.gpu.name}, chosen by "
-              f"`lmspec plan` (objective {result.objective}): {best.layout_text()}, {best.sharding_text()}, "
-              f"micro batch {best.values['train.micro_batch_size']}, recompute {best.values['train.recompute']};\n"
-              f"# estimated {best.step_time_s:.3g} s/step, {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}, "
-              f"{best.memory_bytes / 2**30:.1f} GiB per GPU.\n"
-              + f"#   {command}\n"
-              + f"#   lmspec compile --spec {display_path(args.write)}\n")
+    header = (
+        f"# {result.spec.model.name} on {best.values['gpus']} x {result.spec.hardware.gpu.name}, chosen by "
+        f"`lmspec plan` (objective {result.objective}): {best.layout_text()}, {best.sharding_text()}, "
+        f"micro batch {best.values['train.micro_batch_size']}, recompute {best.values['train.recompute']};\n"
+        f"# estimated {best.step_time_s:.3g} s/step, {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}, "
+        f"{best.memory_bytes / 2**30:.1f} GiB per GPU.\n"
+        + f"#   {command}\n"
+        + f"#   lmspec compile --spec {display_path(args.write)}\n"
+    )
     text = spec_file_text(args.write, _job_overrides(args, winner), args.spec, header)
     args.write.write_text(text, encoding="utf-8")
     return args.write
@@ -185,18 +198,45 @@ def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("plan", help="search every legal layout and rank those that fit (no GPU needed)")
     p.add_argument("--spec", type=Path, default=None, help="a spec file of your own, or a built-in preset name")
-    p.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                   help="Hydra overrides of the job, e.g. model=deepseek_v3 hardware=h800_80g train.seq_length=4096")
-    p.add_argument("--gpus", default=None, metavar="N|LOW..HIGH",
-                   help="GPU counts to search (whole nodes), e.g. 2048 or 512..4096; default: hardware.nodes")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="OVERRIDE",
+        help="Hydra overrides of the job, e.g. model=deepseek_v3 hardware=h800_80g train.seq_length=4096",
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="N|LOW..HIGH",
+        help="GPU counts to search (whole nodes), e.g. 2048 or 512..4096; default: hardware.nodes",
+    )
     p.add_argument("--top", type=int, default=10, help="rows to show (default 10)")
-    p.add_argument("--objective", choices=("throughput", "cost", "min-gpus"), default="throughput",
-                   help="throughput: most tokens/s; cost: fewest GPU-seconds per token; min-gpus: fewest GPUs")
-    p.add_argument("--backend", choices=("megatron", "deepspeed"), action="append", default=None,
-                   help="search this backend only (repeatable; default both)")
+    p.add_argument(
+        "--objective",
+        choices=("throughput", "cost", "min-gpus"),
+        default="throughput",
+        help="throughput: most tokens/s; cost: fewest GPU-seconds per token; min-gpus: fewest GPUs",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("megatron", "deepspeed"),
+        action="append",
+        default=None,
+        help="search this backend only (repeatable; default both)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--plot", type=Path, default=None, metavar="FILE.svg|FILE.png",
-                   help="Pareto plot: memory per GPU against tokens/s of the layouts that fit")
-    p.add_argument("--write", type=Path, default=None, metavar="specs/experiment/NAME.yaml",
-                   help="write the winner as a spec file that `lmspec compile --spec` accepts unchanged")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE.svg|FILE.png",
+        help="Pareto plot: memory per GPU against tokens/s of the layouts that fit",
+    )
+    p.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="specs/experiment/NAME.yaml",
+        help="write the winner as a spec file that `lmspec compile --spec` accepts unchanged",
+    )
     p.set_defaults(handler=_cmd_plan)

@@ -41,6 +41,8 @@ def stage_function(stage: str) -> Callable[[Path, argparse.Namespace], int]:
 def run_build(args: argparse.Namespace) -> int:
     build: Path = args.build_dir
     if not (build / "manifest.json").is_file():
-        raise UsageError(f"{display_path(build)} is not a build directory (no manifest.json); "
-                         "compile one with `lmspec compile` and pass build/<name>")
+        raise UsageError(
+            f"{display_path(build)} is not a build directory (no manifest.json); "
+            "compile one with `lmspec compile` and pass build/<name>"
+        )
     return stage_function(args.stage)(build, args)

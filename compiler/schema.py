@@ -68,8 +68,7 @@ def _object_schema(cls: type) -> dict[str, Any]:
 
 def spec_schema() -> dict[str, Any]:
     """The whole spec's schema, every key with a description and an example."""
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-              "title": "lmspec spec"}
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, "title": "lmspec spec"}
     schema.update(_object_schema(Spec))
     return schema
 
@@ -82,9 +81,16 @@ def _text(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, sort_keys=False) + "\n"
 
 
-_INTERPOLATION = {"type": "string", "pattern": r"^.*\$\{.+\}.*$", "description": "An OmegaConf interpolation, e.g. ${train.seq_length}."}
-_DEFAULTS = {"type": "array", "description": "Hydra defaults list: group options and configs to merge before this file.",
-             "items": {"anyOf": [{"type": "string"}, {"type": "object"}]}}
+_INTERPOLATION = {
+    "type": "string",
+    "pattern": r"^.*\$\{.+\}.*$",
+    "description": "An OmegaConf interpolation, e.g. ${train.seq_length}.",
+}
+_DEFAULTS = {
+    "type": "array",
+    "description": "Hydra defaults list: group options and configs to merge before this file.",
+    "items": {"anyOf": [{"type": "string"}, {"type": "object"}]},
+}
 _DOC_KEYS = ("description", "examples")
 
 
@@ -109,8 +115,11 @@ def _partial(node: dict[str, Any], *, in_any_of: bool = False) -> dict[str, Any]
 
 
 def _file_schema(title: str, file_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID.replace("spec.schema.json", file_id),
-              "title": title}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID.replace("spec.schema.json", file_id),
+        "title": title,
+    }
     schema.update(_partial(body))
     schema["properties"] = {"defaults": _DEFAULTS, **schema["properties"]}
     return schema
@@ -118,18 +127,26 @@ def _file_schema(title: str, file_id: str, body: dict[str, Any]) -> dict[str, An
 
 def section_names() -> tuple[str, ...]:
     """The spec's sections that are Hydra config groups (model, hardware, ...)."""
-    return tuple(f.name for f in dataclasses.fields(Spec) if dataclasses.is_dataclass(typing.get_type_hints(Spec)[f.name]))
+    return tuple(
+        f.name for f in dataclasses.fields(Spec) if dataclasses.is_dataclass(typing.get_type_hints(Spec)[f.name])
+    )
 
 
 def schema_files() -> dict[str, str]:
     """Every file of schemas/: the spec's schema, the spec-file variant, one per group."""
-    files = {"spec.schema.json": spec_schema_text(),
-             "spec-file.schema.json": _text(_file_schema("lmspec spec file (partial: defaults list, overrides)",
-                                                         "spec-file.schema.json", _object_schema(Spec)))}
+    files = {
+        "spec.schema.json": spec_schema_text(),
+        "spec-file.schema.json": _text(
+            _file_schema(
+                "lmspec spec file (partial: defaults list, overrides)", "spec-file.schema.json", _object_schema(Spec)
+            )
+        ),
+    }
     hints = typing.get_type_hints(Spec)
     for name in section_names():
-        files[f"{name}.schema.json"] = _text(_file_schema(f"lmspec {name} group file", f"{name}.schema.json",
-                                                          _object_schema(hints[name])))
+        files[f"{name}.schema.json"] = _text(
+            _file_schema(f"lmspec {name} group file", f"{name}.schema.json", _object_schema(hints[name]))
+        )
     return files
 
 

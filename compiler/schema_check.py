@@ -31,12 +31,21 @@ def expected(schema: dict[str, Any]) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(repr(v) for v in schema["enum"])
     kind = schema.get("type")
-    words = {"integer": "an integer", "number": "a number", "boolean": "true or false",
-             "string": "a string", "null": "null", "array": "a list", "object": "a mapping"}[kind]
-    bounds = [f">= {schema['minimum']}" if "minimum" in schema else "",
-              f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "",
-              f"<= {schema['maximum']}" if "maximum" in schema else "",
-              f"matching {schema['pattern']}" if "pattern" in schema else ""]
+    words = {
+        "integer": "an integer",
+        "number": "a number",
+        "boolean": "true or false",
+        "string": "a string",
+        "null": "null",
+        "array": "a list",
+        "object": "a mapping",
+    }[kind]
+    bounds = [
+        f">= {schema['minimum']}" if "minimum" in schema else "",
+        f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "",
+        f"<= {schema['maximum']}" if "maximum" in schema else "",
+        f"matching {schema['pattern']}" if "pattern" in schema else "",
+    ]
     if kind == "array" and "items" in schema:
         words += " of " + expected(schema["items"]).removeprefix("an ").removeprefix("a ") + "s"
     return " ".join([words, *[b for b in bounds if b]])
@@ -56,14 +65,23 @@ def _problem(err: ValidationError, origins: Origins) -> list[Problem]:
         for name in unknown:
             full = f"{key}.{name}" if key else name
             full_allowed = [f"{key}.{a}" if key else a for a in allowed]
-            out.append(error(full, f"{full} ({origins.of(full)}): unknown key{did_you_mean(full, full_allowed)} "
-                                   f"Keys allowed in {key or 'the spec'}: {', '.join(allowed)}"))
+            out.append(
+                error(
+                    full,
+                    f"{full} ({origins.of(full)}): unknown key{did_you_mean(full, full_allowed)} "
+                    f"Keys allowed in {key or 'the spec'}: {', '.join(allowed)}",
+                )
+            )
         return out
     if err.validator == "required":
         missing = err.message.split("'")[1]
         full = f"{key}.{missing}" if key else missing
-        return [error(full, f"{full}: missing (required in {key or 'the spec'}, {where}); "
-                            f"set it in the spec or with +{full}=...")]
+        return [
+            error(
+                full,
+                f"{full}: missing (required in {key or 'the spec'}, {where}); set it in the spec or with +{full}=...",
+            )
+        ]
     value = json.dumps(err.instance)
     return [error(key, f"{key}={value} ({where}): expected {expected(err.schema)}")]
 

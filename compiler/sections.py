@@ -13,12 +13,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
-def key(description: str, *, example: Any = None, minimum: float | None = None,
-        exclusive_minimum: float | None = None, maximum: float | None = None,
-        pattern: str | None = None) -> Any:
+def key(
+    description: str,
+    *,
+    example: Any = None,
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+    maximum: float | None = None,
+    pattern: str | None = None,
+) -> Any:
     """Declare a spec key: its description, one example, and numeric bounds."""
-    meta = {"description": description, "example": example, "minimum": minimum,
-            "exclusiveMinimum": exclusive_minimum, "maximum": maximum, "pattern": pattern}
+    meta = {
+        "description": description,
+        "example": example,
+        "minimum": minimum,
+        "exclusiveMinimum": exclusive_minimum,
+        "maximum": maximum,
+        "pattern": pattern,
+    }
     return field(metadata={k: v for k, v in meta.items() if v is not None})
 
 
@@ -29,10 +41,16 @@ Auto = Literal["auto"]
 class MlaSpec:
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed K/V (and Q)."""
 
-    q_lora_rank: int | None = key("Rank of the query down-projection; null = no query compression (V2-Lite).", example=1536, minimum=1)
-    kv_lora_rank: int = key("Rank of the joint key/value down-projection (the latent cached by vLLM).", example=512, minimum=1)
+    q_lora_rank: int | None = key(
+        "Rank of the query down-projection; null = no query compression (V2-Lite).", example=1536, minimum=1
+    )
+    kv_lora_rank: int = key(
+        "Rank of the joint key/value down-projection (the latent cached by vLLM).", example=512, minimum=1
+    )
     qk_nope_head_dim: int = key("Per-head query/key dimension without rotary embedding.", example=128, minimum=1)
-    qk_rope_head_dim: int = key("Per-head query/key dimension carrying rotary embedding (shared key across heads).", example=64, minimum=1)
+    qk_rope_head_dim: int = key(
+        "Per-head query/key dimension carrying rotary embedding (shared key across heads).", example=64, minimum=1
+    )
     v_head_dim: int = key("Per-head value dimension.", example=128, minimum=1)
 
 
@@ -42,33 +60,49 @@ class MoeSpec:
 
     num_experts: int = key("Routed experts per MoE layer.", example=256, minimum=1)
     top_k: int = key("Routed experts each token is sent to.", example=8, minimum=1)
-    num_shared_experts: int = key("Always-active shared experts per MoE layer (DeepSeek); 0 for Mixtral.", example=1, minimum=0)
+    num_shared_experts: int = key(
+        "Always-active shared experts per MoE layer (DeepSeek); 0 for Mixtral.", example=1, minimum=0
+    )
     ffn_hidden_size: int = key("Intermediate size of one expert's gated MLP.", example=2048, minimum=1)
     first_dense_layers: int = key("Leading layers that use the dense MLP instead of MoE.", example=3, minimum=0)
-    router_score_bias: bool = key("Router keeps a per-expert score-correction bias (DeepSeek-V3 aux-loss-free balancing).", example=True)
+    router_score_bias: bool = key(
+        "Router keeps a per-expert score-correction bias (DeepSeek-V3 aux-loss-free balancing).", example=True
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Architecture of a decoder-only transformer (pre-norm, RMSNorm, SwiGLU, RoPE)."""
 
-    name: str = key("Preset name; also the default build name.", example="llama3_8b", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    family: Literal["llama", "mixtral", "deepseek_v2", "deepseek_v3"] = key("HuggingFace architecture family used for conversion and serving.", example="llama")
+    name: str = key(
+        "Preset name; also the default build name.", example="llama3_8b", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    )
+    family: Literal["llama", "mixtral", "deepseek_v2", "deepseek_v3"] = key(
+        "HuggingFace architecture family used for conversion and serving.", example="llama"
+    )
     num_layers: int = key("Transformer layers.", example=32, minimum=1)
     hidden_size: int = key("Model (residual stream) width.", example=4096, minimum=1)
     ffn_hidden_size: int = key("Intermediate size of the dense gated MLP.", example=14336, minimum=1)
     num_attention_heads: int = key("Query heads.", example=32, minimum=1)
     num_kv_heads: int = key("Key/value heads (GQA); equal to heads for MHA and MLA.", example=8, minimum=1)
-    head_dim: int = key("Per-head query/key width; for MLA qk_nope_head_dim + qk_rope_head_dim.", example=128, minimum=1)
+    head_dim: int = key(
+        "Per-head query/key width; for MLA qk_nope_head_dim + qk_rope_head_dim.", example=128, minimum=1
+    )
     vocab_size: int = key("Vocabulary size (rows of the embedding and output head).", example=128256, minimum=1)
-    max_position_embeddings: int = key("Longest sequence the positional encoding is trained for.", example=8192, minimum=1)
-    attention: Literal["gqa", "mla"] = key("Attention kind: gqa (covers MHA when kv heads = heads) or mla.", example="gqa")
+    max_position_embeddings: int = key(
+        "Longest sequence the positional encoding is trained for.", example=8192, minimum=1
+    )
+    attention: Literal["gqa", "mla"] = key(
+        "Attention kind: gqa (covers MHA when kv heads = heads) or mla.", example="gqa"
+    )
     mla: MlaSpec | None = key("MLA ranks; required when attention is mla, null otherwise.", example=None)
     moe: MoeSpec | None = key("Mixture-of-experts block; null for a dense model.", example=None)
     norm_eps: float = key("RMSNorm epsilon.", example=1e-5, exclusive_minimum=0)
     rope_theta: float = key("RoPE base frequency.", example=500000.0, exclusive_minimum=0)
     tie_embeddings: bool = key("Output head shares the input embedding matrix.", example=False)
-    mtp_layers: int = key("Multi-token-prediction modules (DeepSeek-V3: 1); counted apart from the model's size.", example=0, minimum=0)
+    mtp_layers: int = key(
+        "Multi-token-prediction modules (DeepSeek-V3: 1); counted apart from the model's size.", example=0, minimum=0
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +110,11 @@ class GpuSpec:
     """One accelerator, as its vendor datasheet states it (dense, no sparsity)."""
 
     name: str = key("Accelerator name.", example="H100-SXM-80GB")
-    memory_gib: float = key("Device memory in GiB as labelled (usable memory is lower; see the memory model's reserve).", example=80, exclusive_minimum=0)
+    memory_gib: float = key(
+        "Device memory in GiB as labelled (usable memory is lower; see the memory model's reserve).",
+        example=80,
+        exclusive_minimum=0,
+    )
     bf16_tflops: float = key("Dense bf16 peak, TFLOP/s.", example=989, exclusive_minimum=0)
     hbm_gb_per_s: float = key("Memory bandwidth, GB/s.", example=3350, exclusive_minimum=0)
 
@@ -85,8 +123,12 @@ class GpuSpec:
 class IntraNodeSpec:
     """Link between the GPUs of one node."""
 
-    link: Literal["nvlink", "pcie", "shm"] = key("Kind of link: NVLink, PCIe only, or host shared memory (CPU ranks).", example="nvlink")
-    gb_per_s: float = key("Per-GPU bandwidth of the link, GB/s, as the datasheet states it.", example=900, exclusive_minimum=0)
+    link: Literal["nvlink", "pcie", "shm"] = key(
+        "Kind of link: NVLink, PCIe only, or host shared memory (CPU ranks).", example="nvlink"
+    )
+    gb_per_s: float = key(
+        "Per-GPU bandwidth of the link, GB/s, as the datasheet states it.", example=900, exclusive_minimum=0
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +139,9 @@ class InterNodeSpec:
     gbit_per_s_per_nic: float = key("Line rate of one NIC, Gbit/s.", example=400, exclusive_minimum=0)
     nics_per_node: int = key("NICs per node used by NCCL.", example=8, minimum=1)
     hca: list[str] = key("RDMA devices for NCCL_IB_HCA (empty = let NCCL choose).", example=["mlx5_0", "mlx5_1"])
-    socket_ifname: str | None = key("Interface for NCCL/gloo bootstrap and TCP traffic (NCCL_SOCKET_IFNAME); null = auto.", example="eth0")
+    socket_ifname: str | None = key(
+        "Interface for NCCL/gloo bootstrap and TCP traffic (NCCL_SOCKET_IFNAME); null = auto.", example="eth0"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,14 +165,26 @@ class ParallelSpec:
     dp: int | Auto = key("Data-parallel degree; auto = world / (tp x pp x cp).", example="auto", minimum=1)
     cp: int = key("Context-parallel degree (sequence split across ranks).", example=1, minimum=1)
     ep: int = key("Expert-parallel degree for MoE layers.", example=1, minimum=1)
-    etp: int = key("Tensor-parallel degree inside each expert (Megatron expert_tensor_parallel_size).", example=1, minimum=1)
-    sequence_parallel: bool = key("Megatron sequence parallelism for norms/dropout inside the TP group (needs tp > 1).", example=False)
+    etp: int = key(
+        "Tensor-parallel degree inside each expert (Megatron expert_tensor_parallel_size).", example=1, minimum=1
+    )
+    sequence_parallel: bool = key(
+        "Megatron sequence parallelism for norms/dropout inside the TP group (needs tp > 1).", example=False
+    )
     zero_stage: Literal[0, 1, 2, 3] = key("DeepSpeed ZeRO stage (deepspeed backend).", example=1)
-    distributed_optimizer: bool = key("Megatron distributed optimizer: optimizer states and master weights sharded over DP.", example=False)
+    distributed_optimizer: bool = key(
+        "Megatron distributed optimizer: optimizer states and master weights sharded over DP.", example=False
+    )
     offload_optimizer: bool = key("DeepSpeed: keep optimizer states in host memory.", example=False)
     offload_params: bool = key("DeepSpeed ZeRO-3: keep parameters in host memory.", example=False)
-    pp_layout: None | Auto | list[int] = key("Layers per pipeline stage: null = num_layers must divide by pp; auto = balanced uneven split; or an explicit list.", example="auto")
-    virtual_stages: int | None = key("Interleaved 1F1B: model chunks per pipeline rank; null = plain 1F1B.", example=2, minimum=1)
+    pp_layout: None | Auto | list[int] = key(
+        "Layers per pipeline stage: null = num_layers must divide "
+        "by pp; auto = balanced uneven split; or an explicit list.",
+        example="auto",
+    )
+    virtual_stages: int | None = key(
+        "Interleaved 1F1B: model chunks per pipeline rank; null = plain 1F1B.", example=2, minimum=1
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,18 +212,28 @@ class LrScheduleSpec:
 class CheckpointSpec:
     """Where and how often training state is saved."""
 
-    dir: str = key("Checkpoint directory (relative to the working directory at run time).", example="runs/llama3_8b/checkpoints")
+    dir: str = key(
+        "Checkpoint directory (relative to the working directory at run time).", example="runs/llama3_8b/checkpoints"
+    )
     interval: int = key("Save every this many steps.", example=1000, minimum=1)
-    keep_last_k: int = key("Complete checkpoints kept; older ones are deleted after a new one is complete.", example=3, minimum=1)
-    resume: Literal["auto", "never"] = key("auto = load the newest complete checkpoint when one exists.", example="auto")
+    keep_last_k: int = key(
+        "Complete checkpoints kept; older ones are deleted after a new one is complete.", example=3, minimum=1
+    )
+    resume: Literal["auto", "never"] = key(
+        "auto = load the newest complete checkpoint when one exists.", example="auto"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataSpec:
     """Training data."""
 
-    corpus: str = key("builtin = the text corpus shipped with lmspec; otherwise a path to a UTF-8 text file.", example="builtin")
-    tokenizer: Literal["byte"] = key("Tokenizer; byte = byte-level, built offline (256 ids + specials).", example="byte")
+    corpus: str = key(
+        "builtin = the text corpus shipped with lmspec; otherwise a path to a UTF-8 text file.", example="builtin"
+    )
+    tokenizer: Literal["byte"] = key(
+        "Tokenizer; byte = byte-level, built offline (256 ids + specials).", example="byte"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,10 +241,14 @@ class TrainSpec:
     """Training job."""
 
     backend: Literal["megatron", "deepspeed"] = key("Training framework.", example="megatron")
-    precision: Literal["bf16", "fp16", "fp32"] = key("Compute precision (bf16/fp16 keep fp32 master weights).", example="bf16")
+    precision: Literal["bf16", "fp16", "fp32"] = key(
+        "Compute precision (bf16/fp16 keep fp32 master weights).", example="bf16"
+    )
     seq_length: int = key("Tokens per training sequence.", example=4096, minimum=1)
     micro_batch_size: int = key("Sequences per GPU per forward/backward.", example=1, minimum=1)
-    global_batch_size: int = key("Sequences per optimizer step across all data-parallel ranks.", example=1024, minimum=1)
+    global_batch_size: int = key(
+        "Sequences per optimizer step across all data-parallel ranks.", example=1024, minimum=1
+    )
     recompute: Literal["none", "selective", "full"] = key("Activation recomputation.", example="selective")
     flash_attention: bool = key("Fused/flash attention kernel (does not store the s x s score matrix).", example=True)
     optimizer: OptimizerSpec = key("Optimizer.")
@@ -200,20 +270,38 @@ class ServeSpec:
     pp: int = key("vLLM --pipeline-parallel-size.", example=1, minimum=1)
     dp: int = key("vLLM --data-parallel-size.", example=1, minimum=1)
     expert_parallel: bool = key("vLLM --enable-expert-parallel (MoE only).", example=False)
-    max_model_len: int = key("Longest request (prompt + output) in tokens; sizes the KV cache.", example=8192, minimum=1)
-    gpu_memory_utilization: float = key("Fraction of device memory vLLM may use, in (0, 1].", example=0.9, exclusive_minimum=0, maximum=1)
+    max_model_len: int = key(
+        "Longest request (prompt + output) in tokens; sizes the KV cache.", example=8192, minimum=1
+    )
+    gpu_memory_utilization: float = key(
+        "Fraction of device memory vLLM may use, in (0, 1].", example=0.9, exclusive_minimum=0, maximum=1
+    )
     enforce_eager: bool = key("Disable CUDA graphs (debugging, CPU).", example=False)
     served_model_name: str = key("Model name clients send in requests.", example="llama3-8b")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = key("Weight and activation dtype.", example="bfloat16")
-    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes"] | None = key("Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint.", example="fp8")
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = key("KV cache dtype; auto = model dtype.", example="auto")
+    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes"] | None = key(
+        "Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint.", example="fp8"
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = key(
+        "KV cache dtype; auto = model dtype.", example="auto"
+    )
     max_num_seqs: int = key("Most sequences batched at once.", example=256, minimum=1)
-    max_num_batched_tokens: int | None = key("Token budget per scheduler step; null = vLLM's default.", example=8192, minimum=1)
+    max_num_batched_tokens: int | None = key(
+        "Token budget per scheduler step; null = vLLM's default.", example=8192, minimum=1
+    )
     host: str = key("Bind address.", example="127.0.0.1")
     port: int = key("Port.", example=8000, minimum=1, maximum=65535)
-    api_key_env: str | None = key("Name of the environment variable holding the API key (never the key itself); null = no auth.", example="VLLM_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    model_path: str | None = key("Model directory to serve; null = the conversion output (convert.output).", example="runs/llama3_8b/hf")
-    cpu_kvcache_space_gib: float = key("VLLM_CPU_KVCACHE_SPACE for the CPU backend, GiB.", example=1, exclusive_minimum=0)
+    api_key_env: str | None = key(
+        "Name of the environment variable holding the API key (never the key itself); null = no auth.",
+        example="VLLM_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+    )
+    model_path: str | None = key(
+        "Model directory to serve; null = the conversion output (convert.output).", example="runs/llama3_8b/hf"
+    )
+    cpu_kvcache_space_gib: float = key(
+        "VLLM_CPU_KVCACHE_SPACE for the CPU backend, GiB.", example=1, exclusive_minimum=0
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +312,9 @@ class SlurmSpec:
     account: str | None = key("--account; null = none.", example="my_team")
     time: str = key("--time limit, [D-]HH:MM:SS.", example="24:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")
     cpus_per_task: int = key("--cpus-per-task (one task per node runs torchrun).", example=64, minimum=1)
-    signal_seconds: int = key("--signal=USR1@N: seconds before the time limit to checkpoint and requeue.", example=300, minimum=1)
+    signal_seconds: int = key(
+        "--signal=USR1@N: seconds before the time limit to checkpoint and requeue.", example=300, minimum=1
+    )
     requeue: bool = key("--requeue: requeue after preemption or the pre-timeout checkpoint.", example=True)
 
 
@@ -233,10 +323,14 @@ class NcclSpec:
     """NCCL settings written to nccl.env."""
 
     debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = key("NCCL_DEBUG.", example="WARN")
-    timeout_minutes: int = key("Collective watchdog timeout; must outlast the longest checkpoint save.", example=30, minimum=1)
+    timeout_minutes: int = key(
+        "Collective watchdog timeout; must outlast the longest checkpoint save.", example=30, minimum=1
+    )
     ib_timeout: int = key("NCCL_IB_TIMEOUT exponent (4.096 us x 2^n).", example=22, minimum=1, maximum=31)
     ib_retry_cnt: int = key("NCCL_IB_RETRY_CNT.", example=7, minimum=0, maximum=7)
-    ib_gid_index: int | None = key("NCCL_IB_GID_INDEX for RoCE (3 = RoCEv2 on most NICs); null = NCCL default.", example=3, minimum=0)
+    ib_gid_index: int | None = key(
+        "NCCL_IB_GID_INDEX for RoCE (3 = RoCEv2 on most NICs); null = NCCL default.", example=3, minimum=0
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,7 +356,11 @@ class ConvertSpec:
 class Spec:
     """A whole lmspec job: model, hardware, layout, training, launch, conversion and serving."""
 
-    name: str = key("Job name: the build directory build/<name>/ and the Slurm job name.", example="llama3_8b", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = key(
+        "Job name: the build directory build/<name>/ and the Slurm job name.",
+        example="llama3_8b",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+    )
     model: ModelSpec = key("Model architecture.")
     hardware: HardwareSpec = key("Hardware.")
     parallel: ParallelSpec = key("Parallel layout.")

@@ -28,14 +28,16 @@ def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
     untouched chart there drawn from the same numbers is kept instead of redrawn.
     """
     files = emit_all(plan, EarlierBuild(replacing) if replacing is not None else None)
-    files[MANIFEST] = dump_json({
-        "lmspec_version": plan.lmspec_version,
-        "name": plan.name,
-        "overrides": list(plan.overrides),
-        "choices": dict(plan.choices),
-        "spec_sha256": sha256(files["spec.resolved.yaml"]),
-        "files": {path: sha256(text) for path, text in files.items()},
-    })
+    files[MANIFEST] = dump_json(
+        {
+            "lmspec_version": plan.lmspec_version,
+            "name": plan.name,
+            "overrides": list(plan.overrides),
+            "choices": dict(plan.choices),
+            "spec_sha256": sha256(files["spec.resolved.yaml"]),
+            "files": {path: sha256(text) for path, text in files.items()},
+        }
+    )
     return dict(sorted(files.items()))
 
 

@@ -175,7 +175,7 @@ class Checkpoints:
                 os.fsync(fh.fileno())
             os.rename(pointer, self.root / LATEST)
             _fsync_dir(self.root)
-            for _, old in step_dirs(self.root)[self.keep_last_k:]:
+            for _, old in step_dirs(self.root)[self.keep_last_k :]:
                 shutil.rmtree(old, ignore_errors=True)
         _barrier()
         return final
@@ -207,5 +207,7 @@ class Checkpoints:
             if reason is None:
                 return str(path), None
             warn(f"checkpoint {path.name} is not usable ({reason}); trying an older one")
-        return None, (f"checkpoints exist under {self.root} but none verifies; refusing to start from "
-                      f"scratch: remove {self.root} or set train.checkpoint.resume=never")
+        return None, (
+            f"checkpoints exist under {self.root} but none verifies; refusing to start from "
+            f"scratch: remove {self.root} or set train.checkpoint.resume=never"
+        )

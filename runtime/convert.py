@@ -104,15 +104,17 @@ def check_against_checkpoint(todo: list[Tensor], ckpt: DistCheckpoint) -> None:
         if t.key not in stored:
             continue
         s = stored[t.key]
-        lead = s.shape[:len(t.index)]
-        if s.shape[len(t.index):] != t.transform.shape or any(i >= n for i, n in zip(t.index, lead)):
-            problems.append(f"{t.label}: checkpoint shape {list(s.shape)}, mapping expects "
-                            f"{list(lead)} x {list(t.transform.shape)} with index {list(t.index)}")
+        lead = s.shape[: len(t.index)]
+        if s.shape[len(t.index) :] != t.transform.shape or any(i >= n for i, n in zip(t.index, lead)):
+            problems.append(
+                f"{t.label}: checkpoint shape {list(s.shape)}, mapping expects "
+                f"{list(lead)} x {list(t.transform.shape)} with index {list(t.index)}"
+            )
         if s.dtype_name != t.dtype:
             problems.append(f"{t.label}: checkpoint dtype {s.dtype_name}, mapping says {t.dtype}")
         seen.setdefault(t.key, set()).add(t.index)
     for key, indices in seen.items():
-        lead = stored[key].shape[:len(next(iter(indices)))]
+        lead = stored[key].shape[: len(next(iter(indices)))]
         expected = 1
         for n in lead:
             expected *= n
@@ -202,8 +204,14 @@ def _progress(enabled: bool):  # type: ignore[no-untyped-def]
     """A rich progress bar over bytes written (shown on a terminal only)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    return Progress(TextColumn("converting {task.fields[tensor]}"), BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), TimeRemainingColumn(), disable=not enabled)
+    return Progress(
+        TextColumn("converting {task.fields[tensor]}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        disable=not enabled,
+    )
 
 
 def _write_buffered(t: Tensor, ckpt: DistCheckpoint, writer: ShardedWriter, arena: Arena | None) -> None:
@@ -213,16 +221,23 @@ def _write_buffered(t: Tensor, ckpt: DistCheckpoint, writer: ShardedWriter, aren
     for name, shape in t.transform.hf_shapes().items():
         tensor = outputs.pop(name)
         if tuple(tensor.shape) != shape:
-            raise ConversionError(f"{name}: {t.transform.kind.value} produced {tuple(tensor.shape)}, "
-                                  f"the mapping declares {shape}")
+            raise ConversionError(
+                f"{name}: {t.transform.kind.value} produced {tuple(tensor.shape)}, the mapping declares {shape}"
+            )
         writer.write(name, tensor)
         del tensor
 
 
-def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
-                     classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS,
-                     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, progress: bool = False,
-                     direct: bool = True) -> dict[str, Any]:
+def convert_megatron(
+    doc: Mapping[str, Any],
+    ckpt_dir: Path,
+    output: Path,
+    *,
+    classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    progress: bool = False,
+    direct: bool = True,
+) -> dict[str, Any]:
     """Convert one torch_dist directory into an HF directory; returns a summary.
 
     `direct=False` sends every tensor through the buffered path (the tests compare both).
@@ -253,8 +268,13 @@ def convert_megatron(doc: Mapping[str, Any], ckpt_dir: Path, output: Path, *,
             (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
     finally:
         ckpt.close()
-    return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards),
-            "megatron_tensors_direct": len(todo) - len(buffered), "megatron_tensors_buffered": len(buffered)}
+    return {
+        "tensors": len(plan),
+        "bytes": writer.total_bytes,
+        "shards": len(writer.shards),
+        "megatron_tensors_direct": len(todo) - len(buffered),
+        "megatron_tensors_buffered": len(buffered),
+    }
 
 
 def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> dict[str, Any]:
@@ -267,8 +287,10 @@ def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> d
     wanted = {item["name"]: (tuple(item["shape"]), t["hf_dtype"]) for t in doc["tensors"] for item in t["hf"]}
     unknown, missing = sorted(state.keys() - wanted.keys()), sorted(wanted.keys() - state.keys())
     if unknown or missing:
-        raise ConversionError(f"DeepSpeed checkpoint vs mapping: not mapped: {_listing(unknown) or 'none'}; "
-                              f"missing: {_listing(missing) or 'none'}")
+        raise ConversionError(
+            f"DeepSpeed checkpoint vs mapping: not mapped: {_listing(unknown) or 'none'}; "
+            f"missing: {_listing(missing) or 'none'}"
+        )
     plan = [Planned(name, shape, dtype) for name, (shape, dtype) in wanted.items()]
     with atomic_directory(output) as staging:
         writer = ShardedWriter(staging, plan)
@@ -279,8 +301,9 @@ def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> d
     return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards)}
 
 
-def convert_build(build_dir: Path, *, progress: bool = False,
-                  classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS) -> tuple[Path, dict[str, Any]]:
+def convert_build(
+    build_dir: Path, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
+) -> tuple[Path, dict[str, Any]]:
     doc = load_mapping(build_dir)
     step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     output = Path(doc["output"])
@@ -293,8 +316,10 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
     doc = load_mapping(build_dir)
     if getattr(options, "dry_run", False):
         step = Path(doc["checkpoint_dir"]) / LATEST
-        print(f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
-              f"{doc['hf_tensor_count']} HF tensors) into {doc['output']}")
+        print(
+            f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
+            f"{doc['hf_tensor_count']} HF tensors) into {doc['output']}"
+        )
         return 0
     start = time.perf_counter()
     try:
@@ -303,8 +328,10 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
         print(f"lmspec: convert: {exc}", file=sys.stderr)
         return 1
     seconds = time.perf_counter() - start
-    print(f"converted {summary['tensors']} tensors ({summary['bytes'] / 1e9:.3f} GB, {summary['shards']} shard(s)) "
-          f"into {output} in {seconds:.1f} s ({summary['bytes'] / 1e9 / seconds:.2f} GB/s)")
+    print(
+        f"converted {summary['tensors']} tensors ({summary['bytes'] / 1e9:.3f} GB, {summary['shards']} shard(s)) "
+        f"into {output} in {seconds:.1f} s ({summary['bytes'] / 1e9 / seconds:.2f} GB/s)"
+    )
     return 0
 
 

@@ -56,8 +56,20 @@ _CUDA_LITERAL_MODULES = (
     "megatron.core.tensor_parallel.cross_entropy",
     "megatron.core.transformer.multi_latent_attention",
 )
-_FACTORIES = ("empty", "zeros", "ones", "full", "tensor", "arange", "rand", "randn", "empty_like",
-              "zeros_like", "ones_like", "full_like")
+_FACTORIES = (
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "tensor",
+    "arange",
+    "rand",
+    "randn",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+)
 
 _applied = False
 
@@ -103,9 +115,9 @@ class _CpuStream:
     """Stands for every CUDA stream: work on the CPU is already ordered. A class (not a
     function) so that annotations such as `torch.cuda.Stream | None` keep working."""
 
-    _instance: "_CpuStream | None" = None
+    _instance: _CpuStream | None = None
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "_CpuStream":
+    def __new__(cls, *args: Any, **kwargs: Any) -> _CpuStream:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -142,8 +154,9 @@ def _patch_moe_dispatcher() -> None:
     token_dispatcher.maybe_move_tensor_to_cpu = _host_split_sizes
 
 
-def _clip_grad_by_total_norm(parameters: Any, max_norm: float, total_norm: float,
-                             use_decoupled_grad: bool = False) -> None:
+def _clip_grad_by_total_norm(
+    parameters: Any, max_norm: float, total_norm: float, use_decoupled_grad: bool = False
+) -> None:
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     clip_coeff = max_norm / (total_norm + 1.0e-6)

@@ -39,7 +39,9 @@ def corpus_text(corpus: str) -> str:
         return "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(CORPUS_DIR.glob("*.txt")))
     path = Path(corpus)
     if not path.is_file():
-        raise FileNotFoundError(f"train.data.corpus={corpus!r}: no such file; use 'builtin' or a path to a UTF-8 text file")
+        raise FileNotFoundError(
+            f"train.data.corpus={corpus!r}: no such file; use 'builtin' or a path to a UTF-8 text file"
+        )
     return path.read_text(encoding="utf-8")
 
 
@@ -86,8 +88,9 @@ class TokenStream:
         positions = torch.arange(start, start + self.seq_length + 1) % len(self.tokens)
         return self.tokens[positions]
 
-    def micro_batches(self, consumed_samples: int, micro_batch_size: int, dp_rank: int,
-                      dp_size: int, num_micro_batches: int) -> list[Batch]:
+    def micro_batches(
+        self, consumed_samples: int, micro_batch_size: int, dp_rank: int, dp_size: int, num_micro_batches: int
+    ) -> list[Batch]:
         """This DP rank's micro-batches of the step that starts at `consumed_samples`."""
         batches = []
         for m in range(num_micro_batches):

@@ -69,8 +69,7 @@ class DeepSpeedTrainer:
         self.num_micro_batches = batch["grad_accum_steps"]
         self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
-        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                    config=ds_config)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
         self.device = self.engine.device
 
     def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:

@@ -22,8 +22,22 @@ from typing import Any
 from runtime.dtypes import dtype_name
 
 METADATA_FILE = ".metadata"
-_TORCH_DTYPE_NAMES = frozenset({"float64", "float32", "bfloat16", "float16", "int64", "int32", "int16", "int8",
-                                "uint8", "bool", "float8_e4m3fn", "float8_e5m2"})
+_TORCH_DTYPE_NAMES = frozenset(
+    {
+        "float64",
+        "float32",
+        "bfloat16",
+        "float16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    }
+)
 _PLAIN_GLOBALS = {("torch", "Size"): tuple, ("collections", "OrderedDict"): dict}
 
 
@@ -61,8 +75,12 @@ class _Record:
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, dict):
             self.__dict__.update(state)
-        elif (isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict)
-              and (state[0] is None or isinstance(state[0], dict))):  # (dict, slots)
+        elif (
+            isinstance(state, tuple)
+            and len(state) == 2
+            and isinstance(state[1], dict)
+            and (state[0] is None or isinstance(state[0], dict))
+        ):  # (dict, slots)
             self.__dict__.update(state[0] or {}, **state[1])
         else:
             self.state = state
@@ -95,24 +113,35 @@ def _offsets(index: Any) -> tuple[int, ...]:
     return tuple(offset) if offset is not None else ()
 
 
-def _collect(tensors: Iterable[tuple[str, Any]], storage: Iterable[tuple[Any, Any]],
-             dtype_of: Callable[[Any], str]) -> CheckpointMetadata:
+def _collect(
+    tensors: Iterable[tuple[str, Any]], storage: Iterable[tuple[Any, Any]], dtype_of: Callable[[Any], str]
+) -> CheckpointMetadata:
     """CheckpointMetadata from `(key, TensorStorageMetadata)` and `(MetadataIndex, _StorageInfo)` pairs,
     torch's or their inert stand-ins alike."""
     return CheckpointMetadata(
-        {key: TensorMeta(tuple(md.size), dtype_of(md.properties),
-                         tuple((tuple(c.offsets), tuple(c.sizes)) for c in md.chunks))
-         for key, md in tensors},
-        {(index.fqn, _offsets(index)): StorageInfo(info.relative_path, info.offset, info.length,
-                                                   tuple(getattr(info, "transform_descriptors", None) or ()))
-         for index, info in storage})
+        {
+            key: TensorMeta(
+                tuple(md.size), dtype_of(md.properties), tuple((tuple(c.offsets), tuple(c.sizes)) for c in md.chunks)
+            )
+            for key, md in tensors
+        },
+        {
+            (index.fqn, _offsets(index)): StorageInfo(
+                info.relative_path, info.offset, info.length, tuple(getattr(info, "transform_descriptors", None) or ())
+            )
+            for index, info in storage
+        },
+    )
 
 
 def read_inert(path: Path) -> CheckpointMetadata:
     with open(path / METADATA_FILE, "rb") as fh:
         root = _Inert(fh).load()
-    return _collect(((key, md) for key, md in root.state_dict_metadata.items()
-                     if type(md).__name__ == "TensorStorageMetadata"), root.storage_data.items(), _dtype_of)
+    return _collect(
+        ((key, md) for key, md in root.state_dict_metadata.items() if type(md).__name__ == "TensorStorageMetadata"),
+        root.storage_data.items(),
+        _dtype_of,
+    )
 
 
 def read_with_torch(path: Path) -> CheckpointMetadata:
@@ -121,8 +150,11 @@ def read_with_torch(path: Path) -> CheckpointMetadata:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     md = FileSystemReader(str(path)).read_metadata()
-    return _collect(((key, m) for key, m in md.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)),
-                    md.storage_data.items(), lambda properties: dtype_name(properties.dtype))
+    return _collect(
+        ((key, m) for key, m in md.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)),
+        md.storage_data.items(),
+        lambda properties: dtype_name(properties.dtype),
+    )
 
 
 def read_metadata(path: Path) -> CheckpointMetadata:

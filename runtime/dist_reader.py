@@ -142,8 +142,11 @@ class DistCheckpoint:
         self._raws: dict[tuple[str, tuple[int, ...]], _Raw | None] = {}
 
     def model_tensors(self) -> dict[str, StoredTensor]:
-        return {key: StoredTensor(md.shape, md.dtype) for key, md in self.metadata.tensors.items()
-                if not NON_MODEL_KEY.match(key)}
+        return {
+            key: StoredTensor(md.shape, md.dtype)
+            for key, md in self.metadata.tensors.items()
+            if not NON_MODEL_KEY.match(key)
+        }
 
     def _file(self, relative: str) -> io.BufferedReader:
         if relative not in self._files:
@@ -164,10 +167,12 @@ class DistCheckpoint:
 
         info = self.metadata.storage[key, offsets]
         if info.transforms:
-            raise CheckpointFormatError(f"{key}: stored with transforms {list(info.transforms)} "
-                                        "(compressed checkpoints are not supported)")
-        window = io.BufferedReader(_Window(self._file(info.relative_path), info.offset, info.length),
-                                   buffer_size=1 << 16)
+            raise CheckpointFormatError(
+                f"{key}: stored with transforms {list(info.transforms)} (compressed checkpoints are not supported)"
+            )
+        window = io.BufferedReader(
+            _Window(self._file(info.relative_path), info.offset, info.length), buffer_size=1 << 16
+        )
         return torch.load(window, map_location="cpu", weights_only=True)
 
     def _raw(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> _Raw | None:
@@ -192,10 +197,16 @@ class DistCheckpoint:
             member = archive.getinfo(f"{prefix}/data/{storage_key}")
         except (pickle.UnpicklingError, KeyError, ValueError, zipfile.BadZipFile, TypeError):
             return None
-        contiguous = tuple(math.prod(size[i + 1:]) for i in range(len(size)))
-        if (kind != "tensor" or offset != 0 or tuple(size) != sizes or tuple(stride) != contiguous
-                or numel != math.prod(size) or member.compress_type != zipfile.ZIP_STORED
-                or member.file_size != numel * DTYPE_BYTES[dtype]):
+        contiguous = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+        if (
+            kind != "tensor"
+            or offset != 0
+            or tuple(size) != sizes
+            or tuple(stride) != contiguous
+            or numel != math.prod(size)
+            or member.compress_type != zipfile.ZIP_STORED
+            or member.file_size != numel * DTYPE_BYTES[dtype]
+        ):
             return None
         window.seek(member.header_offset)
         header = _ZIP_LOCAL_HEADER.unpack(window.read(_ZIP_LOCAL_HEADER.size))
@@ -246,8 +257,10 @@ class DistCheckpoint:
                 del data
             covered += _volume(tuple(zip(lo, hi)))
         if covered != _volume(box):
-            raise CheckpointFormatError(f"{key}: stored chunks cover {covered} of the {_volume(box)} elements "
-                                        f"of region {list(box)} (a partial or foreign checkpoint)")
+            raise CheckpointFormatError(
+                f"{key}: stored chunks cover {covered} of the {_volume(box)} elements "
+                f"of region {list(box)} (a partial or foreign checkpoint)"
+            )
 
     def row_bands(self, key: str, lead: tuple[int, ...], rows: tuple[int, int], dtype: str) -> list[Band] | None:
         """Where rows [start, stop) of `key[lead]` (all later dimensions) lie in the files, in row order.
@@ -262,7 +275,7 @@ class DistCheckpoint:
         if dtype not in DTYPE_BYTES:
             return None
         d, size, item = len(lead), md.shape, DTYPE_BYTES[dtype]
-        region = tuple((i, i + 1) for i in lead) + (rows,) + tuple((0, n) for n in size[d + 1:])
+        region = tuple((i, i + 1) for i in lead) + (rows,) + tuple((0, n) for n in size[d + 1 :])
         strips: list[tuple[int, int, int, str, int, int]] = []  # first row, stop row, column, file, offset, row bytes
         covered = 0
         for offsets, sizes in md.chunks:
@@ -273,20 +286,24 @@ class DistCheckpoint:
             raw = self._raw(key, offsets, sizes)
             if raw is None or raw.dtype != dtype:
                 return None
-            if sizes[d + 1:] != size[d + 1:] and len(size) != d + 2:
+            if sizes[d + 1 :] != size[d + 1 :] and len(size) != d + 2:
                 return None  # cut along a later dimension of a >2-D tensor: rows are not runs
-            row_bytes = math.prod(sizes[d + 1:]) * item  # the chunk's rows are contiguous: full width of the chunk
-            start = sum((a - o) * math.prod(sizes[i + 1:]) for i, (a, o) in enumerate(zip(lo, offsets))) * item
-            strips.append((lo[d], hi[d], lo[d + 1] if len(size) > d + 1 else 0, raw.file, raw.offset + start,
-                           row_bytes))
+            row_bytes = math.prod(sizes[d + 1 :]) * item  # the chunk's rows are contiguous: full width of the chunk
+            start = sum((a - o) * math.prod(sizes[i + 1 :]) for i, (a, o) in enumerate(zip(lo, offsets))) * item
+            strips.append(
+                (lo[d], hi[d], lo[d + 1] if len(size) > d + 1 else 0, raw.file, raw.offset + start, row_bytes)
+            )
             covered += _volume(tuple(zip(lo, hi)))
         if covered != _volume(region):
             return None
         cuts = sorted({r for first, stop, *_ in strips for r in (first, stop)})
         bands = []
         for a, b in zip(cuts, cuts[1:]):
-            parts = sorted((column, ByteRun(file, offset + (a - first) * width, (b - a) * width))
-                           for first, stop, column, file, offset, width in strips if first <= a < stop)
+            parts = sorted(
+                (column, ByteRun(file, offset + (a - first) * width, (b - a) * width))
+                for first, stop, column, file, offset, width in strips
+                if first <= a < stop
+            )
             bands.append(Band(b - a, tuple(run for _, run in parts)))
         return bands
 

@@ -78,7 +78,9 @@ def load_into_model(model: torch.nn.Module, doc: dict[str, Any], hf_dir: Path, p
         shard = t.transform.split({name: hf.get(name) for name in t.transform.hf}, torch.cat)[rank]
         target = params[t.model_key]
         if tuple(shard.shape) != tuple(target.shape):
-            raise UsageError(f"{t.model_key}: HF gives a {tuple(shard.shape)} shard, the model holds {tuple(target.shape)}")
+            raise UsageError(
+                f"{t.model_key}: HF gives a {tuple(shard.shape)} shard, the model holds {tuple(target.shape)}"
+            )
         with torch.no_grad():
             target.copy_(shard)
         written.add(t.model_key)
@@ -124,12 +126,23 @@ def reverse_build(build_dir: Path, hf_dir: Path, timeout_s: float = LOAD_TIMEOUT
     spec = yaml.safe_load((build_dir / "spec.resolved.yaml").read_text(encoding="utf-8"))
     root = Path(spec["train"]["checkpoint"]["dir"])
     if (root / "latest").exists():
-        raise UsageError(f"{root} already holds checkpoints; refusing to overwrite training state "
-                         "(remove it or point train.checkpoint.dir elsewhere)")
+        raise UsageError(
+            f"{root} already holds checkpoints; refusing to overwrite training state "
+            "(remove it or point train.checkpoint.dir elsewhere)"
+        )
     world = plan["layout"]["world_size"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}",
-           "--master-addr=127.0.0.1", f"--master-port={spec['cluster']['master_port']}",
-           "-m", "runtime.hf_to_megatron", str(build_dir), str(hf_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={world}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={spec['cluster']['master_port']}",
+        "-m",
+        "runtime.hf_to_megatron",
+        str(build_dir),
+        str(hf_dir),
+    ]
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         code = proc.wait(timeout=timeout_s)

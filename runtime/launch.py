@@ -37,8 +37,10 @@ def run_train(build_dir: Path, options: argparse.Namespace) -> int:
     if options.dry_run:
         print(shell_line(command, env))
         if launcher == "slurm":
-            print("squeue --noheader --jobs <job id> --format '%T %M %R'   # every "
-                  f"{POLL_INTERVAL_S:g} s until the job ends")
+            print(
+                "squeue --noheader --jobs <job id> --format '%T %M %R'   # every "
+                f"{POLL_INTERVAL_S:g} s until the job ends"
+            )
         return 0
     if options.smoke:
         return smoke(build, launcher, env)
@@ -80,8 +82,11 @@ def _warn_if_edited(build: Path) -> None:
     for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env"):
         actual = hashlib.sha256((build / rel).read_bytes()).hexdigest() if (build / rel).is_file() else None
         if rel in recorded and actual != recorded[rel]:
-            print(f"warning: {build / rel} differs from what lmspec compiled (manifest.json); "
-                  "recompile to run the spec as written", file=sys.stderr)
+            print(
+                f"warning: {build / rel} differs from what lmspec compiled (manifest.json); "
+                "recompile to run the spec as written",
+                file=sys.stderr,
+            )
 
 
 def _run_local(command: list[str], env: dict[str, str]) -> int:
@@ -99,8 +104,13 @@ def _run_local(command: list[str], env: dict[str, str]) -> int:
 
 
 def _job_state(job_id: str, env: dict[str, str]) -> str:
-    result = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format", "%T %M %R"],
-                            env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        ["squeue", "--noheader", "--jobs", job_id, "--format", "%T %M %R"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
@@ -150,14 +160,28 @@ def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> in
 def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
-    checks = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)])
-              for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env")]
-    checks.append((f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}", [
-        env[PYTHON_ENV], "-c", "import importlib.util, sys, torch.distributed.run; "
-        f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else '{TRAIN_MODULE} not found')"]))
+    checks = [
+        (f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)])
+        for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env")
+    ]
+    checks.append(
+        (
+            f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",
+            [
+                env[PYTHON_ENV],
+                "-c",
+                "import importlib.util, sys, torch.distributed.run; "
+                f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else '{TRAIN_MODULE} not found')",
+            ],
+        )
+    )
     if launcher == "slurm":
-        checks.append(("Slurm accepts the job (sbatch --test-only)",
-                       ["sbatch", "--test-only", str(build / SBATCH_SH), str(build)]))
+        checks.append(
+            (
+                "Slurm accepts the job (sbatch --test-only)",
+                ["sbatch", "--test-only", str(build / SBATCH_SH), str(build)],
+            )
+        )
     for label, check in checks:
         try:
             result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)

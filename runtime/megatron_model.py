@@ -50,17 +50,20 @@ class ParallelDegrees:
     stage_layers: tuple[int, ...] | None = None
 
     @classmethod
-    def from_spec(cls, spec: Spec, stage_layers: tuple[int, ...] | None = None) -> "ParallelDegrees":
+    def from_spec(cls, spec: Spec, stage_layers: tuple[int, ...] | None = None) -> ParallelDegrees:
         p = spec.parallel
-        return cls(tp=p.tp, pp=p.pp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel,
-                   stage_layers=stage_layers)
+        return cls(
+            tp=p.tp, pp=p.pp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel, stage_layers=stage_layers
+        )
 
 
 def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
     """Megatron's per-stage layer list: the embedding on the first stage, the loss on the last."""
     last = len(stage_layers) - 1
-    return [(["embedding"] if i == 0 else []) + ["decoder"] * n + (["loss"] if i == last else [])
-            for i, n in enumerate(stage_layers)]
+    return [
+        (["embedding"] if i == 0 else []) + ["decoder"] * n + (["loss"] if i == last else [])
+        for i, n in enumerate(stage_layers)
+    ]
 
 
 def _moe_kwargs(spec: Spec) -> dict[str, Any]:
@@ -97,19 +100,35 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees | None = None):
     dtype = _DTYPES[t.precision]
     cpu = not torch.cuda.is_available()
     kwargs: dict[str, Any] = dict(
-        num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
-        num_attention_heads=m.num_attention_heads, kv_channels=m.head_dim,
-        normalization="RMSNorm", layernorm_epsilon=m.norm_eps, gated_linear_unit=True,
-        activation_func=F.silu, add_bias_linear=False, add_qkv_bias=False,
-        hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
-        apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        ffn_hidden_size=m.ffn_hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        kv_channels=m.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=m.norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
         gradient_accumulation_fusion=False,
-        tensor_model_parallel_size=d.tp, pipeline_model_parallel_size=d.pp,
-        expert_model_parallel_size=d.ep, expert_tensor_parallel_size=d.etp,
+        tensor_model_parallel_size=d.tp,
+        pipeline_model_parallel_size=d.pp,
+        expert_model_parallel_size=d.ep,
+        expert_tensor_parallel_size=d.etp,
         sequence_parallel=d.sequence_parallel and d.tp > 1,
-        params_dtype=dtype, pipeline_dtype=dtype,
-        bf16=t.precision == "bf16", fp16=t.precision == "fp16",
-        use_cpu_initialization=cpu, perform_initialization=True,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=t.precision == "bf16",
+        fp16=t.precision == "fp16",
+        use_cpu_initialization=cpu,
+        perform_initialization=True,
         init_method_std=0.02,
         recompute_granularity=None if t.recompute == "none" else t.recompute,
         recompute_method="uniform" if t.recompute == "full" else None,
@@ -123,9 +142,15 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees | None = None):
         kwargs["num_query_groups"] = m.num_attention_heads
         kwargs["qk_layernorm"] = True  # DeepSeek's RMSNorm on the q and kv latents
         return MLATransformerConfig(
-            **kwargs, q_lora_rank=m.mla.q_lora_rank, kv_lora_rank=m.mla.kv_lora_rank,
-            qk_head_dim=m.mla.qk_nope_head_dim, qk_pos_emb_head_dim=m.mla.qk_rope_head_dim,
-            v_head_dim=m.mla.v_head_dim, rope_type="rope", rotary_base=m.rope_theta)
+            **kwargs,
+            q_lora_rank=m.mla.q_lora_rank,
+            kv_lora_rank=m.mla.kv_lora_rank,
+            qk_head_dim=m.mla.qk_nope_head_dim,
+            qk_pos_emb_head_dim=m.mla.qk_rope_head_dim,
+            v_head_dim=m.mla.v_head_dim,
+            rope_type="rope",
+            rotary_base=m.rope_theta,
+        )
     return TransformerConfig(**kwargs, num_query_groups=m.num_kv_heads)
 
 
@@ -154,20 +179,33 @@ class LatentCoreAttention(torch.nn.Module):
     [s, b, n * v_head_dim] out.
     """
 
-    def __init__(self, config: Any, layer_number: int, attn_mask_type: Any, attention_type: str,
-                 softmax_scale: float | None = None, **_: Any) -> None:
+    def __init__(
+        self,
+        config: Any,
+        layer_number: int,
+        attn_mask_type: Any,
+        attention_type: str,
+        softmax_scale: float | None = None,
+        **_: Any,
+    ) -> None:
         super().__init__()
         self.config = config
         self.softmax_scale = softmax_scale
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                attention_mask: torch.Tensor | None, attn_mask_type: Any = None,
-                attention_bias: Any = None, packed_seq_params: Any = None) -> torch.Tensor:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: Any = None,
+        attention_bias: Any = None,
+        packed_seq_params: Any = None,
+    ) -> torch.Tensor:
         assert packed_seq_params is None and attention_bias is None, "not supported by the local MLA attention"
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, n, s, d]
         mask = None if attention_mask is None else ~attention_mask  # megatron: True = masked
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                             scale=self.softmax_scale)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.softmax_scale)
         s, b = query.shape[0], query.shape[1]
         return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
@@ -208,23 +246,36 @@ def _without_transformer_engine_fixes() -> None:
         moe_utils.te_general_gemm = None
 
 
-def build_model(spec: Spec, pre_process: bool, post_process: bool,
-                degrees: ParallelDegrees | None = None, pp_rank: int | None = None):
+def build_model(
+    spec: Spec,
+    pre_process: bool,
+    post_process: bool,
+    degrees: ParallelDegrees | None = None,
+    pp_rank: int | None = None,
+):
     """One GPTModel chunk for this pipeline rank, on this process's device."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     m = spec.model
     config = transformer_config(spec, degrees)
-    block_spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
-                                            normalization="RMSNorm", pp_rank=pp_rank)
+    block_spec = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False, normalization="RMSNorm", pp_rank=pp_rank
+    )
     _swap_modules(block_spec, mla=m.attention == "mla")
     _without_transformer_engine_fixes()
     model = GPTModel(
-        config=config, transformer_layer_spec=block_spec, vocab_size=m.vocab_size,
-        max_sequence_length=spec.train.seq_length, pre_process=pre_process,
-        post_process=post_process, share_embeddings_and_output_weights=m.tie_embeddings,
-        position_embedding_type="rope", rotary_base=int(m.rope_theta), pg_collection=None)
+        config=config,
+        transformer_layer_spec=block_spec,
+        vocab_size=m.vocab_size,
+        max_sequence_length=spec.train.seq_length,
+        pre_process=pre_process,
+        post_process=post_process,
+        share_embeddings_and_output_weights=m.tie_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(m.rope_theta),
+        pg_collection=None,
+    )
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     return model

@@ -31,34 +31,44 @@ def _check_cpu_support(spec: Spec) -> None:
         raise NotImplementedError(
             f"train.precision={spec.train.precision} with train.backend=megatron needs CUDA: megatron-core's "
             "mixed-precision optimizer accepts only CUDA tensors. On CPU use train.precision=fp32 "
-            "(hardware=cpu sets it), or train.backend=deepspeed")
+            "(hardware=cpu sets it), or train.backend=deepspeed"
+        )
     if spec.parallel.distributed_optimizer:
         raise NotImplementedError(
             "parallel.distributed_optimizer=true needs CUDA (megatron-core's distributed optimizer asserts "
-            "CUDA tensors); on CPU set parallel.distributed_optimizer=false")
+            "CUDA tensors); on CPU set parallel.distributed_optimizer=false"
+        )
 
 
 class MegatronTrainer:
     def __init__(self, spec: Spec, plan: dict[str, Any]) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
-        from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
-                                               finalize_model_grads)
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer.module import Float16Module
 
         self.spec = spec
         layout, batch = plan["layout"], plan["batch"]
         if layout.get("virtual_stages"):
-            raise NotImplementedError("parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
-                                      "set parallel.virtual_stages=null")
+            raise NotImplementedError(
+                "parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
+                "set parallel.virtual_stages=null"
+            )
         self.cpu = cpu_compat.apply()
         if self.cpu:
             _check_cpu_support(spec)
         ps.initialize_model_parallel(
-            tensor_model_parallel_size=layout["tp"], pipeline_model_parallel_size=layout["pp"],
-            context_parallel_size=layout["cp"], expert_model_parallel_size=layout["ep"],
-            expert_tensor_parallel_size=layout["etp"])
+            tensor_model_parallel_size=layout["tp"],
+            pipeline_model_parallel_size=layout["pp"],
+            context_parallel_size=layout["cp"],
+            expert_model_parallel_size=layout["ep"],
+            expert_tensor_parallel_size=layout["etp"],
+        )
         tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
         self.ps = ps
         self.num_micro_batches = batch["grad_accum_steps"]
@@ -70,23 +80,39 @@ class MegatronTrainer:
         gpt = build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)
         self.config = gpt.config
         if layout["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
-            print(f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout['pp']}: "
-                  f"{len(gpt.decoder.layers)} layers", flush=True)
+            print(
+                f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout['pp']}: "
+                f"{len(gpt.decoder.layers)} layers",
+                flush=True,
+            )
         ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=spec.train.precision != "fp32", overlap_grad_reduce=False,
-            use_distributed_optimizer=spec.parallel.distributed_optimizer)
+            grad_reduce_in_fp32=spec.train.precision != "fp32",
+            overlap_grad_reduce=False,
+            use_distributed_optimizer=spec.parallel.distributed_optimizer,
+        )
         self.gpt = gpt
         wrapped = Float16Module(gpt.config, gpt) if spec.train.precision != "fp32" else gpt
         self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.no_sync_func = self.model.no_sync
         opt = spec.train.optimizer
-        self.optimizer = get_megatron_optimizer(OptimizerConfig(
-            optimizer="sgd" if opt.name == "sgd" else "adam", lr=opt.lr, min_lr=opt.min_lr,
-            weight_decay=opt.weight_decay, adam_beta1=opt.beta1, adam_beta2=opt.beta2, adam_eps=opt.eps,
-            clip_grad=spec.train.grad_clip, bf16=spec.train.precision == "bf16",
-            fp16=spec.train.precision == "fp16", params_dtype=gpt.config.params_dtype,
-            use_distributed_optimizer=spec.parallel.distributed_optimizer), [self.model])
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="sgd" if opt.name == "sgd" else "adam",
+                lr=opt.lr,
+                min_lr=opt.min_lr,
+                weight_decay=opt.weight_decay,
+                adam_beta1=opt.beta1,
+                adam_beta2=opt.beta2,
+                adam_eps=opt.eps,
+                clip_grad=spec.train.grad_clip,
+                bf16=spec.train.precision == "bf16",
+                fp16=spec.train.precision == "fp16",
+                params_dtype=gpt.config.params_dtype,
+                use_distributed_optimizer=spec.parallel.distributed_optimizer,
+            ),
+            [self.model],
+        )
         device = "cpu" if self.cpu else torch.cuda.current_device()
         s = self.seq_length
         self.position_ids = torch.arange(s, device=device).unsqueeze(0).expand(self.micro_batch_size, s)
@@ -117,9 +143,14 @@ class MegatronTrainer:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         outputs = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=iter(batches), model=[self.model],
-            num_microbatches=self.num_micro_batches, seq_length=self.seq_length,
-            micro_batch_size=self.micro_batch_size, forward_only=False)
+            forward_step_func=self._forward_step,
+            data_iterator=iter(batches),
+            model=[self.model],
+            num_microbatches=self.num_micro_batches,
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            forward_only=False,
+        )
         _, grad_norm, _ = self.optimizer.step()
         totals = torch.zeros(2, dtype=torch.float64)
         if self._reports_loss:

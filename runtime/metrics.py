@@ -54,14 +54,16 @@ def check_finite(step: int, loss: float, spec: Spec) -> None:
     raise NonFiniteLoss(
         f"loss is {loss} at step {step}: stopping. Usual fixes: train.precision=bf16 "
         f"(now {t.precision}; fp16 overflows), train.grad_clip=1.0 (now {t.grad_clip}), "
-        f"or a lower train.optimizer.lr (now {t.optimizer.lr:g}, e.g. {t.optimizer.lr / 5:g})")
+        f"or a lower train.optimizer.lr (now {t.optimizer.lr:g}, e.g. {t.optimizer.lr / 5:g})"
+    )
 
 
 class MetricsLog:
     """Collects per-step numbers; writes every `log_interval` steps on rank 0."""
 
-    def __init__(self, spec: Spec, run_dir: Path, world_size: int, is_rank0: bool, total_steps: int,
-                 first_step: int) -> None:
+    def __init__(
+        self, spec: Spec, run_dir: Path, world_size: int, is_rank0: bool, total_steps: int, first_step: int
+    ) -> None:
         self.spec = spec
         self.is_rank0 = is_rank0
         self.world_size = world_size
@@ -83,10 +85,15 @@ class MetricsLog:
         check_finite(step, loss, self.spec)
         tokens_per_s = self.tokens_per_step / step_time_s
         entry = StepMetrics(
-            step=step, loss=loss, lr=lr, grad_norm=grad_norm, tokens_per_s=tokens_per_s,
+            step=step,
+            loss=loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            tokens_per_s=tokens_per_s,
             step_time_s=step_time_s,
             mfu=mfu(tokens_per_s, self.flops_per_token, self.world_size, self.spec.hardware.gpu.bf16_tflops),
-            peak_memory_bytes=peak_memory_bytes())
+            peak_memory_bytes=peak_memory_bytes(),
+        )
         self.history.append(entry)
         if self._progress is not None:
             self._progress.update(self._task, completed=step)
@@ -95,9 +102,11 @@ class MetricsLog:
         return entry
 
     def _write(self, m: StepMetrics) -> None:
-        line = (f"step {m.step:>6} | loss {m.loss:.4f} | lr {m.lr:.3e} | grad_norm {m.grad_norm:.3f} | "
-                f"{m.tokens_per_s:,.0f} tokens/s | {m.step_time_s * 1000:.0f} ms/step | "
-                f"MFU {m.mfu * 100:.2f}% | peak mem {m.peak_memory_bytes / 2**20:,.0f} MiB")
+        line = (
+            f"step {m.step:>6} | loss {m.loss:.4f} | lr {m.lr:.3e} | grad_norm {m.grad_norm:.3f} | "
+            f"{m.tokens_per_s:,.0f} tokens/s | {m.step_time_s * 1000:.0f} ms/step | "
+            f"MFU {m.mfu * 100:.2f}% | peak mem {m.peak_memory_bytes / 2**20:,.0f} MiB"
+        )
         if self._progress is not None:
             self._progress.console.print(line)
         else:

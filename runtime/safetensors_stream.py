@@ -48,7 +48,7 @@ BOUNCE_BYTES = 512 << 10  # read, then written while still in L2 (1 MiB per core
 def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
     """writev every buffer, in calls of at most IOV_MAX buffers and about WRITE_SLICE_BYTES,
     resuming after short writes."""
-    pieces = [b[i:i + WRITE_SLICE_BYTES] for b in buffers for i in range(0, len(b), WRITE_SLICE_BYTES)]
+    pieces = [b[i : i + WRITE_SLICE_BYTES] for b in buffers for i in range(0, len(b), WRITE_SLICE_BYTES)]
     i = 0
     while i < len(pieces):
         batch, size = [], 0
@@ -96,7 +96,7 @@ def _pread_all(fd: int, into: memoryview, offset: int) -> None:
 
 def _copy_run(dst: int, src: int, offset: int, nbytes: int, bounce: memoryview) -> None:
     for start in range(offset, offset + nbytes, len(bounce)):
-        piece = bounce[:min(len(bounce), offset + nbytes - start)]
+        piece = bounce[: min(len(bounce), offset + nbytes - start)]
         _pread_all(src, piece, start)
         _write_all(dst, [piece])
 
@@ -119,10 +119,10 @@ def _copy_band(dst: int, band: SourceBand, fileno: Callable[[str], int], bounce:
         rows = min(step, band.rows - first)
         starts, pos = [], 0
         for part, width in zip(band.parts, widths):
-            _pread_all(fileno(part.file), bounce[pos:pos + rows * width], part.offset + first * width)
+            _pread_all(fileno(part.file), bounce[pos : pos + rows * width], part.offset + first * width)
             starts.append(pos)
             pos += rows * width
-        _write_all(dst, [bounce[s + i * w:s + (i + 1) * w] for i in range(rows) for s, w in zip(starts, widths)])
+        _write_all(dst, [bounce[s + i * w : s + (i + 1) * w] for i in range(rows) for s, w in zip(starts, widths)])
 
 
 def _preallocate(fd: int, nbytes: int) -> None:
@@ -156,8 +156,11 @@ class _Shard:
     def header(self) -> bytes:
         offset, entries = 0, {"__metadata__": {"format": "pt"}}
         for t in self.tensors:
-            entries[t.name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape),
-                               "data_offsets": [offset, offset + t.nbytes]}
+            entries[t.name] = {
+                "dtype": _ST_DTYPES[t.dtype],
+                "shape": list(t.shape),
+                "data_offsets": [offset, offset + t.nbytes],
+            }
             offset += t.nbytes
         text = json.dumps(entries, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)
@@ -193,8 +196,10 @@ class ShardedWriter:
     def write(self, name: str, tensor: torch.Tensor) -> None:
         planned = self._next_planned(name)
         if tuple(tensor.shape) != planned.shape or dtype_name(tensor.dtype) != planned.dtype:
-            raise ValueError(f"{name}: produced {tuple(tensor.shape)} {tensor.dtype}, the mapping says "
-                             f"{planned.shape} {planned.dtype}")
+            raise ValueError(
+                f"{name}: produced {tuple(tensor.shape)} {tensor.dtype}, the mapping says "
+                f"{planned.shape} {planned.dtype}"
+            )
         import torch  # loaded already: `tensor` is one
 
         _write_all(self._open(planned), [tensor.contiguous().reshape(-1).view(torch.uint8).numpy().data])
@@ -205,8 +210,10 @@ class ShardedWriter:
         planned = self._next_planned(name)
         total = sum(part.nbytes for band in bands for part in band.parts)
         if total != planned.nbytes:
-            raise ValueError(f"{name}: {total} bytes in the checkpoint, the mapping says {list(planned.shape)} "
-                             f"{planned.dtype} = {planned.nbytes} bytes")
+            raise ValueError(
+                f"{name}: {total} bytes in the checkpoint, the mapping says {list(planned.shape)} "
+                f"{planned.dtype} = {planned.nbytes} bytes"
+            )
         fd = self._open(planned)
         for band in bands:
             _copy_band(fd, band, fileno, self._bounce)
@@ -246,8 +253,7 @@ class ShardedWriter:
     def finish(self) -> None:
         self._close()
         if self._next != len(self._queue):
-            missing = [t.name for _, t in self._queue[self._next:]]
+            missing = [t.name for _, t in self._queue[self._next :]]
             raise ValueError(f"{len(missing)} planned tensors never written: {', '.join(missing[:10])}")
-        index = {"metadata": {"total_size": self.total_bytes},
-                 "weight_map": {t.name: s.file for s, t in self._queue}}
+        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": {t.name: s.file for s, t in self._queue}}
         (self.directory / INDEX_JSON).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")

@@ -64,8 +64,9 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
     log_path = Path(run_dir(spec)) / "vllm.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     try:
         with sigterm_raises():
             return _serve(spec, proc, env, log_path, smoke=options.smoke)
@@ -89,8 +90,12 @@ def _serve(spec: Spec, proc: subprocess.Popen[bytes], env: dict[str, str], log_p
     key = env.get(v.api_key_env) if v.api_key_env else None
     _wait_healthy(proc, base, log_path)
     check_endpoint(base, v.served_model_name, key)
-    print(f"serving {v.served_model_name} at {base}/v1 (OpenAI-compatible"
-          + (f"; key from ${v.api_key_env}" if key else "; no API key") + f"); log: {log_path}", flush=True)
+    print(
+        f"serving {v.served_model_name} at {base}/v1 (OpenAI-compatible"
+        + (f"; key from ${v.api_key_env}" if key else "; no API key")
+        + f"); log: {log_path}",
+        flush=True,
+    )
     if smoke:
         stop_group(proc, sweep=True)
         print("serve: smoke checks passed; vLLM stopped")
@@ -197,17 +202,23 @@ def _preflight(spec: Spec, env: dict[str, str]) -> None:
     v, model = spec.serve, Path(model_path(spec))
     if not (model / "config.json").is_file():
         source = "serve.model_path" if v.model_path else "convert.output"
-        raise UsageError(f"{source}={str(model)!r}: no model there (no config.json under {Path.cwd()}); run "
-                         "`lmspec run BUILD --stage convert` first, or compile with serve.model_path=DIR")
+        raise UsageError(
+            f"{source}={str(model)!r}: no model there (no config.json under {Path.cwd()}); run "
+            "`lmspec run BUILD --stage convert` first, or compile with serve.model_path=DIR"
+        )
     if v.api_key_env and not env.get(v.api_key_env):
-        raise UsageError(f"serve.api_key_env={v.api_key_env}: set ${v.api_key_env} to the API key clients must "
-                         "send, or compile with serve.api_key_env=null to serve without one")
+        raise UsageError(
+            f"serve.api_key_env={v.api_key_env}: set ${v.api_key_env} to the API key clients must "
+            "send, or compile with serve.api_key_env=null to serve without one"
+        )
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((v.host, v.port))
         except OSError as exc:
-            raise UsageError(f"serve.port={v.port}: cannot listen on {v.host}:{v.port} ({exc.strerror}); stop "
-                             "what holds it or compile with another serve.port") from None
+            raise UsageError(
+                f"serve.port={v.port}: cannot listen on {v.host}:{v.port} ({exc.strerror}); stop "
+                "what holds it or compile with another serve.port"
+            ) from None
 
 
 def _print_log_tail(log_path: Path) -> None:

@@ -84,12 +84,14 @@ def init_distributed(spec: Spec, plan: dict[str, Any]) -> None:
         raise UsageError(
             f"the launcher started {world or 'no torchrun'} rank(s) but the plan's layout.world_size={expected} "
             f"(hardware.gpus_per_node={spec.hardware.gpus_per_node} x hardware.nodes={spec.hardware.nodes}); "
-            "start it with the build's launch/torchrun.sh or `lmspec run <build dir>`")
+            "start it with the build's launch/torchrun.sh or `lmspec run <build dir>`"
+        )
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend="nccl" if cuda else "gloo",
-                            timeout=datetime.timedelta(minutes=spec.cluster.nccl.timeout_minutes))
+    dist.init_process_group(
+        backend="nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=spec.cluster.nccl.timeout_minutes)
+    )
 
 
 def make_trainer(spec: Spec, plan: dict[str, Any], build_dir: Path) -> Trainer:
@@ -122,8 +124,10 @@ def save_checkpoint(ckpts: Checkpoints, trainer: Trainer, step: int, consumed_sa
     trainer.save(tmp)
     rank = dist.get_rank()
     (tmp / STATE_DIR).mkdir(exist_ok=True)
-    torch.save({"step": step, "consumed_samples": consumed_samples, "rng": _rng_state(trainer)},
-               tmp / STATE_DIR / f"rank_{rank}.pt")
+    torch.save(
+        {"step": step, "consumed_samples": consumed_samples, "rng": _rng_state(trainer)},
+        tmp / STATE_DIR / f"rank_{rank}.pt",
+    )
     return ckpts.commit(step, tmp)
 
 
@@ -158,8 +162,9 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     try:
         while step < spec.train.steps:
             started = time.perf_counter()
-            batches = stream.micro_batches(consumed, trainer.micro_batch_size, trainer.dp_rank,
-                                           trainer.dp_size, trainer.num_micro_batches)
+            batches = stream.micro_batches(
+                consumed, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, trainer.num_micro_batches
+            )
             loss, grad_norm, lr = trainer.train_step(batches, lr_at(spec, step + 1))
             elapsed = time.perf_counter() - started
             step, consumed = step + 1, consumed + global_batch
@@ -171,8 +176,11 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
                     print(f"lmspec: saved {saved}", flush=True)
             if stopping:
                 if rank0:
-                    print(f"lmspec: {stop.signal_name or 'signal'} received: checkpointed at step {step}; "
-                          f"exit {REQUEUE_EXIT_CODE} (requeue)", flush=True)
+                    print(
+                        f"lmspec: {stop.signal_name or 'signal'} received: checkpointed at step {step}; "
+                        f"exit {REQUEUE_EXIT_CODE} (requeue)",
+                        flush=True,
+                    )
                 return REQUEUE_EXIT_CODE
     finally:
         log.close()

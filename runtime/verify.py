@@ -52,10 +52,15 @@ class Report:
         return "the output head (lm_head / output_layer)" if self.cosine < MIN_LOGITS_COSINE else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"logits_cosine": self.cosine, "max_abs_diff": self.max_abs_diff, "ok": self.ok,
-                "min_cosine": MIN_LOGITS_COSINE, "min_layer_cosine": MIN_LAYER_COSINE,
-                "first_diverging": self.first_divergence(),
-                "layers": {name: cos for name, cos in self.layers}}
+        return {
+            "logits_cosine": self.cosine,
+            "max_abs_diff": self.max_abs_diff,
+            "ok": self.ok,
+            "min_cosine": MIN_LOGITS_COSINE,
+            "min_layer_cosine": MIN_LAYER_COSINE,
+            "first_diverging": self.first_divergence(),
+            "layers": {name: cos for name, cos in self.layers},
+        }
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -67,7 +72,7 @@ def token_batch(corpus: str, vocab_size: int) -> torch.Tensor:
     """The first VERIFY_SEQUENCES x VERIFY_TOKENS tokens of the training corpus."""
     from runtime.data import corpus_text, tokenize_corpus
 
-    ids = tokenize_corpus(corpus_text(corpus))[:VERIFY_SEQUENCES * VERIFY_TOKENS]
+    ids = tokenize_corpus(corpus_text(corpus))[: VERIFY_SEQUENCES * VERIFY_TOKENS]
     return (ids % vocab_size).reshape(VERIFY_SEQUENCES, VERIFY_TOKENS)
 
 
@@ -88,9 +93,8 @@ def _single_process_group() -> None:
 
 def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Logits [b, s, V] and every decoder layer's output [b, s, h] of the trained checkpoint."""
-    from megatron.core import dist_checkpointing
+    from megatron.core import dist_checkpointing, tensor_parallel
     from megatron.core import parallel_state as ps
-    from megatron.core import tensor_parallel
 
     from runtime import cpu_compat
     from runtime.megatron_model import ParallelDegrees, build_model
@@ -106,9 +110,12 @@ def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[t
         model.load_state_dict({k: v for k, v in state.items() if k in wanted})  # common.pt adds optimizer groups
         model.eval()
         hidden: list[torch.Tensor] = []
-        hooks = [layer.register_forward_hook(
-            lambda _m, _i, out: hidden.append((out[0] if isinstance(out, tuple) else out).transpose(0, 1).float()))
-            for layer in model.decoder.layers]
+        hooks = [
+            layer.register_forward_hook(
+                lambda _m, _i, out: hidden.append((out[0] if isinstance(out, tuple) else out).transpose(0, 1).float())
+            )
+            for layer in model.decoder.layers
+        ]
         b, s = tokens.shape
         device = next(model.parameters()).device
         position_ids = torch.arange(s, device=device).unsqueeze(0).expand(b, s)
@@ -150,9 +157,12 @@ def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[t
 def _forward(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     model.eval()
     hidden: list[torch.Tensor] = []
-    hooks = [layer.register_forward_hook(
-        lambda _m, _i, out: hidden.append((out[0] if isinstance(out, tuple) else out).float()))
-        for layer in model.model.layers]
+    hooks = [
+        layer.register_forward_hook(
+            lambda _m, _i, out: hidden.append((out[0] if isinstance(out, tuple) else out).float())
+        )
+        for layer in model.model.layers
+    ]
     with torch.no_grad():
         logits = model(input_ids=tokens).logits.float()
     for hook in hooks:
@@ -160,8 +170,9 @@ def _forward(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch
     return logits, hidden
 
 
-def compare(reference: tuple[torch.Tensor, list[torch.Tensor]],
-            converted: tuple[torch.Tensor, list[torch.Tensor]]) -> Report:
+def compare(
+    reference: tuple[torch.Tensor, list[torch.Tensor]], converted: tuple[torch.Tensor, list[torch.Tensor]]
+) -> Report:
     (ref_logits, ref_layers), (hf_logits, hf_layers) = reference, converted
     if ref_logits.shape != hf_logits.shape:
         raise UsageError(f"logits shapes differ: trained {tuple(ref_logits.shape)}, converted {tuple(hf_logits.shape)}")
@@ -197,12 +208,17 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
     report = verify_build(build_dir, getattr(options, "hf_dir", None))
     print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     if report.ok:
-        print(f"verify: ok: logits cosine {report.cosine:.6f} >= {MIN_LOGITS_COSINE}, "
-              f"max |diff| {report.max_abs_diff:.3e}")
+        print(
+            f"verify: ok: logits cosine {report.cosine:.6f} >= {MIN_LOGITS_COSINE}, "
+            f"max |diff| {report.max_abs_diff:.3e}"
+        )
         return 0
-    print(f"verify: FAILED: logits cosine {report.cosine:.6f} (>= {MIN_LOGITS_COSINE} required), max |diff| "
-          f"{report.max_abs_diff:.3e}; first diverging: {report.first_divergence()} (layer outputs below "
-          f"{MIN_LAYER_COSINE} cosine); check its entries in convert/mapping.json", file=sys.stderr)
+    print(
+        f"verify: FAILED: logits cosine {report.cosine:.6f} (>= {MIN_LOGITS_COSINE} required), max |diff| "
+        f"{report.max_abs_diff:.3e}; first diverging: {report.first_divergence()} (layer outputs below "
+        f"{MIN_LAYER_COSINE} cosine); check its entries in convert/mapping.json",
+        file=sys.stderr,
+    )
     return 1
 
 

@@ -97,6 +97,7 @@ def _with_check_dispatch(parse: Callable[..., Any]) -> Callable[..., Any]:
         if hasattr(namespace, "dispatch_function"):
             namespace.dispatch_function = _check_instead_of_serving
         return namespace, extra
+
     return parse_known_args
 
 
@@ -117,8 +118,11 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
         return {"exit": EXIT_ACCEPTED, "error": None, "args": checked.parsed}
     except SystemExit as exc:  # argparse: unknown flag, bad choice, bad type
         message = stderr.getvalue().strip().splitlines()
-        return {"exit": EXIT_USAGE if exc.code else EXIT_ACCEPTED, "error": message[-1] if message else str(exc),
-                "args": None}
+        return {
+            "exit": EXIT_USAGE if exc.code else EXIT_ACCEPTED,
+            "error": message[-1] if message else str(exc),
+            "args": None,
+        }
     except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
         return {"exit": EXIT_REFUSED, "error": f"{type(exc).__name__}: {exc}", "args": None}
     return {"exit": EXIT_REFUSED, "error": "vLLM returned without reaching the serve action", "args": None}
@@ -131,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _run_vllm(argv)
         return 0
     argparse.ArgumentParser.parse_known_args = _with_check_dispatch(  # type: ignore[method-assign]
-        argparse.ArgumentParser.parse_known_args)
+        argparse.ArgumentParser.parse_known_args
+    )
     if argv[0] == CHECK_FLAG:
         batch = [argv[1:]]
     else:

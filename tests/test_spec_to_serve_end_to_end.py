@@ -34,8 +34,15 @@ def _free_port() -> int:
 
 def _lmspec(cwd: Path, stage: str, *args: str) -> str:
     env = {**os.environ, "VLLM_API_KEY": "e2e-key"}
-    proc = subprocess.Popen([LMSPEC, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [LMSPEC, *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=STAGE_TIMEOUT_S[stage])
     except subprocess.TimeoutExpired:
@@ -56,9 +63,8 @@ def _reference_completion(model_dir: Path, prompt: str, max_tokens: int) -> str:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
     ids = torch.tensor([encode(prompt)])
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, eos_token_id=EOT_ID,
-                             pad_token_id=EOT_ID)
-    return decode(out[0, ids.shape[1]:].tolist())
+        out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, eos_token_id=EOT_ID, pad_token_id=EOT_ID)
+    return decode(out[0, ids.shape[1] :].tolist())
 
 
 @pytest.mark.slow

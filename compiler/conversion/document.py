@@ -11,16 +11,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.conversion.kinds import SplitKind
-from compiler.conversion.transforms import (QKV, ColumnParallel, Direct, GatedMLP, MlaDown, MlaUp,
-                                            Replicated, RowParallel, Transform)
+from compiler.conversion.transforms import (
+    QKV,
+    ColumnParallel,
+    Direct,
+    GatedMLP,
+    MlaDown,
+    MlaUp,
+    Replicated,
+    RowParallel,
+    Transform,
+)
 
 TRANSFORMS: dict[SplitKind, type[Transform]] = {
-    SplitKind.REPLICATED: Replicated, SplitKind.DIRECT: Direct, SplitKind.COLUMN: ColumnParallel,
-    SplitKind.ROW: RowParallel, SplitKind.QKV: QKV, SplitKind.GATED_MLP: GatedMLP,
-    SplitKind.MLA_DOWN: MlaDown, SplitKind.MLA_UP: MlaUp,
+    SplitKind.REPLICATED: Replicated,
+    SplitKind.DIRECT: Direct,
+    SplitKind.COLUMN: ColumnParallel,
+    SplitKind.ROW: RowParallel,
+    SplitKind.QKV: QKV,
+    SplitKind.GATED_MLP: GatedMLP,
+    SplitKind.MLA_DOWN: MlaDown,
+    SplitKind.MLA_UP: MlaUp,
 }
-_EXTRA_FIELDS = {SplitKind.QKV: ("heads", "groups", "head_dim"), SplitKind.MLA_DOWN: ("latent", "rope_dim"),
-                 SplitKind.MLA_UP: ("heads", "head_rows")}
+_EXTRA_FIELDS = {
+    SplitKind.QKV: ("heads", "groups", "head_dim"),
+    SplitKind.MLA_DOWN: ("latent", "rope_dim"),
+    SplitKind.MLA_UP: ("heads", "head_rows"),
+}
 
 
 @dataclass(frozen=True)
@@ -41,8 +58,9 @@ class Tensor:
         return self.key + "".join(f"[{i}]" for i in self.index)
 
 
-def transform_from_doc(doc: Mapping[str, Any], name: str,
-                       classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS) -> Transform:
+def transform_from_doc(
+    doc: Mapping[str, Any], name: str, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
+) -> Transform:
     kind = SplitKind(doc["kind"])
     extra = {field: doc[field] for field in _EXTRA_FIELDS.get(kind, ())}
     if "head_rows" in extra:
@@ -73,6 +91,16 @@ def tensors(doc: Mapping[str, Any], classes: Mapping[SplitKind, type[Transform]]
         for one, ep_rank in _expanded(entry):
             src, model = one["megatron"], one["model"]
             label = src["key"] + "".join(f"[{i}]" for i in src["index"])
-            out.append(Tensor(transform_from_doc(one, label, classes), src["key"], tuple(src["index"]),
-                              src["dtype"], one["hf_dtype"], model["key"], model["pp_rank"], ep_rank))
+            out.append(
+                Tensor(
+                    transform_from_doc(one, label, classes),
+                    src["key"],
+                    tuple(src["index"]),
+                    src["dtype"],
+                    one["hf_dtype"],
+                    model["key"],
+                    model["pp_rank"],
+                    ep_rank,
+                )
+            )
     return out

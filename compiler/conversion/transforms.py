@@ -41,7 +41,7 @@ def _full_box(shape: Shape) -> Box:
 
 
 def _with(box: Box, dim: int, start: int, stop: int) -> Box:
-    return box[:dim] + ((start, stop),) + box[dim + 1:]
+    return box[:dim] + ((start, stop),) + box[dim + 1 :]
 
 
 def _owner(cls: type, method: str) -> type:
@@ -63,8 +63,10 @@ class Transform:
         if parts < 1:
             raise MappingError(f"{megatron}: {parts} ranks")
         if self.split_dim is not None and self.shape[self.split_dim] % self._granule() != 0:
-            raise MappingError(f"{megatron}: dim {self.split_dim} of {self.shape} does not split into "
-                               f"{parts} rank shards of whole {self._granule() // parts}-row units")
+            raise MappingError(
+                f"{megatron}: dim {self.split_dim} of {self.shape} does not split into "
+                f"{parts} rank shards of whole {self._granule() // parts}-row units"
+            )
 
     def _granule(self) -> int:
         """The split dimension must be a multiple of this (rows of one unit x ranks)."""
@@ -82,7 +84,7 @@ class Transform:
             return self.shape
         d = self.split_dim
         rows = sum(b[d][1] - b[d][0] for b in self.boxes(0))
-        return self.shape[:d] + (rows,) + self.shape[d + 1:]
+        return self.shape[:d] + (rows,) + self.shape[d + 1 :]
 
     # -- layout vs HF --------------------------------------------------------------------------
     def hf_shapes(self) -> dict[str, Shape]:
@@ -147,9 +149,14 @@ class Transform:
         return [self.shard(full, rank, cat) for rank in range(self.parts)]
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "ranks": self.parts, "split_dim": self.split_dim,
-                "megatron_shape": list(self.shape), "rank_shape": list(self.local_shape()),
-                "hf": [{"name": name, "shape": list(shape)} for name, shape in self.hf_shapes().items()]}
+        return {
+            "kind": self.kind.value,
+            "ranks": self.parts,
+            "split_dim": self.split_dim,
+            "megatron_shape": list(self.shape),
+            "rank_shape": list(self.local_shape()),
+            "hf": [{"name": name, "shape": list(shape)} for name, shape in self.hf_shapes().items()],
+        }
 
 
 class Replicated(Transform):
@@ -166,7 +173,7 @@ class Replicated(Transform):
 class Direct(Replicated):
     """A full tensor already under its final shape (DeepSpeed after ZeRO consolidation): rename only.
 
-        full [*shape]   ->   HF [*shape]
+    full [*shape]   ->   HF [*shape]
     """
 
     kind = SplitKind.DIRECT
@@ -216,8 +223,9 @@ class QKV(Transform):
     kind = SplitKind.QKV
     split_dim = 0
 
-    def __init__(self, megatron: str, hf: Sequence[str], shape: Shape, parts: int, *,
-                 heads: int, groups: int, head_dim: int) -> None:
+    def __init__(
+        self, megatron: str, hf: Sequence[str], shape: Shape, parts: int, *, heads: int, groups: int, head_dim: int
+    ) -> None:
         self.heads, self.groups, self.head_dim = heads, groups, head_dim
         if len(tuple(hf)) != 3:
             raise MappingError(f"{megatron}: QKV needs three HF names (q, k, v), got {list(hf)}")
@@ -227,8 +235,10 @@ class QKV(Transform):
             raise MappingError(f"{megatron}: {groups} kv groups do not split over {parts} TP ranks")
         expected = groups * (heads // groups + 2) * head_dim
         if shape[0] != expected:
-            raise MappingError(f"{megatron}: {shape[0]} rows, expected groups({groups}) x "
-                               f"(heads_per_group({heads // groups}) + 2) x head_dim({head_dim}) = {expected}")
+            raise MappingError(
+                f"{megatron}: {shape[0]} rows, expected groups({groups}) x "
+                f"(heads_per_group({heads // groups}) + 2) x head_dim({head_dim}) = {expected}"
+            )
         super().__init__(megatron, hf, shape, parts)
 
     def _granule(self) -> int:
@@ -237,34 +247,46 @@ class QKV(Transform):
     def hf_shapes(self) -> dict[str, Shape]:
         q, k, v = self.hf
         rest = self.shape[1:]
-        return {q: (self.heads * self.head_dim, *rest), k: (self.groups * self.head_dim, *rest),
-                v: (self.groups * self.head_dim, *rest)}
+        return {
+            q: (self.heads * self.head_dim, *rest),
+            k: (self.groups * self.head_dim, *rest),
+            v: (self.groups * self.head_dim, *rest),
+        }
 
     def to_hf(self, full: Any) -> dict[str, Any]:
         q, k, v = self.hf
         per_group = self.heads // self.groups
         rest = tuple(full.shape[1:])
         grouped = full.reshape(self.groups, per_group + 2, self.head_dim, *rest)
-        return {q: grouped[:, :per_group].reshape(self.heads * self.head_dim, *rest),
-                k: grouped[:, per_group].reshape(self.groups * self.head_dim, *rest),
-                v: grouped[:, per_group + 1].reshape(self.groups * self.head_dim, *rest)}
+        return {
+            q: grouped[:, :per_group].reshape(self.heads * self.head_dim, *rest),
+            k: grouped[:, per_group].reshape(self.groups * self.head_dim, *rest),
+            v: grouped[:, per_group + 1].reshape(self.groups * self.head_dim, *rest),
+        }
 
     def _rows(self) -> dict[str, list[Rows]]:
         q, k, v = self.hf
         q_rows = self.heads // self.groups * self.head_dim
         block = q_rows + 2 * self.head_dim
         starts = [g * block for g in range(self.groups)]
-        return {q: [(s, s + q_rows) for s in starts],
-                k: [(s + q_rows, s + q_rows + self.head_dim) for s in starts],
-                v: [(s + q_rows + self.head_dim, s + block) for s in starts]}
+        return {
+            q: [(s, s + q_rows) for s in starts],
+            k: [(s + q_rows, s + q_rows + self.head_dim) for s in starts],
+            v: [(s + q_rows + self.head_dim, s + block) for s in starts],
+        }
 
     def from_hf(self, tensors: Mapping[str, Any], cat: Cat) -> Any:
         q, k, v = (tensors[name] for name in self.hf)
         per_group = self.heads // self.groups
         rest = tuple(q.shape[1:])
-        grouped = cat([q.reshape(self.groups, per_group, self.head_dim, *rest),
-                       k.reshape(self.groups, 1, self.head_dim, *rest),
-                       v.reshape(self.groups, 1, self.head_dim, *rest)], 1)
+        grouped = cat(
+            [
+                q.reshape(self.groups, per_group, self.head_dim, *rest),
+                k.reshape(self.groups, 1, self.head_dim, *rest),
+                v.reshape(self.groups, 1, self.head_dim, *rest),
+            ],
+            1,
+        )
         return grouped.reshape(self.shape)
 
     def describe(self) -> dict[str, Any]:
@@ -298,8 +320,10 @@ class GatedMLP(Transform):
         half = self.shape[0] // 2
         size = half // self.parts
         full = _full_box(self.shape)
-        return [_with(full, 0, rank * size, (rank + 1) * size),
-                _with(full, 0, half + rank * size, half + (rank + 1) * size)]
+        return [
+            _with(full, 0, rank * size, (rank + 1) * size),
+            _with(full, 0, half + rank * size, half + (rank + 1) * size),
+        ]
 
     def hf_shapes(self) -> dict[str, Shape]:
         gate, up = self.hf
@@ -334,8 +358,9 @@ class MlaDown(ColumnParallel):
 
     kind = SplitKind.MLA_DOWN
 
-    def __init__(self, megatron: str, hf: Sequence[str], shape: Shape, parts: int, *,
-                 latent: int, rope_dim: int = 0) -> None:
+    def __init__(
+        self, megatron: str, hf: Sequence[str], shape: Shape, parts: int, *, latent: int, rope_dim: int = 0
+    ) -> None:
         if shape[0] != latent + rope_dim:
             raise MappingError(f"{megatron}: {shape[0]} rows, expected latent({latent}) + rope({rope_dim})")
         self.latent, self.rope_dim = latent, rope_dim
@@ -357,8 +382,9 @@ class MlaUp(ColumnParallel):
 
     kind = SplitKind.MLA_UP
 
-    def __init__(self, megatron: str, hf: Sequence[str], shape: Shape, parts: int, *,
-                 heads: int, head_rows: tuple[int, int]) -> None:
+    def __init__(
+        self, megatron: str, hf: Sequence[str], shape: Shape, parts: int, *, heads: int, head_rows: tuple[int, int]
+    ) -> None:
         self.heads, self.head_rows = heads, tuple(head_rows)
         if shape[0] != heads * sum(head_rows):
             raise MappingError(f"{megatron}: {shape[0]} rows, expected heads({heads}) x {head_rows}")

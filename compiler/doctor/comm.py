@@ -26,8 +26,9 @@ _KINDS = ("tp_s", "dp_s", "ep_s", "pp_s")
 def tp_bound_comm(derived: dict[str, Any]) -> dict[str, float] | None:
     """The Plan's comm section when communication passes the limit and TP is its biggest kind."""
     comm = derived.get("comm")
-    if not isinstance(comm, dict) or not all(isinstance(comm.get(k), (int, float)) for k in
-                                             ("share_of_step", "compute_s", *_KINDS)):
+    if not isinstance(comm, dict) or not all(
+        isinstance(comm.get(k), (int, float)) for k in ("share_of_step", "compute_s", *_KINDS)
+    ):
         return None
     if comm["share_of_step"] <= COMM_SHARE_LIMIT or max(_KINDS, key=lambda k: comm[k]) != "tp_s":
         return None
@@ -86,8 +87,9 @@ def _tp_fixes(spec: Spec) -> list[Fix]:
         (key, value), *rest = o.changes.items()
         also = f"with {' '.join(f'{k}={_shown(v)}' for k, v in rest)}: " if rest else ""
         fits = "fits" if o.fits else "over the memory budget"
-        fixes.append(Fix(key, _shown(value), f"{also}comm {o.share:.0%} of the step, "
-                         f"{gib(o.worst_bytes)} per GPU ({fits})"))
+        fixes.append(
+            Fix(key, _shown(value), f"{also}comm {o.share:.0%} of the step, {gib(o.worst_bytes)} per GPU ({fits})")
+        )
     return fixes
 
 
@@ -101,16 +103,23 @@ class TpSlowdown:
         if comm is None:
             return None
         tp = context.derived["layout"]["tp"]
-        cause = (f"The Plan estimates communication at {comm['share_of_step']:.0%} of the step (> "
-                 f"{COMM_SHARE_LIMIT:.0%}), most of it TP: {comm['tp_s']:.3g} s of all-reduces per step against "
-                 f"{comm['compute_s']:.3g} s of compute with tp={tp} on {context.spec.hardware.intra_node.link}. "
-                 "TP all-reduces activations twice per layer in forward and in backward, so more TP adds "
-                 "traffic faster than it removes compute.")
+        cause = (
+            f"The Plan estimates communication at {comm['share_of_step']:.0%} of the step (> "
+            f"{COMM_SHARE_LIMIT:.0%}), most of it TP: {comm['tp_s']:.3g} s of all-reduces per step against "
+            f"{comm['compute_s']:.3g} s of compute with tp={tp} on {context.spec.hardware.intra_node.link}. "
+            "TP all-reduces activations twice per layer in forward and in backward, so more TP adds "
+            "traffic faster than it removes compute."
+        )
         shown = ", ".join(f"{k}={comm[k]:.3g}" for k in ("share_of_step", "compute_s", *_KINDS))
         evidence = [Evidence(0, f"plan.json comm: {shown}")]
         steps = parse_lines(log.lines, "log").steps
         timed = [s for s in steps if s.step_time_s]
         if timed:
             evidence.append(Evidence(timed[-1].line, log.lines[timed[-1].line - 1].strip()[:240]))
-        return Finding(self.name, "tensor parallelism dominated by communication", cause, tuple(evidence),
-                       tuple(_tp_fixes(context.spec)))
+        return Finding(
+            self.name,
+            "tensor parallelism dominated by communication",
+            cause,
+            tuple(evidence),
+            tuple(_tp_fixes(context.spec)),
+        )

@@ -55,8 +55,7 @@ class LogText:
         self.raw_lines = raw_lines
         self.lines = [strip_prefix(line) for line in raw_lines]
 
-    def find(self, pattern: re.Pattern[str],
-             limit: int = MAX_EVIDENCE_LINES) -> list[tuple[Evidence, re.Match[str]]]:
+    def find(self, pattern: re.Pattern[str], limit: int = MAX_EVIDENCE_LINES) -> list[tuple[Evidence, re.Match[str]]]:
         hits = []
         for number, text in enumerate(self.lines, start=1):
             match = pattern.search(text)
@@ -77,7 +76,7 @@ def _clip(text: str, match_at: int) -> str:
     if len(text) <= _MAX_LINE_CHARS:
         return text.strip()
     start = max(0, min(match_at - _CONTEXT_CHARS, len(text) - _MAX_LINE_CHARS))
-    window = text[start: start + _MAX_LINE_CHARS]
+    window = text[start : start + _MAX_LINE_CHARS]
     return ("..." if start else "") + window + ("..." if start + _MAX_LINE_CHARS < len(text) else "")
 
 

@@ -16,13 +16,24 @@ from compiler.doctor.findings import Finding, Fix, LogText
 from compiler.logs.context import RunContext
 
 _SIZE = r"[\d.]+ [KMGT]?i?B"
-_OOM = re.compile(rf"CUDA out of memory\. Tried to allocate ({_SIZE})"
-                  rf"(?:\. GPU (\d+) has a total capacity of ({_SIZE}) of which ({_SIZE}) is free"
-                  rf"|\s*\(GPU (\d+); ({_SIZE}) total capacity)?")
+_OOM = re.compile(
+    rf"CUDA out of memory\. Tried to allocate ({_SIZE})"
+    rf"(?:\. GPU (\d+) has a total capacity of ({_SIZE}) of which ({_SIZE}) is free"
+    rf"|\s*\(GPU (\d+); ({_SIZE}) total capacity)?"
+)
 _IN_USE = re.compile(rf"this process has ({_SIZE}) memory in use")
 _OOM_OTHER = re.compile(r"CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError")
-_UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
-               "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}  # torch's format_size is binary
+_UNIT_BYTES = {
+    "B": 1,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "TiB": 1024**4,
+    "KB": 1024,
+    "MB": 1024**2,
+    "GB": 1024**3,
+    "TB": 1024**4,
+}  # torch's format_size is binary
 _GIB_BYTES = 1024**3
 
 
@@ -33,13 +44,21 @@ def size_bytes(text: str) -> int:
 
 def generic_fixes() -> list[Fix]:
     """Without a build: the fix list in the seed's order, as directions."""
-    return [Fix("train.micro_batch_size", "<half of now>", "activations scale with it; global batch is kept by "
-                "more gradient accumulation"),
-            Fix("train.recompute", "selective (or full)", "recompute attention/all activations in backward"),
-            Fix("parallel.zero_stage", "<one higher> (deepspeed)", "shard optimizer states, then gradients, then "
-                "weights over data parallel"),
-            Fix("parallel.distributed_optimizer", "true (megatron)", "shard optimizer states over data parallel"),
-            Fix("parallel.pp", "<double>", "fewer layers, hence weights and activations, per GPU")]
+    return [
+        Fix(
+            "train.micro_batch_size",
+            "<half of now>",
+            "activations scale with it; global batch is kept by more gradient accumulation",
+        ),
+        Fix("train.recompute", "selective (or full)", "recompute attention/all activations in backward"),
+        Fix(
+            "parallel.zero_stage",
+            "<one higher> (deepspeed)",
+            "shard optimizer states, then gradients, then weights over data parallel",
+        ),
+        Fix("parallel.distributed_optimizer", "true (megatron)", "shard optimizer states over data parallel"),
+        Fix("parallel.pp", "<double>", "fewer layers, hence weights and activations, per GPU"),
+    ]
 
 
 def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, list[Fix]]:
@@ -56,8 +75,9 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
         return "", generic_fixes()
     worst, budget = planned.worst.total_bytes, planned.budget_bytes
     scale = max(1.0, needed_bytes / worst) if needed_bytes else 1.0
-    note = (f" The memory model planned {gib(worst)} per GPU on the worst stage of {gib(budget)} usable"
-            + (f"; the run needed at least {gib(needed_bytes)}, x{scale:.2f} the estimate." if needed_bytes else "."))
+    note = f" The memory model planned {gib(worst)} per GPU on the worst stage of {gib(budget)} usable" + (
+        f"; the run needed at least {gib(needed_bytes)}, x{scale:.2f} the estimate." if needed_bytes else "."
+    )
     fixes = []
     for changes in candidate_fixes(spec):
         memory = estimate(with_values(spec, changes))
@@ -67,8 +87,15 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
         projected = memory.worst.total_bytes * scale
         verdict = "fits" if projected <= budget else "still over"
         also = f"with {' '.join(f'{k}={_shown(v)}' for k, v in rest)}: " if rest else ""
-        fixes.append(Fix(key, _shown(value), f"{also}model {gib(memory.worst.total_bytes)} per GPU"
-                         + (f", {gib(projected)} at the run's x{scale:.2f}" if scale > 1 else "") + f" ({verdict})"))
+        fixes.append(
+            Fix(
+                key,
+                _shown(value),
+                f"{also}model {gib(memory.worst.total_bytes)} per GPU"
+                + (f", {gib(projected)} at the run's x{scale:.2f}" if scale > 1 else "")
+                + f" ({verdict})",
+            )
+        )
     return note, fixes
 
 
@@ -100,8 +127,10 @@ class CudaOutOfMemory:
                 needed = size_bytes(in_use.group(1)) + size_bytes(match.group(1))
             elif capacity and free:
                 needed = size_bytes(capacity) - size_bytes(free) + size_bytes(match.group(1))
-        cause += (". Activations peak in the first backward of the first pipeline stage; weights, gradients "
-                  "and optimizer states are fixed by the layout.")
+        cause += (
+            ". Activations peak in the first backward of the first pipeline stage; weights, gradients "
+            "and optimizer states are fixed by the layout."
+        )
         fixes = generic_fixes()
         if context is not None:
             note, fixes = planned_fixes(context, needed)

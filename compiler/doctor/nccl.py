@@ -17,13 +17,16 @@ from dataclasses import dataclass
 from compiler.doctor.findings import Evidence, Finding, Fix, LogText
 from compiler.logs.context import RunContext
 
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
-                       r".*?Timeout\(ms\)=(\d+)\)")
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
+    r".*?Timeout\(ms\)=(\d+)\)"
+)
 _FAILED_OR_TIMED_OUT = re.compile(r"Some NCCL operations have failed or timed out")
 _CONNECTION = re.compile(
     r"unhandled system error \(run with NCCL_DEBUG=INFO|remote process exited or there was a network error"
     r"|NCCL WARN .*(?:[Cc]onnect|[Ss]ocket|NET/IB|[Tt]imeout)|transport retry counter exceeded"
-    r"|ibv_\w+ failed|Connection reset by peer")
+    r"|ibv_\w+ failed|Connection reset by peer"
+)
 _SOCKET_USING = re.compile(r"NCCL INFO NET/Socket : Using (.+)$")
 _IFACE = re.compile(r"\[\d+\]([^:\s]+):(\S+?)<\d+>")
 _NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
@@ -54,8 +57,12 @@ def nic_choice(log: LogText) -> NicChoice | None:
         return None
     ifaces = [m.group(1) for m in _IFACE.finditer(using[0][1].group(1))] if using else []
     evidence = [e for e, _ in using + network + log.find(_IB_NONE, limit=1)]
-    return NicChoice(interfaces=ifaces, network=network[0][1].group(1) if network else None,
-                     nodes=int(nodes[0][1].group(1)) if nodes else None, evidence=evidence)
+    return NicChoice(
+        interfaces=ifaces,
+        network=network[0][1].group(1) if network else None,
+        nodes=int(nodes[0][1].group(1)) if nodes else None,
+        evidence=evidence,
+    )
 
 
 def _multi_node(choice: NicChoice | None, context: RunContext | None) -> bool | None:
@@ -76,11 +83,17 @@ def _ib_fixes(context: RunContext | None) -> list[Fix]:
     nccl = context.spec.cluster.nccl if context is not None else None
     fixes = []
     if nccl is None or nccl.ib_timeout < IB_TIMEOUT_SUGGESTED:
-        fixes.append(Fix("cluster.nccl.ib_timeout", str(IB_TIMEOUT_SUGGESTED),
-                         "longer IB transport timeout (4.096 us x 2^n) rides out fabric hiccups"))
+        fixes.append(
+            Fix(
+                "cluster.nccl.ib_timeout",
+                str(IB_TIMEOUT_SUGGESTED),
+                "longer IB transport timeout (4.096 us x 2^n) rides out fabric hiccups",
+            )
+        )
     if nccl is None or nccl.ib_retry_cnt < IB_RETRY_CNT_MAX:
-        fixes.append(Fix("cluster.nccl.ib_retry_cnt", str(IB_RETRY_CNT_MAX),
-                         "the most IB retries before NCCL gives up"))
+        fixes.append(
+            Fix("cluster.nccl.ib_retry_cnt", str(IB_RETRY_CNT_MAX), "the most IB retries before NCCL gives up")
+        )
     if context is None or (context.spec.hardware.inter_node.fabric == "roce" and nccl.ib_gid_index is None):
         fixes.append(Fix("cluster.nccl.ib_gid_index", "3", "RoCEv2 GID on most NICs; a wrong GID cannot connect"))
     return fixes
@@ -89,8 +102,14 @@ def _ib_fixes(context: RunContext | None) -> list[Fix]:
 def _debug_fix(choice: NicChoice | None) -> list[Fix]:
     if choice is not None:
         return []
-    return [Fix("cluster.nccl.debug", "INFO", "rerun once with INFO: the log then shows which NIC and "
-                                              "transport NCCL picked, and `lmspec doctor` checks them")]
+    return [
+        Fix(
+            "cluster.nccl.debug",
+            "INFO",
+            "rerun once with INFO: the log then shows which NIC and "
+            "transport NCCL picked, and `lmspec doctor` checks them",
+        )
+    ]
 
 
 class NcclTimeout:
@@ -106,20 +125,30 @@ class NcclTimeout:
         seq = int(hits[0][1].group(1)) if hits else None
         op = hits[0][1].group(2) if hits else "a collective"
         first = seq is not None and seq <= 1
-        cause = (f"{op} (collective #{seq}) did not finish within {timeout_ms / 60000:g} min on some rank. "
-                 if timeout_ms else "NCCL aborted collectives that failed or timed out. ")
-        cause += ("It was the first collective: ranks never connected, which is a network path problem "
-                  "(wrong NIC, firewall, IB not usable), not a slow step." if first else
-                  "One rank stopped joining: it crashed, hung (data loader, checkpoint save longer than the "
-                  "timeout) or lost its network path. Look above for the first error of any rank.")
+        cause = (
+            f"{op} (collective #{seq}) did not finish within {timeout_ms / 60000:g} min on some rank. "
+            if timeout_ms
+            else "NCCL aborted collectives that failed or timed out. "
+        )
+        cause += (
+            "It was the first collective: ranks never connected, which is a network path problem "
+            "(wrong NIC, firewall, IB not usable), not a slow step."
+            if first
+            else "One rank stopped joining: it crashed, hung (data loader, checkpoint save longer than the "
+            "timeout) or lost its network path. Look above for the first error of any rank."
+        )
         fixes = [*_debug_fix(choice)]
         if choice is not None and choice.interfaces and _BAD_IFACE.match(choice.interfaces[0]):
             fixes.append(_socket_fix(choice, f"NCCL picked {choice.interfaces[0]}, which cannot reach other nodes"))
         current = context.spec.cluster.nccl.timeout_minutes if context else (timeout_ms or 0) // 60000
         if not first and current < MIN_SUGGESTED_TIMEOUT_MINUTES * 2:
-            fixes.append(Fix("cluster.nccl.timeout_minutes", str(max(2 * current, MIN_SUGGESTED_TIMEOUT_MINUTES)),
-                             "only if a checkpoint save or first-step compile legitimately outlasts "
-                             f"the current {current} min"))
+            fixes.append(
+                Fix(
+                    "cluster.nccl.timeout_minutes",
+                    str(max(2 * current, MIN_SUGGESTED_TIMEOUT_MINUTES)),
+                    f"only if a checkpoint save or first-step compile legitimately outlasts the current {current} min",
+                )
+            )
         evidence = [e for e, _ in hits + others] + (choice.evidence if choice else [])
         return Finding(self.name, "NCCL collective timed out (watchdog)", cause, tuple(evidence), tuple(fixes))
 
@@ -132,11 +161,15 @@ class NcclConnectionError:
         if not hits:
             return None
         choice = nic_choice(log)
-        cause = ("NCCL could not open or keep a connection between ranks: a peer died first (check the "
-                 "other ranks' first error), or the NIC/IB settings do not reach the other nodes.")
-        fixes = [*_debug_fix(choice),
-                 _socket_fix(choice, "bootstrap and socket traffic on the NIC that routes between nodes"),
-                 *_ib_fixes(context)]
+        cause = (
+            "NCCL could not open or keep a connection between ranks: a peer died first (check the "
+            "other ranks' first error), or the NIC/IB settings do not reach the other nodes."
+        )
+        fixes = [
+            *_debug_fix(choice),
+            _socket_fix(choice, "bootstrap and socket traffic on the NIC that routes between nodes"),
+            *_ib_fixes(context),
+        ]
         evidence = [e for e, _ in hits] + (choice.evidence if choice else [])
         return Finding(self.name, "NCCL connection / system error", cause, tuple(evidence), tuple(fixes))
 
@@ -158,17 +191,26 @@ class NcclInterface:
         if context is not None:
             wanted = context.spec.hardware.inter_node.socket_ifname
             if wanted and picked and not wanted.startswith("^") and not picked.startswith(wanted):
-                problems.append(f"the spec asks for {wanted} (hardware.inter_node.socket_ifname) "
-                                f"but NCCL used {picked}")
+                problems.append(
+                    f"the spec asks for {wanted} (hardware.inter_node.socket_ifname) but NCCL used {picked}"
+                )
             fabric = context.spec.hardware.inter_node.fabric
             if multi and fabric in ("ib", "roce") and choice.network == "Socket":
-                problems.append(f"the spec's fabric is {fabric} but NCCL fell back to TCP sockets (no usable "
-                                "IB device), several times slower between nodes")
+                problems.append(
+                    f"the spec's fabric is {fabric} but NCCL fell back to TCP sockets (no usable "
+                    "IB device), several times slower between nodes"
+                )
         if not problems:
             return None
         fixes = [_socket_fix(choice, "pin NCCL and gloo to the inter-node NIC")]
         if context is not None and choice.network == "Socket" and context.spec.hardware.inter_node.fabric != "ethernet":
-            fixes.append(Fix("hardware.inter_node.hca", "[mlx5_0,...]", "name the RDMA devices (`ibv_devices`) "
-                             "so NCCL_IB_HCA selects them"))
-        return Finding(self.name, "NCCL picked the wrong network", "; ".join(problems) + ".",
-                       tuple(choice.evidence), tuple(fixes))
+            fixes.append(
+                Fix(
+                    "hardware.inter_node.hca",
+                    "[mlx5_0,...]",
+                    "name the RDMA devices (`ibv_devices`) so NCCL_IB_HCA selects them",
+                )
+            )
+        return Finding(
+            self.name, "NCCL picked the wrong network", "; ".join(problems) + ".", tuple(choice.evidence), tuple(fixes)
+        )

@@ -19,7 +19,8 @@ from compiler.logs.context import RunContext
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
     r"|number of nan iterations:\s*[1-9]|\bloss\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (\d+), reducing to (\d+)")
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
 _LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]?\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
@@ -40,18 +41,40 @@ def _fixes(context: RunContext | None, lr: float | None, first_line: int) -> lis
     train = context.spec.train if context else None
     fixes = []
     if train is None or train.precision != "bf16":
-        fixes.append(Fix("train.precision", "bf16", "bf16 has fp32's exponent range: no loss scaling, no overflow"
-                         + (f" (now {train.precision})" if train else "")))
+        fixes.append(
+            Fix(
+                "train.precision",
+                "bf16",
+                "bf16 has fp32's exponent range: no loss scaling, no overflow"
+                + (f" (now {train.precision})" if train else ""),
+            )
+        )
     if train is None or train.grad_clip != 1.0:
-        fixes.append(Fix("train.grad_clip", "1.0", "clip the global gradient norm"
-                         + (f" (now {train.grad_clip:g})" if train else "")))
+        fixes.append(
+            Fix(
+                "train.grad_clip",
+                "1.0",
+                "clip the global gradient norm" + (f" (now {train.grad_clip:g})" if train else ""),
+            )
+        )
     lr = train.optimizer.lr if train else lr
-    fixes.append(Fix("train.optimizer.lr", f"{lr / LR_DIVISOR:.3g}" if lr else "<current / 5>",
-                     f"a fifth of {lr:.3g}; resume from the last checkpoint before the blow-up" if lr
-                     else "a fifth of the current peak lr; resume from the last good checkpoint"))
-    fixes.append(Fix("train.data.corpus", train.data.corpus if train else "<unchanged>",
-                     f"check the samples fed just before log line {first_line} (empty/garbage documents, "
-                     "token ids >= vocab_size)"))
+    fixes.append(
+        Fix(
+            "train.optimizer.lr",
+            f"{lr / LR_DIVISOR:.3g}" if lr else "<current / 5>",
+            f"a fifth of {lr:.3g}; resume from the last checkpoint before the blow-up"
+            if lr
+            else "a fifth of the current peak lr; resume from the last good checkpoint",
+        )
+    )
+    fixes.append(
+        Fix(
+            "train.data.corpus",
+            train.data.corpus if train else "<unchanged>",
+            f"check the samples fed just before log line {first_line} (empty/garbage documents, "
+            "token ids >= vocab_size)",
+        )
+    )
     return fixes
 
 
@@ -68,14 +91,19 @@ class NonFiniteLoss:
         evidence: list[Evidence] = [e for e, _ in nan_hits]
         if collapsed or minimum:
             evidence += [e for e, _ in overflow[:2] + collapsed[-1:] + minimum]
-            cause = (f"fp16 dynamic loss scaling collapsed ({len(overflow)} overflow steps skipped, scale down to "
-                     f"{collapsed[-1][1].group(2) if collapsed else 'its minimum'}): gradients overflow at every "
-                     "scale, so training diverged.")
+            cause = (
+                f"fp16 dynamic loss scaling collapsed ({len(overflow)} overflow steps skipped, scale down to "
+                f"{collapsed[-1][1].group(2) if collapsed else 'its minimum'}): gradients overflow at every "
+                "scale, so training diverged."
+            )
             title = "loss-scale collapse"
         else:
-            cause = ("The loss (or gradient norm) became NaN/Inf: a learning rate too high for this batch, "
-                     "fp16 overflow, no gradient clipping, or a bad batch.")
+            cause = (
+                "The loss (or gradient norm) became NaN/Inf: a learning rate too high for this batch, "
+                "fp16 overflow, no gradient clipping, or a bad batch."
+            )
             title = "NaN/Inf loss"
         lines = [e.line for e in evidence]
-        return Finding(self.name, title, cause, tuple(evidence),
-                       tuple(_fixes(context, _last_lr(log, max(lines)), min(lines))))
+        return Finding(
+            self.name, title, cause, tuple(evidence), tuple(_fixes(context, _last_lr(log, max(lines)), min(lines)))
+        )

@@ -25,17 +25,33 @@ class SlurmTimeLimit:
             return None
         slurm = context.spec.cluster.slurm if context else None
         ckpt = context.spec.train.checkpoint if context else None
-        fixes = [Fix("cluster.slurm.requeue", "true", "requeue after the pre-timeout checkpoint; training resumes"),
-                 Fix("cluster.slurm.signal_seconds", str(max(slurm.signal_seconds, 600)) if slurm else "600",
-                     "USR1 this long before the limit: time to finish a checkpoint save"),
-                 Fix("train.checkpoint.interval", str(max(ckpt.interval // 2, 1)) if ckpt else "<half of now>",
-                     "less work lost when a job is cut off"),
-                 Fix("cluster.slurm.time", "<longer, if the partition allows>",
-                     f"now {slurm.time}" if slurm else "the job's wall-clock limit")]
+        fixes = [
+            Fix("cluster.slurm.requeue", "true", "requeue after the pre-timeout checkpoint; training resumes"),
+            Fix(
+                "cluster.slurm.signal_seconds",
+                str(max(slurm.signal_seconds, 600)) if slurm else "600",
+                "USR1 this long before the limit: time to finish a checkpoint save",
+            ),
+            Fix(
+                "train.checkpoint.interval",
+                str(max(ckpt.interval // 2, 1)) if ckpt else "<half of now>",
+                "less work lost when a job is cut off",
+            ),
+            Fix(
+                "cluster.slurm.time",
+                "<longer, if the partition allows>",
+                f"now {slurm.time}" if slurm else "the job's wall-clock limit",
+            ),
+        ]
         if slurm is not None and slurm.requeue:
             fixes = fixes[1:]
-        return Finding(self.name, "Slurm time limit", "Slurm cancelled the job at its --time limit.",
-                       tuple(e for e, _ in hits), tuple(fixes))
+        return Finding(
+            self.name,
+            "Slurm time limit",
+            "Slurm cancelled the job at its --time limit.",
+            tuple(e for e, _ in hits),
+            tuple(fixes),
+        )
 
 
 class HostOutOfMemory:
@@ -51,7 +67,11 @@ class HostOutOfMemory:
             fixes.append(Fix("parallel.offload_params", "false", "parameters offloaded to host RAM"))
         if parallel is None or parallel.offload_optimizer:
             fixes.append(Fix("parallel.offload_optimizer", "false", "fp32 optimizer states held in host RAM"))
-        return Finding(self.name, "host out of memory (Slurm cgroup OOM killer)",
-                       "A task used more host RAM than the job's cgroup allows: CPU offload, data loader workers or "
-                       "a checkpoint gathered in host memory. Ask Slurm for more memory (--mem) if none applies.",
-                       tuple(e for e, _ in hits), tuple(fixes))
+        return Finding(
+            self.name,
+            "host out of memory (Slurm cgroup OOM killer)",
+            "A task used more host RAM than the job's cgroup allows: CPU offload, data loader workers or "
+            "a checkpoint gathered in host memory. Ask Slurm for more memory (--mem) if none applies.",
+            tuple(e for e, _ in hits),
+            tuple(fixes),
+        )

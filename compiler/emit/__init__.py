@@ -22,8 +22,16 @@ from compiler.plan import Plan
 
 Emitter = Callable[[Plan], dict[str, str]]
 
-EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report,
-                                  emit_ds_config, emit_launch, emit_nccl_env, emit_serve, emit_conversion)
+EMITTERS: tuple[Emitter, ...] = (
+    emit_resolved_spec,
+    emit_plan_json,
+    emit_report,
+    emit_ds_config,
+    emit_launch,
+    emit_nccl_env,
+    emit_serve,
+    emit_conversion,
+)
 
 
 def emit_all(plan: Plan, earlier: EarlierBuild | None = None) -> dict[str, str]:

@@ -36,8 +36,14 @@ def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
             for pattern, shape in entry.transform.hf_shapes().items():
                 name = pattern.format(e=expert)
                 direct = Direct(name, (name,), shape)
-                tensors.append({**direct.describe(), "megatron": None,
-                                "source": {"key": name, "dtype": "float32"}, "hf_dtype": entry.hf_dtype})
+                tensors.append(
+                    {
+                        **direct.describe(),
+                        "megatron": None,
+                        "source": {"key": name, "dtype": "float32"},
+                        "hf_dtype": entry.hf_dtype,
+                    }
+                )
     return tensors
 
 
@@ -59,8 +65,9 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
     else:
         doc["checkpoint_format"] = "deepspeed_zero"
         doc["tensors"] = _deepspeed_tensors(entries)
-    doc["hf_tensor_count"] = sum(len(t["hf"]) * (t["experts"]["count"] if "experts" in t else 1)
-                                 for t in doc["tensors"])
+    doc["hf_tensor_count"] = sum(
+        len(t["hf"]) * (t["experts"]["count"] if "experts" in t else 1) for t in doc["tensors"]
+    )
     return doc
 
 

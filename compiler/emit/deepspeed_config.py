@@ -17,12 +17,24 @@ from compiler.plan import Plan
 DS_CONFIG = "ds_config.json"
 
 # Top-level keys this emitter may write; tests prove DeepSpeedConfig reads every one.
-TOP_LEVEL_KEYS = frozenset({
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-    "steps_per_print", "wall_clock_breakdown", "bf16", "fp16", "gradient_clipping",
-    "zero_optimization", "zero_allow_untested_optimizer", "optimizer", "scheduler",
-    "activation_checkpointing", "checkpoint",
-})
+TOP_LEVEL_KEYS = frozenset(
+    {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "steps_per_print",
+        "wall_clock_breakdown",
+        "bf16",
+        "fp16",
+        "gradient_clipping",
+        "zero_optimization",
+        "zero_allow_untested_optimizer",
+        "optimizer",
+        "scheduler",
+        "activation_checkpointing",
+        "checkpoint",
+    }
+)
 # spec optimizer -> (DeepSpeed optimizer type, adam_w_mode or None for non-Adam)
 OPTIMIZER_TYPES = {"adamw": ("AdamW", True), "adam": ("Adam", False), "sgd": ("SGD", None)}
 # spec lr_schedule.decay -> DeepSpeed scheduler type (deepspeed.runtime.lr_schedules)
@@ -64,9 +76,13 @@ def ds_config(plan: Plan) -> dict[str, Any]:
         config["zero_allow_untested_optimizer"] = True  # torch SGD is outside ZeRO's tested list
     if t.recompute != "none":
         config["activation_checkpointing"] = {
-            "partition_activations": False, "contiguous_memory_optimization": False,
-            "cpu_checkpointing": False, "number_checkpoints": plan.spec.model.num_layers,
-            "synchronize_checkpoint_boundary": False, "profile": False}
+            "partition_activations": False,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+            "number_checkpoints": plan.spec.model.num_layers,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
     unknown = config.keys() - TOP_LEVEL_KEYS
     if unknown:
         raise RuntimeError(f"ds_config emitter wrote keys outside TOP_LEVEL_KEYS: {sorted(unknown)}")
@@ -76,9 +92,13 @@ def ds_config(plan: Plan) -> dict[str, Any]:
 def _precision(precision: str) -> dict[str, Any]:
     fp16: dict[str, Any] = {"enabled": precision == "fp16"}
     if precision == "fp16":
-        fp16.update(loss_scale=0, initial_scale_power=FP16_INITIAL_SCALE_POWER,
-                    loss_scale_window=FP16_LOSS_SCALE_WINDOW_STEPS, hysteresis=FP16_HYSTERESIS_STEPS,
-                    min_loss_scale=FP16_MIN_LOSS_SCALE)
+        fp16.update(
+            loss_scale=0,
+            initial_scale_power=FP16_INITIAL_SCALE_POWER,
+            loss_scale_window=FP16_LOSS_SCALE_WINDOW_STEPS,
+            hysteresis=FP16_HYSTERESIS_STEPS,
+            min_loss_scale=FP16_MIN_LOSS_SCALE,
+        )
     return {"bf16": {"enabled": precision == "bf16"}, "fp16": fp16}
 
 
@@ -100,7 +120,8 @@ def _zero(plan: Plan) -> dict[str, Any]:
         zero.update(
             stage3_prefetch_bucket_size=int(ZERO3_PREFETCH_FRACTION * bucket_elements),
             stage3_param_persistence_threshold=ZERO3_PERSISTENCE_PER_HIDDEN * hidden,
-            stage3_gather_16bit_weights_on_model_save=False)
+            stage3_gather_16bit_weights_on_model_save=False,
+        )
     if p.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if p.offload_params:
@@ -125,11 +146,19 @@ def _scheduler(plan: Plan) -> dict[str, Any]:
     warmup_steps = max(1, s.warmup_steps)  # DeepSpeed rejects 0 (and warms up >= 2 steps anyway)
     if s.decay == "cosine":
         params: dict[str, Any] = {
-            "total_num_steps": t.steps, "warmup_num_steps": warmup_steps, "warmup_type": "linear",
-            "warmup_min_ratio": 0.0, "cos_min_ratio": o.min_lr / o.lr}
+            "total_num_steps": t.steps,
+            "warmup_num_steps": warmup_steps,
+            "warmup_type": "linear",
+            "warmup_min_ratio": 0.0,
+            "cos_min_ratio": o.min_lr / o.lr,
+        }
     else:
-        params = {"warmup_min_lr": 0.0, "warmup_max_lr": o.lr, "warmup_num_steps": warmup_steps,
-                  "warmup_type": "linear"}
+        params = {
+            "warmup_min_lr": 0.0,
+            "warmup_max_lr": o.lr,
+            "warmup_num_steps": warmup_steps,
+            "warmup_type": "linear",
+        }
         if s.decay == "linear":
             params["total_num_steps"] = t.steps
     return {"type": kind, "params": params}

@@ -27,10 +27,18 @@ def emit_launch(plan: Plan) -> dict[str, str]:
 def torchrun_sh(plan: Plan) -> str:
     s, layout = plan.spec, plan.layout
     return render(
-        "torchrun.sh.j2", name=plan.name, nnodes=layout.nodes, nproc=layout.gpus_per_node,
-        multi_node=layout.nodes > 1, loopback=LOOPBACK_ADDR, master_port=s.cluster.master_port,
-        rdzv_id=shlex.quote(f"lmspec-{plan.name}"), train_module=TRAIN_MODULE,
-        checkpoint_dir=shlex.quote(s.train.checkpoint.dir), resume=s.train.checkpoint.resume == "auto")
+        "torchrun.sh.j2",
+        name=plan.name,
+        nnodes=layout.nodes,
+        nproc=layout.gpus_per_node,
+        multi_node=layout.nodes > 1,
+        loopback=LOOPBACK_ADDR,
+        master_port=s.cluster.master_port,
+        rdzv_id=shlex.quote(f"lmspec-{plan.name}"),
+        train_module=TRAIN_MODULE,
+        checkpoint_dir=shlex.quote(s.train.checkpoint.dir),
+        resume=s.train.checkpoint.resume == "auto",
+    )
 
 
 def sbatch_options(plan: Plan) -> list[str]:
@@ -55,7 +63,14 @@ def sbatch_options(plan: Plan) -> list[str]:
 def sbatch_sh(plan: Plan) -> str:
     layout, slurm = plan.layout, plan.spec.cluster.slurm
     return render(
-        "sbatch.sh.j2", name=plan.name, nnodes=layout.nodes, nproc=layout.gpus_per_node,
-        options=sbatch_options(plan), multi_node=layout.nodes > 1, loopback=LOOPBACK_ADDR,
-        master_port=plan.spec.cluster.master_port, requeue=slurm.requeue,
-        signal_seconds=slurm.signal_seconds)
+        "sbatch.sh.j2",
+        name=plan.name,
+        nnodes=layout.nodes,
+        nproc=layout.gpus_per_node,
+        options=sbatch_options(plan),
+        multi_node=layout.nodes > 1,
+        loopback=LOOPBACK_ADDR,
+        master_port=plan.spec.cluster.master_port,
+        requeue=slurm.requeue,
+        signal_seconds=slurm.signal_seconds,
+    )

@@ -24,8 +24,13 @@ from compiler.models.train_memory import GIB, TERMS
 from compiler.plan import Plan
 
 CHART_PATH = "report/memory.svg"
-COLORS = {"weights": "#4c72b0", "gradients": "#55a868", "optimizer": "#c44e52", "activations": "#8172b2",
-          "buffers": "#937860"}
+COLORS = {
+    "weights": "#4c72b0",
+    "gradients": "#55a868",
+    "optimizer": "#c44e52",
+    "activations": "#8172b2",
+    "buffers": "#937860",
+}
 HASH_SALT = "lmspec"
 FIGURE_INCHES = (7.0, 3.6)
 _KEY_IN_SVG = re.compile(r"<dc:identifier>lmspec-chart-([0-9a-f]{64})</dc:identifier>")
@@ -44,10 +49,13 @@ class ChartData:
     @classmethod
     def of(cls, plan: Plan) -> ChartData:
         stages = plan.memory.stages
-        return cls(title=f"{plan.name}: training memory per GPU ({plan.spec.hardware.gpu.name})",
-                   stage_labels=[str(s.stage) for s in stages] if len(stages) > 1 else ["every GPU"],
-                   gib_by_term={term: [s.terms()[term] / GIB for s in stages] for term in TERMS},
-                   budget_gib=plan.memory.budget_bytes / GIB, lmspec_version=plan.lmspec_version)
+        return cls(
+            title=f"{plan.name}: training memory per GPU ({plan.spec.hardware.gpu.name})",
+            stage_labels=[str(s.stage) for s in stages] if len(stages) > 1 else ["every GPU"],
+            gib_by_term={term: [s.terms()[term] / GIB for s in stages] for term in TERMS},
+            budget_gib=plan.memory.budget_bytes / GIB,
+            lmspec_version=plan.lmspec_version,
+        )
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode("utf-8")).hexdigest()
@@ -82,8 +90,9 @@ def memory_chart_svg(data: ChartData) -> str:
             ax.set_xlim(-1.5, 1.5)
         figure.tight_layout()
         out = io.StringIO()
-        figure.savefig(out, format="svg", metadata={"Date": None, "Creator": "lmspec",
-                                                     "Identifier": f"lmspec-chart-{data.key()}"})
+        figure.savefig(
+            out, format="svg", metadata={"Date": None, "Creator": "lmspec", "Identifier": f"lmspec-chart-{data.key()}"}
+        )
     return out.getvalue()
 
 

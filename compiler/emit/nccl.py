@@ -34,37 +34,60 @@ def nccl_settings(plan: Plan) -> list[tuple[str, str, str]]:
     def put(why: str, name: str, value: object) -> None:
         out.append((why, name, shlex.quote(str(value))))
 
-    put(f"DeepSpeed's default collective timeout, minutes: cluster.nccl.timeout_minutes; it must "
+    put(
+        f"DeepSpeed's default collective timeout, minutes: cluster.nccl.timeout_minutes; it must "
         f"outlast the longest checkpoint save (saved every train.checkpoint.interval="
-        f"{plan.spec.train.checkpoint.interval} steps)", "DEEPSPEED_TIMEOUT", c.nccl.timeout_minutes)
+        f"{plan.spec.train.checkpoint.interval} steps)",
+        "DEEPSPEED_TIMEOUT",
+        c.nccl.timeout_minutes,
+    )
     if cpu_ranks(plan):
         if net.socket_ifname:
-            put("gloo (CPU ranks) binds its TCP pairs to this interface: hardware.inter_node.socket_ifname",
-                "GLOO_SOCKET_IFNAME", net.socket_ifname)
+            put(
+                "gloo (CPU ranks) binds its TCP pairs to this interface: hardware.inter_node.socket_ifname",
+                "GLOO_SOCKET_IFNAME",
+                net.socket_ifname,
+            )
         return out
-    put("NCCL log level: cluster.nccl.debug (WARN shows only problems; INFO prints the rings and transports)",
-        "NCCL_DEBUG", c.nccl.debug)
-    put("a failed collective aborts the process group and exits instead of hanging the job",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING", 1)
-    put("watchdog heartbeat: no shorter than the collective timeout (cluster.nccl.timeout_minutes), "
-        "so a rank blocked behind a checkpoint save is not killed early", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-        timeout_s)
+    put(
+        "NCCL log level: cluster.nccl.debug (WARN shows only problems; INFO prints the rings and transports)",
+        "NCCL_DEBUG",
+        c.nccl.debug,
+    )
+    put(
+        "a failed collective aborts the process group and exits instead of hanging the job",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        1,
+    )
+    put(
+        "watchdog heartbeat: no shorter than the collective timeout (cluster.nccl.timeout_minutes), "
+        "so a rank blocked behind a checkpoint save is not killed early",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        timeout_s,
+    )
     if net.socket_ifname:
-        put("bootstrap and TCP traffic on this interface: hardware.inter_node.socket_ifname",
-            "NCCL_SOCKET_IFNAME", net.socket_ifname)
+        put(
+            "bootstrap and TCP traffic on this interface: hardware.inter_node.socket_ifname",
+            "NCCL_SOCKET_IFNAME",
+            net.socket_ifname,
+        )
         put("gloo (used for CPU-side barriers) on the same interface", "GLOO_SOCKET_IFNAME", net.socket_ifname)
     if net.fabric == "ethernet":
-        put("hardware.inter_node.fabric=ethernet: no RDMA; NCCL uses TCP sockets between nodes",
-            "NCCL_IB_DISABLE", 1)
+        put("hardware.inter_node.fabric=ethernet: no RDMA; NCCL uses TCP sockets between nodes", "NCCL_IB_DISABLE", 1)
         return out
     put(f"hardware.inter_node.fabric={net.fabric}: RDMA verbs between nodes", "NCCL_IB_DISABLE", 0)
     if net.hca:
         put("RDMA devices NCCL may use: hardware.inter_node.hca", "NCCL_IB_HCA", ",".join(net.hca))
-    put("IB verbs timeout 4.096 us x 2^n: cluster.nccl.ib_timeout (larger survives congested fabrics)",
-        "NCCL_IB_TIMEOUT", c.nccl.ib_timeout)
-    put("IB retransmissions before a link error: cluster.nccl.ib_retry_cnt", "NCCL_IB_RETRY_CNT",
-        c.nccl.ib_retry_cnt)
+    put(
+        "IB verbs timeout 4.096 us x 2^n: cluster.nccl.ib_timeout (larger survives congested fabrics)",
+        "NCCL_IB_TIMEOUT",
+        c.nccl.ib_timeout,
+    )
+    put("IB retransmissions before a link error: cluster.nccl.ib_retry_cnt", "NCCL_IB_RETRY_CNT", c.nccl.ib_retry_cnt)
     if net.fabric == "roce" and c.nccl.ib_gid_index is not None:
-        put("RoCE GID table entry (3 = RoCEv2 on most NICs): cluster.nccl.ib_gid_index",
-            "NCCL_IB_GID_INDEX", c.nccl.ib_gid_index)
+        put(
+            "RoCE GID table entry (3 = RoCEv2 on most NICs): cluster.nccl.ib_gid_index",
+            "NCCL_IB_GID_INDEX",
+            c.nccl.ib_gid_index,
+        )
     return out

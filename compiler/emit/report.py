@@ -21,16 +21,32 @@ def emit_report(plan: Plan) -> dict[str, str]:
     ]
     batch = plan.batch
     batch_rows = [
-        ("micro batch x grad accum x dp", f"{batch.micro_batch_size} x {batch.grad_accum_steps} x {layout.dp} = {batch.global_batch_size} sequences"),
+        (
+            "micro batch x grad accum x dp",
+            f"{batch.micro_batch_size} x {batch.grad_accum_steps} x {layout.dp} = {batch.global_batch_size} sequences",
+        ),
         ("sequence length", f"{batch.seq_length:,}"),
         ("tokens per step", f"{batch.tokens_per_step:,}"),
     ]
-    return {"REPORT.md": render(
-        "report.md.j2", name=plan.name, model=s.model.name, hardware=s.hardware.name,
-        backend=s.train.backend, precision=s.train.precision, layout_rows=rows, batch_rows=batch_rows,
-        params_rows=_params_rows(plan), memory_rows=_memory_rows(plan), memory_note=_memory_note(plan),
-        chart=CHART_PATH, flops_rows=_flops_rows(plan), serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)],
-        warnings=[w.message for w in plan.warnings])}
+    return {
+        "REPORT.md": render(
+            "report.md.j2",
+            name=plan.name,
+            model=s.model.name,
+            hardware=s.hardware.name,
+            backend=s.train.backend,
+            precision=s.train.precision,
+            layout_rows=rows,
+            batch_rows=batch_rows,
+            params_rows=_params_rows(plan),
+            memory_rows=_memory_rows(plan),
+            memory_note=_memory_note(plan),
+            chart=CHART_PATH,
+            flops_rows=_flops_rows(plan),
+            serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)],
+            warnings=[w.message for w in plan.warnings],
+        )
+    }
 
 
 def _b(n: float) -> str:
@@ -40,17 +56,30 @@ def _b(n: float) -> str:
 
 def _gib_gb(n_bytes: float) -> tuple[str, str]:
     """Two decimals, or four significant digits below 1 (the CPU presets' megabytes stay visible)."""
+
     def fmt(x: float) -> str:
         return f"{x:,.2f}" if x >= 1 or x == 0 else f"{x:.4g}"
+
     return fmt(n_bytes / GIB), fmt(n_bytes / GB)
 
 
 def _params_rows(plan: Plan) -> list[tuple[str, str]]:
     p = plan.params
     rows = [("total", _b(p.total)), ("activated per token", _b(p.active))]
-    rows += [(name.replace("_", " "), _b(getattr(p, name))) for name in
-             ("embedding", "output_head", "attention", "dense_mlp", "shared_experts", "routed_experts", "router", "norms")
-             if getattr(p, name)]
+    rows += [
+        (name.replace("_", " "), _b(getattr(p, name)))
+        for name in (
+            "embedding",
+            "output_head",
+            "attention",
+            "dense_mlp",
+            "shared_experts",
+            "routed_experts",
+            "router",
+            "norms",
+        )
+        if getattr(p, name)
+    ]
     if p.mtp:
         rows.append(("MTP module (not in total)", _b(p.mtp)))
     return rows
@@ -71,33 +100,54 @@ def _memory_note(plan: Plan) -> str:
     worst = m.worst
     where = f"pipeline stage {worst.stage} of {len(m.stages)}" if len(m.stages) > 1 else "every GPU"
     verdict = "fits" if m.fits else "does NOT fit"
-    return (f"Worst GPU: {where} ({worst.layers} layers, {worst.in_flight:g} micro-batch(es) in flight, "
-            f"recompute {plan.spec.train.recompute}); {verdict}. Terms: {', '.join(TERMS)}.")
+    return (
+        f"Worst GPU: {where} ({worst.layers} layers, {worst.in_flight:g} micro-batch(es) in flight, "
+        f"recompute {plan.spec.train.recompute}); {verdict}. Terms: {', '.join(TERMS)}."
+    )
 
 
 def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
     f = plan.flops
-    rows = [("model FLOPs per token", f"{f.per_token:.4g}"), ("hardware FLOPs per token (with recompute)",
-                                                              f"{f.hardware_per_token:.4g}"),
-            ("step time at 100% MFU", f"{f.ideal_step_time_s:.4g} s ({f.n_gpus} x {f.peak_tflops_per_gpu:g} TFLOP/s)")]
+    rows = [
+        ("model FLOPs per token", f"{f.per_token:.4g}"),
+        ("hardware FLOPs per token (with recompute)", f"{f.hardware_per_token:.4g}"),
+        ("step time at 100% MFU", f"{f.ideal_step_time_s:.4g} s ({f.n_gpus} x {f.peak_tflops_per_gpu:g} TFLOP/s)"),
+    ]
     c = plan.comm
-    rows.append(("communication per step (nothing overlapped)",
-                 ", ".join(f"{k} {v:.3g} s" for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("pp", c.pp_s)) if v)
-                 + f" = {c.ratio_to_compute:.0%} of compute time" if c.total_s else "none"))
+    rows.append(
+        (
+            "communication per step (nothing overlapped)",
+            ", ".join(
+                f"{k} {v:.3g} s" for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("pp", c.pp_s)) if v
+            )
+            + f" = {c.ratio_to_compute:.0%} of compute time"
+            if c.total_s
+            else "none",
+        )
+    )
     for point in (0.5, 0.4):
         at = f.at(f.ideal_step_time_s / point)
-        rows.append((f"at {point:.0%} MFU", f"{at['step_time_s']:.4g} s/step, {at['tokens_per_s']:,.0f} tokens/s, "
-                                            f"{at['days_per_trillion_tokens']:,.4g} days per 1T tokens"))
+        rows.append(
+            (
+                f"at {point:.0%} MFU",
+                f"{at['step_time_s']:.4g} s/step, {at['tokens_per_s']:,.0f} tokens/s, "
+                f"{at['days_per_trillion_tokens']:,.4g} days per 1T tokens",
+            )
+        )
     return rows
 
 
 def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
     v, s = plan.serving, plan.spec.serve
-    return [("weights per GPU", f"{v.weights_bytes_per_gpu / GIB:,.2f} GiB ({v.weights_bytes_per_gpu / GB:,.2f} GB), "
-                                f"tp {s.tp} x pp {s.pp}"),
-            ("KV cache per token per GPU", f"{v.kv_cache_bytes_per_token:,} bytes"),
-            ("tokens in cache", f"{v.max_tokens_in_cache:,}"),
-            (f"concurrent sequences of {s.max_model_len:,} tokens", f"{v.max_concurrent_seqs:,}")]
+    return [
+        (
+            "weights per GPU",
+            f"{v.weights_bytes_per_gpu / GIB:,.2f} GiB ({v.weights_bytes_per_gpu / GB:,.2f} GB), tp {s.tp} x pp {s.pp}",
+        ),
+        ("KV cache per token per GPU", f"{v.kv_cache_bytes_per_token:,} bytes"),
+        ("tokens in cache", f"{v.max_tokens_in_cache:,}"),
+        (f"concurrent sequences of {s.max_model_len:,} tokens", f"{v.max_concurrent_seqs:,}"),
+    ]
 
 
 def _sharding(plan: Plan) -> str:

@@ -29,11 +29,11 @@ VLLM_CACHE_DIR = "vllm_cache"  # under runs/<name>/: vLLM's compile and download
 # load (fp8, bitsandbytes), while AWQ and GPTQ read scales computed by a calibration run.
 QUANTIZATION_NOTES = {
     "awq": "AWQ: needs an AWQ-calibrated checkpoint (activation-aware scales from a calibration set); "
-           "vLLM does not calibrate",
+    "vLLM does not calibrate",
     "gptq": "GPTQ: needs a GPTQ-calibrated checkpoint (per-group scales from a calibration set); "
-            "vLLM does not calibrate",
+    "vLLM does not calibrate",
     "fp8": "FP8: quantized by vLLM while loading (dynamic per-tensor scales); no calibration needed, "
-           "calibrated scales improve accuracy",
+    "calibrated scales improve accuracy",
     "bitsandbytes": "bitsandbytes: quantized by vLLM while loading; no calibration needed",
 }
 
@@ -90,12 +90,20 @@ def serve_env(plan: Plan) -> list[tuple[str, str, str]]:
     """(why, NAME, shell value) for each variable serve.sh exports, in file order."""
     env = [
         ("the model is a local directory: never reach for a hub", "HF_HUB_OFFLINE", "1"),
-        ("vLLM's caches stay in the run directory, out of $HOME", "VLLM_CACHE_ROOT",
-         '"$PWD"/' + shlex.quote(f"{run_dir(plan.spec)}/{VLLM_CACHE_DIR}")),
+        (
+            "vLLM's caches stay in the run directory, out of $HOME",
+            "VLLM_CACHE_ROOT",
+            '"$PWD"/' + shlex.quote(f"{run_dir(plan.spec)}/{VLLM_CACHE_DIR}"),
+        ),
     ]
     if cpu_ranks(plan):
-        env.append(("CPU backend: KV cache size in GiB (serve.cpu_kvcache_space_gib)",
-                    "VLLM_CPU_KVCACHE_SPACE", shlex.quote(_whole(plan.spec.serve.cpu_kvcache_space_gib))))
+        env.append(
+            (
+                "CPU backend: KV cache size in GiB (serve.cpu_kvcache_space_gib)",
+                "VLLM_CPU_KVCACHE_SPACE",
+                shlex.quote(_whole(plan.spec.serve.cpu_kvcache_space_gib)),
+            )
+        )
     return env
 
 
@@ -119,18 +127,26 @@ def api_key_line(plan: Plan) -> str:
     if source is None:
         return f"unset {VLLM_API_KEY_ENV}"
     # source matches ^[A-Za-z_][A-Za-z0-9_]*$ (schema), so it is safe inside ${...}.
-    return (f'export {VLLM_API_KEY_ENV}="${{{source}:?set {source} to the API key clients must send '
-            f'(serve.api_key_env), or compile with serve.api_key_env=null for no auth}}"')
+    return (
+        f'export {VLLM_API_KEY_ENV}="${{{source}:?set {source} to the API key clients must send '
+        f'(serve.api_key_env), or compile with serve.api_key_env=null for no auth}}"'
+    )
 
 
 def serve_sh(plan: Plan) -> str:
     v = plan.spec.serve
     return render(
-        "serve.sh.j2", name=plan.name, endpoint=f"http://{v.host}:{v.port}/v1",
-        env=serve_env(plan), api_key_env=v.api_key_env, api_key_line=api_key_line(plan),
+        "serve.sh.j2",
+        name=plan.name,
+        endpoint=f"http://{v.host}:{v.port}/v1",
+        env=serve_env(plan),
+        api_key_env=v.api_key_env,
+        api_key_line=api_key_line(plan),
         cli=f"${{{VLLM_CLI_ENV}:-{CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm'}}}",
-        cpu_cli=CPU_VLLM_CLI, model=shlex.quote(model_path(plan.spec)),
-        literal_dollar=any(c in model_path(plan.spec) for c in "$`"))
+        cpu_cli=CPU_VLLM_CLI,
+        model=shlex.quote(model_path(plan.spec)),
+        literal_dollar=any(c in model_path(plan.spec) for c in "$`"),
+    )
 
 
 def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:

@@ -18,10 +18,13 @@ def dump_json(data: object) -> str:
 
 
 def emit_resolved_spec(plan: Plan) -> dict[str, str]:
-    body = yaml.dump(plan.spec_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                          allow_unicode=True, width=1000)
-    header = ("# The resolved spec this build was compiled from (every default, group choice and\n"
-              "# override applied). The runtime reads it; `lmspec compile --spec` accepts it unchanged.\n")
+    body = yaml.dump(
+        plan.spec_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000
+    )
+    header = (
+        "# The resolved spec this build was compiled from (every default, group choice and\n"
+        "# override applied). The runtime reads it; `lmspec compile --spec` accepts it unchanged.\n"
+    )
     return {"spec.resolved.yaml": SCHEMA_HEADER + header + body}
 
 

@@ -56,8 +56,14 @@ def load_build(build_dir: Path) -> RunContext:
     return RunContext(spec=spec, derived=derived, origin=str(build_dir))
 
 
-def flag_overrides(model: str | None, hardware: str | None, gpus: int | None, seq_length: int | None,
-                   extra: list[str], spec_file: Path | None = None) -> list[str]:
+def flag_overrides(
+    model: str | None,
+    hardware: str | None,
+    gpus: int | None,
+    seq_length: int | None,
+    extra: list[str],
+    spec_file: Path | None = None,
+) -> list[str]:
     """Hydra overrides for a job described by flags; `gpus` fills whole nodes of the hardware."""
     from compiler.load import compose_spec
 
@@ -71,15 +77,23 @@ def flag_overrides(model: str | None, hardware: str | None, gpus: int | None, se
         if gpus < per_node:
             overrides += [f"hardware.gpus_per_node={gpus}", "hardware.nodes=1"]
         elif gpus % per_node:
-            raise UsageError(f"--gpus {gpus} is not a whole number of {hw['name']} nodes "
-                             f"({per_node} GPUs each); use a multiple of {per_node}")
+            raise UsageError(
+                f"--gpus {gpus} is not a whole number of {hw['name']} nodes "
+                f"({per_node} GPUs each); use a multiple of {per_node}"
+            )
         else:
             overrides.append(f"hardware.nodes={gpus // per_node}")
     return overrides + extra
 
 
-def load_flags(model: str | None, hardware: str | None, gpus: int | None, seq_length: int | None,
-               extra: list[str], spec_file: Path | None = None) -> RunContext:
+def load_flags(
+    model: str | None,
+    hardware: str | None,
+    gpus: int | None,
+    seq_length: int | None,
+    extra: list[str],
+    spec_file: Path | None = None,
+) -> RunContext:
     """Resolve a job from flags through the spec tree and the Plan (all rules apply)."""
     from compiler.pipeline import make_plan
 

@@ -20,7 +20,8 @@ from compiler.logs.records import StepRecord
 _STEP = re.compile(r"\[Rank -?\d+\] step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 _THROUGHPUT = re.compile(
     r"epoch=\d+/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=([^,]+), "
-    r"CurrSamplesPerSec=([^,]+), MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB")
+    r"CurrSamplesPerSec=([^,]+), MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB"
+)
 _GIB_BYTES = 1024**3
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -35,7 +36,10 @@ def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
     match = _THROUGHPUT.search(text)
     if match:
         samples_per_s = float(match.group(3))
-        return StepRecord(step=int(match.group(1)), line=lineno, samples_per_s=samples_per_s,
-                          peak_memory_bytes=int(float(match.group(5)) * _GIB_BYTES))
+        return StepRecord(
+            step=int(match.group(1)),
+            line=lineno,
+            samples_per_s=samples_per_s,
+            peak_memory_bytes=int(float(match.group(5)) * _GIB_BYTES),
+        )
     return None
-

@@ -16,4 +16,3 @@ _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[[A-Za-z_]*\d+\]:\s?)+")
 def strip_prefix(line: str) -> str:
     """The line as the rank printed it."""
     return _PREFIX.sub("", line, count=1)
-

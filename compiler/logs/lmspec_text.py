@@ -10,7 +10,8 @@ from compiler.logs.records import StepRecord
 
 _LINE = re.compile(
     r"^step\s+(\d+) \| loss (\S+) \| lr (\S+) \| grad_norm (\S+) \| ([\d,.]+) tokens/s \| ([\d.]+) ms/step \| "
-    r"MFU ([\d.]+)% \| peak mem ([\d,.]+) MiB")
+    r"MFU ([\d.]+)% \| peak mem ([\d,.]+) MiB"
+)
 _MIB_BYTES = 1024 * 1024
 
 
@@ -21,6 +22,14 @@ def parse_lmspec_line(text: str, lineno: int) -> StepRecord | None:
     if not match:
         return None
     g = match.groups()
-    return StepRecord(step=int(g[0]), line=lineno, loss=float(g[1]), lr=float(g[2]), grad_norm=float(g[3]),
-                      tokens_per_s=float(g[4].replace(",", "")), step_time_s=float(g[5]) / 1000,
-                      mfu=float(g[6]) / 100, peak_memory_bytes=int(float(g[7].replace(",", "")) * _MIB_BYTES))
+    return StepRecord(
+        step=int(g[0]),
+        line=lineno,
+        loss=float(g[1]),
+        lr=float(g[2]),
+        grad_norm=float(g[3]),
+        tokens_per_s=float(g[4].replace(",", "")),
+        step_time_s=float(g[5]) / 1000,
+        mfu=float(g[6]) / 100,
+        peak_memory_bytes=int(float(g[7].replace(",", "")) * _MIB_BYTES),
+    )

@@ -12,8 +12,9 @@ from compiler.logs.throughput import StepRates
 PLOT_SUFFIXES = (".png", ".svg")
 
 
-def draw(path: Path, steps: Sequence[StepRecord], rates: Sequence[StepRates], title: str,
-         warmup_steps: int = 0) -> None:
+def draw(
+    path: Path, steps: Sequence[StepRecord], rates: Sequence[StepRates], title: str, warmup_steps: int = 0
+) -> None:
     """Four panels sharing the step axis, the skipped warm-up shaded; a panel with no data says so."""
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot {path}: use a .png or .svg file name")

@@ -48,28 +48,42 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
     losses = [s.loss for s in parsed.steps if s.loss is not None]
     mfu = metrics.get("mfu")
     return LogReport(
-        log=parsed.path, formats=parsed.formats, steps_logged=len(parsed.steps), steps_used=len(steps),
-        warmup_steps=warmup_steps, warmup_applied=applied, job=_job(context),
+        log=parsed.path,
+        formats=parsed.formats,
+        steps_logged=len(parsed.steps),
+        steps_used=len(steps),
+        warmup_steps=warmup_steps,
+        warmup_applied=applied,
+        job=_job(context),
         flops_per_token=flops.model if flops else None,
         hardware_flops_per_token=flops.hardware if flops else None,
-        metrics=metrics, last_loss=losses[-1] if losses else None,
+        metrics=metrics,
+        last_loss=losses[-1] if losses else None,
         peak_memory_bytes=max(peaks) if peaks else None,
         gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * _GIB_BYTES) if context else None,
-        verdict=verdict(mfu.mean) if mfu else None, warnings=_mismatches(parsed.settings, context))
+        verdict=verdict(mfu.mean) if mfu else None,
+        warnings=_mismatches(parsed.settings, context),
+    )
 
 
 def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[str]:
     if context is None:
         return []
     spec, layout = context.spec, context.derived["layout"]
-    job = {"seq_length": ("train.seq_length", spec.train.seq_length),
-           "global_batch_size": ("train.global_batch_size", spec.train.global_batch_size),
-           "micro_batch_size": ("train.micro_batch_size", spec.train.micro_batch_size),
-           "world_size": ("GPUs", context.n_gpus), "tp": ("parallel.tp", layout["tp"]),
-           "pp": ("parallel.pp", layout["pp"])}
-    return [f"the log ran {name}={value} but the job given has {job[name][0]}={job[name][1]}: "
-            "is --build (or --model/--gpus/--set) the job that wrote this log?"
-            for name, value in sorted(settings.items()) if name in job and job[name][1] != value]
+    job = {
+        "seq_length": ("train.seq_length", spec.train.seq_length),
+        "global_batch_size": ("train.global_batch_size", spec.train.global_batch_size),
+        "micro_batch_size": ("train.micro_batch_size", spec.train.micro_batch_size),
+        "world_size": ("GPUs", context.n_gpus),
+        "tp": ("parallel.tp", layout["tp"]),
+        "pp": ("parallel.pp", layout["pp"]),
+    }
+    return [
+        f"the log ran {name}={value} but the job given has {job[name][0]}={job[name][1]}: "
+        "is --build (or --model/--gpus/--set) the job that wrote this log?"
+        for name, value in sorted(settings.items())
+        if name in job and job[name][1] != value
+    ]
 
 
 def _metrics(steps: list, rates: list[StepRates], context: RunContext | None) -> dict[str, Summary]:
@@ -91,14 +105,23 @@ def _job(context: RunContext | None) -> str | None:
     if context is None:
         return None
     s = context.spec
-    return (f"{s.model.name} on {context.n_gpus} x {s.hardware.gpu.name} "
-            f"({s.hardware.gpu.bf16_tflops:g} TFLOP/s bf16 peak), seq {s.train.seq_length}, "
-            f"global batch {s.train.global_batch_size}, recompute {s.train.recompute} [{context.origin}]")
+    return (
+        f"{s.model.name} on {context.n_gpus} x {s.hardware.gpu.name} "
+        f"({s.hardware.gpu.bf16_tflops:g} TFLOP/s bf16 peak), seq {s.train.seq_length}, "
+        f"global batch {s.train.global_batch_size}, recompute {s.train.recompute} [{context.origin}]"
+    )
 
 
-_LABELS = {"step_time_s": "step time (s)", "tokens_per_s": "tokens/s", "tokens_per_s_per_gpu": "tokens/s/GPU",
-           "mfu": "MFU", "hfu": "HFU", "loss": "loss", "grad_norm": "grad norm",
-           "logged_tflops_per_gpu": "TFLOP/s/GPU (as logged)"}
+_LABELS = {
+    "step_time_s": "step time (s)",
+    "tokens_per_s": "tokens/s",
+    "tokens_per_s_per_gpu": "tokens/s/GPU",
+    "mfu": "MFU",
+    "hfu": "HFU",
+    "loss": "loss",
+    "grad_norm": "grad norm",
+    "logged_tflops_per_gpu": "TFLOP/s/GPU (as logged)",
+}
 _PERCENT = ("mfu", "hfu")
 
 
@@ -109,8 +132,10 @@ def _cell(name: str, value: float) -> str:
 
 
 def format_text(report: LogReport) -> str:
-    lines = [f"log: {report.log} ({', '.join(report.formats) or 'no known format'}): "
-             f"{report.steps_logged} logged steps, {report.steps_used} used"]
+    lines = [
+        f"log: {report.log} ({', '.join(report.formats) or 'no known format'}): "
+        f"{report.steps_logged} logged steps, {report.steps_used} used"
+    ]
     if not report.warmup_applied:
         lines.append(f"  warm-up skip (steps <= {report.warmup_steps}) would leave no step: all steps used")
     elif report.steps_used < report.steps_logged:
@@ -118,8 +143,9 @@ def format_text(report: LogReport) -> str:
     lines += [f"warning: {w}" for w in report.warnings]
     if report.job:
         lines.append(f"job: {report.job}")
-        lines.append(f"model FLOPs/token {report.flops_per_token:.4g}, "
-                     f"with recompute {report.hardware_flops_per_token:.4g}")
+        lines.append(
+            f"model FLOPs/token {report.flops_per_token:.4g}, with recompute {report.hardware_flops_per_token:.4g}"
+        )
     else:
         lines.append("job: unknown (give --build DIR or --model/--hardware/--gpus for tokens/s and MFU)")
     if report.metrics:
@@ -132,8 +158,7 @@ def format_text(report: LogReport) -> str:
     if report.last_loss is not None:
         lines.append(f"last loss: {report.last_loss:.4g}")
     if report.peak_memory_bytes is not None:
-        budget = (f" of {report.gpu_memory_bytes / _GIB_BYTES:.0f} GiB"
-                  if report.gpu_memory_bytes else "")
+        budget = f" of {report.gpu_memory_bytes / _GIB_BYTES:.0f} GiB" if report.gpu_memory_bytes else ""
         lines.append(f"peak memory: {report.peak_memory_bytes / _GIB_BYTES:.2f} GiB{budget}")
     if report.verdict:
         lines.append(f"verdict: {report.verdict}")

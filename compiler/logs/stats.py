@@ -35,8 +35,14 @@ def summarize(values: Sequence[float]) -> Summary | None:
     finite = sorted(v for v in values if math.isfinite(v))
     if not finite:
         return None
-    return Summary(count=len(finite), mean=sum(finite) / len(finite), p50=percentile(finite, 50),
-                   p90=percentile(finite, 90), minimum=finite[0], maximum=finite[-1])
+    return Summary(
+        count=len(finite),
+        mean=sum(finite) / len(finite),
+        p50=percentile(finite, 50),
+        p90=percentile(finite, 90),
+        minimum=finite[0],
+        maximum=finite[-1],
+    )
 
 
 def steady_steps(steps: Sequence[StepRecord], warmup_steps: int) -> tuple[list[StepRecord], bool]:

@@ -36,7 +36,8 @@ def flops_per_token(context: RunContext) -> FlopsPerToken:
     spec = context.spec
     return FlopsPerToken(
         model=model_flops_per_token(spec.model, spec.train.seq_length),
-        hardware=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute))
+        hardware=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute),
+    )
 
 
 def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length: int | None) -> float | None:
@@ -55,8 +56,7 @@ def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length:
     return None
 
 
-def step_rates(steps: Sequence[StepRecord], context: RunContext | None,
-               log_seq_length: int | None) -> list[StepRates]:
+def step_rates(steps: Sequence[StepRecord], context: RunContext | None, log_seq_length: int | None) -> list[StepRates]:
     flops = flops_per_token(context) if context is not None else None
     rates = []
     for record in steps:
@@ -76,12 +76,18 @@ def step_rates(steps: Sequence[StepRecord], context: RunContext | None,
 def verdict(mfu: float) -> str:
     """The seed's reading of an MFU figure."""
     if mfu < MFU_COMM_BOUND_BELOW:
-        return (f"MFU {mfu:.1%} < {MFU_COMM_BOUND_BELOW:.0%}: communication or data bound — check TP "
-                "across nodes, the comm share in `lmspec explain`, and the data loader (`lmspec doctor`)")
+        return (
+            f"MFU {mfu:.1%} < {MFU_COMM_BOUND_BELOW:.0%}: communication or data bound — check TP "
+            "across nodes, the comm share in `lmspec explain`, and the data loader (`lmspec doctor`)"
+        )
     if mfu < MFU_HEALTHY_LOW:
-        return (f"MFU {mfu:.1%}: below the {MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%} of a healthy run; "
-                "larger micro batch, less recompute or lower TP may help")
+        return (
+            f"MFU {mfu:.1%}: below the {MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%} of a healthy run; "
+            "larger micro batch, less recompute or lower TP may help"
+        )
     if mfu <= MFU_HEALTHY_HIGH:
         return f"MFU {mfu:.1%}: healthy ({MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%})"
-    return (f"MFU {mfu:.1%}: above what training usually reaches; check the GPU peak "
-            "(hardware.gpu.bf16_tflops), the GPU count and the sequence length given")
+    return (
+        f"MFU {mfu:.1%}: above what training usually reaches; check the GPU peak "
+        "(hardware.gpu.bf16_tflops), the GPU count and the sequence length given"
+    )

@@ -22,8 +22,10 @@ def compile_user_regex(pattern: str) -> re.Pattern[str]:
         raise UsageError(f"--regex {pattern!r} is not a valid regular expression: {exc}") from None
     unknown = sorted(set(compiled.groupindex) - set(GROUP_NAMES))
     if unknown or not compiled.groupindex:
-        raise UsageError(f"--regex named groups {unknown or '(none)'} are not fields lmspec reads; "
-                         f"use (?P<name>...) with name one of: {', '.join(GROUP_NAMES)}")
+        raise UsageError(
+            f"--regex named groups {unknown or '(none)'} are not fields lmspec reads; "
+            f"use (?P<name>...) with name one of: {', '.join(GROUP_NAMES)}"
+        )
     return compiled
 
 

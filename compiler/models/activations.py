@@ -72,18 +72,37 @@ def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
         assert m.mla is not None
         a = m.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        base = LayerShape(hidden=m.hidden_size, heads=heads, q_width=heads * qk, k_width=heads * qk,
-                          v_width=heads * a.v_head_dim, out_width=heads * a.v_head_dim,
-                          q_latent=a.q_lora_rank or 0, kv_latent=a.kv_lora_rank, rope_width=a.qk_rope_head_dim)
+        base = LayerShape(
+            hidden=m.hidden_size,
+            heads=heads,
+            q_width=heads * qk,
+            k_width=heads * qk,
+            v_width=heads * a.v_head_dim,
+            out_width=heads * a.v_head_dim,
+            q_latent=a.q_lora_rank or 0,
+            kv_latent=a.kv_lora_rank,
+            rope_width=a.qk_rope_head_dim,
+        )
     else:
         kv = m.num_kv_heads * m.head_dim
-        base = LayerShape(hidden=m.hidden_size, heads=heads, q_width=heads * m.head_dim, k_width=kv,
-                          v_width=kv, out_width=heads * m.head_dim)
+        base = LayerShape(
+            hidden=m.hidden_size,
+            heads=heads,
+            q_width=heads * m.head_dim,
+            k_width=kv,
+            v_width=kv,
+            out_width=heads * m.head_dim,
+        )
     if not moe_layer:
         return replace(base, ffn=m.ffn_hidden_size)
     assert m.moe is not None
-    return replace(base, ffn=m.moe.num_shared_experts * m.moe.ffn_hidden_size,
-                   expert_ffn=m.moe.ffn_hidden_size, top_k=m.moe.top_k, experts=m.moe.num_experts)
+    return replace(
+        base,
+        ffn=m.moe.num_shared_experts * m.moe.ffn_hidden_size,
+        expert_ffn=m.moe.ffn_hidden_size,
+        top_k=m.moe.top_k,
+        experts=m.moe.num_experts,
+    )
 
 
 def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> tuple[float, float]:

@@ -74,14 +74,16 @@ def ring(n: Any) -> Any:
     return (n - 1) / n
 
 
-def tp_bytes_per_micro_batch(layers: Any, full_recompute: Any, tp: Any, tokens: Any, hidden: int,
-                             element_bytes: int) -> Any:
+def tp_bytes_per_micro_batch(
+    layers: Any, full_recompute: Any, tp: Any, tokens: Any, hidden: int, element_bytes: int
+) -> Any:
     """TP: 4 collectives per layer (6 with full recompute), each ~ an all-reduce of tokens x hidden."""
     return layers * (4 + 2 * full_recompute) * 2 * ring(tp) * tokens * hidden * element_bytes
 
 
-def ep_bytes_per_micro_batch(moe_layers: Any, ep: Any, tokens: Any, tp_split: Any, top_k: int, hidden: int,
-                             element_bytes: int) -> Any:
+def ep_bytes_per_micro_batch(
+    moe_layers: Any, ep: Any, tokens: Any, tp_split: Any, top_k: int, hidden: int, element_bytes: int
+) -> Any:
     """EP: dispatch and combine all-to-alls, forward and backward, of the top-k token copies."""
     return moe_layers * 4 * ring(ep) * tokens / tp_split * top_k * hidden * element_bytes
 
@@ -104,7 +106,7 @@ def estimate_comm(spec: Spec) -> CommEstimate | None:
     tp_bytes = micro * tp_bytes_per_micro_batch(layers, t.recompute == "full", p.tp, tokens, m.hidden_size, e)
     tp_s = tp_bytes / (_bandwidth_gb_s(spec, p.tp) * GB) if p.tp > 1 else 0.0
     # DP: gradients of the parameters one GPU holds
-    first = sum(stages[:stages.index(layers)])
+    first = sum(stages[: stages.index(layers)])
     held = [layer_params(m, i) for i in range(first, first + layers)]
     dense = sum((lp.attention + lp.dense_mlp) / p.tp + lp.attention_norms + lp.layer_norms + lp.router for lp in held)
     dense += count_params(m).embedding / p.tp if stages.index(layers) == 0 else 0
@@ -115,8 +117,9 @@ def estimate_comm(spec: Spec) -> CommEstimate | None:
     if t.backend == "deepspeed" and p.zero_stage == 3:
         per_param += 2 * e  # weights gathered for forward and again for backward
     expert_dp = max(spec.hardware.gpus_per_node * spec.hardware.nodes // (p.etp * p.ep * p.pp), 1)
-    dp_s = (dense * per_param * ring(dp * p.cp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB)
-            + expert * per_param * ring(expert_dp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB))
+    dp_s = dense * per_param * ring(dp * p.cp) / (
+        _bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB
+    ) + expert * per_param * ring(expert_dp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB)
     # EP: 4 all-to-alls per MoE layer per micro-batch of the top-k token copies
     moe_layers = sum(is_moe_layer(m, i) for i in range(first, first + layers))
     top_k = m.moe.top_k if m.moe else 0

@@ -74,8 +74,11 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
 def hardware_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) -> float:
     """Model FLOPs plus the forward work recomputation repeats (none, selective, full)."""
     f = flops_breakdown(model, seq_length)
-    extra = {"none": 0.0, "selective": f.core_attention / FORWARD_BACKWARD_FACTOR,
-             "full": (f.layer_gemms + f.core_attention) / FORWARD_BACKWARD_FACTOR}[recompute]
+    extra = {
+        "none": 0.0,
+        "selective": f.core_attention / FORWARD_BACKWARD_FACTOR,
+        "full": (f.layer_gemms + f.core_attention) / FORWARD_BACKWARD_FACTOR,
+    }[recompute]
     return f.total + extra
 
 

@@ -33,8 +33,14 @@ class LayerParams:
 
     @property
     def total(self) -> int:
-        return (self.attention + self.attention_norms + self.layer_norms + self.dense_mlp
-                + self.router + self.routed_experts)
+        return (
+            self.attention
+            + self.attention_norms
+            + self.layer_norms
+            + self.dense_mlp
+            + self.router
+            + self.routed_experts
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +96,12 @@ def attention_linears(m: ModelSpec) -> tuple[int, ...]:
     a = m.mla
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     q = (h * heads * qk,) if a.q_lora_rank is None else (h * a.q_lora_rank, a.q_lora_rank * heads * qk)
-    return (*q, h * (a.kv_lora_rank + a.qk_rope_head_dim), a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim),
-            heads * a.v_head_dim * h)
+    return (
+        *q,
+        h * (a.kv_lora_rank + a.qk_rope_head_dim),
+        a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim),
+        heads * a.v_head_dim * h,
+    )
 
 
 def is_moe_layer(m: ModelSpec, index: int) -> bool:
@@ -103,16 +113,27 @@ def layer_params(m: ModelSpec, index: int) -> LayerParams:
     h = m.hidden_size
     attention, attention_norms = attention_params(m)
     if not is_moe_layer(m, index):
-        return LayerParams(attention=attention, attention_norms=attention_norms, layer_norms=2 * h,
-                           dense_mlp=GATED_MLP_MATRICES * h * m.ffn_hidden_size, router=0,
-                           routed_experts=0, routed_expert_one=0)
+        return LayerParams(
+            attention=attention,
+            attention_norms=attention_norms,
+            layer_norms=2 * h,
+            dense_mlp=GATED_MLP_MATRICES * h * m.ffn_hidden_size,
+            router=0,
+            routed_experts=0,
+            routed_expert_one=0,
+        )
     moe = m.moe
     assert moe is not None
     one = GATED_MLP_MATRICES * h * moe.ffn_hidden_size
-    return LayerParams(attention=attention, attention_norms=attention_norms, layer_norms=2 * h,
-                       dense_mlp=moe.num_shared_experts * one,
-                       router=moe.num_experts * h,
-                       routed_experts=moe.num_experts * one, routed_expert_one=one)
+    return LayerParams(
+        attention=attention,
+        attention_norms=attention_norms,
+        layer_norms=2 * h,
+        dense_mlp=moe.num_shared_experts * one,
+        router=moe.num_experts * h,
+        routed_experts=moe.num_experts * one,
+        routed_expert_one=one,
+    )
 
 
 def mtp_params(m: ModelSpec) -> int:
@@ -137,10 +158,27 @@ def count_params(m: ModelSpec) -> ParamCounts:
     routed = sum(layer.routed_experts for layer in moe)
     total = embedding + output_head + sum(layer.total for layer in layers) + h
     active = total - routed + sum(top_k * layer.routed_expert_one for layer in moe)
-    largest_layer = max(embedding, output_head, *attention_linears(m), h * m.ffn_hidden_size,
-                        *(layer.routed_experts for layer in moe), *(layer.dense_mlp // GATED_MLP_MATRICES for layer in moe))
+    largest_layer = max(
+        embedding,
+        output_head,
+        *attention_linears(m),
+        h * m.ffn_hidden_size,
+        *(layer.routed_experts for layer in moe),
+        *(layer.dense_mlp // GATED_MLP_MATRICES for layer in moe),
+    )
     return ParamCounts(
-        embedding=embedding, output_head=output_head, final_norm=h, attention=attention, norms=norms,
-        dense_mlp=sum(layer.dense_mlp for layer in dense), shared_experts=sum(layer.dense_mlp for layer in moe),
-        routed_experts=routed, router=sum(layer.router for layer in moe), mtp=mtp_params(m),
-        total=total, active=active, expert=routed, largest_layer=largest_layer)
+        embedding=embedding,
+        output_head=output_head,
+        final_norm=h,
+        attention=attention,
+        norms=norms,
+        dense_mlp=sum(layer.dense_mlp for layer in dense),
+        shared_experts=sum(layer.dense_mlp for layer in moe),
+        routed_experts=routed,
+        router=sum(layer.router for layer in moe),
+        mtp=mtp_params(m),
+        total=total,
+        active=active,
+        expert=routed,
+        largest_layer=largest_layer,
+    )

@@ -84,6 +84,11 @@ def estimate_serve_memory(spec: Spec) -> ServeMemory:
         budget = max(round(s.gpu_memory_utilization * hw.gpu.memory_gib * GIB) - weights - reserve, 0)
     tokens = budget // per_token // BLOCK_TOKENS * BLOCK_TOKENS
     return ServeMemory(
-        weights_bytes_per_gpu=weights, kv_cache_bytes_per_token=per_token, activation_reserve_bytes=reserve,
-        cache_budget_bytes=budget, max_tokens_in_cache=tokens, max_concurrent_seqs=tokens // s.max_model_len,
-        max_model_len_that_fits=min(tokens, spec.model.max_position_embeddings))
+        weights_bytes_per_gpu=weights,
+        kv_cache_bytes_per_token=per_token,
+        activation_reserve_bytes=reserve,
+        cache_budget_bytes=budget,
+        max_tokens_in_cache=tokens,
+        max_concurrent_seqs=tokens // s.max_model_len,
+        max_model_len_that_fits=min(tokens, spec.model.max_position_embeddings),
+    )

@@ -33,10 +33,13 @@ class FlopsSummary:
 
     def at(self, step_time_s: float) -> dict[str, float]:
         tokens_per_s = self.tokens_per_step / step_time_s
-        return {"step_time_s": _round(step_time_s), "tokens_per_s": _round(tokens_per_s),
-                "mfu": _round(mfu(tokens_per_s, self.per_token, self.n_gpus, self.peak_tflops_per_gpu)),
-                "hfu": _round(mfu(tokens_per_s, self.hardware_per_token, self.n_gpus, self.peak_tflops_per_gpu)),
-                "days_per_trillion_tokens": _round(days_for_tokens(TRILLION, tokens_per_s))}
+        return {
+            "step_time_s": _round(step_time_s),
+            "tokens_per_s": _round(tokens_per_s),
+            "mfu": _round(mfu(tokens_per_s, self.per_token, self.n_gpus, self.peak_tflops_per_gpu)),
+            "hfu": _round(mfu(tokens_per_s, self.hardware_per_token, self.n_gpus, self.peak_tflops_per_gpu)),
+            "days_per_trillion_tokens": _round(days_for_tokens(TRILLION, tokens_per_s)),
+        }
 
 
 def flops_summary(spec: Spec, tokens_per_step: int, n_gpus: int) -> FlopsSummary:
@@ -44,8 +47,11 @@ def flops_summary(spec: Spec, tokens_per_step: int, n_gpus: int) -> FlopsSummary
     return FlopsSummary(
         per_token=per_token,
         hardware_per_token=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute),
-        per_step=per_token * tokens_per_step, peak_tflops_per_gpu=spec.hardware.gpu.bf16_tflops,
-        n_gpus=n_gpus, tokens_per_step=tokens_per_step)
+        per_step=per_token * tokens_per_step,
+        peak_tflops_per_gpu=spec.hardware.gpu.bf16_tflops,
+        n_gpus=n_gpus,
+        tokens_per_step=tokens_per_step,
+    )
 
 
 def _round(value: float) -> float:
@@ -53,29 +59,54 @@ def _round(value: float) -> float:
 
 
 def params_dict(p: ParamCounts) -> dict[str, Any]:
-    return {"total": p.total, "active": p.active, "mtp": p.mtp, "largest_layer": p.largest_layer,
-            "components": {k: v for k, v in p.as_dict().items()
-                           if k not in ("total", "active", "mtp", "largest_layer", "expert")}}
+    return {
+        "total": p.total,
+        "active": p.active,
+        "mtp": p.mtp,
+        "largest_layer": p.largest_layer,
+        "components": {
+            k: v for k, v in p.as_dict().items() if k not in ("total", "active", "mtp", "largest_layer", "expert")
+        },
+    }
 
 
 def memory_dict(m: TrainMemory) -> dict[str, Any]:
     def stage(s: Any) -> dict[str, Any]:
-        return {"stage": s.stage, "layers": s.layers, "dense_params": s.dense_params,
-                "expert_params": s.expert_params, "in_flight_micro_batches": _round(s.in_flight),
-                **{f"{t}_bytes": v for t, v in s.terms().items()}, "total_bytes": s.total_bytes,
-                "host_bytes": s.host_bytes}
+        return {
+            "stage": s.stage,
+            "layers": s.layers,
+            "dense_params": s.dense_params,
+            "expert_params": s.expert_params,
+            "in_flight_micro_batches": _round(s.in_flight),
+            **{f"{t}_bytes": v for t, v in s.terms().items()},
+            "total_bytes": s.total_bytes,
+            "host_bytes": s.host_bytes,
+        }
+
     worst = m.worst
-    return {"per_gpu": {f"{t}_bytes": v for t, v in worst.terms().items()}, "total_bytes": worst.total_bytes,
-            "worst_stage": worst.stage, "budget_bytes": m.budget_bytes, "fits": m.fits,
-            "device_reserve_gib": DEVICE_RESERVE_GIB, "fragmentation_fraction": FRAGMENTATION_FRACTION,
-            "terms": list(TERMS), "stages": [stage(s) for s in m.stages]}
+    return {
+        "per_gpu": {f"{t}_bytes": v for t, v in worst.terms().items()},
+        "total_bytes": worst.total_bytes,
+        "worst_stage": worst.stage,
+        "budget_bytes": m.budget_bytes,
+        "fits": m.fits,
+        "device_reserve_gib": DEVICE_RESERVE_GIB,
+        "fragmentation_fraction": FRAGMENTATION_FRACTION,
+        "terms": list(TERMS),
+        "stages": [stage(s) for s in m.stages],
+    }
 
 
 def flops_dict(f: FlopsSummary) -> dict[str, Any]:
-    return {"per_token": _round(f.per_token), "hardware_per_token": _round(f.hardware_per_token),
-            "per_step": _round(f.per_step), "peak_tflops_per_gpu": f.peak_tflops_per_gpu, "n_gpus": f.n_gpus,
-            "ideal_step_time_s": _round(f.ideal_step_time_s),
-            "mfu_at": [f.at(f.ideal_step_time_s / point) for point in MFU_POINTS]}
+    return {
+        "per_token": _round(f.per_token),
+        "hardware_per_token": _round(f.hardware_per_token),
+        "per_step": _round(f.per_step),
+        "peak_tflops_per_gpu": f.peak_tflops_per_gpu,
+        "n_gpus": f.n_gpus,
+        "ideal_step_time_s": _round(f.ideal_step_time_s),
+        "mfu_at": [f.at(f.ideal_step_time_s / point) for point in MFU_POINTS],
+    }
 
 
 def serve_dict(s: ServeMemory) -> dict[str, Any]:
@@ -83,7 +114,15 @@ def serve_dict(s: ServeMemory) -> dict[str, Any]:
 
 
 def comm_dict(c: CommEstimate) -> dict[str, Any]:
-    return {"tp_s": _round(c.tp_s), "dp_s": _round(c.dp_s), "ep_s": _round(c.ep_s), "pp_s": _round(c.pp_s),
-            "total_s": _round(c.total_s), "compute_s": _round(c.compute_s),
-            "ratio_to_compute": _round(c.ratio_to_compute), "share_of_step": _round(c.share_of_step),
-            "compute_efficiency_assumed": COMPUTE_EFFICIENCY, "warning_ratio": COMM_SHARE_WARNING}
+    return {
+        "tp_s": _round(c.tp_s),
+        "dp_s": _round(c.dp_s),
+        "ep_s": _round(c.ep_s),
+        "pp_s": _round(c.pp_s),
+        "total_s": _round(c.total_s),
+        "compute_s": _round(c.compute_s),
+        "ratio_to_compute": _round(c.ratio_to_compute),
+        "share_of_step": _round(c.share_of_step),
+        "compute_efficiency_assumed": COMPUTE_EFFICIENCY,
+        "warning_ratio": COMM_SHARE_WARNING,
+    }

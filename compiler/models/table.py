@@ -22,8 +22,12 @@ def memory_table_text(memory: TrainMemory, title: str) -> str:
     table.add_column("GB (10^9 B)", justify="right")
     for term, value in worst.terms().items():
         table.add_row(term, f"{value / GIB:,.2f}", f"{value / GB:,.2f}")
-    table.add_row("total" + (f" (stage {worst.stage} of {len(memory.stages)})" if several else ""),
-                  f"{worst.total_bytes / GIB:,.2f}", f"{worst.total_bytes / GB:,.2f}", style="bold")
+    table.add_row(
+        "total" + (f" (stage {worst.stage} of {len(memory.stages)})" if several else ""),
+        f"{worst.total_bytes / GIB:,.2f}",
+        f"{worst.total_bytes / GB:,.2f}",
+        style="bold",
+    )
     table.add_row("usable", f"{memory.budget_bytes / GIB:,.2f}", f"{memory.budget_bytes / GB:,.2f}")
     out = io.StringIO()
     Console(file=out, width=TABLE_WIDTH, color_system=None, force_terminal=False).print(table)

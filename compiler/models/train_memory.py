@@ -25,8 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.layout import data_parallel_size, stage_layers, world_size
-from compiler.models.activations import (ActivationSetting, embedding_activation_bytes, head_activation_bytes,
-                                         layer_activation_bytes, layer_shape, working_layer_bytes)
+from compiler.models.activations import (
+    ActivationSetting,
+    embedding_activation_bytes,
+    head_activation_bytes,
+    layer_activation_bytes,
+    layer_shape,
+    working_layer_bytes,
+)
 from compiler.models.params import count_params, is_moe_layer, layer_params
 from compiler.sections import Spec
 
@@ -69,8 +75,13 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> int:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes)
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
+        )
 
     def terms(self) -> dict[str, int]:
         return {t: getattr(self, f"{t}_bytes") for t in TERMS}
@@ -94,8 +105,17 @@ def optimizer_states(spec: Spec) -> int:
     return ADAM_STATES if spec.train.optimizer.name in ("adam", "adamw") else SGD_STATES
 
 
-def zero_state_bytes(stage: int, shards: int, *, param_bytes: float, grad_bytes: float, fp32_grad_bytes: float,
-                     optimizer_bytes: float, offload_optimizer: bool = False, offload_params: bool = False) -> StateBytes:
+def zero_state_bytes(
+    stage: int,
+    shards: int,
+    *,
+    param_bytes: float,
+    grad_bytes: float,
+    fp32_grad_bytes: float,
+    optimizer_bytes: float,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+) -> StateBytes:
     """ZeRO stage 0-3 over `shards` ranks: P_os (1), +g (2), +p (3) as Rajbhandari et al. 2020."""
     os_div, g_div, p_div = (shards if stage >= 1 else 1), (shards if stage >= 2 else 1), (shards if stage >= 3 else 1)
     host = 0.0
@@ -126,17 +146,32 @@ def state_bytes(spec: Spec, shards: int) -> StateBytes:
     if t.backend == "megatron":
         shard = shards if p.distributed_optimizer else 1
         return StateBytes(weights=low, gradients=4, optimizer=(master + moments) / shard)
-    return zero_state_bytes(p.zero_stage, shards, param_bytes=low, grad_bytes=low,
-                            fp32_grad_bytes=4 if mixed else 0, optimizer_bytes=master + moments,
-                            offload_optimizer=p.offload_optimizer, offload_params=p.offload_params)
+    return zero_state_bytes(
+        p.zero_stage,
+        shards,
+        param_bytes=low,
+        grad_bytes=low,
+        fp32_grad_bytes=4 if mixed else 0,
+        optimizer_bytes=master + moments,
+        offload_optimizer=p.offload_optimizer,
+        offload_params=p.offload_params,
+    )
 
 
 def activation_setting(spec: Spec) -> ActivationSetting:
     t, p = spec.train, spec.parallel
     return ActivationSetting(
-        style="megatron" if t.backend == "megatron" else "hf", seq_length=t.seq_length,
-        micro_batch_size=t.micro_batch_size, element_bytes=4 if t.precision == "fp32" else 2, tp=p.tp, cp=p.cp,
-        etp=p.etp, sequence_parallel=p.sequence_parallel, recompute=t.recompute, flash_attention=t.flash_attention)
+        style="megatron" if t.backend == "megatron" else "hf",
+        seq_length=t.seq_length,
+        micro_batch_size=t.micro_batch_size,
+        element_bytes=4 if t.precision == "fp32" else 2,
+        tp=p.tp,
+        cp=p.cp,
+        etp=p.etp,
+        sequence_parallel=p.sequence_parallel,
+        recompute=t.recompute,
+        flash_attention=t.flash_attention,
+    )
 
 
 def gathered_layer_bytes(spec: Spec) -> int:
@@ -147,8 +182,16 @@ def gathered_layer_bytes(spec: Spec) -> int:
     return 0
 
 
-def stage_terms(dense: Any, expert: Any, per_mb: Any, working: Any, in_flight: Any, dense_state: StateBytes,
-                expert_state: StateBytes, gather_bytes: Any) -> tuple[Any, Any, Any, Any, Any]:
+def stage_terms(
+    dense: Any,
+    expert: Any,
+    per_mb: Any,
+    working: Any,
+    in_flight: Any,
+    dense_state: StateBytes,
+    expert_state: StateBytes,
+    gather_bytes: Any,
+) -> tuple[Any, Any, Any, Any, Any]:
     """(weights, gradients, optimizer, activations, buffers) bytes of one stage's GPU. Plain
     arithmetic: `lmspec plan` calls it on numpy arrays of candidates (compiler/plan_search)."""
     weights = dense * dense_state.weights + expert * expert_state.weights
@@ -197,11 +240,22 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
             per_mb += head_activation_bytes(m, act)
         in_flight = min(p.pp - index, grad_accum) * interleave
         weights, grads, optim, activations, buffers = stage_terms(
-            dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes)
-        out.append(StageMemory(
-            stage=index, layers=n_layers, dense_params=round(dense), expert_params=round(expert), in_flight=in_flight,
-            weights_bytes=round(weights), gradients_bytes=round(grads), optimizer_bytes=round(optim),
-            activations_bytes=round(activations), buffers_bytes=round(buffers),
-            host_bytes=round(dense * dense_state.host + expert * expert_state.host)))
+            dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes
+        )
+        out.append(
+            StageMemory(
+                stage=index,
+                layers=n_layers,
+                dense_params=round(dense),
+                expert_params=round(expert),
+                in_flight=in_flight,
+                weights_bytes=round(weights),
+                gradients_bytes=round(grads),
+                optimizer_bytes=round(optim),
+                activations_bytes=round(activations),
+                buffers_bytes=round(buffers),
+                host_bytes=round(dense * dense_state.host + expert * expert_state.host),
+            )
+        )
     budget = round((spec.hardware.gpu.memory_gib - DEVICE_RESERVE_GIB) * GIB)
     return TrainMemory(stages=tuple(out), budget_bytes=budget)

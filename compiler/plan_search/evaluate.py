@@ -40,9 +40,13 @@ def pipeline_work(spec: Spec) -> PipelineWork:
         ends = np.cumsum(stages)
         flops.append(np.maximum(stages.max() * per_layer, stages[-1] * per_layer + f.logits))
         layers.append(stages.max())
-        moe_layers.append(max(int(moe[e - n:e].sum()) for n, e in zip(stages, ends)))
-    return PipelineWork(stage_flops=np.array(flops), attention_flops=np.array(layers) * f.core_attention / m.num_layers,
-                        stage_layers=np.array(layers), stage_moe_layers=np.array(moe_layers))
+        moe_layers.append(max(int(moe[e - n : e].sum()) for n, e in zip(stages, ends)))
+    return PipelineWork(
+        stage_flops=np.array(flops),
+        attention_flops=np.array(layers) * f.core_attention / m.num_layers,
+        stage_layers=np.array(layers),
+        stage_moe_layers=np.array(moe_layers),
+    )
 
 
 @dataclass(frozen=True)
@@ -79,18 +83,35 @@ def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
     s = f.pp - 1
     seq = spec.train.seq_length
     inputs = StepInputs(
-        world=f.world, tp=f.tp, pp=f.pp, cp=f.cp, ep=f.ep, dp=f.dp, etp=spec.parallel.etp,
-        micro_batches=f.micro_batches, tokens_per_micro_batch=f.micro_batch_size * seq,
-        sequence_parallel=f.sequence_parallel, deepspeed=f.backend == BACKENDS.index("deepspeed"),
-        zero_stage=f.zero_stage, distributed_optimizer=f.distributed_optimizer,
+        world=f.world,
+        tp=f.tp,
+        pp=f.pp,
+        cp=f.cp,
+        ep=f.ep,
+        dp=f.dp,
+        etp=spec.parallel.etp,
+        micro_batches=f.micro_batches,
+        tokens_per_micro_batch=f.micro_batch_size * seq,
+        sequence_parallel=f.sequence_parallel,
+        deepspeed=f.backend == BACKENDS.index("deepspeed"),
+        zero_stage=f.zero_stage,
+        distributed_optimizer=f.distributed_optimizer,
         full_recompute=f.recompute == RECOMPUTE.index("full"),
-        stage_flops_per_token=work.stage_flops[s, f.recompute], attention_flops_per_token=work.attention_flops[s],
-        stage_layers=work.stage_layers[s], stage_moe_layers=work.stage_moe_layers[s],
-        dense_params=f.dense_params, expert_params=f.expert_params)
+        stage_flops_per_token=work.stage_flops[s, f.recompute],
+        attention_flops_per_token=work.attention_flops[s],
+        stage_layers=work.stage_layers[s],
+        stage_moe_layers=work.stage_moe_layers[s],
+        dense_params=f.dense_params,
+        expert_params=f.expert_params,
+    )
     hw = spec.hardware
-    return inputs, {"hidden": spec.model.hidden_size, "top_k": spec.model.moe.top_k if spec.model.moe else 0,
-                    "peak_flops": hw.gpu.bf16_tflops * TFLOPS, "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * 1e9,
-                    "link": links(hw)}
+    return inputs, {
+        "hidden": spec.model.hidden_size,
+        "top_k": spec.model.moe.top_k if spec.model.moe else 0,
+        "peak_flops": hw.gpu.bf16_tflops * TFLOPS,
+        "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * 1e9,
+        "link": links(hw),
+    }
 
 
 def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
@@ -99,13 +120,26 @@ def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
     memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)
     fits = memory.total_bytes <= memory.budget_bytes
     f = c.take(fits)
-    f.update(memory_bytes=memory.total_bytes[fits], worst_stage=memory.worst_stage[fits],
-             dense_params=memory.dense_params[fits], expert_params=memory.expert_params[fits])
+    f.update(
+        memory_bytes=memory.total_bytes[fits],
+        worst_stage=memory.worst_stage[fits],
+        dense_params=memory.dense_params[fits],
+        expert_params=memory.expert_params[fits],
+    )
     inputs, kwargs = price_inputs(spec, f)
     time = step_time(inputs, **kwargs)
     total = time.total
     tokens_per_s = spec.train.global_batch_size * spec.train.seq_length / total
     model_flops = flops_breakdown(spec.model, spec.train.seq_length).total
-    return Priced(columns=c, memory_bytes=memory.total_bytes, worst_stage=memory.worst_stage, fits=fits,
-                  budget_bytes=memory.budget_bytes, feasible=f, time=time, step_time_s=total,
-                  tokens_per_s=tokens_per_s, mfu=mfu(tokens_per_s, model_flops, f.world, spec.hardware.gpu.bf16_tflops))
+    return Priced(
+        columns=c,
+        memory_bytes=memory.total_bytes,
+        worst_stage=memory.worst_stage,
+        fits=fits,
+        budget_bytes=memory.budget_bytes,
+        feasible=f,
+        time=time,
+        step_time_s=total,
+        tokens_per_s=tokens_per_s,
+        mfu=mfu(tokens_per_s, model_flops, f.world, spec.hardware.gpu.bf16_tflops),
+    )

@@ -74,34 +74,50 @@ def _expert_group_fits(c: Columns, s: Spec) -> Any:
 LAYOUT_CHECKS = (
     Check("layout.world_size_matches", lambda c, s: layout.world_divides(world(c, s), c.tp, c.pp, c.cp)),
     Check("layout.heads_divide_by_tp", lambda c, s: layout.tp_divides_heads(s.model.num_attention_heads, c.tp)),
-    Check("layout.kv_heads_fit_tp",
-          lambda c, s: s.model.attention != "gqa" or layout.kv_heads_split_evenly(s.model.num_kv_heads, c.tp)),
+    Check(
+        "layout.kv_heads_fit_tp",
+        lambda c, s: s.model.attention != "gqa" or layout.kv_heads_split_evenly(s.model.num_kv_heads, c.tp),
+    ),
     Check("layout.layers_fit_pipeline", lambda c, s: layout.stages_have_layers(s.model.num_layers, c.pp)),
     Check("layout.tp_inside_node", lambda c, s: layout.tp_within_node(c.tp, s.hardware.gpus_per_node)),
     Check("layout.cp_divides_sequence", lambda c, s: layout.cp_splits_sequence(s.train.seq_length, c.cp)),
 )
 EXPERT_CHECKS = (
-    Check("experts.ep_needs_moe",
-          lambda c, s: experts.expert_parallel_has_moe(s.model.moe is not None, c.ep, s.parallel.etp)),
-    Check("experts.experts_divide_by_ep",
-          lambda c, s: s.model.moe is None or experts.ep_divides_experts(s.model.moe.num_experts, c.ep)),
+    Check(
+        "experts.ep_needs_moe",
+        lambda c, s: experts.expert_parallel_has_moe(s.model.moe is not None, c.ep, s.parallel.etp),
+    ),
+    Check(
+        "experts.experts_divide_by_ep",
+        lambda c, s: s.model.moe is None or experts.ep_divides_experts(s.model.moe.num_experts, c.ep),
+    ),
     Check("experts.expert_group_fits_ranks", _expert_group_fits),
 )
 BATCH_CHECKS = (
-    Check("batch.global_batch_divides", lambda c, s: batch.global_batch_splits(
-        s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s))),
+    Check(
+        "batch.global_batch_divides",
+        lambda c, s: batch.global_batch_splits(s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s)),
+    ),
 )
 BACKEND_CHECKS = (
     Check("backend.zero_is_deepspeed", lambda c, s: backend.zero_matches_backend(_deepspeed(c), c.zero_stage)),
-    Check("backend.distributed_optimizer_is_megatron",
-          lambda c, s: backend.distributed_optimizer_matches_backend(_deepspeed(c), c.distributed_optimizer)),
-    Check("backend.deepspeed_pipeline_needs_low_zero",
-          lambda c, s: backend.pipeline_zero_supported(_deepspeed(c), c.pp, c.zero_stage)),
-    Check("backend.deepspeed_is_data_parallel",
-          lambda c, s: backend.data_parallel_only(_deepspeed(c), c.tp, c.cp, c.ep)),
-    Check("experts.moe_tensor_parallel_needs_sequence_parallel",
-          lambda c, s: experts.moe_tp_has_sequence_parallel(~_deepspeed(c), s.model.moe is not None, c.tp,
-                                                            c.sequence_parallel)),
+    Check(
+        "backend.distributed_optimizer_is_megatron",
+        lambda c, s: backend.distributed_optimizer_matches_backend(_deepspeed(c), c.distributed_optimizer),
+    ),
+    Check(
+        "backend.deepspeed_pipeline_needs_low_zero",
+        lambda c, s: backend.pipeline_zero_supported(_deepspeed(c), c.pp, c.zero_stage),
+    ),
+    Check(
+        "backend.deepspeed_is_data_parallel", lambda c, s: backend.data_parallel_only(_deepspeed(c), c.tp, c.cp, c.ep)
+    ),
+    Check(
+        "experts.moe_tensor_parallel_needs_sequence_parallel",
+        lambda c, s: experts.moe_tp_has_sequence_parallel(
+            ~_deepspeed(c), s.model.moe is not None, c.tp, c.sequence_parallel
+        ),
+    ),
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
     Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
 )

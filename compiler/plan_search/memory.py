@@ -21,11 +21,23 @@ from itertools import product
 import numpy as np
 
 from compiler.layout import balanced_stages
-from compiler.models.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
-                                         layer_shape, working_layer_bytes)
+from compiler.models.activations import (
+    embedding_activation_bytes,
+    head_activation_bytes,
+    layer_activation_bytes,
+    layer_shape,
+    working_layer_bytes,
+)
 from compiler.models.params import count_params, is_moe_layer, layer_params
-from compiler.models.train_memory import (DEVICE_RESERVE_GIB, GIB, StateBytes, activation_setting,
-                                          gathered_layer_bytes, stage_terms, state_bytes)
+from compiler.models.train_memory import (
+    DEVICE_RESERVE_GIB,
+    GIB,
+    StateBytes,
+    activation_setting,
+    gathered_layer_bytes,
+    stage_terms,
+    state_bytes,
+)
 from compiler.plan_search.legality import BACKENDS, RECOMPUTE, Columns
 from compiler.sections import Spec
 
@@ -66,8 +78,10 @@ def stage_table(spec: Spec) -> StageTable:
     for pp in range(1, m.num_layers + 1):
         stages = balanced_stages(m.num_layers, pp)
         starts = np.cumsum((0,) + stages)
-        kinds = [(sum(not moe[j] for j in range(a, b)), sum(moe[j] for j in range(a, b)))
-                 for a, b in zip(starts[:-1], starts[1:])]
+        kinds = [
+            (sum(not moe[j] for j in range(a, b)), sum(moe[j] for j in range(a, b)))
+            for a, b in zip(starts[:-1], starts[1:])
+        ]
         row = []
         for i in _worth_pricing(kinds, m.moe is not None):
             ids = range(starts[i], starts[i + 1])
@@ -78,8 +92,9 @@ def stage_table(spec: Spec) -> StageTable:
             if i == pp - 1:
                 split += counts.output_head or (counts.embedding if pp > 1 else 0)
                 replicated += counts.final_norm
-            row.append((i, *kinds[i], split, replicated, sum(layers[j].routed_experts for j in ids),
-                        i == 0, i == pp - 1))
+            row.append(
+                (i, *kinds[i], split, replicated, sum(layers[j].routed_experts for j in ids), i == 0, i == pp - 1)
+            )
         rows.append(row)
     width = max(len(r) for r in rows)
     table = np.zeros((len(rows), width, 8), dtype=np.float64)
@@ -88,8 +103,17 @@ def stage_table(spec: Spec) -> StageTable:
         table[p, : len(row)] = row
         valid[p, : len(row)] = True
     cols = [table[..., k] for k in range(8)]
-    return StageTable(valid=valid, index=cols[0], dense_layers=cols[1], moe_layers=cols[2], dense_split=cols[3],
-                      dense_replicated=cols[4], expert=cols[5], first=cols[6] > 0, last=cols[7] > 0)
+    return StageTable(
+        valid=valid,
+        index=cols[0],
+        dense_layers=cols[1],
+        moe_layers=cols[2],
+        dense_split=cols[3],
+        dense_replicated=cols[4],
+        expert=cols[5],
+        first=cols[6] > 0,
+        last=cols[7] > 0,
+    )
 
 
 @dataclass(frozen=True)
@@ -108,10 +132,18 @@ def budget_bytes(spec: Spec) -> int:
     return round((spec.hardware.gpu.memory_gib - DEVICE_RESERVE_GIB) * GIB)
 
 
-def _group_spec(spec: Spec, backend: int, zero: int = 0, dopt: bool = False, sp: bool = False,
-                recompute: int = 0) -> Spec:
-    parallel = dataclasses.replace(spec.parallel, zero_stage=zero, distributed_optimizer=dopt, sequence_parallel=sp,
-                                   offload_optimizer=False, offload_params=False, virtual_stages=None)
+def _group_spec(
+    spec: Spec, backend: int, zero: int = 0, dopt: bool = False, sp: bool = False, recompute: int = 0
+) -> Spec:
+    parallel = dataclasses.replace(
+        spec.parallel,
+        zero_stage=zero,
+        distributed_optimizer=dopt,
+        sequence_parallel=sp,
+        offload_optimizer=False,
+        offload_params=False,
+        virtual_stages=None,
+    )
     train = dataclasses.replace(spec.train, backend=BACKENDS[backend], recompute=RECOMPUTE[recompute])
     return dataclasses.replace(spec, parallel=parallel, train=train)
 
@@ -119,27 +151,44 @@ def _group_spec(spec: Spec, backend: int, zero: int = 0, dopt: bool = False, sp:
 ACTIVATION_TERMS = ("dense_layer", "moe_layer", "embedding", "head", "dense_working", "moe_working")
 
 
-def _activation_lookup(spec: Spec, c: Columns, tp_values: np.ndarray, cp_values: np.ndarray,
-                       mbs_values: np.ndarray) -> dict[str, np.ndarray]:
+def _activation_lookup(
+    spec: Spec, c: Columns, tp_values: np.ndarray, cp_values: np.ndarray, mbs_values: np.ndarray
+) -> dict[str, np.ndarray]:
     """Activation bytes per micro-batch of each candidate, from the model's functions evaluated once
     on the small grid of (backend, sp, recompute, tp, cp, micro batch) and looked up."""
     m = spec.model
     dense_shape = layer_shape(m, False)
     moe_shape = layer_shape(m, True) if m.moe is not None else None  # a dense model has no MoE layer to price
     grid = (tp_values[:, None, None], cp_values[None, :, None], mbs_values[None, None, :])
-    tables = {k: np.zeros((len(BACKENDS), 2, len(RECOMPUTE), *(len(v) for v in (tp_values, cp_values, mbs_values))))
-              for k in ACTIVATION_TERMS}
+    tables = {
+        k: np.zeros((len(BACKENDS), 2, len(RECOMPUTE), *(len(v) for v in (tp_values, cp_values, mbs_values))))
+        for k in ACTIVATION_TERMS
+    }
     for b, sp, r in product(range(len(BACKENDS)), (0, 1), range(len(RECOMPUTE))):
-        act = dataclasses.replace(activation_setting(_group_spec(spec, b, sp=bool(sp), recompute=r)),
-                                  tp=grid[0], cp=grid[1], micro_batch_size=grid[2])
-        values = (layer_activation_bytes(dense_shape, act),
-                  0.0 if moe_shape is None else layer_activation_bytes(moe_shape, act),
-                  embedding_activation_bytes(act), head_activation_bytes(m, act), working_layer_bytes(dense_shape, act),
-                  0.0 if moe_shape is None else working_layer_bytes(moe_shape, act))
+        act = dataclasses.replace(
+            activation_setting(_group_spec(spec, b, sp=bool(sp), recompute=r)),
+            tp=grid[0],
+            cp=grid[1],
+            micro_batch_size=grid[2],
+        )
+        values = (
+            layer_activation_bytes(dense_shape, act),
+            0.0 if moe_shape is None else layer_activation_bytes(moe_shape, act),
+            embedding_activation_bytes(act),
+            head_activation_bytes(m, act),
+            working_layer_bytes(dense_shape, act),
+            0.0 if moe_shape is None else working_layer_bytes(moe_shape, act),
+        )
         for k, v in zip(ACTIVATION_TERMS, values):
             tables[k][b, sp, r] = v
-    at = (c.backend, c.sequence_parallel.astype(np.int64), c.recompute, np.searchsorted(tp_values, c.tp),
-          np.searchsorted(cp_values, c.cp), np.searchsorted(mbs_values, c.micro_batch_size))
+    at = (
+        c.backend,
+        c.sequence_parallel.astype(np.int64),
+        c.recompute,
+        np.searchsorted(tp_values, c.tp),
+        np.searchsorted(cp_values, c.cp),
+        np.searchsorted(mbs_values, c.micro_batch_size),
+    )
     flat = np.ravel_multi_index(at, tables["dense_layer"].shape)
     return {k: t.ravel()[flat] for k, t in tables.items()}
 
@@ -183,21 +232,29 @@ def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: d
         k = int(table.valid[s].sum())
         cut = slice(lo, hi)
 
-        def row(a: np.ndarray) -> np.ndarray:
+        def row(a: np.ndarray, s: int = s, k: int = k) -> np.ndarray:
             return a[s, :k][None, :]
 
-        def col(a: np.ndarray) -> np.ndarray:
+        def col(a: np.ndarray, cut: slice = cut) -> np.ndarray:
             return a[cut][:, None]
 
         dense = row(table.dense_split) / col(c.tp) + row(table.dense_replicated)
         expert = row(table.expert) / (col(c.ep) * etp)
-        per_mb = (row(table.dense_layers) * col(act["dense_layer"]) + row(table.moe_layers) * col(act["moe_layer"])
-                  + row(table.first) * col(act["embedding"]) + row(table.last) * col(act["head"]))
-        working = np.maximum((row(table.dense_layers) > 0) * col(act["dense_working"]),
-                             (row(table.moe_layers) > 0) * col(act["moe_working"]))
+        per_mb = (
+            row(table.dense_layers) * col(act["dense_layer"])
+            + row(table.moe_layers) * col(act["moe_layer"])
+            + row(table.first) * col(act["embedding"])
+            + row(table.last) * col(act["head"])
+        )
+        working = np.maximum(
+            (row(table.dense_layers) > 0) * col(act["dense_working"]),
+            (row(table.moe_layers) > 0) * col(act["moe_working"]),
+        )
         in_flight = np.minimum(s + 1 - row(table.index), col(c.micro_batches))
-        states = [StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
-                  for st in (dense_state, expert_state)]
+        states = [
+            StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
+            for st in (dense_state, expert_state)
+        ]
         stage_total = sum(stage_terms(dense, expert, per_mb, working, in_flight, *states, col(gather)))
         pick = np.argmax(stage_total, axis=1)
         at = np.arange(hi - lo)
@@ -205,5 +262,10 @@ def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: d
         worst[cut] = table.index[s, pick]
         dense_out[cut] = np.broadcast_to(dense, stage_total.shape)[at, pick]
         expert_out[cut] = np.broadcast_to(expert, stage_total.shape)[at, pick]
-    return Memory(total_bytes=total, worst_stage=worst, dense_params=dense_out, expert_params=expert_out,
-                  budget_bytes=budget_bytes(spec))
+    return Memory(
+        total_bytes=total,
+        worst_stage=worst,
+        dense_params=dense_out,
+        expert_params=expert_out,
+        budget_bytes=budget_bytes(spec),
+    )

@@ -58,8 +58,7 @@ def rank(priced: Priced, objective: str, keep: int) -> np.ndarray:
     return chosen[np.lexsort(tuple(k[chosen] for k in keys))][:keep]
 
 
-def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective: str,
-           top: int = 10) -> SearchResult:
+def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective: str, top: int = 10) -> SearchResult:
     """Every legal layout of `spec` on each node count, priced and ranked by `objective`."""
     start = time.perf_counter()
     axes = default_axes(spec, nodes, backends)
@@ -69,8 +68,16 @@ def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective:
     rejected = dict(found.rejected)
     rejected[BUDGET] = int(priced.columns.size - np.count_nonzero(priced.fits))
     ranked = rank(priced, objective, top + 1)
-    return SearchResult(spec=spec, axes=axes, raw_size=found.raw_size, rejected=rejected, priced=priced,
-                        ranked=ranked, objective=objective, seconds=time.perf_counter() - start)
+    return SearchResult(
+        spec=spec,
+        axes=axes,
+        raw_size=found.raw_size,
+        rejected=rejected,
+        priced=priced,
+        ranked=ranked,
+        objective=objective,
+        seconds=time.perf_counter() - start,
+    )
 
 
 def fewest_gpus(spec: Spec, above_nodes: int, backends: Sequence[str]) -> SearchResult | None:

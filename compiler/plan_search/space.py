@@ -14,8 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.plan_search.legality import (BACKEND_CHECKS, BACKENDS, BATCH_CHECKS, EXPERT_CHECKS, LAYOUT_CHECKS,
-                                           RECOMPUTE, Check, Columns)
+from compiler.plan_search.legality import (
+    BACKEND_CHECKS,
+    BACKENDS,
+    BATCH_CHECKS,
+    EXPERT_CHECKS,
+    LAYOUT_CHECKS,
+    RECOMPUTE,
+    Check,
+    Columns,
+)
 from compiler.sections import Spec
 
 MAX_CONTEXT_PARALLEL = 16  # ring attention beyond 16 ranks is outside what the step-time model covers
@@ -45,8 +53,20 @@ class Axes:
 
     @property
     def raw_size(self) -> int:
-        return math.prod(len(v) for v in (self.nodes, self.tp, self.pp, self.cp, self.ep, self.micro_batch_size,
-                                          self.shardings, self.sequence_parallel, self.recompute))
+        return math.prod(
+            len(v)
+            for v in (
+                self.nodes,
+                self.tp,
+                self.pp,
+                self.cp,
+                self.ep,
+                self.micro_batch_size,
+                self.shardings,
+                self.sequence_parallel,
+                self.recompute,
+            )
+        )
 
 
 def default_axes(spec: Spec, nodes: Sequence[int], backends: Sequence[str]) -> Axes:
@@ -54,13 +74,20 @@ def default_axes(spec: Spec, nodes: Sequence[int], backends: Sequence[str]) -> A
     m = spec.model
     experts = [1]
     if m.moe is not None:
-        experts = sorted(set(powers_of_two(m.moe.num_experts)) | {d for d in range(1, m.moe.num_experts + 1)
-                                                                  if m.moe.num_experts % d == 0})
+        experts = sorted(
+            set(powers_of_two(m.moe.num_experts))
+            | {d for d in range(1, m.moe.num_experts + 1) if m.moe.num_experts % d == 0}
+        )
     allowed = {BACKENDS.index(b) for b in backends}
-    return Axes(nodes=tuple(nodes), tp=tuple(range(1, spec.hardware.gpus_per_node + 1)),
-                pp=tuple(range(1, m.num_layers + 1)), cp=tuple(powers_of_two(MAX_CONTEXT_PARALLEL)),
-                ep=tuple(experts), micro_batch_size=tuple(powers_of_two(MAX_MICRO_BATCH)),
-                shardings=tuple(s for s in SHARDINGS if s[0] in allowed))
+    return Axes(
+        nodes=tuple(nodes),
+        tp=tuple(range(1, spec.hardware.gpus_per_node + 1)),
+        pp=tuple(range(1, m.num_layers + 1)),
+        cp=tuple(powers_of_two(MAX_CONTEXT_PARALLEL)),
+        ep=tuple(experts),
+        micro_batch_size=tuple(powers_of_two(MAX_MICRO_BATCH)),
+        shardings=tuple(s for s in SHARDINGS if s[0] in allowed),
+    )
 
 
 def _grid(**axes: Sequence[object]) -> dict[str, np.ndarray]:
@@ -75,8 +102,14 @@ class Enumeration:
     rejected: dict[str, int]  # rule -> raw candidates it rejected first
 
 
-def _stage(columns: Columns, new: dict[str, np.ndarray], checks: Sequence[Check], spec: Spec, weight: int,
-           rejected: dict[str, int]) -> Columns:
+def _stage(
+    columns: Columns,
+    new: dict[str, np.ndarray],
+    checks: Sequence[Check],
+    spec: Spec,
+    weight: int,
+    rejected: dict[str, int],
+) -> Columns:
     """Survivors x the stage's new rows, broadcast as a 2-D grid; only legal pairs are gathered."""
     grid = Columns({k: v[:, None] for k, v in columns.items()})
     grid.update({k: v[None, :] for k, v in new.items()})
@@ -98,16 +131,20 @@ def enumerate_legal(spec: Spec, axes: Axes) -> Enumeration:
     n_tail = len(axes.shardings) * len(axes.sequence_parallel) * len(axes.recompute)
     # pp outermost: every later stage keeps row order, so the legal set stays sorted by pp
     start = Columns(pp=np.asarray(axes.pp))
-    cols = _stage(start, _grid(nodes=axes.nodes, tp=axes.tp, cp=axes.cp), LAYOUT_CHECKS, spec,
-                  n_ep * n_mbs * n_tail, rejected)
+    cols = _stage(
+        start, _grid(nodes=axes.nodes, tp=axes.tp, cp=axes.cp), LAYOUT_CHECKS, spec, n_ep * n_mbs * n_tail, rejected
+    )
     cols = _stage(cols, {"ep": np.asarray(axes.ep)}, EXPERT_CHECKS, spec, n_mbs * n_tail, rejected)
-    cols = _stage(cols, {"micro_batch_size": np.asarray(axes.micro_batch_size)}, BATCH_CHECKS, spec, n_tail,
-                  rejected)
+    cols = _stage(cols, {"micro_batch_size": np.asarray(axes.micro_batch_size)}, BATCH_CHECKS, spec, n_tail, rejected)
     shard = np.asarray(axes.shardings, dtype=object)
-    tail = _grid(sharding=range(len(axes.shardings)), sequence_parallel=axes.sequence_parallel,
-                 recompute=axes.recompute)
+    tail = _grid(
+        sharding=range(len(axes.shardings)), sequence_parallel=axes.sequence_parallel, recompute=axes.recompute
+    )
     index = tail.pop("sharding")
-    tail.update(backend=shard[index, 0].astype(np.int64), zero_stage=shard[index, 1].astype(np.int64),
-                distributed_optimizer=shard[index, 2].astype(bool))
+    tail.update(
+        backend=shard[index, 0].astype(np.int64),
+        zero_stage=shard[index, 1].astype(np.int64),
+        distributed_optimizer=shard[index, 2].astype(bool),
+    )
     cols = _stage(cols, tail, BACKEND_CHECKS, spec, 1, rejected)
     return Enumeration(legal=cols, raw_size=axes.raw_size, rejected=rejected)

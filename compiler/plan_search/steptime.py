@@ -97,10 +97,19 @@ def _min(a: Any, b: Any) -> Any:
 
 
 def links(hardware: Any) -> Links:
-    intra = (hardware.intra_node.gb_per_s * GB * LINK_DIRECTION_FRACTION[hardware.intra_node.link]
-             * INTRA_NODE_BUS_EFFICIENCY)
-    inter = (hardware.inter_node.nics_per_node * hardware.inter_node.gbit_per_s_per_nic * GBIT
-             / hardware.gpus_per_node * INTER_NODE_BUS_EFFICIENCY)
+    intra = (
+        hardware.intra_node.gb_per_s
+        * GB
+        * LINK_DIRECTION_FRACTION[hardware.intra_node.link]
+        * INTRA_NODE_BUS_EFFICIENCY
+    )
+    inter = (
+        hardware.inter_node.nics_per_node
+        * hardware.inter_node.gbit_per_s_per_nic
+        * GBIT
+        / hardware.gpus_per_node
+        * INTER_NODE_BUS_EFFICIENCY
+    )
     return Links(intra, inter, hardware.gpus_per_node)
 
 
@@ -113,8 +122,7 @@ def gemm_efficiency(hidden: int, tp: Any, tokens: Any, flops_per_byte: float) ->
     """Fraction of peak reached at a per-GPU GEMM width hidden/tp and `tokens` rows."""
     width = hidden / tp
     scale = flops_per_byte / REFERENCE_FLOPS_PER_BYTE
-    return (GEMM_PEAK_FRACTION * width / (width + GEMM_HALF_WIDTH * scale)
-            * tokens / (tokens + GEMM_HALF_TOKENS * scale))
+    return GEMM_PEAK_FRACTION * width / (width + GEMM_HALF_WIDTH * scale) * tokens / (tokens + GEMM_HALF_TOKENS * scale)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,21 +166,31 @@ class StepTime:
 
     @property
     def total(self) -> Any:
-        return (self.compute + self.tp_comm + self.ep_comm + self.cp_comm + self.pp_comm + self.bubble
-                + self.dp_comm + self.optimizer)
+        return (
+            self.compute
+            + self.tp_comm
+            + self.ep_comm
+            + self.cp_comm
+            + self.pp_comm
+            + self.bubble
+            + self.dp_comm
+            + self.optimizer
+        )
 
     @property
     def comm(self) -> Any:
         return self.tp_comm + self.ep_comm + self.cp_comm + self.pp_comm + self.dp_comm
 
 
-def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_bytes_per_s: float,
-              link: Links) -> StepTime:
+def step_time(
+    x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_bytes_per_s: float, link: Links
+) -> StepTime:
     """Seconds per training step of each candidate, split by term."""
     m = x.micro_batches
     tokens_rank = x.tokens_per_micro_batch / x.cp  # rows of every GEMM on one GPU
-    efficiency = (gemm_efficiency(hidden, x.tp, tokens_rank, peak_flops / hbm_bytes_per_s)
-                  * _pick(x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0))
+    efficiency = gemm_efficiency(hidden, x.tp, tokens_rank, peak_flops / hbm_bytes_per_s) * _pick(
+        x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0
+    )
     flops_gpu = x.tokens_per_micro_batch * x.stage_flops_per_token / (x.tp * x.cp)
     compute_mb = flops_gpu / (peak_flops * efficiency)
 
@@ -182,12 +200,16 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
     tp_mb = TP_COMM_EXPOSED_FRACTION * tp_bytes / link.intra_bytes_per_s
 
     # an all-to-all sends to every peer at once: the peers in the node over NVLink, the rest over the NICs
-    ep_bytes = ep_bytes_per_micro_batch(x.stage_moe_layers, x.ep, tokens_rank, tp_split, top_k, hidden,
-                                        ACTIVATION_BYTES)
+    ep_bytes = ep_bytes_per_micro_batch(
+        x.stage_moe_layers, x.ep, tokens_rank, tp_split, top_k, hidden, ACTIVATION_BYTES
+    )
     in_node = _min(x.ep, link.gpus_per_node / x.etp)
     peers = _max(x.ep - 1, 1)
-    ep_mb = EP_A2A_EXPOSED_FRACTION * ep_bytes * _max((in_node - 1) / peers / link.intra_bytes_per_s,
-                                                      (x.ep - in_node) / peers / link.inter_bytes_per_s)
+    ep_mb = (
+        EP_A2A_EXPOSED_FRACTION
+        * ep_bytes
+        * _max((in_node - 1) / peers / link.intra_bytes_per_s, (x.ep - in_node) / peers / link.inter_bytes_per_s)
+    )
     activation = tokens_rank * hidden * ACTIVATION_BYTES  # one micro-batch's hidden states on a TP group
 
     # ring attention: K and V (taken at the hidden width, as MHA; GQA sends less) of every other
@@ -203,13 +225,22 @@ def step_time(x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_
 
     dp_comm = _dp_exposed(x, link, compute_mb)
     sharded = x.distributed_optimizer | (x.zero_stage > 0)  # each rank updates its shard only
-    local = (x.dense_params / _pick(sharded, x.dp * x.cp, 1)
-             + x.expert_params / _pick(sharded, x.world / (x.ep * x.etp * x.pp), 1))
+    local = x.dense_params / _pick(sharded, x.dp * x.cp, 1) + x.expert_params / _pick(
+        sharded, x.world / (x.ep * x.etp * x.pp), 1
+    )
     update_bytes = local * OPTIMIZER_BYTES_PER_PARAM
     optimizer = update_bytes / (hbm_bytes_per_s * HBM_EFFICIENCY)
     bubble = (x.pp - 1) * (compute_mb + tp_mb + ep_mb + cp_mb + pp_mb)
-    return StepTime(compute=m * compute_mb, tp_comm=m * tp_mb, ep_comm=m * ep_mb, cp_comm=m * cp_mb,
-                    pp_comm=m * pp_mb, bubble=bubble, dp_comm=dp_comm, optimizer=optimizer)
+    return StepTime(
+        compute=m * compute_mb,
+        tp_comm=m * tp_mb,
+        ep_comm=m * ep_mb,
+        cp_comm=m * cp_mb,
+        pp_comm=m * pp_mb,
+        bubble=bubble,
+        dp_comm=dp_comm,
+        optimizer=optimizer,
+    )
 
 
 def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
@@ -217,8 +248,9 @@ def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
     d = x.dp * x.cp  # dense gradients are reduced over DP x CP
     edp = x.world / (x.ep * x.etp * x.pp)  # expert gradients over the expert-data-parallel group
     # seconds of one reduce-scatter (or all-gather) of every local parameter at one byte each
-    per_byte = ((d - 1) / d * x.dense_params / _ring_bw(link, x.tp * d)
-                + (edp - 1) / edp * x.expert_params / _ring_bw(link, x.ep * x.etp * edp))
+    per_byte = (d - 1) / d * x.dense_params / _ring_bw(link, x.tp * d) + (edp - 1) / edp * x.expert_params / _ring_bw(
+        link, x.ep * x.etp * edp
+    )
     grad = _pick(x.deepspeed, DEEPSPEED_GRAD_BYTES, MEGATRON_GRAD_BYTES)
     gather = PARAM_GATHER_BYTES
     sharded = x.distributed_optimizer | (x.zero_stage > 0)
@@ -226,5 +258,4 @@ def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
     once = _pick(x.zero_stage == 3, 0, _pick(x.zero_stage == 2, gather, _pick(sharded, grad + gather, 2 * grad)))
     every = _pick(x.zero_stage == 2, grad, _pick(x.zero_stage == 3, grad + 2 * gather, 0))
     hidden_by = DP_OVERLAP_FRACTION * compute_mb
-    return (_max(once * per_byte - hidden_by, 0.0)
-            + x.micro_batches * _max(every * per_byte - hidden_by, 0.0))
+    return _max(once * per_byte - hidden_by, 0.0) + x.micro_batches * _max(every * per_byte - hidden_by, 0.0)

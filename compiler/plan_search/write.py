@@ -52,8 +52,10 @@ def spec_file_text(path: Path, overrides: list[str], spec_file: Path | None, hea
     """Text of a primary config at `path` resolving to the spec composed from `overrides`."""
     name = path.stem
     if not NAME.match(name) or path.suffix != ".yaml":
-        raise UsageError(f"--write {path}: the file must be <name>.yaml with a name of letters, digits, _ . -; "
-                         "the name becomes the job's name")
+        raise UsageError(
+            f"--write {path}: the file must be <name>.yaml with a name of letters, digits, _ . -; "
+            "the name becomes the job's name"
+        )
     composed = compose_spec([*overrides, f"name={name}"], spec_file)
     target = composed.spec
     choices = {k: v for k, v in composed.choices.items() if "/" not in k}

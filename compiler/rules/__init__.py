@@ -11,8 +11,16 @@ from compiler.rules import backend, batch, budget, experts, launch, layout, mode
 from compiler.rules.context import RuleContext
 from compiler.sections import Spec
 
-RULES = (*model.RULES, *layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES, *serving.RULES,
-         *launch.RULES, *budget.RULES)
+RULES = (
+    *model.RULES,
+    *layout.RULES,
+    *experts.RULES,
+    *batch.RULES,
+    *backend.RULES,
+    *serving.RULES,
+    *launch.RULES,
+    *budget.RULES,
+)
 
 
 def rule_problems(spec: Spec, origins: Origins) -> list[Problem]:

@@ -25,9 +25,13 @@ def global_batch_divides(ctx: RuleContext) -> Iterator[Problem]:
     if not global_batch_splits(t.global_batch_size, t.micro_batch_size, dp):
         lower = t.global_batch_size // per_step * per_step
         upper = lower + per_step
-        yield error("train.global_batch_size", (
-            f"{ctx.show('train.global_batch_size')} is not a multiple of {ctx.factor('train.micro_batch_size')} "
-            f"x dp({dp}) = {per_step}; use {', '.join(str(v) for v in (lower, upper) if v > 0)}"))
+        yield error(
+            "train.global_batch_size",
+            (
+                f"{ctx.show('train.global_batch_size')} is not a multiple of {ctx.factor('train.micro_batch_size')} "
+                f"x dp({dp}) = {per_step}; use {', '.join(str(v) for v in (lower, upper) if v > 0)}"
+            ),
+        )
 
 
 RULES = (global_batch_divides,)

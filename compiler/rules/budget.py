@@ -51,6 +51,7 @@ def both(n_bytes: float) -> str:
 def _shown(changes: dict[str, Any]) -> str:
     def value(v: Any) -> str:
         return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
     return " ".join(f"{k}={value(v)}" for k, v in changes.items())
 
 
@@ -63,7 +64,7 @@ def candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
         if t.recompute != "full":
             yield {"train.recompute": "full"}
     else:
-        for level in RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(t.recompute) + 1:]:
+        for level in RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(t.recompute) + 1 :]:
             yield {"train.recompute": level}
     if t.backend == "deepspeed":
         for stage in range(p.zero_stage + 1, 4):
@@ -78,8 +79,13 @@ def candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
     if t.backend == "megatron":
         world = spec.hardware.gpus_per_node * spec.hardware.nodes
         pps = [n for n in divisors(world) if p.pp < n <= m.num_layers and world % (n * p.tp * p.cp) == 0]
-        pp_fix = _first_fitting_or_last(spec, [{"parallel.pp": n, "parallel.pp_layout": "auto", "parallel.dp": "auto",
-                                                "parallel.virtual_stages": None} for n in pps])
+        pp_fix = _first_fitting_or_last(
+            spec,
+            [
+                {"parallel.pp": n, "parallel.pp_layout": "auto", "parallel.dp": "auto", "parallel.virtual_stages": None}
+                for n in pps
+            ],
+        )
         if pp_fix:
             yield pp_fix
         if m.moe is not None:
@@ -149,8 +155,7 @@ def _failing_layout_rules(spec: Spec) -> set[str]:
     from compiler.rules import experts, layout  # siblings of this rule in the same table
 
     ctx = RuleContext(spec, Origins())
-    return {rule.__name__ for rule in (*layout.RULES, *experts.RULES)
-            if any(p.severity == "error" for p in rule(ctx))}
+    return {rule.__name__ for rule in (*layout.RULES, *experts.RULES) if any(p.severity == "error" for p in rule(ctx))}
 
 
 def _host(spec: Spec, memory: TrainMemory) -> str:
@@ -172,25 +177,33 @@ def _fix_lines(spec: Spec) -> list[str]:
         if _failing_layout_rules(with_values(spec, {**stacked, **changes})) <= already_failing:
             stacked.update(changes)
             stacked_spec = with_values(spec, stacked)
-        lines.append(f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
-                     f"({'fits' if alone.fits else 'still over'})")
+        lines.append(
+            f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
+            f"({'fits' if alone.fits else 'still over'})"
+        )
     if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1 and stacked:
         together = estimate(stacked_spec)
         if together is not None:
             which = "all of these" if len(stacked) == sum(len(c) for c in offered) else _shown(stacked)
-            lines.append(f"{which} together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
-                         f"({'fits' if together.fits else 'still over'})")
+            lines.append(
+                f"{which} together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
+                f"({'fits' if together.fits else 'still over'})"
+            )
             if together.fits:
                 return lines
     nodes = _fewest_nodes(stacked_spec if stacked and not any(line.endswith("(fits)") for line in lines) else spec)
     if nodes is not None:
         n, grown, memory = nodes
         world = n * spec.hardware.gpus_per_node
-        on_top = " on top of all the above" if stacked_spec is not spec and not any(
-            line.endswith("(fits)") for line in lines) else ""
+        on_top = (
+            " on top of all the above"
+            if stacked_spec is not spec and not any(line.endswith("(fits)") for line in lines)
+            else ""
+        )
         ep = f" parallel.ep={grown.parallel.ep}" if grown.parallel.ep != stacked_spec.parallel.ep else ""
-        lines.append(f"hardware.nodes={n} parallel.dp=auto{ep} ({world} GPUs){on_top} -> "
-                     f"{gib(memory.worst.total_bytes)} (fits)")
+        lines.append(
+            f"hardware.nodes={n} parallel.dp=auto{ep} ({world} GPUs){on_top} -> {gib(memory.worst.total_bytes)} (fits)"
+        )
     return lines
 
 
@@ -203,21 +216,37 @@ def training_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
     terms = worst.terms()
     biggest = max(TERMS, key=lambda t: terms[t])
     detail = ", ".join(f"{t} {gib(terms[t])}" for t in TERMS)
-    why = {"activations": (f"{worst.in_flight:g} micro-batch(es) in flight of {ctx.show('train.micro_batch_size')}, "
-                           f"{ctx.show('train.recompute')}"),
-           "optimizer": "fp32 master weights and Adam moments of every parameter this GPU holds",
-           "gradients": "gradients of every parameter this GPU holds",
-           "weights": "parameters this GPU holds",
-           "buffers": "gathered layers and allocator fragmentation"}[biggest]
+    why = {
+        "activations": (
+            f"{worst.in_flight:g} micro-batch(es) in flight of {ctx.show('train.micro_batch_size')}, "
+            f"{ctx.show('train.recompute')}"
+        ),
+        "optimizer": "fp32 master weights and Adam moments of every parameter this GPU holds",
+        "gradients": "gradients of every parameter this GPU holds",
+        "weights": "parameters this GPU holds",
+        "buffers": "gathered layers and allocator fragmentation",
+    }[biggest]
     fixes = _fix_lines(spec)
-    stage = f"pipeline stage {worst.stage} of {len(memory.stages)}, {worst.layers} layers" if len(memory.stages) > 1 else "every GPU"
-    yield error("hardware.gpu.memory_gib", (
-        f"training does not fit: the worst GPU ({stage}) needs {both(worst.total_bytes)} but "
-        f"{ctx.show('hardware.gpu.memory_gib')} leaves {gib(memory.budget_bytes)} usable "
-        f"(minus a {DEVICE_RESERVE_GIB:g} GiB CUDA/NCCL reserve); biggest term: {biggest} {gib(terms[biggest])} "
-        f"({why}); per GPU: {detail}. Fixes, cheapest first: "
-        + ("; ".join(fixes) if fixes else "none of lower micro batch, recompute, more sharding, PP/EP or more GPUs fits; "
-           "use a GPU with more memory")))
+    stage = (
+        f"pipeline stage {worst.stage} of {len(memory.stages)}, {worst.layers} layers"
+        if len(memory.stages) > 1
+        else "every GPU"
+    )
+    yield error(
+        "hardware.gpu.memory_gib",
+        (
+            f"training does not fit: the worst GPU ({stage}) needs {both(worst.total_bytes)} but "
+            f"{ctx.show('hardware.gpu.memory_gib')} leaves {gib(memory.budget_bytes)} usable "
+            f"(minus a {DEVICE_RESERVE_GIB:g} GiB CUDA/NCCL reserve); biggest term: {biggest} {gib(terms[biggest])} "
+            f"({why}); per GPU: {detail}. Fixes, cheapest first: "
+            + (
+                "; ".join(fixes)
+                if fixes
+                else "none of lower micro batch, recompute, more sharding, PP/EP or more GPUs fits; "
+                "use a GPU with more memory"
+            )
+        ),
+    )
 
 
 def _serve_fixes(spec: Spec) -> list[str]:
@@ -261,13 +290,19 @@ def serving_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
         longest = f"the longest that fits is serve.max_model_len={est.max_tokens_in_cache}"
     else:
         longest = "no sequence fits: the weights and activation reserve leave nothing for the KV cache"
-    yield error("serve.max_model_len", (
-        f"serving does not fit: {ctx.show('serve.max_model_len')} needs {both(s.max_model_len * est.kv_cache_bytes_per_token)} "
-        f"of KV cache per GPU ({est.kv_cache_bytes_per_token:,} bytes/token), but "
-        f"{ctx.show('serve.gpu_memory_utilization')} x {ctx.show('hardware.gpu.memory_gib')} minus weights "
-        f"{both(est.weights_bytes_per_gpu)} per GPU ({ctx.show('serve.tp')}, {ctx.show('serve.pp')}) and an activation "
-        f"reserve of {gib(est.activation_reserve_bytes)} leaves {gib(est.cache_budget_bytes)}; {longest}. Fixes: "
-        + ("; ".join(fixes) if fixes else "serve a smaller model or use GPUs with more memory")))
+    yield error(
+        "serve.max_model_len",
+        (
+            f"serving does not fit: {ctx.show('serve.max_model_len')} "
+            f"needs {both(s.max_model_len * est.kv_cache_bytes_per_token)} "
+            f"of KV cache per GPU ({est.kv_cache_bytes_per_token:,} bytes/token), but "
+            f"{ctx.show('serve.gpu_memory_utilization')} x {ctx.show('hardware.gpu.memory_gib')} minus weights "
+            f"{both(est.weights_bytes_per_gpu)} per GPU ({ctx.show('serve.tp')}, "
+            f"{ctx.show('serve.pp')}) and an activation "
+            f"reserve of {gib(est.activation_reserve_bytes)} leaves {gib(est.cache_budget_bytes)}; {longest}. Fixes: "
+            + ("; ".join(fixes) if fixes else "serve a smaller model or use GPUs with more memory")
+        ),
+    )
 
 
 COMM_KEYS = {"tp": "parallel.tp", "dp": "parallel.dp", "ep": "parallel.ep", "pp": "parallel.pp"}
@@ -284,15 +319,23 @@ def communication_within_budget(ctx: RuleContext) -> Iterator[Problem]:
     worst = max(parts, key=lambda k: parts[k])
     key = COMM_KEYS[worst]
     link = ctx.spec.hardware.intra_node
-    fix = {"tp": f"lower parallel.tp (every layer all-reduces over {link.link} at {link.gb_per_s:g} GB/s) and add parallel.pp",
-           "dp": "shard less often: raise train.global_batch_size (fewer steps) or keep the data-parallel group inside a node",
-           "ep": "keep parallel.ep inside a node or lower it",
-           "pp": "lower parallel.pp"}[worst]
-    yield warning(key, (
-        f"communication is {comm.ratio_to_compute:.0%} of compute time (> {COMM_SHARE_WARNING:.0%}): per step "
-        + ", ".join(f"{k} {v:.3g} s" for k, v in parts.items() if v)
-        + f" against {comm.compute_s:.3g} s of compute at {COMPUTE_EFFICIENCY:.0%} of "
-        f"{ctx.show('hardware.gpu.bf16_tflops')}, nothing overlapped; biggest: {ctx.show(key)}; {fix}"))
+    fix = {
+        "tp": f"lower parallel.tp (every layer all-reduces over {link.link} "
+        f"at {link.gb_per_s:g} GB/s) and add parallel.pp",
+        "dp": "shard less often: raise train.global_batch_size "
+        "(fewer steps) or keep the data-parallel group inside a node",
+        "ep": "keep parallel.ep inside a node or lower it",
+        "pp": "lower parallel.pp",
+    }[worst]
+    yield warning(
+        key,
+        (
+            f"communication is {comm.ratio_to_compute:.0%} of compute time (> {COMM_SHARE_WARNING:.0%}): per step "
+            + ", ".join(f"{k} {v:.3g} s" for k, v in parts.items() if v)
+            + f" against {comm.compute_s:.3g} s of compute at {COMPUTE_EFFICIENCY:.0%} of "
+            f"{ctx.show('hardware.gpu.bf16_tflops')}, nothing overlapped; biggest: {ctx.show(key)}; {fix}"
+        ),
+    )
 
 
 RULES = (training_fits_memory, serving_fits_memory, communication_within_budget)

@@ -38,9 +38,13 @@ def ep_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
 def experts_divide_by_ep(ctx: RuleContext) -> Iterator[Problem]:
     moe, ep = ctx.spec.model.moe, ctx.spec.parallel.ep
     if moe is not None and not ep_divides_experts(moe.num_experts, ep):
-        yield error("parallel.ep", (
-            f"{ctx.show('parallel.ep')} does not divide {ctx.show('model.moe.num_experts')}; "
-            f"valid: {', '.join(map(str, divisors(moe.num_experts)))}"))
+        yield error(
+            "parallel.ep",
+            (
+                f"{ctx.show('parallel.ep')} does not divide {ctx.show('model.moe.num_experts')}; "
+                f"valid: {', '.join(map(str, divisors(moe.num_experts)))}"
+            ),
+        )
 
 
 def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
@@ -52,21 +56,32 @@ def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
     ranks = dp * p.tp * p.cp
     if not expert_group_fits(ranks, p.ep, p.etp):
         valid = [e for e in divisors(ranks) if e % p.etp == 0 and ctx.spec.model.moe.num_experts % (e // p.etp) == 0]
-        yield error("parallel.ep", (
-            f"{ctx.factor('parallel.ep')} x {ctx.factor('parallel.etp')} = {p.ep * p.etp} does not divide "
-            f"dp({dp}) x {ctx.factor('parallel.tp')} x {ctx.factor('parallel.cp')} = {ranks} ranks per pipeline stage "
-            f"(parallel.ep from {ctx.origins.of('parallel.ep')}); ep x etp must be one of {', '.join(map(str, valid))}"))
+        yield error(
+            "parallel.ep",
+            (
+                f"{ctx.factor('parallel.ep')} x {ctx.factor('parallel.etp')} = {p.ep * p.etp} does not divide "
+                f"dp({dp}) x {ctx.factor('parallel.tp')} x "
+                f"{ctx.factor('parallel.cp')} = {ranks} ranks per pipeline stage "
+                f"(parallel.ep from {ctx.origins.of('parallel.ep')}); "
+                f"ep x etp must be one of {', '.join(map(str, valid))}"
+            ),
+        )
 
 
 def moe_tensor_parallel_needs_sequence_parallel(ctx: RuleContext) -> Iterator[Problem]:
     """megatron-core raises at model build for MoE layers under TP without sequence parallelism."""
     s = ctx.spec
-    if not moe_tp_has_sequence_parallel(s.train.backend == "megatron", s.model.moe is not None, s.parallel.tp,
-                                        s.parallel.sequence_parallel):
-        yield error("parallel.sequence_parallel", (
-            f"{ctx.show('parallel.sequence_parallel')} with {ctx.show('parallel.tp')} and MoE layers: "
-            "megatron-core dispatches tokens to experts from sequence-parallel shards and refuses tensor "
-            "parallelism without it; set parallel.sequence_parallel=true"))
+    if not moe_tp_has_sequence_parallel(
+        s.train.backend == "megatron", s.model.moe is not None, s.parallel.tp, s.parallel.sequence_parallel
+    ):
+        yield error(
+            "parallel.sequence_parallel",
+            (
+                f"{ctx.show('parallel.sequence_parallel')} with {ctx.show('parallel.tp')} and MoE layers: "
+                "megatron-core dispatches tokens to experts from sequence-parallel shards and refuses tensor "
+                "parallelism without it; set parallel.sequence_parallel=true"
+            ),
+        )
 
 
 RULES = (ep_needs_moe, experts_divide_by_ep, expert_group_fits_ranks, moe_tensor_parallel_needs_sequence_parallel)

@@ -20,55 +20,80 @@ def slurm_names_are_plain(ctx: RuleContext) -> Iterator[Problem]:
     for key in ("cluster.slurm.partition", "cluster.slurm.account"):
         value = ctx.value(key)
         if value is not None and not SLURM_NAME.match(value):
-            yield error(key, (
-                f"{ctx.show(key)} is written into an #SBATCH line, which sbatch reads without shell "
-                "quoting; use a plain Slurm name (letters, digits, _ . - and , between names)"))
+            yield error(
+                key,
+                (
+                    f"{ctx.show(key)} is written into an #SBATCH line, which sbatch reads without shell "
+                    "quoting; use a plain Slurm name (letters, digits, _ . - and , between names)"
+                ),
+            )
 
 
 def time_limit_seconds(limit: str) -> int:
     """`[D-]HH:MM:SS` (the schema's pattern) in seconds."""
     days, _, clock = limit.rpartition("-")
     hours, minutes, seconds = (int(part) for part in clock.split(":"))
-    return (int(days or 0) * SECONDS_PER["days"] + hours * SECONDS_PER["hours"]
-            + minutes * SECONDS_PER["minutes"] + seconds)
+    return (
+        int(days or 0) * SECONDS_PER["days"] + hours * SECONDS_PER["hours"] + minutes * SECONDS_PER["minutes"] + seconds
+    )
 
 
 def slurm_signal_before_time_limit(ctx: RuleContext) -> Iterator[Problem]:
     slurm = ctx.spec.cluster.slurm
     limit_s = time_limit_seconds(slurm.time)
     if slurm.signal_seconds >= limit_s:
-        yield error("cluster.slurm.signal_seconds", (
-            f"{ctx.show('cluster.slurm.signal_seconds')} is not shorter than {ctx.show('cluster.slurm.time')} "
-            f"({limit_s} s): the pre-timeout checkpoint signal would come before training starts; "
-            f"use a value below {limit_s}, e.g. {max(1, limit_s // 10)}"))
+        yield error(
+            "cluster.slurm.signal_seconds",
+            (
+                f"{ctx.show('cluster.slurm.signal_seconds')} is not shorter than {ctx.show('cluster.slurm.time')} "
+                f"({limit_s} s): the pre-timeout checkpoint signal would come before training starts; "
+                f"use a value below {limit_s}, e.g. {max(1, limit_s // 10)}"
+            ),
+        )
 
 
 def hca_names_are_plain(ctx: RuleContext) -> Iterator[Problem]:
     for name in ctx.spec.hardware.inter_node.hca:
         if not HCA_NAME.match(name):
-            yield error("hardware.inter_node.hca", (
-                f"{ctx.show('hardware.inter_node.hca')}: {name!r} is not an RDMA device name; NCCL_IB_HCA "
-                "joins them with commas, so each must look like mlx5_0 or mlx5_0:1"))
+            yield error(
+                "hardware.inter_node.hca",
+                (
+                    f"{ctx.show('hardware.inter_node.hca')}: {name!r} is not an RDMA device name; NCCL_IB_HCA "
+                    "joins them with commas, so each must look like mlx5_0 or mlx5_0:1"
+                ),
+            )
 
 
 def roce_gid_index(ctx: RuleContext) -> Iterator[Problem]:
     fabric, gid = ctx.spec.hardware.inter_node.fabric, ctx.spec.cluster.nccl.ib_gid_index
     if fabric == "roce" and gid is None and ctx.spec.hardware.nodes > 1:
-        yield warning("cluster.nccl.ib_gid_index", (
-            f"{ctx.show('cluster.nccl.ib_gid_index')} with {ctx.show('hardware.inter_node.fabric')}: NCCL may pick "
-            "a RoCEv1 or IPv6 GID and hang between nodes; set cluster.nccl.ib_gid_index=3 (RoCEv2 on most NICs)"))
+        yield warning(
+            "cluster.nccl.ib_gid_index",
+            (
+                f"{ctx.show('cluster.nccl.ib_gid_index')} with {ctx.show('hardware.inter_node.fabric')}: NCCL may pick "
+                "a RoCEv1 or IPv6 GID and hang between nodes; set cluster.nccl.ib_gid_index=3 (RoCEv2 on most NICs)"
+            ),
+        )
     if fabric != "roce" and gid is not None:
-        yield warning("cluster.nccl.ib_gid_index", (
-            f"{ctx.show('cluster.nccl.ib_gid_index')} is ignored with {ctx.show('hardware.inter_node.fabric')} "
-            "(RoCE only); set cluster.nccl.ib_gid_index=null"))
+        yield warning(
+            "cluster.nccl.ib_gid_index",
+            (
+                f"{ctx.show('cluster.nccl.ib_gid_index')} is ignored with {ctx.show('hardware.inter_node.fabric')} "
+                "(RoCE only); set cluster.nccl.ib_gid_index=null"
+            ),
+        )
 
 
 def local_launcher_is_one_node(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
     if s.cluster.launcher == "local" and s.hardware.nodes > 1:
-        yield warning("cluster.launcher", (
-            f"{ctx.show('cluster.launcher')} with {ctx.show('hardware.nodes')}: `lmspec run` starts this node "
-            "only; run launch/torchrun.sh on every node with NODE_RANK and MASTER_ADDR, or use cluster=slurm"))
+        yield warning(
+            "cluster.launcher",
+            (
+                f"{ctx.show('cluster.launcher')} with {ctx.show('hardware.nodes')}: `lmspec run` starts this node "
+                "only; run launch/torchrun.sh on every node with NODE_RANK and MASTER_ADDR, or use cluster=slurm"
+            ),
+        )
 
 
 def deepspeed_schedule(ctx: RuleContext) -> Iterator[Problem]:
@@ -76,15 +101,29 @@ def deepspeed_schedule(ctx: RuleContext) -> Iterator[Problem]:
     if t.backend != "deepspeed":
         return
     if t.lr_schedule.decay == "linear" and t.optimizer.min_lr > 0:
-        yield warning("train.optimizer.min_lr", (
-            f"{ctx.show('train.optimizer.min_lr')} is ignored with {ctx.show('train.lr_schedule.decay')} on "
-            "DeepSpeed: its WarmupDecayLR decays to 0; use train.lr_schedule.decay=cosine to end at min_lr"))
+        yield warning(
+            "train.optimizer.min_lr",
+            (
+                f"{ctx.show('train.optimizer.min_lr')} is ignored with {ctx.show('train.lr_schedule.decay')} on "
+                "DeepSpeed: its WarmupDecayLR decays to 0; use train.lr_schedule.decay=cosine to end at min_lr"
+            ),
+        )
     if t.lr_schedule.warmup_steps < DEEPSPEED_MIN_WARMUP_STEPS:
-        yield warning("train.lr_schedule.warmup_steps", (
-            f"{ctx.show('train.lr_schedule.warmup_steps')}: DeepSpeed's schedulers warm up for at least "
-            f"{DEEPSPEED_MIN_WARMUP_STEPS} steps; set train.lr_schedule.warmup_steps={DEEPSPEED_MIN_WARMUP_STEPS} "
-            "to say so in the spec"))
+        yield warning(
+            "train.lr_schedule.warmup_steps",
+            (
+                f"{ctx.show('train.lr_schedule.warmup_steps')}: DeepSpeed's schedulers warm up for at least "
+                f"{DEEPSPEED_MIN_WARMUP_STEPS} steps; set train.lr_schedule.warmup_steps={DEEPSPEED_MIN_WARMUP_STEPS} "
+                "to say so in the spec"
+            ),
+        )
 
 
-RULES = (slurm_names_are_plain, slurm_signal_before_time_limit, hca_names_are_plain, roce_gid_index,
-         local_launcher_is_one_node, deepspeed_schedule)
+RULES = (
+    slurm_names_are_plain,
+    slurm_signal_before_time_limit,
+    hca_names_are_plain,
+    roce_gid_index,
+    local_launcher_is_one_node,
+    deepspeed_schedule,
+)

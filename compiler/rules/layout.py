@@ -50,55 +50,84 @@ def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
     mp_factors = f"{ctx.factor('parallel.tp')} x {ctx.factor('parallel.pp')} x {ctx.factor('parallel.cp')}"
     if s.parallel.dp == "auto":
         if not world_divides(world, s.parallel.tp, s.parallel.pp, s.parallel.cp):
-            fits = [n for n in range(s.hardware.nodes + 1, s.hardware.nodes * mp + 1)
-                    if (n * s.hardware.gpus_per_node) % mp == 0][:1]
+            fits = [
+                n
+                for n in range(s.hardware.nodes + 1, s.hardware.nodes * mp + 1)
+                if (n * s.hardware.gpus_per_node) % mp == 0
+            ][:1]
             fix = f"set hardware.nodes={fits[0]}" if fits else "lower parallel.tp/pp/cp"
-            yield error("parallel.dp", (
-                f"parallel.dp=auto cannot be derived: {mp_factors} = {mp} does not divide the world size "
-                f"{world_factors} ({ctx.sources('parallel.tp', 'parallel.pp', 'hardware.nodes')}); "
-                f"{fix}, or choose tp x pp x cp among {', '.join(map(str, divisors(world)))}"))
+            yield error(
+                "parallel.dp",
+                (
+                    f"parallel.dp=auto cannot be derived: {mp_factors} = {mp} does not divide the world size "
+                    f"{world_factors} ({ctx.sources('parallel.tp', 'parallel.pp', 'hardware.nodes')}); "
+                    f"{fix}, or choose tp x pp x cp among {', '.join(map(str, divisors(world)))}"
+                ),
+            )
         return
     product = mp * int(s.parallel.dp)
     if product != world:
-        yield error("parallel.dp", (
-            f"{mp_factors} x {ctx.factor('parallel.dp')} = {product} != world size {world_factors} "
-            f"({ctx.sources('parallel.dp', 'hardware.nodes')}); set parallel.dp=auto"
-            + (f" (gives {world // mp})" if world % mp == 0 else "")))
+        yield error(
+            "parallel.dp",
+            (
+                f"{mp_factors} x {ctx.factor('parallel.dp')} = {product} != world size {world_factors} "
+                f"({ctx.sources('parallel.dp', 'hardware.nodes')}); set parallel.dp=auto"
+                + (f" (gives {world // mp})" if world % mp == 0 else "")
+            ),
+        )
 
 
 def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
     heads, tp = ctx.spec.model.num_attention_heads, ctx.spec.parallel.tp
     if not tp_divides_heads(heads, tp):
-        yield error("parallel.tp", (
-            f"{ctx.show('parallel.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
-            f"valid: {', '.join(map(str, divisors(heads)))}"))
+        yield error(
+            "parallel.tp",
+            (
+                f"{ctx.show('parallel.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
+                f"valid: {', '.join(map(str, divisors(heads)))}"
+            ),
+        )
 
 
 def kv_heads_fit_tp(ctx: RuleContext) -> Iterator[Problem]:
     m, tp = ctx.spec.model, ctx.spec.parallel.tp
     if m.attention == "gqa" and not kv_heads_split_evenly(m.num_kv_heads, tp):
         valid = [d for d in divisors(m.num_attention_heads) if m.num_kv_heads % d == 0 or d % m.num_kv_heads == 0]
-        yield error("parallel.tp", (
-            f"{ctx.show('parallel.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
-            f"key/value heads cannot be split or replicated evenly; valid: {', '.join(map(str, valid))}"))
+        yield error(
+            "parallel.tp",
+            (
+                f"{ctx.show('parallel.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
+                f"key/value heads cannot be split or replicated evenly; valid: {', '.join(map(str, valid))}"
+            ),
+        )
 
 
 def layers_fit_pipeline(ctx: RuleContext) -> Iterator[Problem]:
     m, p = ctx.spec.model, ctx.spec.parallel
     layout = p.pp_layout
     if layout is None and m.num_layers % p.pp:
-        yield error("parallel.pp", (
-            f"{ctx.show('parallel.pp')} does not divide {ctx.show('model.num_layers')}; "
-            f"valid: {', '.join(map(str, divisors(m.num_layers)))}, or set parallel.pp_layout=auto "
-            f"(uneven stages {list(balanced_stages(m.num_layers, p.pp)) if m.num_layers >= p.pp else ''})"))
+        yield error(
+            "parallel.pp",
+            (
+                f"{ctx.show('parallel.pp')} does not divide {ctx.show('model.num_layers')}; "
+                f"valid: {', '.join(map(str, divisors(m.num_layers)))}, or set parallel.pp_layout=auto "
+                f"(uneven stages {list(balanced_stages(m.num_layers, p.pp)) if m.num_layers >= p.pp else ''})"
+            ),
+        )
     elif layout == "auto" and not stages_have_layers(m.num_layers, p.pp):
-        yield error("parallel.pp", f"{ctx.show('parallel.pp')} exceeds {ctx.show('model.num_layers')}: a stage needs a layer")
+        yield error(
+            "parallel.pp", f"{ctx.show('parallel.pp')} exceeds {ctx.show('model.num_layers')}: a stage needs a layer"
+        )
     elif isinstance(layout, tuple):
         if len(layout) != p.pp or sum(layout) != m.num_layers or min(layout) < 1:
-            yield error("parallel.pp_layout", (
-                f"{ctx.show('parallel.pp_layout')} must list {p.pp} stages ({ctx.show('parallel.pp')}), each >= 1, "
-                f"summing to {ctx.show('model.num_layers')}; it has {len(layout)} summing to {sum(layout)}; "
-                "or use parallel.pp_layout=auto"))
+            yield error(
+                "parallel.pp_layout",
+                (
+                    f"{ctx.show('parallel.pp_layout')} must list {p.pp} stages ({ctx.show('parallel.pp')}), each >= 1, "
+                    f"summing to {ctx.show('model.num_layers')}; it has {len(layout)} summing to {sum(layout)}; "
+                    "or use parallel.pp_layout=auto"
+                ),
+            )
 
 
 def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
@@ -106,39 +135,72 @@ def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
     if p.virtual_stages is None:
         return
     if p.pp == 1:
-        yield error("parallel.virtual_stages", f"{ctx.show('parallel.virtual_stages')} needs {ctx.show('parallel.pp')} > 1; set it to null")
+        yield error(
+            "parallel.virtual_stages",
+            f"{ctx.show('parallel.virtual_stages')} needs {ctx.show('parallel.pp')} > 1; set it to null",
+        )
     elif m.num_layers % (p.pp * p.virtual_stages):
-        yield error("parallel.virtual_stages", (
-            f"{ctx.show('parallel.virtual_stages')} x {ctx.show('parallel.pp')} does not divide {ctx.show('model.num_layers')}; "
-            f"valid: {', '.join(str(v) for v in divisors(m.num_layers // p.pp) if m.num_layers % p.pp == 0) or 'none (pp does not divide layers)'}"))
+        valid = [str(v) for v in divisors(m.num_layers // p.pp)] if m.num_layers % p.pp == 0 else []
+        yield error(
+            "parallel.virtual_stages",
+            (
+                f"{ctx.show('parallel.virtual_stages')} x {ctx.show('parallel.pp')} "
+                f"does not divide {ctx.show('model.num_layers')}; "
+                f"valid: {', '.join(valid) or 'none (pp does not divide layers)'}"
+            ),
+        )
 
 
 def tp_inside_node(ctx: RuleContext) -> Iterator[Problem]:
     tp, per_node = ctx.spec.parallel.tp, ctx.spec.hardware.gpus_per_node
     if not tp_within_node(tp, per_node):
-        yield error("parallel.tp", (
-            f"{ctx.show('parallel.tp')} crosses nodes ({ctx.show('hardware.gpus_per_node')}): every layer's "
-            f"all-reduce would go over the inter-node network; keep tp <= {per_node} and add parallel.pp or dp"))
+        yield error(
+            "parallel.tp",
+            (
+                f"{ctx.show('parallel.tp')} crosses nodes ({ctx.show('hardware.gpus_per_node')}): every layer's "
+                f"all-reduce would go over the inter-node network; keep tp <= {per_node} and add parallel.pp or dp"
+            ),
+        )
     elif tp > GPUS_PER_NVLINK_DOMAIN:
-        yield warning("parallel.tp", (
-            f"{ctx.show('parallel.tp')} > {GPUS_PER_NVLINK_DOMAIN}: TP all-reduce over more than one NVLink domain "
-            "is rarely faster; prefer tp <= 8 with pp or ep"))
+        yield warning(
+            "parallel.tp",
+            (
+                f"{ctx.show('parallel.tp')} > {GPUS_PER_NVLINK_DOMAIN}: TP all-reduce over more than one NVLink domain "
+                "is rarely faster; prefer tp <= 8 with pp or ep"
+            ),
+        )
 
 
 def cp_divides_sequence(ctx: RuleContext) -> Iterator[Problem]:
     cp, seq = ctx.spec.parallel.cp, ctx.spec.train.seq_length
     if not cp_splits_sequence(seq, cp):
-        yield error("parallel.cp", (
-            f"{ctx.show('train.seq_length')} must divide by 2 x {ctx.show('parallel.cp')} "
-            "(causal load balancing splits each sequence into 2 x cp chunks)"))
+        yield error(
+            "parallel.cp",
+            (
+                f"{ctx.show('train.seq_length')} must divide by 2 x {ctx.show('parallel.cp')} "
+                "(causal load balancing splits each sequence into 2 x cp chunks)"
+            ),
+        )
 
 
 def sequence_parallel_needs_tp(ctx: RuleContext) -> Iterator[Problem]:
     if not sequence_parallel_has_tp(ctx.spec.parallel.sequence_parallel, ctx.spec.parallel.tp):
-        yield warning("parallel.sequence_parallel", (
-            f"{ctx.show('parallel.sequence_parallel')} has no effect with {ctx.show('parallel.tp')}; "
-            "set parallel.sequence_parallel=false or tp > 1"))
+        yield warning(
+            "parallel.sequence_parallel",
+            (
+                f"{ctx.show('parallel.sequence_parallel')} has no effect with {ctx.show('parallel.tp')}; "
+                "set parallel.sequence_parallel=false or tp > 1"
+            ),
+        )
 
 
-RULES = (world_size_matches, heads_divide_by_tp, kv_heads_fit_tp, layers_fit_pipeline, virtual_stages_fit,
-         tp_inside_node, cp_divides_sequence, sequence_parallel_needs_tp)
+RULES = (
+    world_size_matches,
+    heads_divide_by_tp,
+    kv_heads_fit_tp,
+    layers_fit_pipeline,
+    virtual_stages_fit,
+    tp_inside_node,
+    cp_divides_sequence,
+    sequence_parallel_needs_tp,
+)

@@ -12,18 +12,29 @@ from compiler.rules.context import RuleContext
 def attention_block_matches_kind(ctx: RuleContext) -> Iterator[Problem]:
     m = ctx.spec.model
     if m.attention == "mla" and m.mla is None:
-        yield error("model.mla", f"{ctx.show('model.attention')} needs the model.mla block (kv_lora_rank, ...); {ctx.show('model.mla')}")
+        yield error(
+            "model.mla",
+            f"{ctx.show('model.attention')} needs the model.mla block (kv_lora_rank, ...); {ctx.show('model.mla')}",
+        )
     if m.attention == "gqa" and m.mla is not None:
-        yield error("model.mla", f"{ctx.show('model.mla')} is set but {ctx.show('model.attention')}; set model.mla=null or model.attention=mla")
+        yield error(
+            "model.mla",
+            f"{ctx.show('model.mla')} is set but {ctx.show('model.attention')}; "
+            "set model.mla=null or model.attention=mla",
+        )
 
 
 def gqa_groups_even(ctx: RuleContext) -> Iterator[Problem]:
     m = ctx.spec.model
     if m.attention == "gqa" and (m.num_kv_heads > m.num_attention_heads or m.num_attention_heads % m.num_kv_heads):
         valid = [d for d in divisors(m.num_attention_heads)]
-        yield error("model.num_kv_heads", (
-            f"{ctx.show('model.num_kv_heads')} must divide {ctx.show('model.num_attention_heads')}; "
-            f"valid: {', '.join(map(str, valid))}"))
+        yield error(
+            "model.num_kv_heads",
+            (
+                f"{ctx.show('model.num_kv_heads')} must divide {ctx.show('model.num_attention_heads')}; "
+                f"valid: {', '.join(map(str, valid))}"
+            ),
+        )
 
 
 def mla_head_dims_consistent(ctx: RuleContext) -> Iterator[Problem]:
@@ -32,13 +43,21 @@ def mla_head_dims_consistent(ctx: RuleContext) -> Iterator[Problem]:
         return
     qk = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim
     if m.head_dim != qk:
-        yield error("model.head_dim", (
-            f"{ctx.show('model.head_dim')} must equal model.mla.qk_nope_head_dim + qk_rope_head_dim "
-            f"= {m.mla.qk_nope_head_dim} + {m.mla.qk_rope_head_dim} = {qk} for MLA; set model.head_dim={qk}"))
+        yield error(
+            "model.head_dim",
+            (
+                f"{ctx.show('model.head_dim')} must equal model.mla.qk_nope_head_dim + qk_rope_head_dim "
+                f"= {m.mla.qk_nope_head_dim} + {m.mla.qk_rope_head_dim} = {qk} for MLA; set model.head_dim={qk}"
+            ),
+        )
     if m.num_kv_heads != m.num_attention_heads:
-        yield error("model.num_kv_heads", (
-            f"{ctx.show('model.num_kv_heads')} must equal {ctx.show('model.num_attention_heads')} for MLA "
-            f"(keys and values are decompressed per head); set model.num_kv_heads={m.num_attention_heads}"))
+        yield error(
+            "model.num_kv_heads",
+            (
+                f"{ctx.show('model.num_kv_heads')} must equal {ctx.show('model.num_attention_heads')} for MLA "
+                f"(keys and values are decompressed per head); set model.num_kv_heads={m.num_attention_heads}"
+            ),
+        )
 
 
 def moe_block_consistent(ctx: RuleContext) -> Iterator[Problem]:
@@ -48,17 +67,30 @@ def moe_block_consistent(ctx: RuleContext) -> Iterator[Problem]:
     if moe.top_k > moe.num_experts:
         yield error("model.moe.top_k", f"{ctx.show('model.moe.top_k')} exceeds {ctx.show('model.moe.num_experts')}")
     if moe.first_dense_layers >= layers:
-        yield error("model.moe.first_dense_layers", (
-            f"{ctx.show('model.moe.first_dense_layers')} leaves no MoE layer of {ctx.show('model.num_layers')}; "
-            f"use at most {layers - 1}, or model.moe=null for a dense model"))
+        yield error(
+            "model.moe.first_dense_layers",
+            (
+                f"{ctx.show('model.moe.first_dense_layers')} leaves no MoE layer of {ctx.show('model.num_layers')}; "
+                f"use at most {layers - 1}, or model.moe=null for a dense model"
+            ),
+        )
 
 
 def seq_length_within_positions(ctx: RuleContext) -> Iterator[Problem]:
     if ctx.spec.train.seq_length > ctx.spec.model.max_position_embeddings:
-        yield error("train.seq_length", (
-            f"{ctx.show('train.seq_length')} exceeds {ctx.show('model.max_position_embeddings')}; "
-            f"use train.seq_length<={ctx.spec.model.max_position_embeddings} (or extend RoPE first)"))
+        yield error(
+            "train.seq_length",
+            (
+                f"{ctx.show('train.seq_length')} exceeds {ctx.show('model.max_position_embeddings')}; "
+                f"use train.seq_length<={ctx.spec.model.max_position_embeddings} (or extend RoPE first)"
+            ),
+        )
 
 
-RULES = (attention_block_matches_kind, gqa_groups_even, mla_head_dims_consistent, moe_block_consistent,
-         seq_length_within_positions)
+RULES = (
+    attention_block_matches_kind,
+    gqa_groups_even,
+    mla_head_dims_consistent,
+    moe_block_consistent,
+    seq_length_within_positions,
+)

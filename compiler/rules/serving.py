@@ -28,20 +28,27 @@ def _cpu(ctx: RuleContext) -> bool:
 def serve_tp_divides_heads(ctx: RuleContext) -> Iterator[Problem]:
     heads, tp = ctx.spec.model.num_attention_heads, ctx.spec.serve.tp
     if heads % tp:
-        yield error("serve.tp", (
-            f"{ctx.show('serve.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
-            f"valid: {', '.join(map(str, divisors(heads)))}"))
+        yield error(
+            "serve.tp",
+            (
+                f"{ctx.show('serve.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
+                f"valid: {', '.join(map(str, divisors(heads)))}"
+            ),
+        )
 
 
 def serve_tp_fits_kv_heads(ctx: RuleContext) -> Iterator[Problem]:
     """vLLM splits kv heads over TP ranks, or replicates them when TP exceeds them; both even."""
     m, tp = ctx.spec.model, ctx.spec.serve.tp
     if m.attention == "gqa" and m.num_kv_heads % tp and tp % m.num_kv_heads:
-        valid = [d for d in divisors(m.num_attention_heads)
-                 if m.num_kv_heads % d == 0 or d % m.num_kv_heads == 0]
-        yield error("serve.tp", (
-            f"{ctx.show('serve.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
-            f"vLLM cannot split or replicate the key/value heads evenly; valid: {', '.join(map(str, valid))}"))
+        valid = [d for d in divisors(m.num_attention_heads) if m.num_kv_heads % d == 0 or d % m.num_kv_heads == 0]
+        yield error(
+            "serve.tp",
+            (
+                f"{ctx.show('serve.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
+                f"vLLM cannot split or replicate the key/value heads evenly; valid: {', '.join(map(str, valid))}"
+            ),
+        )
 
 
 def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
@@ -49,71 +56,116 @@ def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
     gpus = world_size(ctx.spec)
     used = v.tp * v.pp * v.dp
     if used > gpus:
-        yield error("serve.tp", (
-            f"serving needs {ctx.factor('serve.tp')} x {ctx.factor('serve.pp')} x {ctx.factor('serve.dp')} = "
-            f"{used} GPUs but {ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {gpus} "
-            f"are available ({ctx.sources(*_SERVE_GPU_KEYS)}); "
-            "lower serve.tp/pp/dp or raise hardware.nodes"))
+        yield error(
+            "serve.tp",
+            (
+                f"serving needs {ctx.factor('serve.tp')} x {ctx.factor('serve.pp')} x {ctx.factor('serve.dp')} = "
+                f"{used} GPUs but {ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {gpus} "
+                f"are available ({ctx.sources(*_SERVE_GPU_KEYS)}); "
+                "lower serve.tp/pp/dp or raise hardware.nodes"
+            ),
+        )
     elif v.tp > ctx.spec.hardware.gpus_per_node:
-        yield warning("serve.tp", (
-            f"{ctx.show('serve.tp')} exceeds {ctx.show('hardware.gpus_per_node')}: every layer's all-reduce "
-            f"crosses the inter-node network; use serve.tp={ctx.spec.hardware.gpus_per_node} with serve.pp across nodes"))
+        yield warning(
+            "serve.tp",
+            (
+                f"{ctx.show('serve.tp')} exceeds {ctx.show('hardware.gpus_per_node')}: every layer's all-reduce "
+                "crosses the inter-node network; use "
+                f"serve.tp={ctx.spec.hardware.gpus_per_node} with serve.pp across nodes"
+            ),
+        )
 
 
 def serve_pp_fits_layers(ctx: RuleContext) -> Iterator[Problem]:
     if ctx.spec.serve.pp > ctx.spec.model.num_layers:
-        yield error("serve.pp", (
-            f"{ctx.show('serve.pp')} exceeds {ctx.show('model.num_layers')}: a pipeline stage would hold "
-            f"no layer; use serve.pp<={ctx.spec.model.num_layers}"))
+        yield error(
+            "serve.pp",
+            (
+                f"{ctx.show('serve.pp')} exceeds {ctx.show('model.num_layers')}: a pipeline stage would hold "
+                f"no layer; use serve.pp<={ctx.spec.model.num_layers}"
+            ),
+        )
 
 
 def serve_len_within_positions(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
     if s.serve.max_model_len > s.model.max_position_embeddings:
-        yield error("serve.max_model_len", (
-            f"{ctx.show('serve.max_model_len')} exceeds {ctx.show('model.max_position_embeddings')}; "
-            f"use serve.max_model_len<={s.model.max_position_embeddings}"))
+        yield error(
+            "serve.max_model_len",
+            (
+                f"{ctx.show('serve.max_model_len')} exceeds {ctx.show('model.max_position_embeddings')}; "
+                f"use serve.max_model_len<={s.model.max_position_embeddings}"
+            ),
+        )
     elif s.serve.max_model_len < s.train.seq_length:
-        yield warning("serve.max_model_len", (
-            f"{ctx.show('serve.max_model_len')} is shorter than {ctx.show('train.seq_length')}: "
-            "requests as long as the training sequences will be rejected; "
-            f"serve.max_model_len={s.train.seq_length} serves them"))
+        yield warning(
+            "serve.max_model_len",
+            (
+                f"{ctx.show('serve.max_model_len')} is shorter than {ctx.show('train.seq_length')}: "
+                "requests as long as the training sequences will be rejected; "
+                f"serve.max_model_len={s.train.seq_length} serves them"
+            ),
+        )
 
 
 def serve_memory_utilization_leaves_headroom(ctx: RuleContext) -> Iterator[Problem]:
     # (0, 1] itself is the schema's bound; this is the headroom vLLM does not manage.
     if not _cpu(ctx) and ctx.spec.serve.gpu_memory_utilization > GPU_MEMORY_UTILIZATION_WARN:
-        yield warning("serve.gpu_memory_utilization", (
-            f"{ctx.show('serve.gpu_memory_utilization')} leaves under {1 - GPU_MEMORY_UTILIZATION_WARN:.0%} "
-            "of each GPU for the CUDA context, NCCL buffers and sampling peaks; start-up or the first "
-            "large batch may run out of memory; 0.9 is vLLM's default"))
+        yield warning(
+            "serve.gpu_memory_utilization",
+            (
+                f"{ctx.show('serve.gpu_memory_utilization')} leaves under {1 - GPU_MEMORY_UTILIZATION_WARN:.0%} "
+                "of each GPU for the CUDA context, NCCL buffers and sampling peaks; start-up or the first "
+                "large batch may run out of memory; 0.9 is vLLM's default"
+            ),
+        )
 
 
 def serve_quantization_has_checkpoint(ctx: RuleContext) -> Iterator[Problem]:
     v = ctx.spec.serve
     if v.quantization in CALIBRATED_QUANTIZATION and v.model_path is None:
-        yield error("serve.quantization", (
-            f"{ctx.show('serve.quantization')} needs a checkpoint calibrated for {v.quantization.upper()}, "
-            f"but the model served is the conversion output ({ctx.show('convert.output')}), unquantized "
-            f"{ctx.spec.convert.dtype}; calibrate it and set serve.model_path to the quantized directory, "
-            "or use serve.quantization=fp8 (quantized by vLLM on load)"))
+        yield error(
+            "serve.quantization",
+            (
+                f"{ctx.show('serve.quantization')} needs a checkpoint calibrated for {v.quantization.upper()}, "
+                f"but the model served is the conversion output ({ctx.show('convert.output')}), unquantized "
+                f"{ctx.spec.convert.dtype}; calibrate it and set serve.model_path to the quantized directory, "
+                "or use serve.quantization=fp8 (quantized by vLLM on load)"
+            ),
+        )
 
 
 def serve_expert_parallel_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
     if ctx.spec.serve.expert_parallel and ctx.spec.model.moe is None:
-        yield error("serve.expert_parallel", (
-            f"{ctx.show('serve.expert_parallel')} needs a MoE model ({ctx.show('model.moe')}); "
-            "set serve.expert_parallel=false"))
+        yield error(
+            "serve.expert_parallel",
+            (
+                f"{ctx.show('serve.expert_parallel')} needs a MoE model ({ctx.show('model.moe')}); "
+                "set serve.expert_parallel=false"
+            ),
+        )
 
 
 def serve_cpu_kvcache_whole_gib(ctx: RuleContext) -> Iterator[Problem]:
     space = ctx.spec.serve.cpu_kvcache_space_gib
     if _cpu(ctx) and space != int(space):
-        yield error("serve.cpu_kvcache_space_gib", (
-            f"{ctx.show('serve.cpu_kvcache_space_gib')} is not a whole number: vLLM reads "
-            f"VLLM_CPU_KVCACHE_SPACE as an integer of GiB; use serve.cpu_kvcache_space_gib={max(1, round(space))}"))
+        yield error(
+            "serve.cpu_kvcache_space_gib",
+            (
+                f"{ctx.show('serve.cpu_kvcache_space_gib')} is not a whole number: vLLM reads "
+                f"VLLM_CPU_KVCACHE_SPACE as an integer of GiB; use serve.cpu_kvcache_space_gib={max(1, round(space))}"
+            ),
+        )
 
 
-RULES = (serve_tp_divides_heads, serve_tp_fits_kv_heads, serve_fits_gpus, serve_pp_fits_layers,
-         serve_len_within_positions, serve_memory_utilization_leaves_headroom,
-         serve_quantization_has_checkpoint, serve_expert_parallel_needs_moe, serve_cpu_kvcache_whole_gib)
+RULES = (
+    serve_tp_divides_heads,
+    serve_tp_fits_kv_heads,
+    serve_fits_gpus,
+    serve_pp_fits_layers,
+    serve_len_within_positions,
+    serve_memory_utilization_leaves_headroom,
+    serve_quantization_has_checkpoint,
+    serve_expert_parallel_needs_moe,
+    serve_cpu_kvcache_whole_gib,
+)

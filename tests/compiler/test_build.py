@@ -11,9 +11,17 @@ import pytest
 from compiler.pipeline import make_plan
 from compiler.writer import build_files, sha256, write_build
 
-DEEPSEEK = ["model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "parallel.pp=16", "parallel.ep=64",
-            "parallel.pp_layout=auto", "parallel.distributed_optimizer=true",
-            "train.recompute=full", "serve.pp=3"]  # what lmspec's memory budget asks for this layout
+DEEPSEEK = [
+    "model=deepseek_v3",
+    "hardware=h800_80g",
+    "hardware.nodes=256",
+    "parallel.pp=16",
+    "parallel.ep=64",
+    "parallel.pp_layout=auto",
+    "parallel.distributed_optimizer=true",
+    "train.recompute=full",
+    "serve.pp=3",
+]  # what lmspec's memory budget asks for this layout
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -56,6 +64,7 @@ def test_failed_write_leaves_previous_build_intact(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
     from compiler.errors import UsageError
+
     with pytest.raises(UsageError, match="No space left on device"):
         write_build(target, build_files(make_plan(["train.steps=99"])))
     assert _tree(target) == before
@@ -101,10 +110,12 @@ def test_resolved_spec_compiles_back_to_itself(lmspec, tmp_path: Path) -> None:
 
 def test_user_spec_pulls_builtin_groups_and_takes_overrides(lmspec, tmp_path: Path) -> None:
     spec = tmp_path / "my_job.yaml"
-    spec.write_text("defaults:\n  - model: llama3_8b\n  - parallel: default\n  - train: default\n"
-                    "  - serve: default\n  - cluster: slurm\n  - convert: default\n  - hardware: h100_80g\n"
-                    "  - _self_\n\nname: my_job\nhardware:\n  nodes: 2\nparallel:\n  tp: 2\n"
-                    "  sequence_parallel: true\n  distributed_optimizer: true\n")
+    spec.write_text(
+        "defaults:\n  - model: llama3_8b\n  - parallel: default\n  - train: default\n"
+        "  - serve: default\n  - cluster: slurm\n  - convert: default\n  - hardware: h100_80g\n"
+        "  - _self_\n\nname: my_job\nhardware:\n  nodes: 2\nparallel:\n  tp: 2\n"
+        "  sequence_parallel: true\n  distributed_optimizer: true\n"
+    )
     result = lmspec("compile", "--spec", str(spec), "-o", str(tmp_path / "build"), "train.micro_batch_size=2")
     assert result.code == 0, result.err
     plan = json.loads((tmp_path / "build" / "my_job" / "plan.json").read_text())

@@ -27,7 +27,10 @@ def test_a_rebuild_with_the_same_memory_keeps_the_chart_without_importing_matplo
     assert _compile_in_fresh_process("-o", str(tmp_path)) == {"code": 0, "matplotlib": True}
     first = (tmp_path / CHART).read_bytes()
     # train.lr moves no memory figure: every other artifact is re-emitted, the chart is kept
-    assert _compile_in_fresh_process("-o", str(tmp_path), "train.optimizer.lr=0.002") == {"code": 0, "matplotlib": False}
+    assert _compile_in_fresh_process("-o", str(tmp_path), "train.optimizer.lr=0.002") == {
+        "code": 0,
+        "matplotlib": False,
+    }
     assert (tmp_path / CHART).read_bytes() == first
     assert "0.002" in (tmp_path / "tiny" / "spec.resolved.yaml").read_text()
 

@@ -15,8 +15,16 @@ def _line_of(path, key: str) -> int:
 
 
 def test_text_shows_file_and_line_and_overrides(lmspec) -> None:
-    result = lmspec("explain", "model=llama3_70b", "parallel.tp=2", "hardware=h100_80g", "hardware.nodes=8",
-                    "parallel.pp=4", "parallel.distributed_optimizer=true", "train.recompute=full")
+    result = lmspec(
+        "explain",
+        "model=llama3_70b",
+        "parallel.tp=2",
+        "hardware=h100_80g",
+        "hardware.nodes=8",
+        "parallel.pp=4",
+        "parallel.distributed_optimizer=true",
+        "train.recompute=full",
+    )
     assert result.code == 0, result.err
     rows = {line.split()[0]: line for line in result.out.splitlines() if line and not line.startswith(" ")}
     expected_line = _line_of(SPECS_DIR / "model" / "llama3_70b.yaml", "num_layers")

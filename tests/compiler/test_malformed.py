@@ -17,16 +17,22 @@ NOT_A_MAPPING = "- just\n- a list\n"
 # (argv after `compile`, expected exit code, fragments the message must contain)
 CASES = [
     # wrong types
-    pytest.param(["parallel.tp=two"], 1, ["parallel.tp=\"two\"", "expected an integer >= 1"], id="tp-string"),
-    pytest.param(["parallel.sequence_parallel=maybe"], 1, ["parallel.sequence_parallel", "true or false"], id="bool-string"),
+    pytest.param(["parallel.tp=two"], 1, ['parallel.tp="two"', "expected an integer >= 1"], id="tp-string"),
+    pytest.param(
+        ["parallel.sequence_parallel=maybe"], 1, ["parallel.sequence_parallel", "true or false"], id="bool-string"
+    ),
     pytest.param(["train.optimizer.lr=fast"], 1, ["train.optimizer.lr", "expected a number > 0"], id="lr-string"),
-    pytest.param(["hardware.gpu.memory_gib=[80]"], 1, ["hardware.gpu.memory_gib", "expected a number"], id="list-for-number"),
+    pytest.param(
+        ["hardware.gpu.memory_gib=[80]"], 1, ["hardware.gpu.memory_gib", "expected a number"], id="list-for-number"
+    ),
     pytest.param(["parallel.pp_layout=sometimes"], 1, ["parallel.pp_layout", "'auto'"], id="pp-layout-word"),
     pytest.param(["model.moe=3"], 1, ["model.moe=3", "a mapping or null"], id="moe-scalar"),
     pytest.param(["serve.port=http"], 1, ["serve.port", "<= 65535"], id="port-string"),
     # enums
-    pytest.param(["train.precision=bf8"], 1, ["train.precision=\"bf8\"", "one of 'bf16', 'fp16', 'fp32'"], id="precision"),
-    pytest.param(["train.backend=jax"], 1, ["train.backend=\"jax\"", "'megatron', 'deepspeed'"], id="backend"),
+    pytest.param(
+        ["train.precision=bf8"], 1, ['train.precision="bf8"', "one of 'bf16', 'fp16', 'fp32'"], id="precision"
+    ),
+    pytest.param(["train.backend=jax"], 1, ['train.backend="jax"', "'megatron', 'deepspeed'"], id="backend"),
     pytest.param(["train.recompute=some"], 1, ["train.recompute", "'selective'"], id="recompute"),
     pytest.param(["parallel.zero_stage=4"], 1, ["parallel.zero_stage=4", "one of 0, 1, 2, 3"], id="zero-stage-4"),
     # negative or zero sizes, out of range
@@ -37,10 +43,14 @@ CASES = [
     pytest.param(["serve.gpu_memory_utilization=1.5"], 1, ["serve.gpu_memory_utilization=1.5", "<= 1"], id="gpu-util"),
     pytest.param(["serve.gpu_memory_utilization=0"], 1, ["serve.gpu_memory_utilization=0", "> 0"], id="gpu-util-zero"),
     pytest.param(["cluster.slurm.time=forever"], 1, ["cluster.slurm.time", "matching"], id="slurm-time"),
-    pytest.param(["name=my job"], 1, ["name=\"my job\"", "matching"], id="name-with-space"),
+    pytest.param(["name=my job"], 1, ['name="my job"', "matching"], id="name-with-space"),
     # unknown keys (override of a key that does not exist, and a new key added with +)
-    pytest.param(["parallel.tpp=2"], 1, ["parallel.tpp", "unknown key", "did you mean parallel.tp?"], id="unknown-override"),
-    pytest.param(["+parallel.tpp=2"], 1, ["parallel.tpp", "unknown key", "did you mean parallel.tp?"], id="unknown-added"),
+    pytest.param(
+        ["parallel.tpp=2"], 1, ["parallel.tpp", "unknown key", "did you mean parallel.tp?"], id="unknown-override"
+    ),
+    pytest.param(
+        ["+parallel.tpp=2"], 1, ["parallel.tpp", "unknown key", "did you mean parallel.tp?"], id="unknown-added"
+    ),
     pytest.param(["+trian.steps=3"], 1, ["trian", "unknown key", "did you mean train?"], id="unknown-section"),
     pytest.param(["+parallel.tp=2"], 1, ["parallel.tp", "drop the '+'"], id="append-existing"),
     # missing required
@@ -57,24 +67,42 @@ CASES = [
     pytest.param(["parallel.tp=="], 2, ["cannot parse override"], id="override-grammar"),
     pytest.param(["--spec", "does/not/exist.yaml"], 2, ["does/not/exist.yaml: no such file"], id="missing-spec-file"),
     pytest.param(["--spec", "{dir}/bad.yaml"], 1, ["bad.yaml", "YAML syntax error"], id="yaml-syntax"),
-    pytest.param(["--spec", "{dir}/unknown_key.yaml"], 1, ["parallel.tpp", "unknown_key.yaml:5",
-                                                          "did you mean parallel.tp?"], id="unknown-key-in-file"),
-    pytest.param(["--spec", "{dir}/wrong_type.yaml"], 1, ["train.steps=\"many\"", "wrong_type.yaml:5"], id="wrong-type-in-file"),
+    pytest.param(
+        ["--spec", "{dir}/unknown_key.yaml"],
+        1,
+        ["parallel.tpp", "unknown_key.yaml:5", "did you mean parallel.tp?"],
+        id="unknown-key-in-file",
+    ),
+    pytest.param(
+        ["--spec", "{dir}/wrong_type.yaml"], 1, ['train.steps="many"', "wrong_type.yaml:5"], id="wrong-type-in-file"
+    ),
     pytest.param(["--spec", "{dir}/bad_group.yaml"], 1, ["model/llama9"], id="bad-group-in-file"),
     pytest.param(["--spec", "{dir}/not_a_mapping.yaml"], 1, ["not_a_mapping"], id="spec-not-a-mapping"),
 ]
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()} if root.exists() else {}
+    return (
+        {
+            p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        }
+        if root.exists()
+        else {}
+    )
 
 
 @pytest.fixture(scope="module")
 def bad_specs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("bad_specs")
-    for name, text in {"bad.yaml": BAD_YAML, "unknown_key.yaml": UNKNOWN_KEY, "wrong_type.yaml": WRONG_TYPE,
-                       "bad_group.yaml": BAD_GROUP, "not_a_mapping.yaml": NOT_A_MAPPING}.items():
+    for name, text in {
+        "bad.yaml": BAD_YAML,
+        "unknown_key.yaml": UNKNOWN_KEY,
+        "wrong_type.yaml": WRONG_TYPE,
+        "bad_group.yaml": BAD_GROUP,
+        "not_a_mapping.yaml": NOT_A_MAPPING,
+    }.items():
         (d / name).write_text(text)
     return d
 
@@ -85,7 +113,8 @@ def test_corpus_is_large_enough() -> None:
 
 @pytest.mark.parametrize(("argv", "code", "fragments"), CASES)
 def test_malformed_input_fails_cleanly_and_leaves_build_untouched(
-        lmspec, tmp_path: Path, bad_specs: Path, argv: list[str], code: int, fragments: list[str]) -> None:
+    lmspec, tmp_path: Path, bad_specs: Path, argv: list[str], code: int, fragments: list[str]
+) -> None:
     out = tmp_path / "build"
     assert lmspec("compile", "-o", str(out)).code == 0
     before = _snapshot(out)

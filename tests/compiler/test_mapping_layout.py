@@ -15,7 +15,7 @@ def test_one_line_per_tensor_and_the_same_document() -> None:
     text = emit_conversion(plan)[MAPPING_JSON]
     doc = mapping_document(plan)
     assert json.loads(text) == json.loads(dump_json(doc))
-    rows = [line for line in text.splitlines() if line.startswith('    {')]
+    rows = [line for line in text.splitlines() if line.startswith("    {")]
     assert len(rows) == len(doc["tensors"]) > 900
     assert [json.loads(row.rstrip(",")) for row in rows] == doc["tensors"]
 

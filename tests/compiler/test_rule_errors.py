@@ -6,75 +6,157 @@ from __future__ import annotations
 import pytest
 
 CASES = [
-    pytest.param(["model=llama3_70b", "hardware=h100_80g", "parallel.tp=6"],
-                 ["parallel.tp=6 (command-line override) does not divide model.num_attention_heads=64",
-                  "specs/model/llama3_70b.yaml:8", "valid: 1, 2, 4, 8, 16, 32, 64"], id="heads-divide-by-tp"),
-    pytest.param(["model=llama3_8b", "hardware=h100_80g", "parallel.tp=16", "hardware.nodes=2"],
-                 ["parallel.tp=16 (command-line override) crosses nodes", "hardware.gpus_per_node=8",
-                  "keep tp <= 8"], id="tp-inside-node"),
-    pytest.param(["hardware=h100_80g", "parallel.tp=3"],
-                 ["parallel.tp(3) x parallel.pp(1) x parallel.cp(1) = 3 does not divide the world size",
-                  "hardware.gpus_per_node(8) x hardware.nodes(1) = 8"], id="world-size-auto-dp"),
-    pytest.param(["parallel.dp=4"],
-                 ["parallel.tp(1) x parallel.pp(1) x parallel.cp(1) x parallel.dp(4) = 4 != world size",
-                  "set parallel.dp=auto (gives 2)"], id="world-size-explicit-dp"),
-    pytest.param(["parallel.tp=2", "parallel.pp=3", "hardware.gpus_per_node=6"],
-                 ["parallel.pp=3 (command-line override) does not divide model.num_layers=4",
-                  "parallel.pp_layout=auto"], id="layers-divide-by-pp"),
-    pytest.param(["parallel.pp=2", "parallel.pp_layout=[1,2]"],
-                 ["parallel.pp_layout=[1, 2]", "summing to model.num_layers=4", "it has 2 summing to 3"],
-                 id="pp-layout-sum"),
-    pytest.param(["model.num_kv_heads=3"],
-                 ["model.num_kv_heads=3 (command-line override) must divide model.num_attention_heads=8",
-                  "valid: 1, 2, 4, 8"], id="gqa-groups"),
-    pytest.param(["model=llama3_8b", "hardware=h100_80g", "parallel.tp=8", "model.num_kv_heads=4",
-                  "model.num_attention_heads=20"],
-                 ["parallel.tp=8 (command-line override) does not divide model.num_attention_heads=20"],
-                 id="tp-vs-heads-override"),
-    pytest.param(["model=tiny_moe", "parallel.ep=3"],
-                 ["parallel.ep=3 (command-line override) does not divide model.moe.num_experts=8",
-                  "specs/model/tiny_moe.yaml"], id="experts-divide-by-ep"),
-    pytest.param(["model=tiny_moe", "parallel.ep=4"],
-                 ["parallel.ep(4) x parallel.etp(1) = 4 does not divide dp(2) x parallel.tp(1) x parallel.cp(1) = 2",
-                  "ep x etp must be one of 1, 2"], id="ep-fits-ranks"),
-    pytest.param(["parallel.ep=2"],
-                 ["parallel.ep=2 (command-line override) needs a MoE model, but model.moe=null"], id="ep-needs-moe"),
-    pytest.param(["train.global_batch_size=18"],
-                 ["train.global_batch_size=18 (command-line override) is not a multiple of train.micro_batch_size(4) x dp(2) = 8",
-                  "use 16, 24"], id="global-batch"),
-    pytest.param(["parallel.zero_stage=3"],
-                 ["parallel.zero_stage=3 (command-line override) is a DeepSpeed setting but train.backend=\"megatron\"",
-                  "parallel.distributed_optimizer=true"], id="zero-is-deepspeed"),
-    pytest.param(["train.backend=deepspeed", "parallel.zero_stage=3", "parallel.pp=2"],
-                 ["parallel.pp=2 (command-line override) with parallel.zero_stage=3",
-                  "supports ZeRO stage 0 or 1 only"], id="deepspeed-pp-zero3"),
-    pytest.param(["train.backend=deepspeed", "parallel.tp=2"],
-                 ["parallel.tp=2 (command-line override) with train.backend=\"deepspeed\"", "set parallel.tp=1"],
-                 id="deepspeed-tp"),
-    pytest.param(["parallel.distributed_optimizer=true", "train.backend=deepspeed"],
-                 ["parallel.distributed_optimizer=true (command-line override) is a Megatron setting"],
-                 id="distopt-is-megatron"),
-    pytest.param(["parallel.offload_params=true", "train.backend=deepspeed", "parallel.zero_stage=2"],
-                 ["parallel.offload_params=true (command-line override) needs parallel.zero_stage>=3"],
-                 id="offload-params-zero3"),
-    pytest.param(["train.seq_length=2048"],
-                 ["train.seq_length=2048 (command-line override) exceeds model.max_position_embeddings=1024"],
-                 id="seq-within-positions"),
-    pytest.param(["serve.tp=3"],
-                 ["serve.tp=3 (command-line override) does not divide model.num_attention_heads=8"], id="serve-tp"),
-    pytest.param(["serve.max_model_len=4096"],
-                 ["serve.max_model_len=4096 (command-line override) exceeds model.max_position_embeddings=1024"],
-                 id="serve-len"),
-    pytest.param(["model.attention=mla"],
-                 ["model.attention=\"mla\" (command-line override) needs the model.mla block"], id="mla-block"),
-    pytest.param(["model=tiny_moe", "model.head_dim=32"],
-                 ["model.head_dim=32 (command-line override) must equal", "set model.head_dim=64"], id="mla-head-dim"),
-    pytest.param(["model=tiny_moe", "model.moe.top_k=9"],
-                 ["model.moe.top_k=9 (command-line override) exceeds model.moe.num_experts=8"], id="moe-top-k"),
-    pytest.param(["parallel.cp=2", "train.seq_length=126", "parallel.tp=1"],
-                 ["train.seq_length=126 (command-line override) must divide by 2 x parallel.cp=2"], id="cp-sequence"),
-    pytest.param(["parallel.virtual_stages=2"],
-                 ["parallel.virtual_stages=2 (command-line override) needs parallel.pp=1"], id="virtual-stages"),
+    pytest.param(
+        ["model=llama3_70b", "hardware=h100_80g", "parallel.tp=6"],
+        [
+            "parallel.tp=6 (command-line override) does not divide model.num_attention_heads=64",
+            "specs/model/llama3_70b.yaml:8",
+            "valid: 1, 2, 4, 8, 16, 32, 64",
+        ],
+        id="heads-divide-by-tp",
+    ),
+    pytest.param(
+        ["model=llama3_8b", "hardware=h100_80g", "parallel.tp=16", "hardware.nodes=2"],
+        ["parallel.tp=16 (command-line override) crosses nodes", "hardware.gpus_per_node=8", "keep tp <= 8"],
+        id="tp-inside-node",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "parallel.tp=3"],
+        [
+            "parallel.tp(3) x parallel.pp(1) x parallel.cp(1) = 3 does not divide the world size",
+            "hardware.gpus_per_node(8) x hardware.nodes(1) = 8",
+        ],
+        id="world-size-auto-dp",
+    ),
+    pytest.param(
+        ["parallel.dp=4"],
+        [
+            "parallel.tp(1) x parallel.pp(1) x parallel.cp(1) x parallel.dp(4) = 4 != world size",
+            "set parallel.dp=auto (gives 2)",
+        ],
+        id="world-size-explicit-dp",
+    ),
+    pytest.param(
+        ["parallel.tp=2", "parallel.pp=3", "hardware.gpus_per_node=6"],
+        ["parallel.pp=3 (command-line override) does not divide model.num_layers=4", "parallel.pp_layout=auto"],
+        id="layers-divide-by-pp",
+    ),
+    pytest.param(
+        ["parallel.pp=2", "parallel.pp_layout=[1,2]"],
+        ["parallel.pp_layout=[1, 2]", "summing to model.num_layers=4", "it has 2 summing to 3"],
+        id="pp-layout-sum",
+    ),
+    pytest.param(
+        ["model.num_kv_heads=3"],
+        ["model.num_kv_heads=3 (command-line override) must divide model.num_attention_heads=8", "valid: 1, 2, 4, 8"],
+        id="gqa-groups",
+    ),
+    pytest.param(
+        [
+            "model=llama3_8b",
+            "hardware=h100_80g",
+            "parallel.tp=8",
+            "model.num_kv_heads=4",
+            "model.num_attention_heads=20",
+        ],
+        ["parallel.tp=8 (command-line override) does not divide model.num_attention_heads=20"],
+        id="tp-vs-heads-override",
+    ),
+    pytest.param(
+        ["model=tiny_moe", "parallel.ep=3"],
+        ["parallel.ep=3 (command-line override) does not divide model.moe.num_experts=8", "specs/model/tiny_moe.yaml"],
+        id="experts-divide-by-ep",
+    ),
+    pytest.param(
+        ["model=tiny_moe", "parallel.ep=4"],
+        [
+            "parallel.ep(4) x parallel.etp(1) = 4 does not divide dp(2) x parallel.tp(1) x parallel.cp(1) = 2",
+            "ep x etp must be one of 1, 2",
+        ],
+        id="ep-fits-ranks",
+    ),
+    pytest.param(
+        ["parallel.ep=2"],
+        ["parallel.ep=2 (command-line override) needs a MoE model, but model.moe=null"],
+        id="ep-needs-moe",
+    ),
+    pytest.param(
+        ["train.global_batch_size=18"],
+        [
+            "train.global_batch_size=18 (command-line override) is "
+            "not a multiple of train.micro_batch_size(4) x dp(2) = 8",
+            "use 16, 24",
+        ],
+        id="global-batch",
+    ),
+    pytest.param(
+        ["parallel.zero_stage=3"],
+        [
+            'parallel.zero_stage=3 (command-line override) is a DeepSpeed setting but train.backend="megatron"',
+            "parallel.distributed_optimizer=true",
+        ],
+        id="zero-is-deepspeed",
+    ),
+    pytest.param(
+        ["train.backend=deepspeed", "parallel.zero_stage=3", "parallel.pp=2"],
+        ["parallel.pp=2 (command-line override) with parallel.zero_stage=3", "supports ZeRO stage 0 or 1 only"],
+        id="deepspeed-pp-zero3",
+    ),
+    pytest.param(
+        ["train.backend=deepspeed", "parallel.tp=2"],
+        ['parallel.tp=2 (command-line override) with train.backend="deepspeed"', "set parallel.tp=1"],
+        id="deepspeed-tp",
+    ),
+    pytest.param(
+        ["parallel.distributed_optimizer=true", "train.backend=deepspeed"],
+        ["parallel.distributed_optimizer=true (command-line override) is a Megatron setting"],
+        id="distopt-is-megatron",
+    ),
+    pytest.param(
+        ["parallel.offload_params=true", "train.backend=deepspeed", "parallel.zero_stage=2"],
+        ["parallel.offload_params=true (command-line override) needs parallel.zero_stage>=3"],
+        id="offload-params-zero3",
+    ),
+    pytest.param(
+        ["train.seq_length=2048"],
+        ["train.seq_length=2048 (command-line override) exceeds model.max_position_embeddings=1024"],
+        id="seq-within-positions",
+    ),
+    pytest.param(
+        ["serve.tp=3"],
+        ["serve.tp=3 (command-line override) does not divide model.num_attention_heads=8"],
+        id="serve-tp",
+    ),
+    pytest.param(
+        ["serve.max_model_len=4096"],
+        ["serve.max_model_len=4096 (command-line override) exceeds model.max_position_embeddings=1024"],
+        id="serve-len",
+    ),
+    pytest.param(
+        ["model.attention=mla"],
+        ['model.attention="mla" (command-line override) needs the model.mla block'],
+        id="mla-block",
+    ),
+    pytest.param(
+        ["model=tiny_moe", "model.head_dim=32"],
+        ["model.head_dim=32 (command-line override) must equal", "set model.head_dim=64"],
+        id="mla-head-dim",
+    ),
+    pytest.param(
+        ["model=tiny_moe", "model.moe.top_k=9"],
+        ["model.moe.top_k=9 (command-line override) exceeds model.moe.num_experts=8"],
+        id="moe-top-k",
+    ),
+    pytest.param(
+        ["parallel.cp=2", "train.seq_length=126", "parallel.tp=1"],
+        ["train.seq_length=126 (command-line override) must divide by 2 x parallel.cp=2"],
+        id="cp-sequence",
+    ),
+    pytest.param(
+        ["parallel.virtual_stages=2"],
+        ["parallel.virtual_stages=2 (command-line override) needs parallel.pp=1"],
+        id="virtual-stages",
+    ),
 ]
 
 
@@ -96,7 +178,9 @@ def test_all_problems_reported_at_once_errors_before_warnings(lmspec) -> None:
 
 
 def test_warning_does_not_fail(lmspec) -> None:
-    result = lmspec("check", "model=llama3_8b", "hardware=h100_80g", "parallel.tp=2", "parallel.distributed_optimizer=true")
+    result = lmspec(
+        "check", "model=llama3_8b", "hardware=h100_80g", "parallel.tp=2", "parallel.distributed_optimizer=true"
+    )
     assert result.code == 0
     assert "warning: parallel.sequence_parallel=false" in result.err
 
@@ -111,16 +195,29 @@ def test_debug_shows_traceback(monkeypatch) -> None:
 
 
 def test_deepseek_2048_gpu_layout_compiles(lmspec, tmp_path) -> None:
-    result = lmspec("compile", "model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "parallel.tp=1",
-                    "parallel.pp=16", "parallel.ep=64", "parallel.pp_layout=auto",
-                    "parallel.distributed_optimizer=true", "train.recompute=full", "serve.pp=3", "-o", str(tmp_path))
+    result = lmspec(
+        "compile",
+        "model=deepseek_v3",
+        "hardware=h800_80g",
+        "hardware.nodes=256",
+        "parallel.tp=1",
+        "parallel.pp=16",
+        "parallel.ep=64",
+        "parallel.pp_layout=auto",
+        "parallel.distributed_optimizer=true",
+        "train.recompute=full",
+        "serve.pp=3",
+        "-o",
+        str(tmp_path),
+    )
     assert result.code == 0, result.err
     plan = (tmp_path / "deepseek_v3" / "plan.json").read_text()
     assert '"stage_layers": [\n      3,\n      3,\n      4,' in plan
 
 
 def test_seed_671b_layout_reports_every_rule(lmspec) -> None:
-    result = lmspec("check", "model=deepseek_v3", "hardware=a100_80g", "hardware.nodes=4", "parallel.tp=8",
-                    "parallel.zero_stage=3")
+    result = lmspec(
+        "check", "model=deepseek_v3", "hardware=a100_80g", "hardware.nodes=4", "parallel.tp=8", "parallel.zero_stage=3"
+    )
     assert result.code == 1
     assert "parallel.zero_stage=3 (command-line override) is a DeepSpeed setting" in result.err

@@ -11,8 +11,9 @@ from compiler.schema import spec_schema, spec_schema_text
 
 
 def test_committed_schema_is_up_to_date() -> None:
-    assert SCHEMA_FILE.read_text(encoding="utf-8") == spec_schema_text(), \
+    assert SCHEMA_FILE.read_text(encoding="utf-8") == spec_schema_text(), (
         "schemas/spec.schema.json is stale: run `lmspec schema > schemas/spec.schema.json`"
+    )
 
 
 def test_schema_is_valid_draft_2020_12() -> None:
@@ -31,6 +32,7 @@ def test_every_key_has_a_description_and_objects_are_closed() -> None:
     assert len(props) > 100
     for key, prop in props:
         assert prop.get("description"), f"{key} has no description"
+
     def closed(node: dict) -> None:
         if node.get("type") == "object":
             assert node["additionalProperties"] is False
@@ -38,6 +40,7 @@ def test_every_key_has_a_description_and_objects_are_closed() -> None:
             closed(child)
         for option in node.get("anyOf", []):
             closed(option)
+
     closed(spec_schema())
 
 

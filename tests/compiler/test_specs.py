@@ -37,11 +37,14 @@ def test_every_composed_preset_validates(path: Path) -> None:
         pytest.fail(f"{path.name} does not validate:\n{exc}")
 
 
-@pytest.mark.parametrize(("model", "expected"), [
-    ("deepseek_v3", dict(num_layers=61, hidden_size=7168, vocab_size=129280, num_attention_heads=128)),
-    ("llama3_70b", dict(num_layers=80, hidden_size=8192, ffn_hidden_size=28672, num_kv_heads=8)),
-    ("mixtral_8x7b", dict(num_layers=32, vocab_size=32000, max_position_embeddings=32768)),
-])
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("deepseek_v3", dict(num_layers=61, hidden_size=7168, vocab_size=129280, num_attention_heads=128)),
+        ("llama3_70b", dict(num_layers=80, hidden_size=8192, ffn_hidden_size=28672, num_kv_heads=8)),
+        ("mixtral_8x7b", dict(num_layers=32, vocab_size=32000, max_position_embeddings=32768)),
+    ],
+)
 def test_presets_carry_published_architecture(model: str, expected: dict[str, int]) -> None:
     spec = compose_spec([f"model={model}"]).spec["model"]
     assert {k: spec[k] for k in expected} == expected
@@ -49,10 +52,21 @@ def test_presets_carry_published_architecture(model: str, expected: dict[str, in
 
 def test_deepseek_v3_moe_and_mla_numbers() -> None:
     model = compose_spec(["model=deepseek_v3"]).spec["model"]
-    assert model["moe"] == {"num_experts": 256, "top_k": 8, "num_shared_experts": 1, "ffn_hidden_size": 2048,
-                            "first_dense_layers": 3, "router_score_bias": True}
-    assert model["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-                            "qk_rope_head_dim": 64, "v_head_dim": 128}
+    assert model["moe"] == {
+        "num_experts": 256,
+        "top_k": 8,
+        "num_shared_experts": 1,
+        "ffn_hidden_size": 2048,
+        "first_dense_layers": 3,
+        "router_score_bias": True,
+    }
+    assert model["mla"] == {
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    }
 
 
 def test_tiny_is_gqa_with_head_dim_32() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from convert_helpers import MOE_TP2_EP2, Trained, train
 
+
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("convert")

@@ -38,8 +38,9 @@ def free_port() -> int:
 def run(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run in its own process group; on timeout kill the group and fail."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -65,8 +66,15 @@ class Trained:
 
 
 def compile_build(workdir: Path, name: str, overrides: list[str], spec: str | None = None) -> Path:
-    args = ["compile", *(["--spec", spec] if spec else []), *overrides, f"name={name}",
-            f"cluster.master_port={free_port()}", "-o", "build"]
+    args = [
+        "compile",
+        *(["--spec", spec] if spec else []),
+        *overrides,
+        f"name={name}",
+        f"cluster.master_port={free_port()}",
+        "-o",
+        "build",
+    ]
     result = lmspec(*args, cwd=workdir)
     assert result.returncode == 0, result.stderr
     return Path("build") / name
@@ -84,7 +92,7 @@ def verify_report(trained: Trained, hf_dir: Path | None = None) -> tuple[int, di
     cmd = [PYTHON, "-m", "runtime.verify", str(trained.build)] + ([str(hf_dir)] if hf_dir else [])
     result = run(cmd, trained.workdir)
     out = result.stdout
-    report = json.loads(out[out.index("{\n"):out.rindex("}") + 1]) if "{\n" in out else {}
+    report = json.loads(out[out.index("{\n") : out.rindex("}") + 1]) if "{\n" in out else {}
     return result.returncode, report, result.stderr
 
 
@@ -101,8 +109,14 @@ def peak_rss_bytes(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S)
     """(exit code, peak RSS of the process in bytes, stdout) of `cmd`, measured by the kernel (wait4)."""
     import threading
 
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
     timer.start()
     try:

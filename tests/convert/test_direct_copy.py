@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from convert_helpers import PYTHON, Trained, run
+
 from runtime.convert import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -26,8 +26,9 @@ def files(directory: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("fixture", ["tiny_tp2", "tiny_moe_tp2_ep2"])
-def test_direct_copy_matches_the_buffered_path_byte_for_byte(fixture: str, request: pytest.FixtureRequest,
-                                                               tmp_path: Path) -> None:
+def test_direct_copy_matches_the_buffered_path_byte_for_byte(
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     trained: Trained = request.getfixturevalue(fixture)
     doc = json.loads((trained.workdir / trained.build / "convert" / "mapping.json").read_text())
     step = latest_checkpoint(trained.workdir / doc["checkpoint_dir"]) / DIST_CKPT_DIR
@@ -70,12 +71,15 @@ def test_inert_metadata_reader_agrees_with_torch(fixture: str, request: pytest.F
 
 def test_the_direct_path_imports_no_torch(tiny_tp2: Trained, tmp_path: Path) -> None:
     """Importing torch costs ~1.9 s with torch.distributed.checkpoint, more than converting 2 GB directly."""
-    script = ("import json, sys; from pathlib import Path; from runtime.convert import convert_megatron, DIST_CKPT_DIR, "
-              "latest_checkpoint; doc = json.loads(Path(sys.argv[1]).read_text()); "
-              "s = convert_megatron(doc, latest_checkpoint(Path(doc['checkpoint_dir'])) / DIST_CKPT_DIR, Path(sys.argv[2])); "
-              "print(json.dumps({'torch': [m for m in sys.modules if m == 'torch'], **s}))")
-    result = run([PYTHON, "-c", script, str(tiny_tp2.build / "convert" / "mapping.json"), str(tmp_path / "hf")],
-                 tiny_tp2.workdir)
+    script = (
+        "import json, sys; from pathlib import Path; from runtime.convert import convert_megatron, DIST_CKPT_DIR, "
+        "latest_checkpoint; doc = json.loads(Path(sys.argv[1]).read_text()); "
+        "s = convert_megatron(doc, latest_checkpoint(Path(doc['checkpoint_dir'])) / DIST_CKPT_DIR, Path(sys.argv[2])); "
+        "print(json.dumps({'torch': [m for m in sys.modules if m == 'torch'], **s}))"
+    )
+    result = run(
+        [PYTHON, "-c", script, str(tiny_tp2.build / "convert" / "mapping.json"), str(tmp_path / "hf")], tiny_tp2.workdir
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["torch"] == [] and summary["megatron_tensors_buffered"] == 0

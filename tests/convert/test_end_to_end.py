@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from convert_helpers import MOE_TP2_EP2, Trained, compile_build, hf_tensors, lmspec, verify_report
 
 from runtime.verify import MIN_LOGITS_COSINE
@@ -35,7 +34,7 @@ def test_convert_then_logits_match(fixture: str, request: pytest.FixtureRequest)
     result = lmspec("run", str(trained.build), "--stage", "verify", cwd=trained.workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    report = json.loads(out[out.index("{\n"):out.rindex("}") + 1])
+    report = json.loads(out[out.index("{\n") : out.rindex("}") + 1])
     assert report["ok"] and report["logits_cosine"] >= FP32_CPU_MIN_COSINE > MIN_LOGITS_COSINE
     assert report["max_abs_diff"] < 1e-3
     assert len(report["layers"]) == 4

@@ -47,8 +47,9 @@ def test_deepseek_v3_mapping_matches_transformers_with_fused_experts() -> None:
     ours = hf_names_and_shapes(doc)
     theirs = transformers_state(doc)
     per_expert = {n: s for n, s in ours.items() if ".mlp.experts." in n}
-    assert {n: s for n, s in ours.items() if n not in per_expert} == \
-        {n: s for n, s in theirs.items() if ".mlp.experts." not in n}
+    assert {n: s for n, s in ours.items() if n not in per_expert} == {
+        n: s for n, s in theirs.items() if ".mlp.experts." not in n
+    }
     moe = doc["hf_config"]
     for layer in range(moe["first_k_dense_replace"], moe["num_hidden_layers"]):
         prefix = f"model.layers.{layer}.mlp.experts"
@@ -61,20 +62,30 @@ def test_deepseek_v3_mapping_matches_transformers_with_fused_experts() -> None:
 
 @pytest.mark.parametrize("ep", [2, 4])
 def test_expert_global_id_is_local_plus_ep_rank_times_experts_per_rank(ep: int) -> None:
-    doc = mapping([f"parallel.ep={ep}"], spec="tiny_moe_pretrain_2rank_cpu_fp32") if ep == 2 else \
-        mapping(["parallel.ep=4", "hardware.gpus_per_node=4"], spec="tiny_moe_pretrain_2rank_cpu_fp32")
+    doc = (
+        mapping([f"parallel.ep={ep}"], spec="tiny_moe_pretrain_2rank_cpu_fp32")
+        if ep == 2
+        else mapping(["parallel.ep=4", "hardware.gpus_per_node=4"], spec="tiny_moe_pretrain_2rank_cpu_fp32")
+    )
     per_rank = 8 // ep
     fc1 = [t for t in tensors(doc) if t.key == "decoder.layers.1.mlp.experts.experts.linear_fc1.weight"]
     assert [t.index for t in fc1] == [(e,) for e in range(8)]
     for e, t in enumerate(fc1):
         assert t.ep_rank == e // per_rank
         assert t.model_key == f"decoder.layers.1.mlp.experts.local_experts.{e % per_rank}.linear_fc1.weight"
-        assert t.transform.hf == (f"model.layers.1.mlp.experts.{e}.gate_proj.weight",
-                                  f"model.layers.1.mlp.experts.{e}.up_proj.weight")
+        assert t.transform.hf == (
+            f"model.layers.1.mlp.experts.{e}.gate_proj.weight",
+            f"model.layers.1.mlp.experts.{e}.up_proj.weight",
+        )
 
 
-@pytest.mark.parametrize("overrides,spec", [(["hardware=cpu", "parallel.tp=2"], None),
-                                            (["parallel.tp=2", "parallel.sequence_parallel=true"], "tiny_moe_pretrain_2rank_cpu_fp32")])
+@pytest.mark.parametrize(
+    "overrides,spec",
+    [
+        (["hardware=cpu", "parallel.tp=2"], None),
+        (["parallel.tp=2", "parallel.sequence_parallel=true"], "tiny_moe_pretrain_2rank_cpu_fp32"),
+    ],
+)
 def test_rank_boxes_tile_every_tensor_exactly_once(overrides: list[str], spec: str | None) -> None:
     for t in tensors(mapping(overrides, spec)):
         tr = t.transform
@@ -82,8 +93,11 @@ def test_rank_boxes_tile_every_tensor_exactly_once(overrides: list[str], spec: s
         covered = sum(math.prod(b - a for a, b in box) for box in boxes)
         assert covered == math.prod(tr.shape), t.label
         for rank in range(tr.parts):
-            rows = sum(box[tr.split_dim][1] - box[tr.split_dim][0] for box in tr.boxes(rank)) \
-                if tr.split_dim is not None else None
+            rows = (
+                sum(box[tr.split_dim][1] - box[tr.split_dim][0] for box in tr.boxes(rank))
+                if tr.split_dim is not None
+                else None
+            )
             if rows is not None:
                 assert rows == tr.local_shape()[tr.split_dim]
 

@@ -23,17 +23,30 @@ from runtime.dtypes import DTYPE_BYTES
 pytestmark = pytest.mark.slow
 
 # A Llama-shaped model of 557M fp32 parameters (2.2 GB): largest tensor the embedding, 262 MB.
-SYNTHETIC_2GB = ["hardware=h100_80g", "hardware.gpus_per_node=2", "parallel.tp=2", "train.precision=fp32",
-                 "convert.dtype=float32", "model.hidden_size=2048", "model.ffn_hidden_size=8192",
-                 "model.num_attention_heads=16", "model.num_kv_heads=4", "model.head_dim=128",
-                 "model.num_layers=7", "model.vocab_size=32000", "model.max_position_embeddings=4096"]
+SYNTHETIC_2GB = [
+    "hardware=h100_80g",
+    "hardware.gpus_per_node=2",
+    "parallel.tp=2",
+    "train.precision=fp32",
+    "convert.dtype=float32",
+    "model.hidden_size=2048",
+    "model.ffn_hidden_size=8192",
+    "model.num_attention_heads=16",
+    "model.num_kv_heads=4",
+    "model.head_dim=128",
+    "model.num_layers=7",
+    "model.vocab_size=32000",
+    "model.max_position_embeddings=4096",
+]
 MIN_CHECKPOINT_BYTES = 2 * 10**9
 BASE_RSS_ALLOWANCE_BYTES = 400 * 2**20  # interpreter, torch, safetensors, rich (~270 MiB measured) + metadata
 
 
 def largest_tensor_bytes(mapping: dict) -> int:
-    return max(math.prod(t["megatron_shape"]) * max(DTYPE_BYTES[t["megatron"]["dtype"]], DTYPE_BYTES[t["hf_dtype"]])
-               for t in mapping["tensors"])
+    return max(
+        math.prod(t["megatron_shape"]) * max(DTYPE_BYTES[t["megatron"]["dtype"]], DTYPE_BYTES[t["hf_dtype"]])
+        for t in mapping["tensors"]
+    )
 
 
 def cast_copy(workdir: Path, build: Path, dtype: str) -> Path:
@@ -50,8 +63,18 @@ def cast_copy(workdir: Path, build: Path, dtype: str) -> Path:
 
 def test_peak_rss_is_bounded_by_the_largest_tensor(tmp_path: Path) -> None:
     build = compile_build(tmp_path, "synthetic_2gb", SYNTHETIC_2GB)
-    made = run([PYTHON, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}",
-                str(ROOT / "bench" / "synthetic_checkpoint.py"), str(build)], tmp_path)
+    made = run(
+        [
+            PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            f"--master-port={free_port()}",
+            str(ROOT / "bench" / "synthetic_checkpoint.py"),
+            str(build),
+        ],
+        tmp_path,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     written = json.loads(made.stdout.strip().splitlines()[-1])
     assert written["bytes"] >= MIN_CHECKPOINT_BYTES
@@ -61,8 +84,10 @@ def test_peak_rss_is_bounded_by_the_largest_tensor(tmp_path: Path) -> None:
             assert code == 0, out
             largest = largest_tensor_bytes(json.loads((tmp_path / converted / "convert" / "mapping.json").read_text()))
             bound = 2 * largest + BASE_RSS_ALLOWANCE_BYTES
-            print(f"{converted.name}: peak RSS {peak / 2**20:.0f} MiB; largest tensor {largest / 2**20:.0f} MiB; "
-                  f"bound {bound / 2**20:.0f} MiB")
+            print(
+                f"{converted.name}: peak RSS {peak / 2**20:.0f} MiB; largest tensor {largest / 2**20:.0f} MiB; "
+                f"bound {bound / 2**20:.0f} MiB"
+            )
             assert peak <= bound
             assert peak < written["bytes"] / 2  # and nowhere near the model
     finally:

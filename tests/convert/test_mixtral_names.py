@@ -19,10 +19,20 @@ from compiler.conversion.document import tensors
 from compiler.emit.conversion import MAPPING_JSON, emit_conversion
 from compiler.pipeline import make_plan
 
-TINY_MIXTRAL = ["model=mixtral_8x7b", "hardware=cpu", "model.num_layers=2", "model.hidden_size=64",
-                "model.ffn_hidden_size=96", "model.moe.ffn_hidden_size=96", "model.num_attention_heads=4",
-                "model.num_kv_heads=2", "model.head_dim=16", "model.vocab_size=256",
-                "model.max_position_embeddings=256", "model.moe.num_experts=4"]
+TINY_MIXTRAL = [
+    "model=mixtral_8x7b",
+    "hardware=cpu",
+    "model.num_layers=2",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=96",
+    "model.moe.ffn_hidden_size=96",
+    "model.num_attention_heads=4",
+    "model.num_kv_heads=2",
+    "model.head_dim=16",
+    "model.vocab_size=256",
+    "model.max_position_embeddings=256",
+    "model.moe.num_experts=4",
+]
 
 
 def test_transformers_loads_the_mixtral_names_with_gate_up_down_in_place(tmp_path: Path) -> None:
@@ -31,8 +41,11 @@ def test_transformers_loads_the_mixtral_names_with_gate_up_down_in_place(tmp_pat
     doc = json.loads(emit_conversion(make_plan(TINY_MIXTRAL))[MAPPING_JSON])
     assert doc["hf_config"]["architectures"] == ["MixtralForCausalLM"]
     generator = torch.Generator().manual_seed(0)
-    written = {name: torch.randn(*t.transform.hf_shapes()[name], generator=generator)
-               for t in tensors(doc) for name in t.transform.hf}
+    written = {
+        name: torch.randn(*t.transform.hf_shapes()[name], generator=generator)
+        for t in tensors(doc)
+        for name in t.transform.hf
+    }
     assert any(".block_sparse_moe.experts.3.w3." in name for name in written)
     save_file(written, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     (tmp_path / "config.json").write_text(json.dumps({**doc["hf_config"], "torch_dtype": "float32"}))
@@ -45,8 +58,11 @@ def test_transformers_loads_the_mixtral_names_with_gate_up_down_in_place(tmp_pat
         assert torch.equal(state[f"{new}.gate.weight"], written[f"{old}.gate.weight"])
         for e in range(4):
             gate_up = state[f"{new}.experts.gate_up_proj"][e]
-            assert torch.equal(gate_up, torch.cat([written[f"{old}.experts.{e}.w1.weight"],
-                                                   written[f"{old}.experts.{e}.w3.weight"]]))
+            assert torch.equal(
+                gate_up, torch.cat([written[f"{old}.experts.{e}.w1.weight"], written[f"{old}.experts.{e}.w3.weight"]])
+            )
             assert torch.equal(state[f"{new}.experts.down_proj"][e], written[f"{old}.experts.{e}.w2.weight"])
-        assert torch.equal(state[f"model.layers.{layer}.self_attn.k_proj.weight"],
-                           written[f"model.layers.{layer}.self_attn.k_proj.weight"])
+        assert torch.equal(
+            state[f"model.layers.{layer}.self_attn.k_proj.weight"],
+            written[f"model.layers.{layer}.self_attn.k_proj.weight"],
+        )

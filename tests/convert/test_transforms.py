@@ -12,8 +12,16 @@ import re
 import pytest
 import torch
 
-from compiler.conversion.transforms import (QKV, ColumnParallel, GatedMLP, MappingError, MlaDown, MlaUp,
-                                            Replicated, RowParallel)
+from compiler.conversion.transforms import (
+    QKV,
+    ColumnParallel,
+    GatedMLP,
+    MappingError,
+    MlaDown,
+    MlaUp,
+    Replicated,
+    RowParallel,
+)
 
 HIDDEN = 24
 
@@ -28,11 +36,11 @@ def megatron_qkv_shards(q, k, v, heads, groups, head_dim, tp):
     rows = []
     for g in range(groups):
         for h in range(g * per_group, (g + 1) * per_group):
-            rows.append(q[h * head_dim:(h + 1) * head_dim])
-        rows.append(k[g * head_dim:(g + 1) * head_dim])
-        rows.append(v[g * head_dim:(g + 1) * head_dim])
+            rows.append(q[h * head_dim : (h + 1) * head_dim])
+        rows.append(k[g * head_dim : (g + 1) * head_dim])
+        rows.append(v[g * head_dim : (g + 1) * head_dim])
     per_rank = len(rows) // tp
-    return [torch.cat(rows[r * per_rank:(r + 1) * per_rank]) for r in range(tp)]
+    return [torch.cat(rows[r * per_rank : (r + 1) * per_rank]) for r in range(tp)]
 
 
 @pytest.mark.parametrize("heads,groups,tp", [(8, 2, 1), (8, 2, 2), (4, 4, 2), (8, 1, 1), (12, 4, 4)])
@@ -41,8 +49,15 @@ def test_qkv_matches_megatron_group_interleave(heads: int, groups: int, tp: int)
     q, k, v = rand(heads * head_dim, HIDDEN), rand(groups * head_dim, HIDDEN + 0), rand(groups * head_dim, HIDDEN)
     v = v + 1.0  # k and v must differ
     shards = megatron_qkv_shards(q, k, v, heads, groups, head_dim, tp)
-    t = QKV("qkv", ("q", "k", "v"), ((heads + 2 * groups) * head_dim, HIDDEN), tp,
-            heads=heads, groups=groups, head_dim=head_dim)
+    t = QKV(
+        "qkv",
+        ("q", "k", "v"),
+        ((heads + 2 * groups) * head_dim, HIDDEN),
+        tp,
+        heads=heads,
+        groups=groups,
+        head_dim=head_dim,
+    )
     merged = t.merge(shards, torch.cat)
     assert torch.equal(merged["q"], q) and torch.equal(merged["k"], k) and torch.equal(merged["v"], v)
     for got, want in zip(t.split({"q": q, "k": k, "v": v}, torch.cat), shards, strict=True):
@@ -63,7 +78,7 @@ def test_gated_mlp_is_gate_up_per_rank(tp: int) -> None:
     ffn = 16
     gate, up = rand(ffn, HIDDEN), rand(ffn, HIDDEN) + 1
     size = ffn // tp
-    shards = [torch.cat([gate[r * size:(r + 1) * size], up[r * size:(r + 1) * size]]) for r in range(tp)]
+    shards = [torch.cat([gate[r * size : (r + 1) * size], up[r * size : (r + 1) * size]]) for r in range(tp)]
     t = GatedMLP("fc1", ("gate", "up"), (2 * ffn, HIDDEN), tp)
     merged = t.merge(shards, torch.cat)
     assert torch.equal(merged["gate"], gate) and torch.equal(merged["up"], up)
@@ -102,15 +117,21 @@ def test_mla_up_keeps_whole_heads_per_rank() -> None:
     assert t.local_shape() == (2 * (nope + v_dim), rank)
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda: QKV("qkv", ("q", "k", "v"), (48, 8), 4, heads=8, groups=2, head_dim=4), "2 kv groups do not split over 4"),
-    (lambda: QKV("qkv", ("q", "k", "v"), (40, 8), 1, heads=8, groups=2, head_dim=4), "expected groups(2)"),
-    (lambda: QKV("qkv", ("q", "k"), (48, 8), 1, heads=8, groups=2, head_dim=4), "three HF names"),
-    (lambda: GatedMLP("fc1", ("gate", "up"), (6, 8), 4), "does not split into 4"),
-    (lambda: MlaUp("q_up", ("q_b",), (12, 8), 4, heads=2, head_rows=(3, 3)), "2 heads do not split over 4"),
-    (lambda: MlaDown("kv_down", ("kv_a",), (10, 8), 1, latent=8, rope_dim=4), "expected latent(8) + rope(4)"),
-    (lambda: RowParallel("o", ("o",), (8, 10), 4), "does not split into 4"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (
+            lambda: QKV("qkv", ("q", "k", "v"), (48, 8), 4, heads=8, groups=2, head_dim=4),
+            "2 kv groups do not split over 4",
+        ),
+        (lambda: QKV("qkv", ("q", "k", "v"), (40, 8), 1, heads=8, groups=2, head_dim=4), "expected groups(2)"),
+        (lambda: QKV("qkv", ("q", "k"), (48, 8), 1, heads=8, groups=2, head_dim=4), "three HF names"),
+        (lambda: GatedMLP("fc1", ("gate", "up"), (6, 8), 4), "does not split into 4"),
+        (lambda: MlaUp("q_up", ("q_b",), (12, 8), 4, heads=2, head_rows=(3, 3)), "2 heads do not split over 4"),
+        (lambda: MlaDown("kv_down", ("kv_a",), (10, 8), 1, latent=8, rope_dim=4), "expected latent(8) + rope(4)"),
+        (lambda: RowParallel("o", ("o",), (8, 10), 4), "does not split into 4"),
+    ],
+)
 def test_constructors_reject_shapes_that_do_not_fit(make, message: str) -> None:
     with pytest.raises(MappingError, match=re.escape(message)):
         make()

@@ -11,13 +11,12 @@ import json
 from typing import Any
 
 import pytest
+from convert_helpers import Trained, verify_report
 
 from compiler.conversion.document import TRANSFORMS
 from compiler.conversion.kinds import SplitKind
 from compiler.conversion.transforms import QKV, RowParallel
 from runtime.convert import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
-
-from convert_helpers import Trained, verify_report
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +41,12 @@ class TransposedRow(RowParallel):
         return super().to_hf(full)
 
 
-@pytest.mark.parametrize("kind,bug,layer", [(SplitKind.QKV, SwappedGroupsQKV, "layer 2"),
-                                            (SplitKind.ROW, TransposedRow, "layer 1")],
-                         ids=["swapped-qk-groups", "transposed-square"])
-def test_wrong_mapping_fails_verify_naming_the_layer(tiny_tp2: Trained, kind: SplitKind, bug: type,
-                                                     layer: str) -> None:
+@pytest.mark.parametrize(
+    "kind,bug,layer",
+    [(SplitKind.QKV, SwappedGroupsQKV, "layer 2"), (SplitKind.ROW, TransposedRow, "layer 1")],
+    ids=["swapped-qk-groups", "transposed-square"],
+)
+def test_wrong_mapping_fails_verify_naming_the_layer(tiny_tp2: Trained, kind: SplitKind, bug: type, layer: str) -> None:
     doc = json.loads((tiny_tp2.workdir / tiny_tp2.build / "convert" / "mapping.json").read_text())
     step = latest_checkpoint(tiny_tp2.workdir / doc["checkpoint_dir"])
     wrong = tiny_tp2.workdir / f"wrong_{kind.value}"

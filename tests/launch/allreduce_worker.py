@@ -28,9 +28,15 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     total = torch.tensor([float(rank + 1)])
     dist.all_reduce(total)
-    record = {"rank": rank, "world_size": world, "local_rank": int(os.environ["LOCAL_RANK"]),
-              "sum": total.item(), "argv": sys.argv[1:], "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-              "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+    record = {
+        "rank": rank,
+        "world_size": world,
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "sum": total.item(),
+        "argv": sys.argv[1:],
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+    }
     out = Path(os.environ["ALLREDUCE_OUT"])
     restarts = record["restarts"] = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     if os.environ.get("ALLREDUCE_AWAIT_USR1") == "1" and restarts == 0:

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_slurm import LocalSlurm, slurm_missing_reason
 
 from compiler.pipeline import make_plan
 from compiler.writer import build_files, write_build
-from local_slurm import LocalSlurm, slurm_missing_reason
+
 
 def free_port() -> int:
     """A TCP port free now on loopback (rendezvous ports must not collide between tests)."""

@@ -25,7 +25,9 @@ def slurm_missing_reason() -> str | None:
         return "a local Slurm needs root (slurmd runs jobs as any user)"
     missing = [d for d in DAEMONS if shutil.which(d) is None]
     if missing:
-        return f"Slurm not installed ({', '.join(missing)} missing): apt-get install slurmctld slurmd slurm-client munge"
+        return (
+            f"Slurm not installed ({', '.join(missing)} missing): apt-get install slurmctld slurmd slurm-client munge"
+        )
     return None
 
 
@@ -46,20 +48,41 @@ class LocalSlurm:
         node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
         host = node.split()[0].removeprefix("NodeName=")
         r, sock = self.root, self.munge_dir / "munge.socket"
-        self.conf.write_text("\n".join([
-            "ClusterName=lmspec", f"SlurmctldHost={host}(127.0.0.1)", "SlurmUser=root", "SlurmdUser=root",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-            "AuthType=auth/munge", f"AuthInfo=socket={sock}",
-            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool",
-            f"SlurmctldPidFile={r}/slurmctld.pid", f"SlurmdPidFile={r}/slurmd.pid",
-            f"SlurmctldLogFile={r}/slurmctld.log", f"SlurmdLogFile={r}/slurmd.log",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-            "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
-            "JobAcctGatherType=jobacct_gather/none", "MpiDefault=none", "ReturnToService=2",
-            "MailProg=/bin/true", "SchedulerParameters=batch_sched_delay=0", "MinJobAge=4",
-            f"{node} NodeAddr=127.0.0.1",
-            f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    "ClusterName=lmspec",
+                    f"SlurmctldHost={host}(127.0.0.1)",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"SlurmctldPort={_free_port()}",
+                    f"SlurmdPort={_free_port()}",
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={sock}",
+                    f"StateSaveLocation={r}/state",
+                    f"SlurmdSpoolDir={r}/spool",
+                    f"SlurmctldPidFile={r}/slurmctld.pid",
+                    f"SlurmdPidFile={r}/slurmd.pid",
+                    f"SlurmctldLogFile={r}/slurmctld.log",
+                    f"SlurmdLogFile={r}/slurmd.log",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core",
+                    "AccountingStorageType=accounting_storage/none",
+                    "JobCompType=jobcomp/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "MpiDefault=none",
+                    "ReturnToService=2",
+                    "MailProg=/bin/true",
+                    "SchedulerParameters=batch_sched_delay=0",
+                    "MinJobAge=4",
+                    f"{node} NodeAddr=127.0.0.1",
+                    f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
 
     def start(self) -> None:
         self.root.chmod(0o755)
@@ -70,21 +93,32 @@ class LocalSlurm:
         key.chmod(0o400)
         self._write_conf()
         m = self.munge_dir
-        subprocess.run(["munged", "--force", f"--socket={m / 'munge.socket'}", f"--key-file={key}",
-                        f"--pid-file={m / 'munged.pid'}", f"--log-file={m / 'munged.log'}",
-                        f"--seed-file={m / 'munged.seed'}"], check=True)
+        subprocess.run(
+            [
+                "munged",
+                "--force",
+                f"--socket={m / 'munge.socket'}",
+                f"--key-file={key}",
+                f"--pid-file={m / 'munged.pid'}",
+                f"--log-file={m / 'munged.log'}",
+                f"--seed-file={m / 'munged.seed'}",
+            ],
+            check=True,
+        )
         subprocess.run(["slurmctld", "-c", "-f", str(self.conf)], check=True, env=self.env)
         subprocess.run(["slurmd", "-f", str(self.conf)], check=True, env=self.env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            state = subprocess.run(["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True,
-                                   env=self.env, check=False).stdout.strip()
+            state = subprocess.run(
+                ["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True, env=self.env, check=False
+            ).stdout.strip()
             if state == "idle":
                 return
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"local Slurm did not become idle in {START_TIMEOUT_S} s (last state {state!r}); "
-                           f"logs in {self.root}")
+        raise RuntimeError(
+            f"local Slurm did not become idle in {START_TIMEOUT_S} s (last state {state!r}); logs in {self.root}"
+        )
 
     def stop(self) -> None:
         for pid_file in (self.root / "slurmd.pid", self.root / "slurmctld.pid", self.munge_dir / "munged.pid"):

@@ -22,19 +22,39 @@ VARIANTS = {
     "zero1-bf16": DS + ["parallel.zero_stage=1", "train.precision=bf16"],
     "zero2-fp16": DS + ["parallel.zero_stage=2", "train.precision=fp16"],
     "zero3-bf16": DS + ["parallel.zero_stage=3", "train.precision=bf16"],
-    "zero3-fp32-offload": DS + ["parallel.zero_stage=3", "parallel.offload_optimizer=true",
-                                "parallel.offload_params=true"],
-    "zero2-bf16-offload-optimizer": DS + ["parallel.zero_stage=2", "train.precision=bf16",
-                                          "parallel.offload_optimizer=true"],
-    "zero1-adam-linear": DS + ["parallel.zero_stage=1", "train.optimizer.name=adam",
-                               "train.lr_schedule.decay=linear", "train.optimizer.min_lr=0"],
-    "zero2-sgd-constant-recompute": DS + ["parallel.zero_stage=2", "train.optimizer.name=sgd",
-                                          "train.lr_schedule.decay=constant", "train.recompute=full"],
+    "zero3-fp32-offload": DS
+    + ["parallel.zero_stage=3", "parallel.offload_optimizer=true", "parallel.offload_params=true"],
+    "zero2-bf16-offload-optimizer": DS
+    + ["parallel.zero_stage=2", "train.precision=bf16", "parallel.offload_optimizer=true"],
+    "zero1-adam-linear": DS
+    + [
+        "parallel.zero_stage=1",
+        "train.optimizer.name=adam",
+        "train.lr_schedule.decay=linear",
+        "train.optimizer.min_lr=0",
+    ],
+    "zero2-sgd-constant-recompute": DS
+    + ["parallel.zero_stage=2", "train.optimizer.name=sgd", "train.lr_schedule.decay=constant", "train.recompute=full"],
     "zero3-no-warmup": DS + ["parallel.zero_stage=3", "train.lr_schedule.warmup_steps=0"],
-    "llama3_70b-h100-zero3": DS + ["model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8", "cluster=slurm",
-                                   "parallel.zero_stage=3", "train.recompute=full", "train.global_batch_size=512"],
-    "deepseek_v2_lite-a100-zero3": DS + ["model=deepseek_v2_lite", "hardware=a100_80g", "parallel.zero_stage=3",
-                                         "train.recompute=full", "train.global_batch_size=256", "serve.tp=1"],
+    "llama3_70b-h100-zero3": DS
+    + [
+        "model=llama3_70b",
+        "hardware=h100_80g",
+        "hardware.nodes=8",
+        "cluster=slurm",
+        "parallel.zero_stage=3",
+        "train.recompute=full",
+        "train.global_batch_size=512",
+    ],
+    "deepseek_v2_lite-a100-zero3": DS
+    + [
+        "model=deepseek_v2_lite",
+        "hardware=a100_80g",
+        "parallel.zero_stage=3",
+        "train.recompute=full",
+        "train.global_batch_size=256",
+        "serve.tp=1",
+    ],
 }
 PRESET = "tiny_deepspeed_zero3_2rank_cpu_fp32"
 
@@ -76,8 +96,9 @@ CASES = [pytest.param(v, None, id=k) for k, v in VARIANTS.items()] + [pytest.par
 
 
 @pytest.mark.parametrize(("overrides", "spec"), CASES)
-def test_deepspeed_accepts_emitted_config(overrides: list[str], spec: str | None,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deepspeed_accepts_emitted_config(
+    overrides: list[str], spec: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plan, config = _plan_and_config(overrides, Path(spec) if spec else None)
     tracked = _ReadTracking(config)
     ds = _deepspeed_config(tracked, plan.layout.dp, monkeypatch)
@@ -98,8 +119,9 @@ def test_deepspeed_accepts_emitted_config(overrides: list[str], spec: str | None
 
 
 @pytest.mark.parametrize(("overrides", "spec"), CASES)
-def test_optimizer_and_scheduler_are_real_and_accept_their_params(overrides: list[str], spec: str | None,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_optimizer_and_scheduler_are_real_and_accept_their_params(
+    overrides: list[str], spec: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """DeepSpeed takes any optimizer/scheduler name silently; build both from its own tables."""
     plan, config = _plan_and_config(overrides, Path(spec) if spec else None)
     ds = _deepspeed_config(config, plan.layout.dp, monkeypatch)
@@ -152,12 +174,15 @@ def test_deepspeed_judge_is_live(monkeypatch: pytest.MonkeyPatch) -> None:
         _deepspeed_config(wrong_batch, plan.layout.dp, monkeypatch)
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("parallel.offload_params=true", "parallel.offload_params"),
-    ("parallel.zero_stage=5", "parallel.zero_stage"),
-    ("train.grad_clip=-1", "train.grad_clip"),
-    ("train.optimizer.name=lion", "train.optimizer.name"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("parallel.offload_params=true", "parallel.offload_params"),
+        ("parallel.zero_stage=5", "parallel.zero_stage"),
+        ("train.grad_clip=-1", "train.grad_clip"),
+        ("train.optimizer.name=lion", "train.optimizer.name"),
+    ],
+)
 def test_bad_values_are_caught_by_lmspec_first(override: str, key: str) -> None:
     with pytest.raises(SpecError) as caught:
         make_plan(DS + ["parallel.zero_stage=2", override])

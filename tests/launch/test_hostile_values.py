@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import compile_build
 
 from compiler.cli import run as lmspec
 from compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
-from conftest import compile_build
 
 HOSTILE = {
     "command-substitution": "$(touch pwned)",
@@ -57,12 +57,20 @@ def _executable(path: Path, text: str) -> Path:
 def _spec_file(directory: Path, value: str, gpu: bool) -> Path:
     """A user spec holding the hostile value (OmegaConf needs `${` escaped to stay literal)."""
     literal = value.replace("${", "\\${")
-    spec = {"defaults": ["config", "_self_"], "name": "hostile",
-            "train": {"checkpoint": {"dir": f"runs/{literal}"}},
-            "hardware": {"inter_node": {"socket_ifname": literal}}}
+    spec = {
+        "defaults": ["config", "_self_"],
+        "name": "hostile",
+        "train": {"checkpoint": {"dir": f"runs/{literal}"}},
+        "hardware": {"inter_node": {"socket_ifname": literal}},
+    }
     if gpu:
-        spec["defaults"] = ["config", {"override hardware": "h100_80g"}, {"override model": "llama3_8b"},
-                            {"override cluster": "slurm"}, "_self_"]
+        spec["defaults"] = [
+            "config",
+            {"override hardware": "h100_80g"},
+            {"override model": "llama3_8b"},
+            {"override cluster": "slurm"},
+            "_self_",
+        ]
         spec["hardware"]["nodes"] = 2
         spec["parallel"] = {"distributed_optimizer": True}
     path = directory / "hostile.yaml"
@@ -83,16 +91,32 @@ def workspace(tmp_path: Path) -> dict[str, Path]:
     _executable(bin_dir / "scancel", "#!/bin/bash\n")
     run_dir = tmp_path / "run dir $(touch pwned) ü"
     run_dir.mkdir()
-    return {"root": tmp_path, "bin": bin_dir, "python": _executable(tmp_path / "fake-python", FAKE_PYTHON),
-            "run": run_dir}
+    return {
+        "root": tmp_path,
+        "bin": bin_dir,
+        "python": _executable(tmp_path / "fake-python", FAKE_PYTHON),
+        "run": run_dir,
+    }
 
 
 def _run(script: Path, build: Path, ws: dict[str, Path], extra_env: dict[str, str]) -> tuple[dict, str]:
     out = ws["root"] / "recorded.json"
-    env = {"PATH": f"{ws['bin']}:/usr/bin:/bin", "LMSPEC_PYTHON": str(ws["python"]), "FAKE_OUT": str(out),
-           "HOME": str(ws["root"]), **extra_env}
-    result = subprocess.run(["bash", str(script), str(build)], cwd=ws["run"], env=env, capture_output=True,
-                            text=True, timeout=60, check=False)
+    env = {
+        "PATH": f"{ws['bin']}:/usr/bin:/bin",
+        "LMSPEC_PYTHON": str(ws["python"]),
+        "FAKE_OUT": str(out),
+        "HOME": str(ws["root"]),
+        **extra_env,
+    }
+    result = subprocess.run(
+        ["bash", str(script), str(build)],
+        cwd=ws["run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(out.read_text(encoding="utf-8")), result.stdout
 
@@ -109,9 +133,19 @@ def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[
     recorded, stdout = _run(build / TORCHRUN_SH, build, ws, {})
 
     assert recorded["argv"] == [
-        "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--node-rank=0",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29500", "--rdzv-id=lmspec-hostile",
-        "--max-restarts=0", "-m", "runtime.train", str(build.resolve())]
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--node-rank=0",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:29500",
+        "--rdzv-id=lmspec-hostile",
+        "--max-restarts=0",
+        "-m",
+        "runtime.train",
+        str(build.resolve()),
+    ]
     assert recorded["env"]["GLOO_SOCKET_IFNAME"] == value
     assert recorded["env"]["NCCL_SOCKET_IFNAME"] is None
     assert f"torchrun.sh: resuming from runs/{value}/step_3\n" in stdout
@@ -122,15 +156,29 @@ def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[
 def test_multi_node_sbatch_passes_hostile_values_as_data(value: str, workspace: dict[str, Path]) -> None:
     ws = workspace
     build = compile_build(ws["root"] / "builds", [], _spec_file(ws["root"], value, gpu=True))
-    slurm_env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node-[a-b]",
-                 "SLURM_NODEID": "1"}
+    slurm_env = {
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_NODEID": "1",
+    }
 
     recorded, stdout = _run(build / SBATCH_SH, build, ws, slurm_env)
 
     assert recorded["argv"] == [
-        "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8", "--node-rank=1",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=node-a:29500", "--rdzv-id=42",
-        "--max-restarts=0", "-m", "runtime.train", str(build.resolve())]
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--node-rank=1",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=node-a:29500",
+        "--rdzv-id=42",
+        "--max-restarts=0",
+        "-m",
+        "runtime.train",
+        str(build.resolve()),
+    ]
     assert recorded["env"]["NCCL_SOCKET_IFNAME"] == value
     assert recorded["env"]["GLOO_SOCKET_IFNAME"] == value
     assert recorded["env"]["MASTER_ADDR"] == "node-a"
@@ -142,16 +190,23 @@ UNQUOTABLE = ("cluster.slurm.partition", "cluster.slurm.account", "hardware.inte
 
 
 @pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
-def test_values_sbatch_or_nccl_cannot_quote_are_refused(value: str, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_values_sbatch_or_nccl_cannot_quote_are_refused(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """#SBATCH lines are parsed by sbatch, NCCL_IB_HCA is a comma list: refused, each key named."""
     literal = value.replace("${", "\\${")
     spec = tmp_path / "hostile.yaml"
-    spec.write_text(yaml.safe_dump({
-        "defaults": ["config", "_self_"],
-        "cluster": {"slurm": {"partition": literal, "account": literal}},
-        "hardware": {"inter_node": {"hca": ["mlx5_0", literal]}},
-    }, allow_unicode=True), encoding="utf-8")
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": ["config", "_self_"],
+                "cluster": {"slurm": {"partition": literal, "account": literal}},
+                "hardware": {"inter_node": {"hca": ["mlx5_0", literal]}},
+            },
+            allow_unicode=True,
+        ),
+        encoding="utf-8",
+    )
 
     assert lmspec(["compile", "--spec", str(spec), "-o", str(tmp_path / "build")]) == 1
     err = capsys.readouterr().err

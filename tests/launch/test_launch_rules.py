@@ -9,32 +9,83 @@ from compiler.pipeline import make_plan
 from compiler.rules.launch import time_limit_seconds
 
 ERRORS = [
-    pytest.param(["cluster=slurm", "cluster.slurm.partition='gpu;rm'"], "cluster.slurm.partition",
-                 ["cluster.slurm.partition=\"gpu;rm\" (command-line override)", "#SBATCH", "plain Slurm name"],
-                 id="partition-not-plain"),
-    pytest.param(["cluster.slurm.account='a b'"], "cluster.slurm.account",
-                 ["cluster.slurm.account=\"a b\" (command-line override)", "plain Slurm name"], id="account-not-plain"),
-    pytest.param(["cluster.slurm.time=00:05:00", "cluster.slurm.signal_seconds=300"], "cluster.slurm.signal_seconds",
-                 ["cluster.slurm.signal_seconds=300", "cluster.slurm.time=\"00:05:00\" (command-line override)",
-                  "(300 s)", "below 300, e.g. 30"], id="signal-after-limit"),
-    pytest.param(["hardware.inter_node.hca=[mlx5_0,'mlx5_1,mlx5_2']"], "hardware.inter_node.hca",
-                 ["'mlx5_1,mlx5_2' is not an RDMA device name", "mlx5_0:1"], id="hca-with-comma"),
+    pytest.param(
+        ["cluster=slurm", "cluster.slurm.partition='gpu;rm'"],
+        "cluster.slurm.partition",
+        ['cluster.slurm.partition="gpu;rm" (command-line override)', "#SBATCH", "plain Slurm name"],
+        id="partition-not-plain",
+    ),
+    pytest.param(
+        ["cluster.slurm.account='a b'"],
+        "cluster.slurm.account",
+        ['cluster.slurm.account="a b" (command-line override)', "plain Slurm name"],
+        id="account-not-plain",
+    ),
+    pytest.param(
+        ["cluster.slurm.time=00:05:00", "cluster.slurm.signal_seconds=300"],
+        "cluster.slurm.signal_seconds",
+        [
+            "cluster.slurm.signal_seconds=300",
+            'cluster.slurm.time="00:05:00" (command-line override)',
+            "(300 s)",
+            "below 300, e.g. 30",
+        ],
+        id="signal-after-limit",
+    ),
+    pytest.param(
+        ["hardware.inter_node.hca=[mlx5_0,'mlx5_1,mlx5_2']"],
+        "hardware.inter_node.hca",
+        ["'mlx5_1,mlx5_2' is not an RDMA device name", "mlx5_0:1"],
+        id="hca-with-comma",
+    ),
 ]
 WARNINGS = [
-    pytest.param(["hardware=h100_80g", "hardware.nodes=2", "hardware.inter_node.fabric=roce", "model=llama3_8b",
-                  "parallel.distributed_optimizer=true", "cluster=slurm"], "cluster.nccl.ib_gid_index",
-                 ["cluster.nccl.ib_gid_index=null", "hardware.inter_node.fabric=\"roce\" (command-line override)",
-                  "cluster.nccl.ib_gid_index=3"], id="roce-without-gid"),
-    pytest.param(["cluster.nccl.ib_gid_index=3"], "cluster.nccl.ib_gid_index",
-                 ["is ignored with hardware.inter_node.fabric=\"ethernet\"", "ib_gid_index=null"], id="gid-not-roce"),
-    pytest.param(["hardware.nodes=2"], "cluster.launcher",
-                 ["cluster.launcher=\"local\" (", "specs/cluster/local.yaml:3)", "hardware.nodes=2 (command-line override)",
-                  "NODE_RANK and MASTER_ADDR, or use cluster=slurm"], id="local-multi-node"),
-    pytest.param(["train.backend=deepspeed", "train.lr_schedule.decay=linear"], "train.optimizer.min_lr",
-                 ["WarmupDecayLR decays to 0", "train.lr_schedule.decay=cosine"], id="deepspeed-linear-min-lr"),
-    pytest.param(["train.backend=deepspeed", "train.lr_schedule.warmup_steps=0"], "train.lr_schedule.warmup_steps",
-                 ["train.lr_schedule.warmup_steps=0 (command-line override)", "at least 2 steps"],
-                 id="deepspeed-short-warmup"),
+    pytest.param(
+        [
+            "hardware=h100_80g",
+            "hardware.nodes=2",
+            "hardware.inter_node.fabric=roce",
+            "model=llama3_8b",
+            "parallel.distributed_optimizer=true",
+            "cluster=slurm",
+        ],
+        "cluster.nccl.ib_gid_index",
+        [
+            "cluster.nccl.ib_gid_index=null",
+            'hardware.inter_node.fabric="roce" (command-line override)',
+            "cluster.nccl.ib_gid_index=3",
+        ],
+        id="roce-without-gid",
+    ),
+    pytest.param(
+        ["cluster.nccl.ib_gid_index=3"],
+        "cluster.nccl.ib_gid_index",
+        ['is ignored with hardware.inter_node.fabric="ethernet"', "ib_gid_index=null"],
+        id="gid-not-roce",
+    ),
+    pytest.param(
+        ["hardware.nodes=2"],
+        "cluster.launcher",
+        [
+            'cluster.launcher="local" (',
+            "specs/cluster/local.yaml:3)",
+            "hardware.nodes=2 (command-line override)",
+            "NODE_RANK and MASTER_ADDR, or use cluster=slurm",
+        ],
+        id="local-multi-node",
+    ),
+    pytest.param(
+        ["train.backend=deepspeed", "train.lr_schedule.decay=linear"],
+        "train.optimizer.min_lr",
+        ["WarmupDecayLR decays to 0", "train.lr_schedule.decay=cosine"],
+        id="deepspeed-linear-min-lr",
+    ),
+    pytest.param(
+        ["train.backend=deepspeed", "train.lr_schedule.warmup_steps=0"],
+        "train.lr_schedule.warmup_steps",
+        ["train.lr_schedule.warmup_steps=0 (command-line override)", "at least 2 steps"],
+        id="deepspeed-short-warmup",
+    ),
 ]
 
 

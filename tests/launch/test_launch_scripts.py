@@ -6,32 +6,56 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import compile_build
 
 from compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
 from compiler.emit.nccl import NCCL_ENV
 from compiler.pipeline import make_plan
 from compiler.writer import build_files
-from conftest import compile_build
 
 SHELL_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)
-ROCE = ["hardware.inter_node.fabric=roce", "cluster.nccl.ib_gid_index=3",
-        "hardware.inter_node.hca=[mlx5_0,mlx5_1:1]", "hardware.inter_node.socket_ifname=eth0"]
+ROCE = [
+    "hardware.inter_node.fabric=roce",
+    "cluster.nccl.ib_gid_index=3",
+    "hardware.inter_node.hca=[mlx5_0,mlx5_1:1]",
+    "hardware.inter_node.socket_ifname=eth0",
+]
 VARIANTS = {
     "tiny": ([], None),
-    "tiny-slurm-resume-never": (["cluster=slurm", "train.checkpoint.resume=never",
-                                 "cluster.slurm.requeue=false"], None),
+    "tiny-slurm-resume-never": (
+        ["cluster=slurm", "train.checkpoint.resume=never", "cluster.slurm.requeue=false"],
+        None,
+    ),
     "tiny-2-nodes": (["hardware.nodes=2", "cluster=slurm"], None),
     "tiny-deepspeed": ([], "tiny_deepspeed_zero3_2rank_cpu_fp32"),
     "llama3_70b": ([], "llama3_70b_pretrain_64gpu_h100_bf16"),
-    "llama3_70b-roce-partition": (ROCE + ["cluster.slurm.partition=gpu", "cluster.slurm.account=proj-1"],
-                                  "llama3_70b_pretrain_64gpu_h100_bf16"),
-    "llama3_70b-deepspeed-offload": (["parallel.tp=1", "parallel.pp=1", "parallel.sequence_parallel=false",
-                                      "parallel.distributed_optimizer=false", "train.backend=deepspeed",
-                                      "parallel.zero_stage=3", "parallel.offload_optimizer=true",
-                                      "train.recompute=full"], "llama3_70b_pretrain_64gpu_h100_bf16"),
-    "llama3_70b-rtx4090-ethernet": (["hardware=rtx4090_24g", "hardware.inter_node.socket_ifname=enp1s0",
-                                     "train.recompute=full", "parallel.pp=8", "parallel.pp_layout=auto"],
-                                    "llama3_70b_pretrain_64gpu_h100_bf16"),
+    "llama3_70b-roce-partition": (
+        ROCE + ["cluster.slurm.partition=gpu", "cluster.slurm.account=proj-1"],
+        "llama3_70b_pretrain_64gpu_h100_bf16",
+    ),
+    "llama3_70b-deepspeed-offload": (
+        [
+            "parallel.tp=1",
+            "parallel.pp=1",
+            "parallel.sequence_parallel=false",
+            "parallel.distributed_optimizer=false",
+            "train.backend=deepspeed",
+            "parallel.zero_stage=3",
+            "parallel.offload_optimizer=true",
+            "train.recompute=full",
+        ],
+        "llama3_70b_pretrain_64gpu_h100_bf16",
+    ),
+    "llama3_70b-rtx4090-ethernet": (
+        [
+            "hardware=rtx4090_24g",
+            "hardware.inter_node.socket_ifname=enp1s0",
+            "train.recompute=full",
+            "parallel.pp=8",
+            "parallel.pp_layout=auto",
+        ],
+        "llama3_70b_pretrain_64gpu_h100_bf16",
+    ),
     "deepseek_v3": ([], "deepseek_v3_pretrain_2048gpu_h800_bf16"),
 }
 
@@ -106,8 +130,9 @@ def test_nccl_env_follows_the_fabric(builds: dict[str, Path]) -> None:
         text = (builds[variant] / NCCL_ENV).read_text()
         return dict(ln.removeprefix("export ").split("=", 1) for ln in text.splitlines() if ln.startswith("export "))
 
-    ib, roce, eth, cpu = (exports(v) for v in ("llama3_70b", "llama3_70b-roce-partition",
-                                                 "llama3_70b-rtx4090-ethernet", "tiny"))
+    ib, roce, eth, cpu = (
+        exports(v) for v in ("llama3_70b", "llama3_70b-roce-partition", "llama3_70b-rtx4090-ethernet", "tiny")
+    )
     assert ib["NCCL_IB_DISABLE"] == "0" and "NCCL_IB_GID_INDEX" not in ib and "NCCL_IB_HCA" not in ib
     assert ib["NCCL_IB_TIMEOUT"] == "22" and ib["NCCL_IB_RETRY_CNT"] == "7"
     assert ib["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1" and ib["NCCL_DEBUG"] == "WARN"
@@ -126,7 +151,6 @@ def test_nccl_env_follows_the_fabric(builds: dict[str, Path]) -> None:
 def test_multi_node_torchrun_needs_master_addr(builds: dict[str, Path], tmp_path: Path) -> None:
     script = builds["llama3_70b"] / TORCHRUN_SH
     env = {"PATH": "/usr/bin:/bin", "LMSPEC_PYTHON": "/bin/false"}
-    result = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "MASTER_ADDR" in result.stderr

@@ -10,26 +10,35 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from compiler.emit.launch import TORCHRUN_SH
 from conftest import compile_build, free_port
 from swap_trainer import write_wrapper
+
+from compiler.emit.launch import TORCHRUN_SH
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 180
 
 
 def test_two_nodes_rendezvous_into_one_world(tmp_path: Path) -> None:
-    build = compile_build(tmp_path / "build", ["hardware.nodes=2", "cluster=slurm",
-                                               f"cluster.master_port={free_port()}"])
+    build = compile_build(
+        tmp_path / "build", ["hardware.nodes=2", "cluster=slurm", f"cluster.master_port={free_port()}"]
+    )
     out = tmp_path / "ranks"
     out.mkdir()
-    env = dict(os.environ, LMSPEC_PYTHON=str(write_wrapper(tmp_path)), ALLREDUCE_OUT=str(out),
-               MASTER_ADDR="127.0.0.1")
+    env = dict(os.environ, LMSPEC_PYTHON=str(write_wrapper(tmp_path)), ALLREDUCE_OUT=str(out), MASTER_ADDR="127.0.0.1")
     env.pop("MASTER_PORT", None)
-    nodes = [subprocess.Popen(["bash", str(build / TORCHRUN_SH)], env=dict(env, NODE_RANK=str(rank)),
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for rank in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            ["bash", str(build / TORCHRUN_SH)],
+            env=dict(env, NODE_RANK=str(rank)),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for rank in (0, 1)
+    ]
     try:
         logs = [node.communicate(timeout=TIMEOUT_S)[0] for node in nodes]
     finally:

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import compile_build
 
 from compiler.cli import run as lmspec
 from compiler.run_command import STAGES
-from conftest import compile_build
 
 LMSPEC = Path(sys.executable).with_name("lmspec")
 FAKE_TRAINER = """#!/bin/bash
@@ -28,8 +28,10 @@ exit "${FAKE_EXIT:-0}"
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("run")
-    return {"local": compile_build(root / "local", []),
-            "slurm": compile_build(root / "slurm", ["cluster=slurm", "name=tiny_slurm"])}
+    return {
+        "local": compile_build(root / "local", []),
+        "slurm": compile_build(root / "slurm", ["cluster=slurm", "name=tiny_slurm"]),
+    }
 
 
 def _fake(tmp_path: Path) -> Path:
@@ -47,9 +49,13 @@ def test_every_stage_entry_is_importable() -> None:
 
 
 @pytest.mark.parametrize("launcher", ["local", "slurm"])
-def test_dry_run_prints_the_exact_command(launcher: str, builds: dict[str, Path], tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_prints_the_exact_command(
+    launcher: str,
+    builds: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("LMSPEC_PYTHON", "/opt/py thon/bin/python")
     build = builds[launcher]
     assert lmspec(["run", str(build), "--dry-run"]) == 0
@@ -67,8 +73,15 @@ def test_not_a_build_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_local_run_returns_the_trainers_exit_code(builds: dict[str, Path], tmp_path: Path) -> None:
     env = dict(os.environ, LMSPEC_PYTHON=str(_fake(tmp_path)), FAKE_PID=str(tmp_path / "pid"), FAKE_EXIT="5")
-    result = subprocess.run([str(LMSPEC), "run", str(builds["local"])], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(LMSPEC), "run", str(builds["local"])],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 5, result.stderr
     assert "torchrun.sh: no checkpoint under runs/tiny/checkpoints" in result.stdout
 
@@ -84,8 +97,14 @@ def _alive(pid: int) -> bool:
 def test_stopping_lmspec_run_stops_the_whole_group(signum: int, builds: dict[str, Path], tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     env = dict(os.environ, LMSPEC_PYTHON=str(_fake(tmp_path)), FAKE_PID=str(pid_file), FAKE_SLEEP="120")
-    proc = subprocess.Popen([str(LMSPEC), "run", str(builds["local"])], env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(LMSPEC), "run", str(builds["local"])],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not pid_file.exists() or not pid_file.read_text().strip():
@@ -106,8 +125,15 @@ def test_stopping_lmspec_run_stops_the_whole_group(signum: int, builds: dict[str
 
 def test_smoke_checks_without_running(builds: dict[str, Path], tmp_path: Path) -> None:
     env = dict(os.environ, LMSPEC_PYTHON=sys.executable)
-    result = subprocess.run([str(LMSPEC), "run", str(builds["local"]), "--smoke"], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [str(LMSPEC), "run", str(builds["local"]), "--smoke"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     trainer_exists = importlib.util.find_spec("runtime.train") is not None
     assert result.returncode == (0 if trainer_exists else 1), result.stdout + result.stderr
     assert result.stdout.count("parses (bash -n)") == 3

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from compiler.emit.launch import SBATCH_SH
 from conftest import compile_build, free_port
 from swap_trainer import write_wrapper
+
+from compiler.emit.launch import SBATCH_SH
 
 pytestmark = pytest.mark.slow
 CREDENTIAL_REVOKE_GRACE_S = 2.0  # slurmd compares credential and revocation times in whole seconds
@@ -39,8 +39,9 @@ def _env(local_slurm, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run in its own session; on timeout cancel every job of this cluster and kill the group."""
-    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -60,8 +61,9 @@ def test_tiny_sbatch_runs_two_ranks(local_slurm, tiny_slurm_build: Path, tmp_pat
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
 
-    result = _run(["sbatch", "--wait", "--parsable", str(tiny_slurm_build / SBATCH_SH), str(tiny_slurm_build)],
-                  env, submit_dir)
+    result = _run(
+        ["sbatch", "--wait", "--parsable", str(tiny_slurm_build / SBATCH_SH), str(tiny_slurm_build)], env, submit_dir
+    )
 
     job_id = result.stdout.strip().split(";")[0]
     log = submit_dir / f"slurm-tiny-{job_id}.out"
@@ -88,8 +90,9 @@ def test_failing_rank_fails_the_job_through_lmspec_run(local_slurm, tiny_slurm_b
     assert len(_ranks(env)) == 2  # both ranks ran; rank 1 then failed
 
 
-def test_tiny_training_runs_to_completion_through_lmspec_run(local_slurm, tiny_slurm_build: Path,
-                                                              tmp_path: Path) -> None:
+def test_tiny_training_runs_to_completion_through_lmspec_run(
+    local_slurm, tiny_slurm_build: Path, tmp_path: Path
+) -> None:
     """The real trainer (runtime.train) under `lmspec run` -> sbatch --wait on the local Slurm."""
     env = dict(local_slurm.env, LMSPEC_PYTHON=sys.executable)
     lmspec = Path(sys.executable).with_name("lmspec")
@@ -115,12 +118,12 @@ def _poll(condition, what: str, timeout_s: float = JOB_TIMEOUT_S) -> None:  # no
 
 
 def _show_job(job_id: str, env: dict[str, str]) -> str:
-    return subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], env=env, capture_output=True,
-                          text=True, check=False).stdout
+    return subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job_id], env=env, capture_output=True, text=True, check=False
+    ).stdout
 
 
-def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slurm_build: Path,
-                                                             tmp_path: Path) -> None:
+def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slurm_build: Path, tmp_path: Path) -> None:
     """--signal=B:USR1: the batch shell forwards USR1 to the ranks (torchrun survives it), then
     requeues the job, which runs again with SLURM_RESTART_COUNT=1."""
     env = _env(local_slurm, tmp_path, ALLREDUCE_AWAIT_USR1="1")
@@ -138,8 +141,9 @@ def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slu
         time.sleep(CREDENTIAL_REVOKE_GRACE_S)
 
         def released_and_rerun() -> bool:
-            node = subprocess.run(["sinfo", "--noheader", "--format=%T"], env=env, capture_output=True,
-                                  text=True, check=False).stdout.split()
+            node = subprocess.run(
+                ["sinfo", "--noheader", "--format=%T"], env=env, capture_output=True, text=True, check=False
+            ).stdout.split()
             if node == ["idle"] and "Reason=BeginTime" in _show_job(job_id, env):
                 subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=False)
             return len(list(out.glob("rank?.restart1.json"))) == 2
@@ -156,8 +160,9 @@ def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slu
 
 def test_smoke_asks_slurm_without_submitting(local_slurm, tiny_slurm_build: Path, tmp_path: Path) -> None:
     env = dict(local_slurm.env, LMSPEC_PYTHON=sys.executable)
-    result = _run([str(Path(sys.executable).with_name("lmspec")), "run", str(tiny_slurm_build), "--smoke"],
-                  env, tmp_path)
+    result = _run(
+        [str(Path(sys.executable).with_name("lmspec")), "run", str(tiny_slurm_build), "--smoke"], env, tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "smoke: ok Slurm accepts the job (sbatch --test-only)" in result.stdout
     queue = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True, check=True)

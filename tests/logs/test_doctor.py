@@ -27,39 +27,86 @@ def _doctor(lmspec, log: str, *argv: str) -> tuple[int, list[dict]]:
 
 
 GOLDEN = [
-    pytest.param("torchrun_nccl_timeout.log", "nccl_timeout",
-                 ["OpType=ALLREDUCE", "cluster.nccl.timeout_minutes=30", "collective #48213"], id="nccl-timeout"),
-    pytest.param("slurm_nccl_connection.log", "nccl_connection",
-                 ["unhandled system error", "cluster.nccl.debug=INFO", "hardware.inter_node.socket_ifname=",
-                  "cluster.nccl.ib_timeout=22"], id="nccl-connection"),
-    pytest.param("nccl_wrong_interface.log", "nccl_interface",
-                 ["docker0", "hardware.inter_node.socket_ifname=enp65s0f0"], id="nccl-interface"),
-    pytest.param("cuda_oom.log", "cuda_oom",
-                 ["Tried to allocate 3.50 GiB", "train.micro_batch_size=", "train.recompute=", "parallel.zero_stage="],
-                 id="cuda-oom"),
-    pytest.param("world_size_mismatch.log", "world_size_mismatch", ["8/16 clients joined", "hardware.nodes="],
-                 id="world-size"),
-    pytest.param("rendezvous_timeout.log", "rendezvous", ["gpu-node-001:29500", "cluster.master_port="],
-                 id="rendezvous-timeout"),
-    pytest.param("rendezvous_port_in_use.log", "rendezvous", ["EADDRINUSE", "cluster.master_port="],
-                 id="rendezvous-port-in-use"),
-    pytest.param("megatron_nan.log", "nan_loss",
-                 ["number of nan iterations:   3", "train.precision=bf16", "train.grad_clip=1.0",
-                  "train.optimizer.lr=6e-05", "train.data.corpus="], id="nan-megatron"),
-    pytest.param("lmspec_metrics_nan.jsonl", "nan_loss", ['"loss": NaN', "train.optimizer.lr=0.0006"],
-                 id="nan-lmspec-jsonl"),
-    pytest.param("lmspec_train_nan.log", "nan_loss", ["loss is nan at step 17", "train.optimizer.lr=0.0006"],
-                 id="nan-lmspec-runtime"),
-    pytest.param("deepspeed_loss_scale_collapse.log", "nan_loss",
-                 ["reducing to 1", "already at minimum", "train.precision=bf16", "train.optimizer.lr=0.00012"],
-                 id="loss-scale-collapse"),
-    pytest.param("slurm_time_limit.log", "slurm_time_limit",
-                 ["DUE TO TIME LIMIT", "cluster.slurm.requeue=true", "cluster.slurm.signal_seconds=600"],
-                 id="slurm-time-limit"),
-    pytest.param("slurm_host_oom.log", "host_oom", ["oom_kill event", "parallel.offload_optimizer=false"],
-                 id="slurm-host-oom"),
-    pytest.param("vllm_kv_cache_too_small.log", "vllm_kv_cache", ["8.00 GiB KV cache", "serve.max_model_len=25344"],
-                 id="vllm-kv-cache"),
+    pytest.param(
+        "torchrun_nccl_timeout.log",
+        "nccl_timeout",
+        ["OpType=ALLREDUCE", "cluster.nccl.timeout_minutes=30", "collective #48213"],
+        id="nccl-timeout",
+    ),
+    pytest.param(
+        "slurm_nccl_connection.log",
+        "nccl_connection",
+        [
+            "unhandled system error",
+            "cluster.nccl.debug=INFO",
+            "hardware.inter_node.socket_ifname=",
+            "cluster.nccl.ib_timeout=22",
+        ],
+        id="nccl-connection",
+    ),
+    pytest.param(
+        "nccl_wrong_interface.log",
+        "nccl_interface",
+        ["docker0", "hardware.inter_node.socket_ifname=enp65s0f0"],
+        id="nccl-interface",
+    ),
+    pytest.param(
+        "cuda_oom.log",
+        "cuda_oom",
+        ["Tried to allocate 3.50 GiB", "train.micro_batch_size=", "train.recompute=", "parallel.zero_stage="],
+        id="cuda-oom",
+    ),
+    pytest.param(
+        "world_size_mismatch.log", "world_size_mismatch", ["8/16 clients joined", "hardware.nodes="], id="world-size"
+    ),
+    pytest.param(
+        "rendezvous_timeout.log", "rendezvous", ["gpu-node-001:29500", "cluster.master_port="], id="rendezvous-timeout"
+    ),
+    pytest.param(
+        "rendezvous_port_in_use.log", "rendezvous", ["EADDRINUSE", "cluster.master_port="], id="rendezvous-port-in-use"
+    ),
+    pytest.param(
+        "megatron_nan.log",
+        "nan_loss",
+        [
+            "number of nan iterations:   3",
+            "train.precision=bf16",
+            "train.grad_clip=1.0",
+            "train.optimizer.lr=6e-05",
+            "train.data.corpus=",
+        ],
+        id="nan-megatron",
+    ),
+    pytest.param(
+        "lmspec_metrics_nan.jsonl", "nan_loss", ['"loss": NaN', "train.optimizer.lr=0.0006"], id="nan-lmspec-jsonl"
+    ),
+    pytest.param(
+        "lmspec_train_nan.log",
+        "nan_loss",
+        ["loss is nan at step 17", "train.optimizer.lr=0.0006"],
+        id="nan-lmspec-runtime",
+    ),
+    pytest.param(
+        "deepspeed_loss_scale_collapse.log",
+        "nan_loss",
+        ["reducing to 1", "already at minimum", "train.precision=bf16", "train.optimizer.lr=0.00012"],
+        id="loss-scale-collapse",
+    ),
+    pytest.param(
+        "slurm_time_limit.log",
+        "slurm_time_limit",
+        ["DUE TO TIME LIMIT", "cluster.slurm.requeue=true", "cluster.slurm.signal_seconds=600"],
+        id="slurm-time-limit",
+    ),
+    pytest.param(
+        "slurm_host_oom.log", "host_oom", ["oom_kill event", "parallel.offload_optimizer=false"], id="slurm-host-oom"
+    ),
+    pytest.param(
+        "vllm_kv_cache_too_small.log",
+        "vllm_kv_cache",
+        ["8.00 GiB KV cache", "serve.max_model_len=25344"],
+        id="vllm-kv-cache",
+    ),
     pytest.param("vllm_tp_heads.log", "vllm_parallel", ["attention heads (32)", "serve.tp=2"], id="vllm-tp-heads"),
 ]
 
@@ -74,8 +121,13 @@ def test_signature(lmspec, log: str, signature: str, expected: list[str]) -> Non
     lines = (DATA / log).read_text().splitlines()
     for evidence in finding["evidence"]:  # evidence quotes the log's own lines, numbered
         assert evidence["text"].strip(".") in lines[evidence["line"] - 1]
-    shown = "\n".join([finding["cause"], *(e["text"] for e in finding["evidence"]),
-                       *(f"{x['key']}={x['value']}" for x in finding["fixes"])])
+    shown = "\n".join(
+        [
+            finding["cause"],
+            *(e["text"] for e in finding["evidence"]),
+            *(f"{x['key']}={x['value']}" for x in finding["fixes"]),
+        ]
+    )
     for text in expected:
         assert text in shown
 
@@ -97,13 +149,22 @@ def build(lmspec, tmp_path: Path):
         result = lmspec("compile", *overrides, "-o", str(tmp_path))
         assert result.code == 0, result.err
         return tmp_path / result.out.split()[1].rsplit("/", 1)[-1]
+
     return compile_build
 
 
 def test_build_makes_fixes_exact(lmspec, build) -> None:
-    b = build("model=llama3_8b", "hardware=h100_80g", "hardware.nodes=2", "train.micro_batch_size=2",
-              "train.global_batch_size=64", "train.recompute=none", "train.backend=deepspeed", "parallel.zero_stage=3",
-              "hardware.inter_node.socket_ifname=ens3")
+    b = build(
+        "model=llama3_8b",
+        "hardware=h100_80g",
+        "hardware.nodes=2",
+        "train.micro_batch_size=2",
+        "train.global_batch_size=64",
+        "train.recompute=none",
+        "train.backend=deepspeed",
+        "parallel.zero_stage=3",
+        "hardware.inter_node.socket_ifname=ens3",
+    )
     oom = _doctor(lmspec, "cuda_oom.log", "--build", str(b))[1][0]
     plan = json.loads((b / "plan.json").read_text())["memory"]
     assert f"planned {plan['total_bytes'] / 1024**3:,.1f} GiB" in oom["cause"]
@@ -111,8 +172,12 @@ def test_build_makes_fixes_exact(lmspec, build) -> None:
     assert f"needed at least {(78.08 + 3.50):.1f} GiB" in oom["cause"]
     fixes = [(f["key"], f["value"], f["why"].rsplit("(", 1)[-1]) for f in oom["fixes"]]
     assert fixes[:2] == [("train.micro_batch_size", "1", "fits)"), ("train.recompute", "full", "fits)")]
-    assert {k for k, _, _ in fixes} <= {"train.micro_batch_size", "train.recompute", "parallel.offload_optimizer",
-                                        "parallel.offload_params"}
+    assert {k for k, _, _ in fixes} <= {
+        "train.micro_batch_size",
+        "train.recompute",
+        "parallel.offload_optimizer",
+        "parallel.offload_params",
+    }
     world = _doctor(lmspec, "world_size_mismatch.log", "--build", str(b))[1][0]
     assert world["fixes"][0]["key"] == "hardware.nodes" and world["fixes"][0]["value"] == "1"  # 8 ranks = 1 node
     # NCCL used TCP sockets on docker0 while the spec says IB through ens3 on 2 nodes
@@ -126,15 +191,24 @@ def test_build_makes_fixes_exact(lmspec, build) -> None:
 
 def test_single_node_loopback_is_not_a_problem(lmspec, tmp_path: Path) -> None:
     log = tmp_path / "lo.log"
-    log.write_text("h:1:1 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n"
-                   "h:1:1 [0] NCCL INFO Using network Socket\n"
-                   "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n")
+    log.write_text(
+        "h:1:1 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n"
+        "h:1:1 [0] NCCL INFO Using network Socket\n"
+        "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
+    )
     assert lmspec("doctor", str(log)).code == 0
 
 
 def test_tp_slowdown_from_plan_comm_estimate(lmspec, build) -> None:
-    b = build("model=llama3_8b", "hardware=rtx4090_24g", "hardware.nodes=2", "parallel.tp=8",
-              "parallel.sequence_parallel=true", "parallel.distributed_optimizer=true", "train.global_batch_size=64")
+    b = build(
+        "model=llama3_8b",
+        "hardware=rtx4090_24g",
+        "hardware.nodes=2",
+        "parallel.tp=8",
+        "parallel.sequence_parallel=true",
+        "parallel.distributed_optimizer=true",
+        "train.global_batch_size=64",
+    )
     plan = json.loads((b / "plan.json").read_text())
     if "comm" not in plan:
         pytest.skip("plan.json carries no comm estimate yet (compiler/models, issue 3)")
@@ -146,15 +220,23 @@ def test_console_script_exit_codes() -> None:
     """The installed entry point, not only the in-process CLI: 1 on a problem, 0 when healthy."""
     lmspec = [str(Path(sys.executable).parent / "lmspec"), "doctor"]
     sick = subprocess.run([*lmspec, str(DATA / "cuda_oom.log")], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    well = subprocess.run([*lmspec, str(DATA / "healthy_megatron.log")], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT)
+    well = subprocess.run(
+        [*lmspec, str(DATA / "healthy_megatron.log")], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert (sick.returncode, well.returncode) == (1, 0)
     assert "problem: CUDA out of memory" in sick.stdout and "train.micro_batch_size=" in sick.stdout
 
 
 def test_nccl_fixes_leave_out_what_the_spec_already_has(lmspec, build) -> None:
-    b = build("model=llama3_8b", "hardware=h100_80g", "hardware.nodes=2", "parallel.distributed_optimizer=true",
-              "cluster.nccl.timeout_minutes=20", "cluster.nccl.ib_timeout=14")
+    b = build(
+        "model=llama3_8b",
+        "hardware=h100_80g",
+        "hardware.nodes=2",
+        "parallel.distributed_optimizer=true",
+        "cluster.nccl.timeout_minutes=20",
+        "cluster.nccl.ib_timeout=14",
+    )
+
     def fixes(log: str) -> dict[str, str]:
         return {f["key"]: f["value"] for f in _doctor(lmspec, log, "--build", str(b))[1][0]["fixes"]}
 
@@ -174,9 +256,17 @@ def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
     from compiler.doctor.findings import LogText
     from compiler.logs.context import load_build
 
-    context = load_build(build("model=llama3_8b", "hardware=rtx4090_24g", "hardware.nodes=2", "parallel.tp=8",
-                               "parallel.sequence_parallel=true", "parallel.distributed_optimizer=true",
-                               "train.global_batch_size=64"))
+    context = load_build(
+        build(
+            "model=llama3_8b",
+            "hardware=rtx4090_24g",
+            "hardware.nodes=2",
+            "parallel.tp=8",
+            "parallel.sequence_parallel=true",
+            "parallel.distributed_optimizer=true",
+            "train.global_batch_size=64",
+        )
+    )
     log = LogText((DATA / "healthy_megatron.log").read_text().splitlines())
 
     def with_comm(share: float, tp_s: float, dp_s: float):

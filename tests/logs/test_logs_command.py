@@ -14,8 +14,18 @@ from compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
 # The run the Megatron excerpt stands for: it only fits with the distributed optimizer (the budget rule).
-LLAMA_FLAGS = ("--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "64", "--seq-length", "4096",
-               "--set", "parallel.distributed_optimizer=true")
+LLAMA_FLAGS = (
+    "--model",
+    "llama3_8b",
+    "--hardware",
+    "h100_80g",
+    "--gpus",
+    "64",
+    "--seq-length",
+    "4096",
+    "--set",
+    "parallel.distributed_optimizer=true",
+)
 
 
 def _report(lmspec, *argv: str) -> dict:
@@ -38,8 +48,9 @@ def test_megatron_mfu_from_flops_model(lmspec) -> None:
     assert report["metrics"]["tokens_per_s"]["p50"] == pytest.approx(statistics.median(tokens))
     mfus = [mfu(t, per_token, 64, 989) for t in tokens]
     assert report["metrics"]["mfu"]["mean"] == pytest.approx(statistics.fmean(mfus))
-    assert report["metrics"]["hfu"]["mean"] == pytest.approx(statistics.fmean(mfu(t, hw_per_token, 64, 989)
-                                                                              for t in tokens))
+    assert report["metrics"]["hfu"]["mean"] == pytest.approx(
+        statistics.fmean(mfu(t, hw_per_token, 64, 989) for t in tokens)
+    )
     assert report["metrics"]["tokens_per_s_per_gpu"]["mean"] == pytest.approx(statistics.fmean(tokens) / 64)
     assert 0.40 <= report["metrics"]["mfu"]["mean"] <= 0.60 and "healthy" in report["verdict"]
     assert report["peak_memory_bytes"] == parse_log(DATA / "healthy_megatron.log").peak_memory_bytes
@@ -47,21 +58,50 @@ def test_megatron_mfu_from_flops_model(lmspec) -> None:
 
 def test_text_report_and_comm_bound_verdict(lmspec) -> None:
     """The same log on 4x the GPUs (same step times) is a 4x lower MFU: the seed's < 20% verdict."""
-    result = lmspec("logs", str(DATA / "healthy_megatron.log"), "--model", "llama3_8b", "--hardware", "h100_80g",
-                    "--gpus", "256", "--seq-length", "4096", "--set", "parallel.distributed_optimizer=true")
+    result = lmspec(
+        "logs",
+        str(DATA / "healthy_megatron.log"),
+        "--model",
+        "llama3_8b",
+        "--hardware",
+        "h100_80g",
+        "--gpus",
+        "256",
+        "--seq-length",
+        "4096",
+        "--set",
+        "parallel.distributed_optimizer=true",
+    )
     assert result.code == 0, result.err
     assert "communication or data bound" in result.out
     assert "MFU" in result.out and "tokens/s/GPU" in result.out and "peak memory: 59.77 GiB of 80 GiB" in result.out
 
 
 def test_deepspeed_tokens_from_samples_and_seq_length(lmspec) -> None:
-    report = _report(lmspec, str(DATA / "healthy_deepspeed.log"), "--model", "llama3_8b", "--hardware",
-                     "h100_80g", "--gpus", "8", "--seq-length", "2048", "--set", "train.global_batch_size=64",
-                     "--set", "train.backend=deepspeed", "--set", "parallel.zero_stage=3",
-                     "--warmup-steps", "10")
+    report = _report(
+        lmspec,
+        str(DATA / "healthy_deepspeed.log"),
+        "--model",
+        "llama3_8b",
+        "--hardware",
+        "h100_80g",
+        "--gpus",
+        "8",
+        "--seq-length",
+        "2048",
+        "--set",
+        "train.global_batch_size=64",
+        "--set",
+        "train.backend=deepspeed",
+        "--set",
+        "parallel.zero_stage=3",
+        "--warmup-steps",
+        "10",
+    )
     steady = [s for s in parse_log(DATA / "healthy_deepspeed.log").steps if s.step > 10]
     assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(
-        statistics.fmean(s.samples_per_s * 2048 for s in steady))
+        statistics.fmean(s.samples_per_s * 2048 for s in steady)
+    )
 
 
 def test_warmup_steps_flag(lmspec) -> None:
@@ -69,8 +109,10 @@ def test_warmup_steps_flag(lmspec) -> None:
     all_steps = _report(lmspec, log, *LLAMA_FLAGS, "--warmup-steps", "0")
     assert all_steps["steps_used"] == all_steps["steps_logged"]
     # the 31 s first iteration is in the statistics only without warm-up skip
-    assert all_steps["metrics"]["step_time_s"]["maximum"] > _report(lmspec, log, *LLAMA_FLAGS)["metrics"][
-        "step_time_s"]["maximum"]
+    assert (
+        all_steps["metrics"]["step_time_s"]["maximum"]
+        > _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["step_time_s"]["maximum"]
+    )
 
 
 def test_jsonl_without_job_uses_logged_mfu(lmspec, tmp_path: Path) -> None:
@@ -83,8 +125,18 @@ def test_jsonl_without_job_uses_logged_mfu(lmspec, tmp_path: Path) -> None:
 
 
 def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
-    assert lmspec("compile", "model=llama3_8b", "hardware=h100_80g", "hardware.nodes=8",
-                  "parallel.distributed_optimizer=true", "-o", str(tmp_path)).code == 0
+    assert (
+        lmspec(
+            "compile",
+            "model=llama3_8b",
+            "hardware=h100_80g",
+            "hardware.nodes=8",
+            "parallel.distributed_optimizer=true",
+            "-o",
+            str(tmp_path),
+        ).code
+        == 0
+    )
     from_build = _report(lmspec, str(DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"))
     from_flags = _report(lmspec, str(DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
     assert from_build["metrics"] == from_flags["metrics"] and from_build["job"].endswith(f"[{tmp_path / 'llama3_8b'}]")
@@ -92,14 +144,19 @@ def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
     assert both.code == 2 and "--build takes the job from the build" in both.err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (("custom_trainer.log",), "no training steps found"),
-    (("custom_trainer.log", "--regex", "loss (?P<bogus>x)"), "are not fields lmspec reads"),
-    (("healthy_megatron.log", "--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "12"),
-     "not a whole number of h100_80g nodes"),
-    (("healthy_megatron.log", "--plot", "out.pdf"), "use a .png or .svg"),
-    (("healthy_megatron.log", "--build", "no/such/build"), "spec.resolved.yaml is missing"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("custom_trainer.log",), "no training steps found"),
+        (("custom_trainer.log", "--regex", "loss (?P<bogus>x)"), "are not fields lmspec reads"),
+        (
+            ("healthy_megatron.log", "--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "12"),
+            "not a whole number of h100_80g nodes",
+        ),
+        (("healthy_megatron.log", "--plot", "out.pdf"), "use a .png or .svg"),
+        (("healthy_megatron.log", "--build", "no/such/build"), "spec.resolved.yaml is missing"),
+    ],
+)
 def test_usage_errors_exit_2(lmspec, argv: tuple[str, ...], message: str) -> None:
     result = lmspec("logs", str(DATA / argv[0]), *argv[1:])
     assert result.code == 2 and message in result.err and "Traceback" not in result.err
@@ -119,9 +176,11 @@ def test_plot_png_and_deterministic_svg(lmspec, tmp_path: Path) -> None:
 def test_spec_file_and_gpus(lmspec, tmp_path: Path) -> None:
     """A user's own spec file is the job; --gpus re-sizes it in whole nodes."""
     spec = tmp_path / "myjob.yaml"
-    spec.write_text("defaults:\n  - model: llama3_8b\n  - parallel: default\n  - train: default\n  - serve: default\n"
-                    "  - cluster: local\n  - convert: default\n  - hardware: h100_80g\n  - _self_\nname: myjob\n"
-                    "hardware:\n  nodes: 8\nparallel:\n  distributed_optimizer: true\n")
+    spec.write_text(
+        "defaults:\n  - model: llama3_8b\n  - parallel: default\n  - train: default\n  - serve: default\n"
+        "  - cluster: local\n  - convert: default\n  - hardware: h100_80g\n  - _self_\nname: myjob\n"
+        "hardware:\n  nodes: 8\nparallel:\n  distributed_optimizer: true\n"
+    )
     log = str(DATA / "healthy_megatron.log")
     assert _report(lmspec, log, "--spec", str(spec))["metrics"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]
     quarter = _report(lmspec, log, "--spec", str(spec), "--gpus", "16")
@@ -138,7 +197,21 @@ def test_log_settings_give_tokens_without_a_job_and_flag_a_wrong_job(lmspec) -> 
     assert alone["job"] is None and "mfu" not in alone["metrics"]
     assert alone["metrics"]["tokens_per_s"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["tokens_per_s"]
     assert _report(lmspec, log, *LLAMA_FLAGS)["warnings"] == []
-    wrong = _report(lmspec, log, "--model", "llama3_8b", "--hardware", "h100_80g", "--gpus", "8", "--set",
-                    "parallel.distributed_optimizer=true", "--set", "train.global_batch_size=64")
-    assert [w.split(" but ")[0] for w in wrong["warnings"]] == ["the log ran global_batch_size=1024",
-                                                                "the log ran world_size=64"]
+    wrong = _report(
+        lmspec,
+        log,
+        "--model",
+        "llama3_8b",
+        "--hardware",
+        "h100_80g",
+        "--gpus",
+        "8",
+        "--set",
+        "parallel.distributed_optimizer=true",
+        "--set",
+        "train.global_batch_size=64",
+    )
+    assert [w.split(" but ")[0] for w in wrong["warnings"]] == [
+        "the log ran global_batch_size=1024",
+        "the log ran world_size=64",
+    ]

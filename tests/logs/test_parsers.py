@@ -79,13 +79,16 @@ def test_run_directory_finds_metrics_jsonl(tmp_path: Path) -> None:
         parse_log(tmp_path / "empty")
 
 
-@pytest.mark.parametrize(("line", "stripped"), [
-    ("[rank3]:[E1122 03:24:08.117 ProcessGroupNCCL.cpp:632] x", "[E1122 03:24:08.117 ProcessGroupNCCL.cpp:632] x"),
-    ("[default0]: iteration 5/ 10 |", "iteration 5/ 10 |"),
-    ("3: [rank11]: Traceback (most recent call last):", "Traceback (most recent call last):"),
-    (" 12: step=5, skipped=0", "step=5, skipped=0"),
-    ("gpu-node-003:48211:48211 [0] NCCL INFO x", "gpu-node-003:48211:48211 [0] NCCL INFO x"),
-])
+@pytest.mark.parametrize(
+    ("line", "stripped"),
+    [
+        ("[rank3]:[E1122 03:24:08.117 ProcessGroupNCCL.cpp:632] x", "[E1122 03:24:08.117 ProcessGroupNCCL.cpp:632] x"),
+        ("[default0]: iteration 5/ 10 |", "iteration 5/ 10 |"),
+        ("3: [rank11]: Traceback (most recent call last):", "Traceback (most recent call last):"),
+        (" 12: step=5, skipped=0", "step=5, skipped=0"),
+        ("gpu-node-003:48211:48211 [0] NCCL INFO x", "gpu-node-003:48211:48211 [0] NCCL INFO x"),
+    ],
+)
 def test_launcher_prefixes(line: str, stripped: str) -> None:
     assert strip_prefix(line) == stripped
 
@@ -144,7 +147,13 @@ def test_lmspec_stdout_line() -> None:
 
 def test_start_up_settings_of_megatron_and_deepspeed() -> None:
     megatron = parse_log(DATA / "healthy_megatron.log").settings
-    assert megatron == {"global_batch_size": 1024, "micro_batch_size": 1, "pp": 1, "seq_length": 4096, "tp": 1,
-                        "world_size": 64}
+    assert megatron == {
+        "global_batch_size": 1024,
+        "micro_batch_size": 1,
+        "pp": 1,
+        "seq_length": 4096,
+        "tp": 1,
+        "world_size": 64,
+    }
     deepspeed = parse_log(DATA / "healthy_deepspeed.log").settings
     assert deepspeed == {"global_batch_size": 64, "micro_batch_size": 2}

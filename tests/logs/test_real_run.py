@@ -22,8 +22,9 @@ RUN_TIMEOUT_S = 300
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = process.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -43,8 +44,22 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [5, 10]
 
-    report = _run([LMSPEC, "logs", "runs/tiny", "--build", "build/tiny", "--warmup-steps", "0", "--format", "json",
-                   "--plot", "runs/tiny/metrics.png"], tmp_path)
+    report = _run(
+        [
+            LMSPEC,
+            "logs",
+            "runs/tiny",
+            "--build",
+            "build/tiny",
+            "--warmup-steps",
+            "0",
+            "--format",
+            "json",
+            "--plot",
+            "runs/tiny/metrics.png",
+        ],
+        tmp_path,
+    )
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
     spec = from_dict(Spec, yaml.safe_load((tmp_path / "build/tiny/spec.resolved.yaml").read_text()))
@@ -58,8 +73,9 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     assert data["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in rows)
     assert (tmp_path / "runs/tiny/metrics.png").stat().st_size > 0
 
-    stdout_report = json.loads(_run([LMSPEC, "logs", "train.out", "--warmup-steps", "0", "--format", "json"],
-                                    tmp_path).stdout)
+    stdout_report = json.loads(
+        _run([LMSPEC, "logs", "train.out", "--warmup-steps", "0", "--format", "json"], tmp_path).stdout
+    )
     assert stdout_report["formats"] == ["lmspec-stdout"] and stdout_report["steps_logged"] == len(rows)
 
     for log in ("runs/tiny", "train.out"):

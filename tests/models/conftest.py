@@ -35,8 +35,12 @@ def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eag
     import torch
     import transformers
 
-    cls = {"llama": transformers.LlamaForCausalLM, "mixtral": transformers.MixtralForCausalLM,
-           "deepseek_v2": transformers.DeepseekV2ForCausalLM, "deepseek_v3": transformers.DeepseekV3ForCausalLM}
+    cls = {
+        "llama": transformers.LlamaForCausalLM,
+        "mixtral": transformers.MixtralForCausalLM,
+        "deepseek_v2": transformers.DeepseekV2ForCausalLM,
+        "deepseek_v3": transformers.DeepseekV3ForCausalLM,
+    }
     with torch.device(device):
         return cls[m.family](hf_config(m, attn_implementation))
 

@@ -7,49 +7,115 @@ import json
 import pytest
 
 SEED_671B = ["model=deepseek_v3", "hardware=a100_80g", "hardware.nodes=4", "parallel.tp=8", "parallel.zero_stage=3"]
-DEEPSEEK_2048 = ["model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "parallel.tp=1", "parallel.pp=16",
-                 "parallel.ep=64", "parallel.pp_layout=auto", "parallel.distributed_optimizer=true",
-                 "train.seq_length=4096", "train.micro_batch_size=1", "serve.pp=3"]
+DEEPSEEK_2048 = [
+    "model=deepseek_v3",
+    "hardware=h800_80g",
+    "hardware.nodes=256",
+    "parallel.tp=1",
+    "parallel.pp=16",
+    "parallel.ep=64",
+    "parallel.pp_layout=auto",
+    "parallel.distributed_optimizer=true",
+    "train.seq_length=4096",
+    "train.micro_batch_size=1",
+    "serve.pp=3",
+]
 
 CASES = [
-    pytest.param(SEED_671B + ["train.backend=deepspeed"],
-                 ["hardware.gpu.memory_gib=80.0", "needs 590.1 GiB (633.6 GB)", "leaves 79.0 GiB usable",
-                  "biggest term: optimizer 234.6 GiB", "Fixes, cheapest first: train.recompute=full -> ",
-                  "parallel.offload_optimizer=true -> 261.7 GiB", "host memory per node",
-                  "all of these together -> 50.7 GiB"],
-                 id="seed-671b-32xa100-zero3-deepspeed"),
-    pytest.param(SEED_671B + ["train.backend=megatron", "parallel.zero_stage=0"],
-                 ["needs 11,581.1 GiB (12,435.1 GB)", "biggest term: optimizer 7,333.0 GiB",
-                  "parallel.distributed_optimizer=true -> 4,127.9 GiB (still over)",
-                  "parallel.ep=32 -> ", "hardware.nodes=32 parallel.dp=auto parallel.ep=64 (256 GPUs) on top of all the above"],
-                 id="seed-671b-32xa100-tp8-megatron"),
-    pytest.param(DEEPSEEK_2048,
-                 ["pipeline stage 2 of 16, 4 layers", "needs 87.0 GiB (93.4 GB)", "biggest term: activations",
-                  "8 micro-batch(es) in flight", 'train.recompute="selective"',
-                  "Fixes, cheapest first: train.recompute=full -> 20.5 GiB (fits)"],
-                 id="deepseek-2048xh800-selective"),
-    pytest.param(DEEPSEEK_2048 + ["train.recompute=none", "train.flash_attention=false"],
-                 ["biggest term: activations", "train.recompute=selective -> 86.9 GiB (still over)",
-                  "train.recompute=full -> 24.7 GiB (fits)"],
-                 id="deepseek-2048xh800-no-recompute-eager"),
-    pytest.param(["model=llama3_8b", "hardware=h100_80g", "parallel.tp=2"],
-                 ["needs 82.8 GiB (88.9 GB)", "biggest term: optimizer 44.9 GiB",
-                  "train.recompute=full -> 73.2 GiB (fits)", "parallel.distributed_optimizer=true -> 47.5 GiB (fits)"],
-                 id="llama3-8b-tp2-without-distributed-optimizer"),
-    pytest.param(["model=tiny", "hardware.gpu.memory_gib=1.1", "train.micro_batch_size=16",
-                  "train.global_batch_size=32"],
-                 ["leaves 0.1 GiB usable", "train.micro_batch_size=1 -> 0.0 GiB (fits)"],
-                 id="tiny-on-a-small-device"),
-    pytest.param(DEEPSEEK_2048[:-1] + ["train.recompute=full"],
-                 ["serve.max_model_len=4096", "minus weights 156.2 GiB (167.8 GB) per GPU", "serve.pp=1",
-                  "no sequence fits", "Fixes: serve.pp=3 -> 815,024 tokens (fits)"],
-                 id="deepseek-serve-one-node"),
-    pytest.param(["model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8", "parallel.tp=8", "parallel.pp=2",
-                  "parallel.sequence_parallel=true", "parallel.distributed_optimizer=true", "serve.tp=4",
-                  "serve.max_model_len=8192", "serve.gpu_memory_utilization=0.44"],
-                 ["serve.max_model_len=8192 (command-line override)", "(81,920 bytes/token)", "leaves 0.5 GiB",
-                  "the longest that fits is serve.max_model_len=6384", "serve.kv_cache_dtype=fp8 -> 12,768 tokens (fits)"],
-                 id="llama3-70b-serve-kv-too-small"),
+    pytest.param(
+        SEED_671B + ["train.backend=deepspeed"],
+        [
+            "hardware.gpu.memory_gib=80.0",
+            "needs 590.1 GiB (633.6 GB)",
+            "leaves 79.0 GiB usable",
+            "biggest term: optimizer 234.6 GiB",
+            "Fixes, cheapest first: train.recompute=full -> ",
+            "parallel.offload_optimizer=true -> 261.7 GiB",
+            "host memory per node",
+            "all of these together -> 50.7 GiB",
+        ],
+        id="seed-671b-32xa100-zero3-deepspeed",
+    ),
+    pytest.param(
+        SEED_671B + ["train.backend=megatron", "parallel.zero_stage=0"],
+        [
+            "needs 11,581.1 GiB (12,435.1 GB)",
+            "biggest term: optimizer 7,333.0 GiB",
+            "parallel.distributed_optimizer=true -> 4,127.9 GiB (still over)",
+            "parallel.ep=32 -> ",
+            "hardware.nodes=32 parallel.dp=auto parallel.ep=64 (256 GPUs) on top of all the above",
+        ],
+        id="seed-671b-32xa100-tp8-megatron",
+    ),
+    pytest.param(
+        DEEPSEEK_2048,
+        [
+            "pipeline stage 2 of 16, 4 layers",
+            "needs 87.0 GiB (93.4 GB)",
+            "biggest term: activations",
+            "8 micro-batch(es) in flight",
+            'train.recompute="selective"',
+            "Fixes, cheapest first: train.recompute=full -> 20.5 GiB (fits)",
+        ],
+        id="deepseek-2048xh800-selective",
+    ),
+    pytest.param(
+        DEEPSEEK_2048 + ["train.recompute=none", "train.flash_attention=false"],
+        [
+            "biggest term: activations",
+            "train.recompute=selective -> 86.9 GiB (still over)",
+            "train.recompute=full -> 24.7 GiB (fits)",
+        ],
+        id="deepseek-2048xh800-no-recompute-eager",
+    ),
+    pytest.param(
+        ["model=llama3_8b", "hardware=h100_80g", "parallel.tp=2"],
+        [
+            "needs 82.8 GiB (88.9 GB)",
+            "biggest term: optimizer 44.9 GiB",
+            "train.recompute=full -> 73.2 GiB (fits)",
+            "parallel.distributed_optimizer=true -> 47.5 GiB (fits)",
+        ],
+        id="llama3-8b-tp2-without-distributed-optimizer",
+    ),
+    pytest.param(
+        ["model=tiny", "hardware.gpu.memory_gib=1.1", "train.micro_batch_size=16", "train.global_batch_size=32"],
+        ["leaves 0.1 GiB usable", "train.micro_batch_size=1 -> 0.0 GiB (fits)"],
+        id="tiny-on-a-small-device",
+    ),
+    pytest.param(
+        DEEPSEEK_2048[:-1] + ["train.recompute=full"],
+        [
+            "serve.max_model_len=4096",
+            "minus weights 156.2 GiB (167.8 GB) per GPU",
+            "serve.pp=1",
+            "no sequence fits",
+            "Fixes: serve.pp=3 -> 815,024 tokens (fits)",
+        ],
+        id="deepseek-serve-one-node",
+    ),
+    pytest.param(
+        [
+            "model=llama3_70b",
+            "hardware=h100_80g",
+            "hardware.nodes=8",
+            "parallel.tp=8",
+            "parallel.pp=2",
+            "parallel.sequence_parallel=true",
+            "parallel.distributed_optimizer=true",
+            "serve.tp=4",
+            "serve.max_model_len=8192",
+            "serve.gpu_memory_utilization=0.44",
+        ],
+        [
+            "serve.max_model_len=8192 (command-line override)",
+            "(81,920 bytes/token)",
+            "leaves 0.5 GiB",
+            "the longest that fits is serve.max_model_len=6384",
+            "serve.kv_cache_dtype=fp8 -> 12,768 tokens (fits)",
+        ],
+        id="llama3-70b-serve-kv-too-small",
+    ),
 ]
 
 
@@ -75,8 +141,13 @@ def test_deepseek_2048_gpus_fit_with_the_recommended_recompute(lmspec) -> None:
     assert memory["fits"] is True and memory["budget_bytes"] == 79 * 2**30
     worst = memory["stages"][memory["worst_stage"]]
     assert worst["total_bytes"] == memory["total_bytes"] < memory["budget_bytes"]
-    assert set(memory["per_gpu"]) == {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                                      "buffers_bytes"}
+    assert set(memory["per_gpu"]) == {
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "buffers_bytes",
+    }
     assert len(memory["stages"]) == 16 and memory["stages"][0]["in_flight_micro_batches"] == 8  # grad accum 8
 
 

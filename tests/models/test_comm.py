@@ -8,8 +8,14 @@ from compiler.models.comm import estimate_comm
 
 from .conftest import spec_of
 
-RTX = ["model=llama3_8b", "hardware=rtx4090_24g", "hardware.nodes=2", "parallel.sequence_parallel=true",
-       "parallel.distributed_optimizer=true", "train.global_batch_size=64"]
+RTX = [
+    "model=llama3_8b",
+    "hardware=rtx4090_24g",
+    "hardware.nodes=2",
+    "parallel.sequence_parallel=true",
+    "parallel.distributed_optimizer=true",
+    "train.global_batch_size=64",
+]
 
 
 def test_tp_all_reduce_volume_over_pcie() -> None:

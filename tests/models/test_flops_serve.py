@@ -26,23 +26,43 @@ def megatron_flops(m, seq: int) -> float:  # noqa: ANN001
     h, a = m.hidden_size, m.num_attention_heads
     if m.attention == "mla":
         x = m.mla
-        q_term = (h * a * (x.qk_nope_head_dim + x.qk_rope_head_dim) if x.q_lora_rank is None
-                  else x.q_lora_rank * (h + a * (x.qk_nope_head_dim + x.qk_rope_head_dim) + 1))
-        attn = 3 * 2 * layers * (q_term + x.kv_lora_rank * (h + a * (x.qk_nope_head_dim + x.v_head_dim) + 1)
-                                 + h * x.qk_rope_head_dim + a * x.v_head_dim * h
-                                 + seq * (a * (x.qk_nope_head_dim + x.qk_rope_head_dim)) / 2
-                                 + seq * a * x.v_head_dim / 2)
+        q_term = (
+            h * a * (x.qk_nope_head_dim + x.qk_rope_head_dim)
+            if x.q_lora_rank is None
+            else x.q_lora_rank * (h + a * (x.qk_nope_head_dim + x.qk_rope_head_dim) + 1)
+        )
+        attn = (
+            3
+            * 2
+            * layers
+            * (
+                q_term
+                + x.kv_lora_rank * (h + a * (x.qk_nope_head_dim + x.v_head_dim) + 1)
+                + h * x.qk_rope_head_dim
+                + a * x.v_head_dim * h
+                + seq * (a * (x.qk_nope_head_dim + x.qk_rope_head_dim)) / 2
+                + seq * a * x.v_head_dim / 2
+            )
+        )
     else:
         ratio = m.head_dim * a / h
         attn = expansion * layers * h * h * ((1 + m.num_kv_heads / a + seq / h / 2) * ratio)
-    mlp = expansion * layers * h * (m.ffn_hidden_size * swiglu * dense / layers
-                                    + moe_ffn * topk * swiglu * moe_layers / layers
-                                    + shared_ffn * swiglu * moe_layers / layers)
+    mlp = (
+        expansion
+        * layers
+        * h
+        * (
+            m.ffn_hidden_size * swiglu * dense / layers
+            + moe_ffn * topk * swiglu * moe_layers / layers
+            + shared_ffn * swiglu * moe_layers / layers
+        )
+    )
     return mlp + attn + 3 * 2 * h * m.vocab_size
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b",
-                                    "deepseek_v2_lite", "deepseek_v3"])
+@pytest.mark.parametrize(
+    "preset", ["tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3"]
+)
 @pytest.mark.parametrize("seq", [128, 4096])
 def test_model_flops_match_megatron(preset: str, seq: int) -> None:
     m = spec_of(f"model={preset}").model
@@ -67,14 +87,17 @@ def test_recompute_adds_forward_work_and_mfu_arithmetic() -> None:
     assert mfu(400_000, none, 8, 989) == pytest.approx(400_000 * none / (8 * 989e12))
 
 
-@pytest.mark.parametrize(("overrides", "kv_bytes"), [
-    (["model=llama3_8b", "serve.tp=8", "serve.dtype=bfloat16"], 32 * 2 * 1 * 128 * 2),
-    (["model=llama3_8b", "serve.tp=1", "serve.dtype=bfloat16"], 32 * 2 * 8 * 128 * 2),  # 128 KiB, vLLM's figure
-    (["model=llama3_8b", "serve.tp=16", "serve.dtype=bfloat16"], 32 * 2 * 1 * 128 * 2),  # kv heads replicated
-    (["model=llama3_70b", "serve.tp=8", "serve.kv_cache_dtype=fp8"], 80 * 2 * 1 * 128 * 1),
-    (["model=deepseek_v3", "serve.tp=8", "serve.dtype=bfloat16"], 61 * (512 + 64) * 2),  # MLA latent, every rank
-    (["model=deepseek_v3", "serve.tp=8", "serve.pp=2", "serve.dtype=bfloat16"], 31 * (512 + 64) * 2),
-])
+@pytest.mark.parametrize(
+    ("overrides", "kv_bytes"),
+    [
+        (["model=llama3_8b", "serve.tp=8", "serve.dtype=bfloat16"], 32 * 2 * 1 * 128 * 2),
+        (["model=llama3_8b", "serve.tp=1", "serve.dtype=bfloat16"], 32 * 2 * 8 * 128 * 2),  # 128 KiB, vLLM's figure
+        (["model=llama3_8b", "serve.tp=16", "serve.dtype=bfloat16"], 32 * 2 * 1 * 128 * 2),  # kv heads replicated
+        (["model=llama3_70b", "serve.tp=8", "serve.kv_cache_dtype=fp8"], 80 * 2 * 1 * 128 * 1),
+        (["model=deepseek_v3", "serve.tp=8", "serve.dtype=bfloat16"], 61 * (512 + 64) * 2),  # MLA latent, every rank
+        (["model=deepseek_v3", "serve.tp=8", "serve.pp=2", "serve.dtype=bfloat16"], 31 * (512 + 64) * 2),
+    ],
+)
 def test_kv_cache_bytes_per_token(overrides: list[str], kv_bytes: int) -> None:
     assert kv_bytes_per_token(spec_of("hardware=h100_80g", *overrides)) == kv_bytes
 

@@ -15,7 +15,7 @@ storage, parameters excluded.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -33,7 +33,7 @@ def _measure(spec, attn_implementation: str) -> dict[str, int]:  # noqa: ANN001
     return dict(_measure_once(spec.model, spec.train.micro_batch_size, spec.train.seq_length, attn_implementation))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _measure_once(model_spec, micro_batch_size: int, seq_length: int, attn_implementation: str):  # noqa: ANN001, ANN202
     """One forward, backward and AdamW step; the backend does not change what torch holds."""
     torch.manual_seed(0)
@@ -55,12 +55,14 @@ def _measure_once(model_spec, micro_batch_size: int, seq_length: int, attn_imple
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     optimizer.step()
     nbytes = lambda x: x.numel() * x.element_size()  # noqa: E731
-    return tuple({
-        "weights": sum(nbytes(p) for p in model.parameters()),
-        "gradients": sum(nbytes(p.grad) for p in model.parameters()),
-        "optimizer": sum(nbytes(s[k]) for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")),
-        "activations": sum(saved.values()),
-    }.items())
+    return tuple(
+        {
+            "weights": sum(nbytes(p) for p in model.parameters()),
+            "gradients": sum(nbytes(p.grad) for p in model.parameters()),
+            "optimizer": sum(nbytes(s[k]) for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")),
+            "activations": sum(saved.values()),
+        }.items()
+    )
 
 
 CASES = [
@@ -79,7 +81,10 @@ def test_model_state_bytes_are_exact(preset: str, attn: str, extra: list[str], b
     estimate = memory.stages[0]
     measured = _measure(spec, attn)
     assert (estimate.weights_bytes, estimate.gradients_bytes, estimate.optimizer_bytes) == (
-        measured["weights"], measured["gradients"], measured["optimizer"])
+        measured["weights"],
+        measured["gradients"],
+        measured["optimizer"],
+    )
 
 
 @pytest.mark.parametrize(("preset", "attn", "extra"), CASES)
@@ -89,6 +94,8 @@ def test_activations_within_ten_percent(preset: str, attn: str, extra: list[str]
     assert memory is not None
     estimate = memory.stages[0].activations_bytes
     measured = _measure(spec, attn)["activations"]
-    print(f"\n{preset} ({attn}): activations estimate {estimate:,} B, measured {measured:,} B, "
-          f"{estimate / measured - 1:+.1%}")
+    print(
+        f"\n{preset} ({attn}): activations estimate {estimate:,} B, measured {measured:,} B, "
+        f"{estimate / measured - 1:+.1%}"
+    )
     assert estimate == pytest.approx(measured, rel=ACTIVATION_TOLERANCE)

@@ -11,15 +11,28 @@ from .conftest import MODEL_PRESETS, hf_model, spec_of
 pytest.importorskip("transformers")
 
 # Publicly stated sizes (FACTS.md): total and activated per token, in billions.
-PUBLISHED_B = {"llama3_8b": (8.0, 8.0), "llama3_70b": (70.6, 70.6), "mixtral_8x7b": (46.7, 12.9),
-               "deepseek_v2_lite": (15.7, None), "deepseek_v3": (671.0, 37.0)}
+PUBLISHED_B = {
+    "llama3_8b": (8.0, 8.0),
+    "llama3_70b": (70.6, 70.6),
+    "mixtral_8x7b": (46.7, 12.9),
+    "deepseek_v2_lite": (15.7, None),
+    "deepseek_v3": (671.0, 37.0),
+}
 MTP_CHECKPOINT_B = 14.0  # DeepSeek-V3 report: 685B checkpoint = 671B main model + 14B MTP module
 
 
 def _components(model) -> dict[str, int]:  # noqa: ANN001
     """HF parameters grouped the way lmspec reports them, by module name."""
-    groups = {"embedding": 0, "output_head": 0, "attention": 0, "norms": 0, "router": 0, "routed_experts": 0,
-              "shared_experts": 0, "dense_mlp": 0}
+    groups = {
+        "embedding": 0,
+        "output_head": 0,
+        "attention": 0,
+        "norms": 0,
+        "router": 0,
+        "routed_experts": 0,
+        "shared_experts": 0,
+        "dense_mlp": 0,
+    }
     for name, p in model.named_parameters():
         n = p.numel()
         if "embed_tokens" in name:
@@ -50,8 +63,7 @@ def test_total_and_components_match_transformers_exactly(preset: str) -> None:
     assert counts.total == sum(p.numel() for p in model.parameters())
     assert {k: getattr(counts, k) for k in _components(model)} == _components(model)
     # DeepSpeed's ZeRO-3 estimator gathers the largest module: its own definition, on the HF module tree
-    assert counts.largest_layer == max(sum(p.numel() for p in mod.parameters(recurse=False))
-                                       for mod in model.modules())
+    assert counts.largest_layer == max(sum(p.numel() for p in mod.parameters(recurse=False)) for mod in model.modules())
 
 
 @pytest.mark.parametrize("preset", MODEL_PRESETS)

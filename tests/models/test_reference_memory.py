@@ -21,12 +21,23 @@ def test_zero_paper_figure_1(stage: int, paper_gb: float) -> None:
 
 
 def _deepspeed_backend(model: str, zero_stage: int, nodes: int, gpus: int) -> list[str]:
-    return [f"model={model}", "train.backend=deepspeed", "train.precision=bf16", f"parallel.zero_stage={zero_stage}",
-            f"hardware.nodes={nodes}", f"hardware.gpus_per_node={gpus}"]
+    return [
+        f"model={model}",
+        "train.backend=deepspeed",
+        "train.precision=bf16",
+        f"parallel.zero_stage={zero_stage}",
+        f"hardware.nodes={nodes}",
+        f"hardware.gpus_per_node={gpus}",
+    ]
 
 
-DS_CASES = [("tiny", 1, 2), ("llama3_8b", 1, 8), ("llama3_70b", 8, 8), ("mixtral_8x7b", 4, 8),
-            ("deepseek_v2_lite", 2, 8)]
+DS_CASES = [
+    ("tiny", 1, 2),
+    ("llama3_8b", 1, 8),
+    ("llama3_70b", 8, 8),
+    ("mixtral_8x7b", 4, 8),
+    ("deepseek_v2_lite", 2, 8),
+]
 
 
 @pytest.mark.parametrize(("model", "nodes", "gpus"), DS_CASES)
@@ -38,8 +49,9 @@ def test_zero2_matches_deepspeeds_estimator(model: str, nodes: int, gpus: int) -
     b = state_bytes(spec, nodes * gpus)
     assert int(total * (b.weights + b.gradients + b.optimizer)) == pytest.approx(ds_gpu, abs=2)
     _, ds_offload_gpu = stage2.estimate_zero2_model_states_mem_needs(total, gpus, nodes, cpu_offload=True)
-    off = state_bytes(spec_of(*_deepspeed_backend(model, 2, nodes, gpus), "parallel.offload_optimizer=true"),
-                      nodes * gpus)
+    off = state_bytes(
+        spec_of(*_deepspeed_backend(model, 2, nodes, gpus), "parallel.offload_optimizer=true"), nodes * gpus
+    )
     assert total * (off.weights + off.gradients + off.optimizer) == ds_offload_gpu
 
 
@@ -48,8 +60,9 @@ def test_zero3_matches_deepspeeds_estimator(model: str, nodes: int, gpus: int) -
     stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
     spec = spec_of(*_deepspeed_backend(model, 3, nodes, gpus))
     counts = count_params(spec.model)
-    _, ds_gpu, _ = stage3.estimate_zero3_model_states_mem_needs(counts.total, counts.largest_layer, gpus, nodes,
-                                                                cpu_offload=False, cpu_offload_params=False)
+    _, ds_gpu, _ = stage3.estimate_zero3_model_states_mem_needs(
+        counts.total, counts.largest_layer, gpus, nodes, cpu_offload=False, cpu_offload_params=False
+    )
     memory = estimate_train_memory(spec)
     assert memory is not None
     gpu = memory.worst
@@ -79,8 +92,10 @@ def test_zero3_with_the_real_model_side_by_side() -> None:
     del torch
 
 
-@pytest.mark.parametrize(("dp", "distributed_optimizer", "bytes_per_param"),
-                         [(8, False, 18.0), (8, True, 6 + 12 / 8), (64, True, 6 + 12 / 64)])
+@pytest.mark.parametrize(
+    ("dp", "distributed_optimizer", "bytes_per_param"),
+    [(8, False, 18.0), (8, True, 6 + 12 / 8), (64, True, 6 + 12 / 64)],
+)
 def test_megatron_bytes_per_parameter(dp: int, distributed_optimizer: bool, bytes_per_param: float) -> None:
     spec = spec_of("model=llama3_8b", "hardware=h100_80g", f"parallel.distributed_optimizer={distributed_optimizer}")
     b = state_bytes(spec, dp)
@@ -90,8 +105,7 @@ def test_megatron_bytes_per_parameter(dp: int, distributed_optimizer: bool, byte
 # GPT-3 175B in Korthikanti et al. 2022: s=2048, b=1, h=12288, a=96, t=8; LayerNorm, GeLU 4h MLP,
 # dropout after attention, MLP and softmax; 16-bit activations, 1-byte dropout masks.
 S, B, H, A, T = 2048, 1, 12288, 96, 8
-GPT3 = LayerShape(hidden=H, heads=A, q_width=H, k_width=H, v_width=H, out_width=H, ffn=4 * H, gated=False,
-                  dropout=True)
+GPT3 = LayerShape(hidden=H, heads=A, q_width=H, k_width=H, v_width=H, out_width=H, ffn=4 * H, gated=False, dropout=True)
 SBH = S * B * H
 TABLE_2 = [
     pytest.param(1, False, "none", SBH * (34 + 5 * A * S / H), id="no-parallelism"),
@@ -105,17 +119,40 @@ TABLE_2 = [
 
 @pytest.mark.parametrize(("tp", "sp", "recompute", "paper_bytes"), TABLE_2)
 def test_korthikanti_table_2_gpt3_175b(tp: int, sp: bool, recompute: str, paper_bytes: float) -> None:
-    setting = ActivationSetting(style="megatron", seq_length=S, micro_batch_size=B, element_bytes=2, tp=tp,
-                                sequence_parallel=sp, recompute=recompute, flash_attention=False)  # type: ignore[arg-type]
+    setting = ActivationSetting(
+        style="megatron",
+        seq_length=S,
+        micro_batch_size=B,
+        element_bytes=2,
+        tp=tp,
+        sequence_parallel=sp,
+        recompute=recompute,
+        flash_attention=False,
+    )  # type: ignore[arg-type]
     assert layer_activation_bytes(GPT3, setting) == pytest.approx(paper_bytes, rel=1e-12)
 
 
 def test_flash_attention_drops_the_score_term() -> None:
-    eager = ActivationSetting(style="megatron", seq_length=S, micro_batch_size=B, element_bytes=2, tp=T,
-                              sequence_parallel=True, flash_attention=False)
-    flash = ActivationSetting(style="megatron", seq_length=S, micro_batch_size=B, element_bytes=2, tp=T,
-                              sequence_parallel=True, flash_attention=True)
+    eager = ActivationSetting(
+        style="megatron",
+        seq_length=S,
+        micro_batch_size=B,
+        element_bytes=2,
+        tp=T,
+        sequence_parallel=True,
+        flash_attention=False,
+    )
+    flash = ActivationSetting(
+        style="megatron",
+        seq_length=S,
+        micro_batch_size=B,
+        element_bytes=2,
+        tp=T,
+        sequence_parallel=True,
+        flash_attention=True,
+    )
     log_sum_exp = S * B * A / T * 4
     assert layer_activation_bytes(GPT3, flash) == pytest.approx(SBH * 34 / T + log_sum_exp)
     assert layer_activation_bytes(GPT3, eager) - layer_activation_bytes(GPT3, flash) == pytest.approx(
-        SBH * 5 * A * S / (H * T) - log_sum_exp)
+        SBH * 5 * A * S / (H * T) - log_sum_exp
+    )

@@ -36,19 +36,38 @@ class Layout:
     recompute: str = "selective"
 
     def axes(self) -> Axes:
-        return Axes(nodes=(self.nodes,), tp=(self.tp,), pp=(self.pp,), cp=(self.cp,), ep=(self.ep,),
-                    micro_batch_size=(self.micro_batch_size,),
-                    shardings=((BACKENDS.index(self.backend), self.zero_stage, self.distributed_optimizer),),
-                    sequence_parallel=(self.sequence_parallel,), recompute=(RECOMPUTE.index(self.recompute),))
+        return Axes(
+            nodes=(self.nodes,),
+            tp=(self.tp,),
+            pp=(self.pp,),
+            cp=(self.cp,),
+            ep=(self.ep,),
+            micro_batch_size=(self.micro_batch_size,),
+            shardings=((BACKENDS.index(self.backend), self.zero_stage, self.distributed_optimizer),),
+            sequence_parallel=(self.sequence_parallel,),
+            recompute=(RECOMPUTE.index(self.recompute),),
+        )
 
     def apply(self, spec: Spec) -> Spec:
         """The spec with this layout written into it, as `lmspec plan`'s overrides would."""
         parallel = dataclasses.replace(
-            spec.parallel, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, dp="auto", pp_layout="auto",
-            virtual_stages=None, sequence_parallel=self.sequence_parallel, zero_stage=self.zero_stage,
-            distributed_optimizer=self.distributed_optimizer, offload_optimizer=False, offload_params=False)
-        train = dataclasses.replace(spec.train, backend=self.backend, micro_batch_size=self.micro_batch_size,
-                                    recompute=self.recompute)
+            spec.parallel,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            ep=self.ep,
+            dp="auto",
+            pp_layout="auto",
+            virtual_stages=None,
+            sequence_parallel=self.sequence_parallel,
+            zero_stage=self.zero_stage,
+            distributed_optimizer=self.distributed_optimizer,
+            offload_optimizer=False,
+            offload_params=False,
+        )
+        train = dataclasses.replace(
+            spec.train, backend=self.backend, micro_batch_size=self.micro_batch_size, recompute=self.recompute
+        )
         hardware = dataclasses.replace(spec.hardware, nodes=self.nodes)
         return dataclasses.replace(spec, parallel=parallel, train=train, hardware=hardware)
 
@@ -60,8 +79,11 @@ def enumerate_one(spec: Spec, layout: Layout) -> Enumeration:
 def price_one(spec: Spec, layout: Layout) -> Priced:
     found = enumerate_one(spec, layout)
     assert found.legal.size == 1, {k: v for k, v in found.rejected.items() if v}
-    values = {"tp": np.array([layout.tp]), "cp": np.array([layout.cp]),
-              "micro_batch_size": np.array([layout.micro_batch_size])}
+    values = {
+        "tp": np.array([layout.tp]),
+        "cp": np.array([layout.cp]),
+        "micro_batch_size": np.array([layout.micro_batch_size]),
+    }
     return price(spec, found.legal, values)
 
 

@@ -27,8 +27,12 @@ SAMPLES = 250
 
 JOBS = {
     "mixtral": ["model=mixtral_8x7b", "hardware=h100_80g", "train.global_batch_size=96"],
-    "deepseek_v2_lite": ["model=deepseek_v2_lite", "hardware=a100_40g", "train.global_batch_size=64",
-                         "train.seq_length=2048"],
+    "deepseek_v2_lite": [
+        "model=deepseek_v2_lite",
+        "hardware=a100_40g",
+        "train.global_batch_size=64",
+        "train.seq_length=2048",
+    ],
     "llama3_8b": ["model=llama3_8b", "hardware=rtx4090_24g", "train.global_batch_size=48"],
 }
 
@@ -44,19 +48,38 @@ def _random_layouts(spec: Spec, nodes: range, n: int, seed: int) -> list[Layout]
     out = []
     for _ in range(n // 2):
         b, z, d = rng.choice(axes.shardings)
-        out.append(Layout(nodes=rng.choice(axes.nodes), tp=rng.choice(axes.tp), pp=rng.choice(axes.pp),
-                          cp=rng.choice(axes.cp), ep=rng.choice(axes.ep),
-                          micro_batch_size=rng.choice(axes.micro_batch_size), backend=BACKENDS[b], zero_stage=z,
-                          distributed_optimizer=d, sequence_parallel=rng.choice((False, True)),
-                          recompute=RECOMPUTE[rng.choice(axes.recompute)]))
+        out.append(
+            Layout(
+                nodes=rng.choice(axes.nodes),
+                tp=rng.choice(axes.tp),
+                pp=rng.choice(axes.pp),
+                cp=rng.choice(axes.cp),
+                ep=rng.choice(axes.ep),
+                micro_batch_size=rng.choice(axes.micro_batch_size),
+                backend=BACKENDS[b],
+                zero_stage=z,
+                distributed_optimizer=d,
+                sequence_parallel=rng.choice((False, True)),
+                recompute=RECOMPUTE[rng.choice(axes.recompute)],
+            )
+        )
     legal = enumerate_legal(spec, axes).legal
     for i in rng.sample(range(legal.size), min(n - len(out), legal.size)):
-        out.append(Layout(nodes=int(legal.nodes[i]), tp=int(legal.tp[i]), pp=int(legal.pp[i]), cp=int(legal.cp[i]),
-                          ep=int(legal.ep[i]), micro_batch_size=int(legal.micro_batch_size[i]),
-                          backend=BACKENDS[int(legal.backend[i])], zero_stage=int(legal.zero_stage[i]),
-                          distributed_optimizer=bool(legal.distributed_optimizer[i]),
-                          sequence_parallel=bool(legal.sequence_parallel[i]),
-                          recompute=RECOMPUTE[int(legal.recompute[i])]))
+        out.append(
+            Layout(
+                nodes=int(legal.nodes[i]),
+                tp=int(legal.tp[i]),
+                pp=int(legal.pp[i]),
+                cp=int(legal.cp[i]),
+                ep=int(legal.ep[i]),
+                micro_batch_size=int(legal.micro_batch_size[i]),
+                backend=BACKENDS[int(legal.backend[i])],
+                zero_stage=int(legal.zero_stage[i]),
+                distributed_optimizer=bool(legal.distributed_optimizer[i]),
+                sequence_parallel=bool(legal.sequence_parallel[i]),
+                recompute=RECOMPUTE[int(legal.recompute[i])],
+            )
+        )
     return out
 
 
@@ -82,24 +105,51 @@ def test_search_rejects_exactly_what_the_rules_reject(job: str) -> None:
 
 
 MEMORY_CASES = [
-    ("deepseek_v3 PP16 EP64", ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=15360"],
-     Layout(nodes=256, pp=16, ep=64, recompute="full")),
-    ("deepseek_v3 TP2 PP16 CP2 EP8 SP", ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=15360"],
-     Layout(nodes=256, tp=2, pp=16, cp=2, ep=8, sequence_parallel=True, recompute="none")),
-    ("deepseek_v3 PP13 uneven", ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=1040"],
-     Layout(nodes=130, tp=4, pp=13, ep=16, micro_batch_size=2, distributed_optimizer=False, sequence_parallel=True)),
-    ("llama3_70b TP8 PP2 SP", ["model=llama3_70b", "hardware=h100_80g"],
-     Layout(nodes=8, tp=8, pp=2, sequence_parallel=True)),
-    ("llama3_70b PP7 few micro-batches", ["model=llama3_70b", "hardware=h100_80g", "train.global_batch_size=16"],
-     Layout(nodes=7, tp=8, pp=7, micro_batch_size=2, recompute="none")),
-    ("llama3_8b ZeRO-3", ["model=llama3_8b", "hardware=a100_40g"],
-     Layout(nodes=2, backend="deepspeed", zero_stage=3, distributed_optimizer=False, micro_batch_size=4)),
-    ("llama3_8b ZeRO-1 PP4", ["model=llama3_8b", "hardware=a100_40g"],
-     Layout(nodes=2, pp=4, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full")),
-    ("mixtral ZeRO-2", ["model=mixtral_8x7b", "hardware=h200_141g"],
-     Layout(nodes=4, backend="deepspeed", zero_stage=2, distributed_optimizer=False, recompute="none")),
-    ("mixtral TP4 PP4 EP4", ["model=mixtral_8x7b", "hardware=h100_80g"],
-     Layout(nodes=4, tp=4, pp=4, ep=4, sequence_parallel=True)),
+    (
+        "deepseek_v3 PP16 EP64",
+        ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=15360"],
+        Layout(nodes=256, pp=16, ep=64, recompute="full"),
+    ),
+    (
+        "deepseek_v3 TP2 PP16 CP2 EP8 SP",
+        ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=15360"],
+        Layout(nodes=256, tp=2, pp=16, cp=2, ep=8, sequence_parallel=True, recompute="none"),
+    ),
+    (
+        "deepseek_v3 PP13 uneven",
+        ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=1040"],
+        Layout(nodes=130, tp=4, pp=13, ep=16, micro_batch_size=2, distributed_optimizer=False, sequence_parallel=True),
+    ),
+    (
+        "llama3_70b TP8 PP2 SP",
+        ["model=llama3_70b", "hardware=h100_80g"],
+        Layout(nodes=8, tp=8, pp=2, sequence_parallel=True),
+    ),
+    (
+        "llama3_70b PP7 few micro-batches",
+        ["model=llama3_70b", "hardware=h100_80g", "train.global_batch_size=16"],
+        Layout(nodes=7, tp=8, pp=7, micro_batch_size=2, recompute="none"),
+    ),
+    (
+        "llama3_8b ZeRO-3",
+        ["model=llama3_8b", "hardware=a100_40g"],
+        Layout(nodes=2, backend="deepspeed", zero_stage=3, distributed_optimizer=False, micro_batch_size=4),
+    ),
+    (
+        "llama3_8b ZeRO-1 PP4",
+        ["model=llama3_8b", "hardware=a100_40g"],
+        Layout(nodes=2, pp=4, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full"),
+    ),
+    (
+        "mixtral ZeRO-2",
+        ["model=mixtral_8x7b", "hardware=h200_141g"],
+        Layout(nodes=4, backend="deepspeed", zero_stage=2, distributed_optimizer=False, recompute="none"),
+    ),
+    (
+        "mixtral TP4 PP4 EP4",
+        ["model=mixtral_8x7b", "hardware=h100_80g"],
+        Layout(nodes=4, tp=4, pp=4, ep=4, sequence_parallel=True),
+    ),
 ]
 
 
@@ -129,7 +179,12 @@ def test_step_time_is_the_same_for_one_layout_in_plain_numbers() -> None:
     point = Layout(nodes=4, tp=2, pp=4, cp=2, ep=4, micro_batch_size=2, sequence_parallel=True)
     priced = price_one(spec, point)
     inputs, kwargs = price_inputs(spec, priced.feasible)
-    plain = dataclasses.replace(inputs, **{f.name: getattr(inputs, f.name)[0].item()
-                                           for f in dataclasses.fields(inputs)
-                                           if hasattr(getattr(inputs, f.name), "shape")})
+    plain = dataclasses.replace(
+        inputs,
+        **{
+            f.name: getattr(inputs, f.name)[0].item()
+            for f in dataclasses.fields(inputs)
+            if hasattr(getattr(inputs, f.name), "shape")
+        },
+    )
     assert steptime.step_time(plain, **kwargs).total == pytest.approx(scalar(priced.step_time_s), rel=1e-12)

@@ -48,9 +48,14 @@ def test_json_accounts_for_every_candidate(lmspec: Lmspec) -> None:
 
 
 def test_objectives_change_the_order(lmspec: Lmspec) -> None:
-    runs = {objective: json.loads(lmspec("plan", *LLAMA_70B, "--gpus", "32..64", "--top", "3", "--format",
-                                         "json", "--objective", objective).out)["top"]
-            for objective in ("throughput", "cost", "min-gpus")}
+    runs = {
+        objective: json.loads(
+            lmspec(
+                "plan", *LLAMA_70B, "--gpus", "32..64", "--top", "3", "--format", "json", "--objective", objective
+            ).out
+        )["top"]
+        for objective in ("throughput", "cost", "min-gpus")
+    }
     assert runs["min-gpus"][0]["gpus"] == 32
     assert runs["throughput"][0]["tokens_per_s"] >= runs["cost"][0]["tokens_per_s"]
     per_gpu = {k: v[0]["tokens_per_s"] / v[0]["gpus"] for k, v in runs.items()}
@@ -59,8 +64,9 @@ def test_objectives_change_the_order(lmspec: Lmspec) -> None:
 
 def test_written_spec_compiles_unchanged(lmspec: Lmspec, tmp_path: Path) -> None:
     target = tmp_path / "experiment" / "llama70b_planned.yaml"
-    result = lmspec("plan", *LLAMA_70B, "hardware.nodes=8", "train.global_batch_size=512", "--top", "1",
-                    "--write", str(target))
+    result = lmspec(
+        "plan", *LLAMA_70B, "hardware.nodes=8", "train.global_batch_size=512", "--top", "1", "--write", str(target)
+    )
     assert result.code == 0, result.err
     text = target.read_text(encoding="utf-8")
     data = yaml.safe_load(text)
@@ -83,8 +89,15 @@ def test_plot_is_an_svg(lmspec: Lmspec, tmp_path: Path) -> None:
 
 def test_spec_problems_outside_the_layout_are_reported_and_block_writing(lmspec: Lmspec, tmp_path: Path) -> None:
     """The default serve block cannot hold 671B on one node: the plan says so, and --write refuses."""
-    args = ("plan", "model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "train.global_batch_size=15360",
-            "--top", "1")
+    args = (
+        "plan",
+        "model=deepseek_v3",
+        "hardware=h800_80g",
+        "hardware.nodes=256",
+        "train.global_batch_size=15360",
+        "--top",
+        "1",
+    )
     shown = lmspec(*args)
     assert shown.code == 0 and "serving does not fit" in shown.err
     written = lmspec(*args, "--write", str(tmp_path / "dsv3.yaml"))
@@ -116,8 +129,10 @@ def test_usage_errors(lmspec: Lmspec, tmp_path: Path) -> None:
 
 
 def test_check_does_not_import_numpy() -> None:
-    code = ("import sys\nfrom compiler.cli import run\nassert run(['check']) == 0\n"
-            "assert 'numpy' not in sys.modules, 'lmspec check imported numpy'\n")
+    code = (
+        "import sys\nfrom compiler.cli import run\nassert run(['check']) == 0\n"
+        "assert 'numpy' not in sys.modules, 'lmspec check imported numpy'\n"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)
 
 

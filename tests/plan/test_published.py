@@ -20,11 +20,21 @@ BACKENDS = ("megatron", "deepspeed")
 def _gpt(layers: int, hidden: int, heads: int, global_batch: int, nodes: int) -> list[str]:
     """A GPT of Korthikanti et al. as lmspec spells it: GeLU 4h MLP as a SwiGLU of width 8h/3
     (same parameters and FLOPs), MHA as GQA with kv heads = heads, vocab 51200, sequence 2048."""
-    return ["model=llama3_70b", "hardware=a100_80g", f"hardware.nodes={nodes}", f"model.num_layers={layers}",
-            f"model.hidden_size={hidden}", f"model.ffn_hidden_size={round(8 * hidden / 3)}",
-            f"model.num_attention_heads={heads}", f"model.num_kv_heads={heads}", f"model.head_dim={hidden // heads}",
-            "model.vocab_size=51200", "model.max_position_embeddings=2048", "train.seq_length=2048",
-            f"train.global_batch_size={global_batch}"]
+    return [
+        "model=llama3_70b",
+        "hardware=a100_80g",
+        f"hardware.nodes={nodes}",
+        f"model.num_layers={layers}",
+        f"model.hidden_size={hidden}",
+        f"model.ffn_hidden_size={round(8 * hidden / 3)}",
+        f"model.num_attention_heads={heads}",
+        f"model.num_kv_heads={heads}",
+        f"model.head_dim={hidden // heads}",
+        "model.vocab_size=51200",
+        "model.max_position_embeddings=2048",
+        "train.seq_length=2048",
+        f"train.global_batch_size={global_batch}",
+    ]
 
 
 # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
@@ -40,10 +50,14 @@ MEGATRON_MFU = [
 MEGATRON_MFU_RELATIVE_ERROR = 0.10  # fitted: the largest deviation is 4.6% (530B)
 
 
-@pytest.mark.parametrize(("name", "layers", "hidden", "heads", "batch", "tp", "pp", "published"), MEGATRON_MFU,
-                         ids=[case[0] for case in MEGATRON_MFU])
-def test_megatron_mfu_table(name: str, layers: int, hidden: int, heads: int, batch: int, tp: int, pp: int,
-                            published: float) -> None:
+@pytest.mark.parametrize(
+    ("name", "layers", "hidden", "heads", "batch", "tp", "pp", "published"),
+    MEGATRON_MFU,
+    ids=[case[0] for case in MEGATRON_MFU],
+)
+def test_megatron_mfu_table(
+    name: str, layers: int, hidden: int, heads: int, batch: int, tp: int, pp: int, published: float
+) -> None:
     """Megatron-LM's MFU table (22B 41.5%, 175B 51.4%, 530B 56.0%, 1T 56.3%) within 10%.
     (Megatron counts the full s x s attention; lmspec's FLOPs count the causal half, ~1-2% less.)"""
     spec = typed_spec(*_gpt(layers, hidden, heads, batch, tp * pp // 8))
@@ -104,8 +118,9 @@ def test_seed_proposal_of_32_a100_is_rejected_with_the_fewest_gpus_that_fit() ->
 def test_llama3_70b_on_64_h100_prefers_tensor_parallel_inside_a_node() -> None:
     """The seed's rule of thumb (TP inside a node): the winner shards with TP over NVLink, and
     beats every layout without TP."""
-    result = search(typed_spec("model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8"), [8], BACKENDS,
-                    "throughput")
+    result = search(
+        typed_spec("model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8"), [8], BACKENDS, "throughput"
+    )
     c, p = result.priced.feasible, result.priced
     best = int(result.ranked[0])
     assert 1 < int(c.tp[best]) <= 8

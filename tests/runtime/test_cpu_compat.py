@@ -12,8 +12,7 @@ import textwrap
 
 
 def _python(code: str) -> None:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                            timeout=180)
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
 
 

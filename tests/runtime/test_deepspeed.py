@@ -17,8 +17,17 @@ NAME = "zero3"
 
 
 def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
-    build = compile_build(tmp_path, NAME, ["train.backend=deepspeed", "parallel.zero_stage=3", "train.steps=4",
-                                           "train.checkpoint.interval=2", "train.log_interval=1"])
+    build = compile_build(
+        tmp_path,
+        NAME,
+        [
+            "train.backend=deepspeed",
+            "parallel.zero_stage=3",
+            "train.steps=4",
+            "train.checkpoint.interval=2",
+            "train.log_interval=1",
+        ],
+    )
     assert (build / "ds_config.json").is_file()
     first = run(build, tmp_path)
     assert first.code == 0, first.output[-4000:]

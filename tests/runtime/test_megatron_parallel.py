@@ -61,8 +61,11 @@ def test_tp2_checkpoint_resumes_at_tp1(tp2_run, tmp_path: Path) -> None:
 
 
 def test_pp2_uneven_layout_1f1b(tmp_path: Path) -> None:
-    build = compile_build(tmp_path, "pp2", ["parallel.pp=2", "parallel.pp_layout=[1,3]", "train.steps=4",
-                                            "train.checkpoint.interval=4", *LOG_EVERY_STEP])
+    build = compile_build(
+        tmp_path,
+        "pp2",
+        ["parallel.pp=2", "parallel.pp_layout=[1,3]", "train.steps=4", "train.checkpoint.interval=4", *LOG_EVERY_STEP],
+    )
     result = run(build, tmp_path)
     assert result.code == 0, result.output[-4000:]
     assert "pipeline stage 0/2: 1 layers" in result.output
@@ -72,8 +75,11 @@ def test_pp2_uneven_layout_1f1b(tmp_path: Path) -> None:
 
 
 def test_moe_ep2(tmp_path: Path) -> None:
-    build = compile_build(tmp_path, "moe", ["model=tiny_moe", "parallel.ep=2", "train.steps=4",
-                                            "train.checkpoint.interval=4", *LOG_EVERY_STEP])
+    build = compile_build(
+        tmp_path,
+        "moe",
+        ["model=tiny_moe", "parallel.ep=2", "train.steps=4", "train.checkpoint.interval=4", *LOG_EVERY_STEP],
+    )
     result = run(build, tmp_path)
     assert result.code == 0, result.output[-4000:]
     losses = result.losses("moe")

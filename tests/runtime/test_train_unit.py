@@ -27,8 +27,9 @@ def test_missing_build_dir_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     assert main([]) == 2
 
 
-def test_world_size_mismatch_names_the_keys(tiny_build: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_world_size_mismatch_names_the_keys(
+    tiny_build: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert main([str(tiny_build)]) == 2
     err = capsys.readouterr().err

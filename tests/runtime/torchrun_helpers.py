@@ -52,9 +52,18 @@ class Run:
 
 
 def _command(build: Path) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NPROC}",
-            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "--max-restarts=0",
-            "-m", "runtime.train", str(build)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={NPROC}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        "--max-restarts=0",
+        "-m",
+        "runtime.train",
+        str(build),
+    ]
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -77,8 +86,9 @@ def start(build: Path, cwd: Path, log: Path) -> subprocess.Popen:
     """torchrun in its own session; output to `log` (a pipe could fill and stall the workers)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with open(log, "w") as fh:
-        return subprocess.Popen(_command(build), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        return subprocess.Popen(
+            _command(build), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
 
 
 def _finish(proc: subprocess.Popen, log: Path, cwd: Path, timeout_s: float) -> Run:
@@ -103,8 +113,14 @@ def workers(proc: subprocess.Popen) -> list[int]:
     return [int(pid) for pid in path.read_text().split()] if path.exists() else []
 
 
-def run_until(build: Path, cwd: Path, condition: Callable[[], bool], action: Callable[[subprocess.Popen], None],
-              timeout_s: float = RUN_TIMEOUT_S, poll_s: float = 0.002) -> Run:
+def run_until(
+    build: Path,
+    cwd: Path,
+    condition: Callable[[], bool],
+    action: Callable[[subprocess.Popen], None],
+    timeout_s: float = RUN_TIMEOUT_S,
+    poll_s: float = 0.002,
+) -> Run:
     """Start a run, call `action(proc)` as soon as `condition()` holds, then wait for the end."""
     log = cwd / f"torchrun-{time.monotonic_ns()}.log"
     proc = start(build, cwd, log)

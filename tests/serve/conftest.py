@@ -42,10 +42,21 @@ def save_random_hf_llama(plan: Plan, directory: Path) -> None:
 
     m = plan.spec.model
     config = transformers.LlamaConfig(
-        vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.ffn_hidden_size,
-        num_hidden_layers=m.num_layers, num_attention_heads=m.num_attention_heads,
-        num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim, max_position_embeddings=m.max_position_embeddings,
-        rms_norm_eps=m.norm_eps, rope_theta=m.rope_theta, tie_word_embeddings=m.tie_embeddings,
-        bos_token_id=None, eos_token_id=EOT_ID, pad_token_id=PAD_ID, torch_dtype=plan.spec.convert.dtype)
+        vocab_size=m.vocab_size,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.ffn_hidden_size,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_attention_heads,
+        num_key_value_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+        max_position_embeddings=m.max_position_embeddings,
+        rms_norm_eps=m.norm_eps,
+        rope_theta=m.rope_theta,
+        tie_word_embeddings=m.tie_embeddings,
+        bos_token_id=None,
+        eos_token_id=EOT_ID,
+        pad_token_id=PAD_ID,
+        torch_dtype=plan.spec.convert.dtype,
+    )
     torch.manual_seed(plan.spec.train.seed)
     transformers.LlamaForCausalLM(config).save_pretrained(str(directory))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import compile_build
 
 from compiler.emit.serve import SERVE_SH, VLLM_YAML
 from compiler.plan import Plan
-from conftest import compile_build
 
 PRESETS = {
     "tiny": (None, []),
@@ -31,23 +31,46 @@ with open(os.environ["RECORD_TO"], "w") as fh:
 """
 
 
-ALL_OPTIONS = ("model", "served-model-name", "host", "port", "dtype", "tensor-parallel-size",
-               "pipeline-parallel-size", "data-parallel-size", "enable-expert-parallel", "max-model-len",
-               "gpu-memory-utilization", "max-num-seqs", "max-num-batched-tokens", "kv-cache-dtype",
-               "quantization", "enforce-eager")
+ALL_OPTIONS = (
+    "model",
+    "served-model-name",
+    "host",
+    "port",
+    "dtype",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "data-parallel-size",
+    "enable-expert-parallel",
+    "max-model-len",
+    "gpu-memory-utilization",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "kv-cache-dtype",
+    "quantization",
+    "enforce-eager",
+)
 
 
 def _option(plan: Plan, key: str) -> object:
     """The spec value each vLLM option must carry (the table a reviewer checks by eye)."""
     v, s = plan.spec.serve, plan.spec
     return {
-        "model": v.model_path or s.convert.output, "served-model-name": v.served_model_name,
-        "host": v.host, "port": v.port, "dtype": v.dtype, "tensor-parallel-size": v.tp,
-        "pipeline-parallel-size": v.pp, "data-parallel-size": v.dp,
-        "enable-expert-parallel": v.expert_parallel, "max-model-len": v.max_model_len,
-        "gpu-memory-utilization": v.gpu_memory_utilization, "max-num-seqs": v.max_num_seqs,
-        "max-num-batched-tokens": v.max_num_batched_tokens, "kv-cache-dtype": v.kv_cache_dtype,
-        "quantization": v.quantization, "enforce-eager": v.enforce_eager,
+        "model": v.model_path or s.convert.output,
+        "served-model-name": v.served_model_name,
+        "host": v.host,
+        "port": v.port,
+        "dtype": v.dtype,
+        "tensor-parallel-size": v.tp,
+        "pipeline-parallel-size": v.pp,
+        "data-parallel-size": v.dp,
+        "enable-expert-parallel": v.expert_parallel,
+        "max-model-len": v.max_model_len,
+        "gpu-memory-utilization": v.gpu_memory_utilization,
+        "max-num-seqs": v.max_num_seqs,
+        "max-num-batched-tokens": v.max_num_batched_tokens,
+        "kv-cache-dtype": v.kv_cache_dtype,
+        "quantization": v.quantization,
+        "enforce-eager": v.enforce_eager,
     }[key]
 
 
@@ -76,13 +99,15 @@ def test_tiny_serves_the_cpu_settings(builds: dict[str, tuple[Plan, Path]]) -> N
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_serve_sh_has_no_shellcheck_findings(name: str, builds: dict[str, tuple[Plan, Path]], shellcheck: str) -> None:
-    result = subprocess.run([shellcheck, "--format=gcc", str(builds[name][1] / SERVE_SH)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [shellcheck, "--format=gcc", str(builds[name][1] / SERVE_SH)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _run_serve_sh(build: Path, cwd: Path, env_extra: dict[str, str],
-                  *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _run_serve_sh(
+    build: Path, cwd: Path, env_extra: dict[str, str], *extra: str
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     recorder = cwd / "fake_vllm"
     recorder.write_text(f"#!{sys.executable}\n{RECORDER}")
     recorder.chmod(0o755)
@@ -90,8 +115,15 @@ def _run_serve_sh(build: Path, cwd: Path, env_extra: dict[str, str],
     record.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "MY_SERVING_KEY")}
     env.update({"LMSPEC_VLLM": str(recorder), "RECORD_TO": str(record), **env_extra})
-    result = subprocess.run(["bash", str(build / SERVE_SH), *extra], cwd=cwd, env=env,
-                            capture_output=True, text=True, check=False, timeout=60)
+    result = subprocess.run(
+        ["bash", str(build / SERVE_SH), *extra],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     return result, (json.loads(record.read_text()) if record.is_file() else {})
 
 
@@ -106,9 +138,12 @@ def test_serve_sh_passes_the_key_by_environment_and_the_options_by_file(tmp_path
     result, record = _run_serve_sh(build, tmp_path, {"VLLM_API_KEY": SECRET}, "--max-num-seqs", "2")
     assert result.returncode == 0, result.stderr
     assert record["argv"] == ["serve", "--config", str(build / VLLM_YAML), "--max-num-seqs", "2"]
-    assert record["env"] == {"VLLM_API_KEY": SECRET, "HF_HUB_OFFLINE": "1",
-                             "VLLM_CACHE_ROOT": f"{tmp_path}/runs/tiny/vllm_cache",
-                             "VLLM_CPU_KVCACHE_SPACE": str(int(plan.spec.serve.cpu_kvcache_space_gib))}
+    assert record["env"] == {
+        "VLLM_API_KEY": SECRET,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": f"{tmp_path}/runs/tiny/vllm_cache",
+        "VLLM_CPU_KVCACHE_SPACE": str(int(plan.spec.serve.cpu_kvcache_space_gib)),
+    }
 
 
 def test_serve_sh_reads_the_key_from_the_variable_the_spec_names(tmp_path: Path) -> None:
@@ -157,9 +192,11 @@ def _hydra_quoted(value: str) -> str:
 
 def test_hostile_model_path_and_name_stay_data(tmp_path: Path, shellcheck: str) -> None:
     hostile = str(tmp_path / "it's a $(touch pwned) `x` dir")
-    name = "tiny \"quoted\" $HOME"
-    plan, build = compile_build(tmp_path / "build", [f"serve.model_path={_hydra_quoted(hostile)}",
-                                                      f"serve.served_model_name={_hydra_quoted(name)}"])
+    name = 'tiny "quoted" $HOME'
+    plan, build = compile_build(
+        tmp_path / "build",
+        [f"serve.model_path={_hydra_quoted(hostile)}", f"serve.served_model_name={_hydra_quoted(name)}"],
+    )
     assert plan.spec.serve.model_path == hostile
     options = yaml.safe_load((build / VLLM_YAML).read_text())
     assert options["model"] == hostile and options["served-model-name"] == name
@@ -175,7 +212,7 @@ def test_hostile_model_path_and_name_stay_data(tmp_path: Path, shellcheck: str) 
 def test_report_states_the_serving_layout_and_the_calibration_need(tmp_path: Path) -> None:
     _, build = compile_build(tmp_path / "build", ["serve.quantization=awq", "serve.model_path=/models/tiny-awq"])
     report = (build / "REPORT.md").read_text()
-    serving = report[report.index("## Serving (vLLM)"):]
+    serving = report[report.index("## Serving (vLLM)") :]
     assert "| engine layout | tp 1 x pp 1 x dp 1 = 1 GPU(s) |" in serving
     assert "| quantization | AWQ: needs an AWQ-calibrated checkpoint" in serving
     assert "| model served | `/models/tiny-awq` (serve.model_path) |" in serving

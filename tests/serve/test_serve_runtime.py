@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import compile_build, needs_vllm, save_random_hf_llama
 
 from compiler.plan import Plan
-from conftest import compile_build, needs_vllm, save_random_hf_llama
 from runtime.serve import ServeFailure, request_json
 
 START_TIMEOUT_S = 600.0  # vLLM start-up on a loaded 2-core machine took up to ~160 s
@@ -52,8 +52,15 @@ def _vllm_processes(cache_root: Path) -> list[int]:
 
 
 def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LMSPEC, "run", *args], cwd=cwd, env=env or dict(os.environ), capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [*LMSPEC, "run", *args],
+        cwd=cwd,
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -70,8 +77,7 @@ def test_dry_run_prints_the_command_and_starts_nothing(tmp_path: Path, tiny: tup
 
 
 def test_missing_model_is_a_usage_error_naming_the_key(tmp_path: Path, tiny: tuple[Plan, Path]) -> None:
-    result = _run(tmp_path, str(tiny[1]), "--stage", "serve", "--smoke",
-                  env={**os.environ, "VLLM_API_KEY": "k"})
+    result = _run(tmp_path, str(tiny[1]), "--stage", "serve", "--smoke", env={**os.environ, "VLLM_API_KEY": "k"})
     assert result.returncode == 2
     assert "convert.output='runs/tiny/hf': no model there" in result.stderr
     assert "--stage convert" in result.stderr and "Traceback" not in result.stderr
@@ -93,8 +99,7 @@ def test_busy_port_is_a_usage_error_naming_the_key(tmp_path: Path, tiny: tuple[P
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", plan.spec.serve.port))
         holder.listen()
-        result = _run(tmp_path, str(build), "--stage", "serve", "--smoke",
-                      env={**os.environ, "VLLM_API_KEY": "k"})
+        result = _run(tmp_path, str(build), "--stage", "serve", "--smoke", env={**os.environ, "VLLM_API_KEY": "k"})
     assert result.returncode == 2
     assert f"serve.port={plan.spec.serve.port}: cannot listen" in result.stderr
 
@@ -107,9 +112,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     save_random_hf_llama(plan, cwd / plan.spec.convert.output)
     key = secrets.token_hex(16)
     out = (cwd / "lmspec.out").open("w")
-    proc = subprocess.Popen([*LMSPEC, "run", str(build), "--stage", "serve"], cwd=cwd,
-                            env={**os.environ, "VLLM_API_KEY": key}, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*LMSPEC, "run", str(build), "--stage", "serve"],
+        cwd=cwd,
+        env={**os.environ, "VLLM_API_KEY": key},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     info = {"plan": plan, "cwd": cwd, "key": key, "proc": proc, "out": cwd / "lmspec.out"}
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -142,8 +152,11 @@ def test_server_passed_the_client_checks_and_prints_the_endpoint(server: dict) -
 def test_endpoint_answers_with_the_key_and_refuses_without(server: dict) -> None:
     v = server["plan"].spec.serve
     base = f"http://{v.host}:{v.port}"
-    answer = request_json(f"{base}/v1/completions", server["key"],
-                          {"model": v.served_model_name, "prompt": "Hello", "max_tokens": 4, "temperature": 0})
+    answer = request_json(
+        f"{base}/v1/completions",
+        server["key"],
+        {"model": v.served_model_name, "prompt": "Hello", "max_tokens": 4, "temperature": 0},
+    )
     assert answer["usage"]["completion_tokens"] >= 1
     assert answer["usage"]["prompt_tokens"] == len(b"Hello")  # the byte tokenizer: one token per byte
     with pytest.raises(ServeFailure, match="HTTP 401"):

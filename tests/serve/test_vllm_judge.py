@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import compile_build, needs_vllm
 
 from compiler.conversion.mapping import hf_config
-from compiler.emit.serve import VLLM_YAML, vllm_serve_args, vllm_options
+from compiler.emit.serve import VLLM_YAML, vllm_options, vllm_serve_args
 from compiler.pipeline import make_plan
 from compiler.plan import Plan
-from conftest import compile_build, needs_vllm
 from runtime.vllm_cli import CHECK_RESULT_PREFIX
 
 pytestmark = needs_vllm
@@ -65,13 +65,26 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         argvs[f"wrong/{case}"] = [*argvs[f"{name}/yaml"], *bad_flags]
     batch = root / "argvs.json"
     batch.write_text(json.dumps(list(argvs.values())))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(root / "vllm_cache"),
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "runtime.vllm_cli", "--check-batch", str(batch)],
-                          env=env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                          start_new_session=True, check=False)
-    results = [json.loads(line[len(CHECK_RESULT_PREFIX):]) for line in proc.stdout.splitlines()
-               if line.startswith(CHECK_RESULT_PREFIX)]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(root / "vllm_cache"),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.vllm_cli", "--check-batch", str(batch)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT_S,
+        start_new_session=True,
+        check=False,
+    )
+    results = [
+        json.loads(line[len(CHECK_RESULT_PREFIX) :])
+        for line in proc.stdout.splitlines()
+        if line.startswith(CHECK_RESULT_PREFIX)
+    ]
     assert len(results) == len(argvs), proc.stderr[-3000:]
     return {"plans": plans, "results": dict(zip(argvs, results))}
 
@@ -96,8 +109,11 @@ def test_flags_are_the_same_command_line_as_the_yaml(name: str, verdicts: dict[s
     results = verdicts["results"]
     from_yaml, from_flags = results[f"{name}/yaml"], results[f"{name}/flags"]
     assert from_flags["exit"] == 0, from_flags["error"]
-    differing = {k for k in from_yaml["args"].keys() | from_flags["args"].keys()
-                 if from_yaml["args"].get(k) != from_flags["args"].get(k)}
+    differing = {
+        k
+        for k in from_yaml["args"].keys() | from_flags["args"].keys()
+        if from_yaml["args"].get(k) != from_flags["args"].get(k)
+    }
     # vLLM turns a config file's `model:` into --model and the positional into model_tag; the
     # serve action uses model_tag over model, so the model served is args["model"] in both.
     assert differing <= {"config", "model_tag"}, differing
@@ -105,7 +121,9 @@ def test_flags_are_the_same_command_line_as_the_yaml(name: str, verdicts: dict[s
 
 
 @pytest.mark.parametrize("case", WRONG)
-def test_wrong_value_is_stopped_by_lmspec_first_and_refused_by_vllm(case: str, lmspec, verdicts: dict[str, Any]) -> None:
+def test_wrong_value_is_stopped_by_lmspec_first_and_refused_by_vllm(
+    case: str, lmspec, verdicts: dict[str, Any]
+) -> None:
     name, override, _ = WRONG[case]
     spec, overrides = PRESETS[name]
     checked = lmspec("check", *(["--spec", spec] if spec else []), *overrides, override)

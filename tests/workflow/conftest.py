@@ -21,8 +21,7 @@ def sh(tmp_path: Path) -> Runner:
     env = tool_env(home)
 
     def run(*argv: str | Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
     return run
 
@@ -33,7 +32,11 @@ def team_repo(tmp_path: Path, sh: Runner, lmspec) -> Path:
     repo = tmp_path / "team"
     result = lmspec("init", str(repo))
     assert result.code == 0, result.err
-    for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "specs and builds"]):
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "specs and builds"],
+    ):
         done = sh(*argv, cwd=repo)
         assert done.returncode == 0, done.stderr
     return repo

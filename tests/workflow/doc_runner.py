@@ -64,8 +64,15 @@ def matches(expected: str, output: str) -> bool:
 
 def _run(command: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """bash -c in its own process group; on timeout the whole group (vLLM, torchrun) is killed."""
-    proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:

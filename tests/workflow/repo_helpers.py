@@ -14,10 +14,16 @@ VENV_BIN = Path(sys.executable).parent
 def tool_env(home: Path) -> dict[str, str]:
     """git/pre-commit/lmspec with this venv first on PATH and no user or system config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
-    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", HOME=str(home), GIT_CONFIG_NOSYSTEM="1",
-               GIT_AUTHOR_NAME="lmspec test", GIT_AUTHOR_EMAIL="test@example.com",
-               GIT_COMMITTER_NAME="lmspec test", GIT_COMMITTER_EMAIL="test@example.com",
-               PRE_COMMIT_HOME=str(home / "pre-commit"))
+    env.update(
+        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        HOME=str(home),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="lmspec test",
+        GIT_AUTHOR_EMAIL="test@example.com",
+        GIT_COMMITTER_NAME="lmspec test",
+        GIT_COMMITTER_EMAIL="test@example.com",
+        PRE_COMMIT_HOME=str(home / "pre-commit"),
+    )
     return env
 
 

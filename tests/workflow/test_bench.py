@@ -15,8 +15,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "compile_speed.py"
 
 @pytest.mark.slow
 def test_bench_measures_compile_against_bare_compose() -> None:
-    done = subprocess.run([sys.executable, str(BENCH), "--repeats", "1", "--json"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--repeats", "1", "--json"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode in (0, 1), done.stderr  # 1 = over the target ratio; 2+ = the bench broke
     result = json.loads(done.stdout)
     for clock in ("wall", "cpu"):

@@ -57,11 +57,15 @@ def test_diff_against_a_git_revision(team_repo: Path, lmspec, monkeypatch) -> No
     assert "hardware.nodes" not in lmspec("diff", "--against", "HEAD", "--spec", SPEC_ARG, "hardware.nodes=4").out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["build/only_one"], "diff takes two build directories"),
-    (["{tmp}/nope", "{tmp}/nope"], "not a build directory"),
-    (["--against", "no-such-rev", "--spec", SPEC_ARG], "git rev-parse"),
-], ids=["one-build", "missing-build", "bad-revision"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["build/only_one"], "diff takes two build directories"),
+        (["{tmp}/nope", "{tmp}/nope"], "not a build directory"),
+        (["--against", "no-such-rev", "--spec", SPEC_ARG], "git rev-parse"),
+    ],
+    ids=["one-build", "missing-build", "bad-revision"],
+)
 def test_diff_usage_errors(team_repo: Path, lmspec, monkeypatch, tmp_path: Path, argv: list[str], message: str) -> None:
     monkeypatch.chdir(team_repo)
     result = lmspec("diff", *[a.format(tmp=tmp_path) for a in argv])

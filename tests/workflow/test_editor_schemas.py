@@ -24,7 +24,7 @@ CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 
 def _header(path: Path) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
-    return [line for line in lines[: next(i for i, l in enumerate(lines) if not l.startswith("#"))]]
+    return [line for line in lines[: next(i for i, text in enumerate(lines) if not text.startswith("#"))]]
 
 
 def _schema_of(path: Path) -> Path:
@@ -40,8 +40,9 @@ def test_committed_schema_files_are_generated() -> None:
     assert set(files) == {"spec.schema.json", "spec-file.schema.json", *(f"{s}.schema.json" for s in section_names())}
     for name, text in files.items():
         committed = SCHEMA_FILE.parent / name
-        assert committed.is_file() and committed.read_text(encoding="utf-8") == text, \
+        assert committed.is_file() and committed.read_text(encoding="utf-8") == text, (
             f"schemas/{name} is stale: run `python -m compiler.schema`"
+        )
         Draft202012Validator.check_schema(json.loads(text))
 
 
@@ -55,8 +56,12 @@ def test_every_spec_names_an_existing_schema(path: Path) -> None:
 
 
 def _check_jsonschema(schema: Path, files: list[Path]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(CHECK_JSONSCHEMA), "--schemafile", str(schema), *map(str, files)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--schemafile", str(schema), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.skipif(not CHECK_JSONSCHEMA.exists(), reason="check-jsonschema is not installed in this environment")

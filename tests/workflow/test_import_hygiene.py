@@ -10,12 +10,12 @@ from pathlib import Path
 
 STACKS = ("torch", "deepspeed", "megatron", "vllm", "transformers")
 HEAVY = (*STACKS, "matplotlib")
-PROBE = """
+PROBE = f"""
 import json, sys
 from compiler.cli import run
 code = run(sys.argv[1:])
-print(json.dumps({"code": code, "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(%r))}))
-""" % (HEAVY,)
+print(json.dumps({{"code": code, "heavy": sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))}}))
+"""
 
 
 def _probe(*argv: str) -> dict:

@@ -13,8 +13,10 @@ from tests.workflow.repo_helpers import VENV_BIN, set_tp
 
 ROOT = Path(__file__).resolve().parents[2]
 PRE_COMMIT = VENV_BIN / "pre-commit"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not PRE_COMMIT.exists(), reason="pre-commit is not installed in this environment")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not PRE_COMMIT.exists(), reason="pre-commit is not installed in this environment"),
+]
 
 
 def test_try_repo_runs_lmspecs_published_hooks(team_repo: Path, sh) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from compiler.init_command import STARTER_SPEC, scaffold_files
@@ -68,8 +67,9 @@ def test_team_groups_extend_builtin_ones_through_the_search_path(team_repo: Path
 def test_hook_check_picks_specs_for_changed_files(team_repo: Path, lmspec, monkeypatch) -> None:
     monkeypatch.chdir(team_repo)
     second = Path("specs/second_job.yaml")
-    second.write_text(Path(SPEC_ARG).read_text().replace(f"name: {STARTER_SPEC}", "name: second_job")
-                      .replace("  tp: 2", "  tp: 3"))
+    second.write_text(
+        Path(SPEC_ARG).read_text().replace(f"name: {STARTER_SPEC}", "name: second_job").replace("  tp: 2", "  tp: 3")
+    )
     only_starter = lmspec("hook", "check", SPEC_ARG)
     assert only_starter.code == 0 and "second_job" not in only_starter.out + only_starter.err
     group_changed = lmspec("hook", "check", "specs/hardware/our_cluster.yaml")  # a group can change any job
@@ -98,7 +98,10 @@ def test_ci_workflow_is_valid_and_its_steps_pass_then_catch_drift(team_repo: Pat
     check = sh(VENV_BIN / "check-jsonschema", "--builtin-schema", "vendor.github-workflows", path, cwd=team_repo)
     assert check.returncode == 0, check.stdout + check.stderr
     steps = _run_steps(yaml.safe_load(path.read_text()))
-    assert [s["name"] for s in steps][:2] == ["Specs are valid", "build/ is up to date (drift gate: lmspec compile --check of every spec)"]
+    assert [s["name"] for s in steps][:2] == [
+        "Specs are valid",
+        "build/ is up to date (drift gate: lmspec compile --check of every spec)",
+    ]
     assert sh("git", "update-ref", "refs/remotes/origin/main", "HEAD", cwd=team_repo).returncode == 0
     set_tp(team_repo, 4)  # a pull request that changed the spec but forgot to recompile
     summary = team_repo.parent / "summary.md"
@@ -113,9 +116,13 @@ def test_ci_workflow_is_valid_and_its_steps_pass_then_catch_drift(team_repo: Pat
 
 def test_ci_uploads_every_report(team_repo: Path) -> None:
     workflow = yaml.safe_load((team_repo / ".github/workflows/lmspec.yml").read_text())
-    upload = next(s for s in workflow["jobs"]["compile-check"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    upload = next(
+        s for s in workflow["jobs"]["compile-check"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact")
+    )
     pattern = upload["with"]["path"]
-    assert upload["if"] == "always()" and sorted(team_repo.glob(pattern)) == [team_repo / "build" / STARTER_SPEC / "REPORT.md"]
+    assert upload["if"] == "always()" and sorted(team_repo.glob(pattern)) == [
+        team_repo / "build" / STARTER_SPEC / "REPORT.md"
+    ]
 
 
 def test_builds_do_not_depend_on_where_lmspec_is_installed(team_repo: Path, lmspec, monkeypatch) -> None:
