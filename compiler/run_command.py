@@ -2,7 +2,9 @@
 
 STAGES maps a stage name to "module:function", imported only when that stage runs (the
 runtime's heavy imports stay out of the compiler). Each function is
-`run_stage(build_dir: Path, options: argparse.Namespace) -> int` and returns the exit code.
+`run_stage(build: Build, options: argparse.Namespace) -> int` and returns the exit code; the
+build is opened here (compiler/build_reader.py: manifest checked, every file it hands out
+verified), so a damaged build is refused before any runtime module is imported.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler.errors import UsageError
-from compiler.paths import display_path
+from compiler.build_reader import Build, open_build
 
 STAGES: dict[str, str] = {
     "train": "runtime.launch:run_train",
@@ -33,16 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_build)
 
 
-def stage_function(stage: str) -> Callable[[Path, argparse.Namespace], int]:
+def stage_function(stage: str) -> Callable[[Build, argparse.Namespace], int]:
     module, _, function = STAGES[stage].partition(":")
     return getattr(importlib.import_module(module), function)
 
 
 def run_build(args: argparse.Namespace) -> int:
-    build: Path = args.build_dir
-    if not (build / "manifest.json").is_file():
-        raise UsageError(
-            f"{display_path(build)} is not a build directory (no manifest.json); "
-            "compile one with `lmspec compile` and pass build/<name>"
-        )
+    build = open_build(args.build_dir)
     return stage_function(args.stage)(build, args)

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compiler.build_reader import MAPPING_FILE, Build, open_build
 from compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from compiler.conversion.kinds import SplitKind
 from compiler.conversion.transforms import Transform
@@ -55,7 +56,7 @@ from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, Sharded
 if TYPE_CHECKING:
     import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
 
-MAPPING_JSON = "convert/mapping.json"
+MAPPING_JSON = MAPPING_FILE
 LATEST = "latest"
 DIST_CKPT_DIR = "torch_dist"  # runtime.megatron_trainer.DIST_CKPT_DIR (kept here to avoid importing megatron)
 DEEPSPEED_DIR = "deepspeed"
@@ -66,11 +67,19 @@ class ConversionError(RuntimeError):
     """The checkpoint does not match the mapping; nothing was written."""
 
 
-def load_mapping(build_dir: Path) -> dict[str, Any]:
-    path = build_dir / MAPPING_JSON
-    if not path.is_file():
-        raise UsageError(f"{path}: missing; recompile the build (lmspec compile ...)")
-    return json.loads(path.read_text(encoding="utf-8"))
+def load_mapping(build: Build | Path) -> dict[str, Any]:
+    """convert/mapping.json of the build, verified against its manifest (compiler/build_reader.py)."""
+    return (build if isinstance(build, Build) else open_build(build)).mapping
+
+
+def mapped_tensors(
+    build: Build, doc: Mapping[str, Any], classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
+) -> list[Tensor]:
+    """The mapping's tensors; an entry this lmspec cannot execute is refused naming the file."""
+    try:
+        return tensors(doc, classes)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise build.refuse(MAPPING_JSON, f"an entry is not one lmspec writes ({type(exc).__name__}: {exc})") from None
 
 
 def latest_checkpoint(root: Path) -> Path:
@@ -302,9 +311,12 @@ def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> d
 
 
 def convert_build(
-    build_dir: Path, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
+    build: Build | Path, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
 ) -> tuple[Path, dict[str, Any]]:
-    doc = load_mapping(build_dir)
+    build = build if isinstance(build, Build) else open_build(build)
+    doc = build.mapping
+    if doc["backend"] != "deepspeed":
+        mapped_tensors(build, doc, classes)  # a malformed entry is refused before any checkpoint is read
     step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     output = Path(doc["output"])
     if doc["backend"] == "deepspeed":
@@ -312,8 +324,10 @@ def convert_build(
     return output, convert_megatron(doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress)
 
 
-def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
-    doc = load_mapping(build_dir)
+def run_stage(build: Build, options: argparse.Namespace) -> int:
+    doc = build.mapping
+    if doc["backend"] != "deepspeed":
+        mapped_tensors(build, doc)
     if getattr(options, "dry_run", False):
         step = Path(doc["checkpoint_dir"]) / LATEST
         print(
@@ -323,7 +337,7 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
         return 0
     start = time.perf_counter()
     try:
-        output, summary = convert_build(build_dir, progress=sys.stderr.isatty())
+        output, summary = convert_build(build, progress=sys.stderr.isatty())
     except ConversionError as exc:
         print(f"lmspec: convert: {exc}", file=sys.stderr)
         return 1
@@ -337,7 +351,14 @@ def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     """`python -m runtime.convert <build dir>` (what the stage runs, also usable alone)."""
-    return run_stage(Path(argv[0]), argparse.Namespace(dry_run=False))
+    if len(argv) != 1:
+        print("usage: python -m runtime.convert <build dir>", file=sys.stderr)
+        return 2
+    try:
+        return run_stage(open_build(Path(argv[0])), argparse.Namespace(dry_run=False))
+    except UsageError as exc:
+        print(f"lmspec: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,13 +4,13 @@ cluster.launcher=local runs launch/torchrun.sh in its own process group (Ctrl-C 
 stops the whole group); slurm submits launch/sbatch.sh with `sbatch --wait` and prints a
 progress line until the job ends. Either way the exit code is the training's. The scripts
 find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset.
+The launcher is the typed spec's (spec.resolved.yaml through the schema), and every launch
+file bash reads is checked against manifest.json before anything starts (compiler/build_reader.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import shlex
 import subprocess
@@ -18,22 +18,22 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
+from compiler.build_reader import Build
 from compiler.emit.launch import PYTHON_ENV, SBATCH_SH, TORCHRUN_SH, TRAIN_MODULE
+from compiler.emit.nccl import NCCL_ENV
 from compiler.errors import UsageError
 from runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
+LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)
 
 
-def run_train(build_dir: Path, options: argparse.Namespace) -> int:
-    build = build_dir.resolve()
-    launcher = _launcher(build)
-    _warn_if_edited(build)
+def run_train(build: Build, options: argparse.Namespace) -> int:
+    launcher = build.spec.cluster.launcher
+    root = launch_root(build)
     env = dict(os.environ)
     env.setdefault(PYTHON_ENV, sys.executable)
-    command = train_command(build, launcher)
+    command = train_command(root, launcher)
     if options.dry_run:
         print(shell_line(command, env))
         if launcher == "slurm":
@@ -43,10 +43,18 @@ def run_train(build_dir: Path, options: argparse.Namespace) -> int:
             )
         return 0
     if options.smoke:
-        return smoke(build, launcher, env)
+        return smoke(root, launcher, env)
     if launcher == "local":
         return _run_local(command, env)
-    return _run_slurm(command, env, build)
+    return _run_slurm(command, env, build.spec.name)
+
+
+def launch_root(build: Build) -> Path:
+    """The build's absolute path, after checking every launch file bash will read against the
+    manifest (sbatch.sh runs torchrun.sh, which sources nccl.env): an edited one is refused."""
+    for rel in LAUNCH_FILES:
+        build.script(rel)
+    return build.root.resolve()
 
 
 def train_command(build: Path, launcher: str) -> list[str]:
@@ -58,35 +66,6 @@ def train_command(build: Path, launcher: str) -> list[str]:
 def shell_line(command: list[str], env: dict[str, str]) -> str:
     """The command as one pasteable shell line, with the interpreter it will use."""
     return f"{PYTHON_ENV}={shlex.quote(env[PYTHON_ENV])} {shlex.join(command)}"
-
-
-def _launcher(build: Path) -> str:
-    spec_file = build / "spec.resolved.yaml"
-    try:
-        spec = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
-        launcher = spec["cluster"]["launcher"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise UsageError(f"{build} is not a usable build ({spec_file.name}: {exc}); run `lmspec compile`") from None
-    for rel in (TORCHRUN_SH, SBATCH_SH):
-        if not (build / rel).is_file():
-            raise UsageError(f"{build / rel} is missing; recompile the build with `lmspec compile`")
-    return launcher
-
-
-def _warn_if_edited(build: Path) -> None:
-    """Launch scripts edited after compiling no longer match the spec: say so, run anyway."""
-    try:
-        recorded = json.loads((build / "manifest.json").read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError):
-        return
-    for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env"):
-        actual = hashlib.sha256((build / rel).read_bytes()).hexdigest() if (build / rel).is_file() else None
-        if rel in recorded and actual != recorded[rel]:
-            print(
-                f"warning: {build / rel} differs from what lmspec compiled (manifest.json); "
-                "recompile to run the spec as written",
-                file=sys.stderr,
-            )
 
 
 def _run_local(command: list[str], env: dict[str, str]) -> int:
@@ -114,7 +93,7 @@ def _job_state(job_id: str, env: dict[str, str]) -> str:
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def _run_slurm(command: list[str], env: dict[str, str], build: Path) -> int:
+def _run_slurm(command: list[str], env: dict[str, str], name: str) -> int:
     try:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
     except FileNotFoundError:
@@ -123,7 +102,6 @@ def _run_slurm(command: list[str], env: dict[str, str], build: Path) -> int:
     job_id = proc.stdout.readline().strip().split(";")[0]
     if not job_id:
         return proc.wait() or 1  # sbatch refused the script; it printed why
-    name = yaml.safe_load((build / "spec.resolved.yaml").read_text(encoding="utf-8"))["name"]
     print(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}", flush=True)
     try:
         with sigterm_raises():
@@ -160,10 +138,7 @@ def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> in
 def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
-    checks = [
-        (f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)])
-        for rel in (TORCHRUN_SH, SBATCH_SH, "launch/nccl.env")
-    ]
+    checks = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
     checks.append(
         (
             f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",

@@ -8,6 +8,8 @@ Ctrl-C or SIGTERM, which stop the whole group; `--smoke` stops right after the c
 
 A converted model without tokenizer files gets the training byte tokenizer written to
 runs/<name>/tokenizer and passed as `--tokenizer` (vLLM needs one to take text prompts).
+The spec is the typed one of compiler/build_reader.py, and serve.sh and vllm.yaml are checked
+against manifest.json before anything starts.
 """
 
 from __future__ import annotations
@@ -25,12 +27,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from compiler.emit.serve import CPU_VLLM_CLI, SERVE_SH, VLLM_CLI_ENV, model_path, run_dir
+from compiler.build_reader import Build
+from compiler.emit.serve import CPU_VLLM_CLI, SERVE_SH, VLLM_CLI_ENV, VLLM_YAML, model_path, run_dir
 from compiler.errors import UsageError
 from compiler.sections import Spec
-from compiler.typed import from_dict
 from runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
@@ -41,17 +41,19 @@ SMOKE_PROMPT = "The"
 SMOKE_MAX_TOKENS = 8
 LOG_TAIL_LINES = 30
 EXIT_FAILED = 1
+SERVE_FILES = (SERVE_SH, VLLM_YAML)
 
 
 class ServeFailure(Exception):
     """vLLM did not come up or did not answer as a client needs."""
 
 
-def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
-    build = build_dir.resolve()
-    spec = _load_spec(build)
+def run_stage(build: Build, options: argparse.Namespace) -> int:
+    spec = build.spec
+    for rel in SERVE_FILES:  # serve.sh runs vLLM with vllm.yaml: both as compiled, or nothing starts
+        build.script(rel)
     extra = _tokenizer_flags(spec) if not options.dry_run else []
-    command = ["bash", str(build / SERVE_SH), *extra]
+    command = ["bash", str(build.root.resolve() / SERVE_SH), *extra]
     env = dict(os.environ)
     cli = Path(sys.executable).parent / CPU_VLLM_CLI
     if cli.is_file():
@@ -172,16 +174,6 @@ def _healthy(url: str) -> bool:
             return response.status == 200
     except (urllib.error.URLError, TimeoutError, ConnectionError):
         return False
-
-
-def _load_spec(build: Path) -> Spec:
-    spec_file = build / "spec.resolved.yaml"
-    if not (build / SERVE_SH).is_file():
-        raise UsageError(f"{build / SERVE_SH} is missing; recompile the build with `lmspec compile`")
-    try:
-        return from_dict(Spec, yaml.safe_load(spec_file.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{build} is not a usable build ({spec_file.name}: {exc}); run `lmspec compile`") from None
 
 
 def _tokenizer_flags(spec: Spec) -> list[str]:

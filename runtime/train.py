@@ -1,7 +1,8 @@
 """`python -m runtime.train <build dir>`: train what was compiled.
 
-Reads `<build dir>/spec.resolved.yaml` (into the compiler's typed Spec) and
-`plan.json` (layout, batch); no other arguments. Runs under torchrun (RANK,
+Reads `<build dir>/spec.resolved.yaml` (through the schema into the compiler's typed Spec)
+and `plan.json` (layout, batch), each verified against manifest.json, as are the launch
+files; no other arguments. Runs under torchrun (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); nccl on GPU, gloo on CPU.
 Writes into the run directory `runs/<name>/` (relative to the working
 directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`.
@@ -14,7 +15,6 @@ unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch);
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import os
 import random
@@ -25,12 +25,14 @@ from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
-import yaml
 
+from compiler.build_reader import open_build
+from compiler.emit.deepspeed_config import DS_CONFIG
+from compiler.errors import UsageError
 from compiler.sections import Spec
-from compiler.typed import from_dict
 from runtime.checkpoint import CheckpointError, Checkpoints
 from runtime.data import Batch, TokenStream
+from runtime.launch import LAUNCH_FILES
 from runtime.metrics import MetricsLog, NonFiniteLoss
 from runtime.signals import REQUEUE_EXIT_CODE, StopRequest
 
@@ -52,17 +54,17 @@ class Trainer(Protocol):
     def close(self) -> None: ...
 
 
-class UsageError(Exception):
-    pass
-
-
 def load_build(build_dir: Path) -> tuple[Spec, dict[str, Any]]:
-    spec_path, plan_path = build_dir / "spec.resolved.yaml", build_dir / "plan.json"
-    for path in (spec_path, plan_path):
-        if not path.is_file():
-            raise UsageError(f"{path}: missing; compile first (lmspec compile ...) and pass the build directory")
-    spec = from_dict(Spec, yaml.safe_load(spec_path.read_text(encoding="utf-8")))
-    return spec, json.loads(plan_path.read_text(encoding="utf-8"))
+    """The typed spec and plan.json of a build lmspec wrote, verified against its manifest
+    (compiler/build_reader.py), with the launch files that started this process: a build
+    edited by hand is refused here too when its scripts are run directly (torchrun.sh, sbatch)."""
+    build = open_build(build_dir)
+    for rel in LAUNCH_FILES:
+        build.script(rel)
+    spec = build.spec
+    if spec.train.backend == "deepspeed":
+        build.json(DS_CONFIG)  # checked before the ranks meet; the trainer reads it through open_build too
+    return spec, build.plan
 
 
 def lr_at(spec: Spec, step: int) -> float:

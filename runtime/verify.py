@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from compiler.build_reader import Build, open_build
 from compiler.errors import UsageError
 
 MIN_LOGITS_COSINE = 0.99  # what issue 6 requires; fp32 on CPU reaches >= 0.9999
@@ -180,19 +181,15 @@ def compare(
     return Report(cosine(ref_logits, hf_logits), float((ref_logits - hf_logits).abs().max()), layers)
 
 
-def verify_build(build_dir: Path, hf_dir: Path | None = None) -> Report:
+def verify_build(build: Build | Path, hf_dir: Path | None = None) -> Report:
     """Compare the newest checkpoint of the build with `hf_dir` (default: the build's convert.output)."""
-    import yaml
+    from runtime.convert import latest_checkpoint
 
-    from compiler.sections import Spec
-    from compiler.typed import from_dict
-    from runtime.convert import latest_checkpoint, load_mapping
-
-    spec = from_dict(Spec, yaml.safe_load((build_dir / "spec.resolved.yaml").read_text(encoding="utf-8")))
-    doc = load_mapping(build_dir)
+    build = build if isinstance(build, Build) else open_build(build)
+    spec, doc = build.spec, build.mapping
     hf_dir = Path(doc["output"]) if hf_dir is None else hf_dir
     if not (hf_dir / "config.json").is_file():
-        raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build_dir} --stage convert` first")
+        raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     tokens = token_batch(spec.train.data.corpus, spec.model.vocab_size)
     converted = hf_outputs(hf_dir, tokens)  # first: runtime.cpu_compat's torch.cuda patches break transformers' import
@@ -201,11 +198,15 @@ def verify_build(build_dir: Path, hf_dir: Path | None = None) -> Report:
     return compare(megatron_outputs(spec, step / DIST_CKPT_DIR, tokens), converted)
 
 
-def run_stage(build_dir: Path, options: argparse.Namespace) -> int:
+def run_stage(build: Build, options: argparse.Namespace) -> int:
     if getattr(options, "dry_run", False):
-        print(f"would compare the logits of the converted model and the newest checkpoint of {build_dir}")
+        spec, doc = build.spec, build.mapping  # what the comparison reads, checked without running it
+        print(
+            f"would compare the logits of the converted model and the newest checkpoint of {build.root} "
+            f"({doc['output']} against {spec.train.backend} {doc['checkpoint_dir']})"
+        )
         return 0
-    report = verify_build(build_dir, getattr(options, "hf_dir", None))
+    report = verify_build(build, getattr(options, "hf_dir", None))
     print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     if report.ok:
         print(
@@ -226,7 +227,7 @@ def main(argv: list[str]) -> int:
     """`python -m runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
     hf_dir = Path(argv[1]) if len(argv) > 1 else None
     try:
-        return run_stage(Path(argv[0]), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
+        return run_stage(open_build(Path(argv[0])), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
         return 2

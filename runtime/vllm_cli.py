@@ -15,7 +15,8 @@ server, this builds vLLM's engine arguments and, when the model directory holds 
 0 accepted, 2 argparse refused, 1 vLLM refused. `--check-batch FILE` does that for each
 argv in a JSON list, in one process (vLLM's import costs seconds; parsing, milliseconds).
 
-    lmspec-vllm serve --config build/x/serve/vllm.yaml
+    lmspec-vllm serve --config build/x/serve/vllm.yaml   (refused if build/x/serve/vllm.yaml or
+                                                         serve.sh is not what lmspec compiled)
     lmspec-vllm --check serve --config build/x/serve/vllm.yaml
     lmspec-vllm --check-batch argvs.json
 """
@@ -128,12 +129,49 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
     return {"exit": EXIT_REFUSED, "error": "vLLM returned without reaching the serve action", "args": None}
 
 
+def _config_option(argv: Sequence[str]) -> str | None:
+    """The value of `--config FILE` / `--config=FILE` on a vLLM command line, if any."""
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.partition("=")[2]
+    return None
+
+
+def check_build_config(argv: Sequence[str]) -> None:
+    """serve/serve.sh runs `serve --config BUILD/serve/vllm.yaml`: when that file is part of a
+    compiled build (BUILD/manifest.json exists), it and serve.sh must be what lmspec compiled
+    (compiler/build_reader.py), also when serve.sh is run by hand; UsageError otherwise."""
+    from compiler.build_reader import MANIFEST, open_build
+    from compiler.emit.serve import SERVE_SH, VLLM_YAML
+
+    config = _config_option(argv)
+    if config is None:
+        return
+    path = Path(config)
+    root = path.parent.parent
+    if f"{path.parent.name}/{path.name}" != VLLM_YAML or not (root / MANIFEST).exists():
+        return  # a vLLM config of the user's own
+    build = open_build(root)
+    for rel in (VLLM_YAML, SERVE_SH):
+        build.script(rel)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    _answer_vllm_version_lookup()
     if not argv or argv[0] not in (CHECK_FLAG, CHECK_BATCH_FLAG):
+        from compiler.errors import UsageError
+
+        try:
+            check_build_config(argv)
+        except UsageError as exc:
+            print(f"lmspec-vllm: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        _answer_vllm_version_lookup()
         _run_vllm(argv)
         return 0
+    _answer_vllm_version_lookup()
     argparse.ArgumentParser.parse_known_args = _with_check_dispatch(  # type: ignore[method-assign]
         argparse.ArgumentParser.parse_known_args
     )

@@ -23,7 +23,7 @@ def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_missing_build_dir_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "nope")]) == 2
-    assert "spec.resolved.yaml: missing; compile first" in capsys.readouterr().err
+    assert "nope is not a build directory (no such directory); compile one" in capsys.readouterr().err
     assert main([]) == 2
 
 
