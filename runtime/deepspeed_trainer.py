@@ -11,7 +11,6 @@ scheduler from that file. Checkpoints use DeepSpeed's own save/load under
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -57,10 +56,9 @@ class DeepSpeedTrainer:
         import deepspeed
         import transformers
 
-        config_path = build_dir / DS_CONFIG
-        if not config_path.is_file():
-            raise FileNotFoundError(f"{config_path}: missing; recompile the build with train.backend=deepspeed")
-        ds_config = json.loads(config_path.read_text(encoding="utf-8"))
+        from compiler.build_reader import open_build
+
+        ds_config = open_build(build_dir).json(DS_CONFIG)  # as compiled (manifest.json), or a UsageError
         _skip_cpu_shm_op_build()
         deepspeed.init_distributed(dist_backend=dist.get_backend())
         self.spec = spec

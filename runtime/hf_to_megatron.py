@@ -91,16 +91,15 @@ def load_into_model(model: torch.nn.Module, doc: dict[str, Any], hf_dir: Path, p
 
 
 def main(argv: list[str]) -> int:
-    import json
-
     from megatron.core import parallel_state as ps
 
+    from compiler.build_reader import open_build
     from runtime.checkpoint import Checkpoints
-    from runtime.train import init_distributed, load_build, make_trainer, save_checkpoint
+    from runtime.train import init_distributed, make_trainer, save_checkpoint
 
     build_dir, hf_dir = Path(argv[0]), Path(argv[1])
-    spec, plan = load_build(build_dir)
-    doc = json.loads((build_dir / "convert" / "mapping.json").read_text(encoding="utf-8"))
+    build = open_build(build_dir)
+    spec, plan, doc = build.spec, build.plan, build.mapping
     init_distributed(spec, plan)
     trainer = make_trainer(spec, plan, build_dir)
     count = load_into_model(trainer.model.module, doc, hf_dir, ps)  # type: ignore[attr-defined]
@@ -118,13 +117,11 @@ def main(argv: list[str]) -> int:
 
 def reverse_build(build_dir: Path, hf_dir: Path, timeout_s: float = LOAD_TIMEOUT_S) -> None:
     """Run the reverse conversion under torchrun with the build's world size (own process group)."""
-    import json
+    from compiler.build_reader import open_build
 
-    import yaml
-
-    plan = json.loads((build_dir / "plan.json").read_text(encoding="utf-8"))
-    spec = yaml.safe_load((build_dir / "spec.resolved.yaml").read_text(encoding="utf-8"))
-    root = Path(spec["train"]["checkpoint"]["dir"])
+    build = open_build(build_dir)
+    spec, plan = build.spec, build.plan
+    root = Path(spec.train.checkpoint.dir)
     if (root / "latest").exists():
         raise UsageError(
             f"{root} already holds checkpoints; refusing to overwrite training state "
@@ -137,7 +134,7 @@ def reverse_build(build_dir: Path, hf_dir: Path, timeout_s: float = LOAD_TIMEOUT
         "torch.distributed.run",
         f"--nproc-per-node={world}",
         "--master-addr=127.0.0.1",
-        f"--master-port={spec['cluster']['master_port']}",
+        f"--master-port={spec.cluster.master_port}",
         "-m",
         "runtime.hf_to_megatron",
         str(build_dir),
