@@ -106,17 +106,19 @@ def recompile_command(root: Path, manifest: Manifest | None) -> str:
 
 
 def _describe(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a regular file"
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISLNK(mode):
-        return "a symbolic link"
+        return "a symbolic link (a build holds only regular files)"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "not a regular file"
+    return f"of file type {stat.S_IFMT(mode):o}"
 
 
 class _Unreadable(Exception):
@@ -125,11 +127,11 @@ class _Unreadable(Exception):
 
 def _os_reason(exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
-        return "missing"
+        return "is missing"
     if exc.errno == errno.ELOOP:
-        return "a symbolic link (a build holds only regular files)"
+        return "is a symbolic link (a build holds only regular files)"
     if exc.errno == errno.ENOTDIR:
-        return "not inside a directory (a path component is a file)"
+        return "is not a directory"
     return f"cannot be read ({exc.strerror or exc})"
 
 
@@ -137,10 +139,7 @@ def _open_dir(root: Path) -> int:
     try:
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        reason = "no such directory" if exc.errno == errno.ENOENT else _os_reason(exc)
-        if exc.errno == errno.ENOTDIR:
-            reason = "not a directory"
-        raise _Unreadable(reason) from None
+        raise _Unreadable(f"its directory {_os_reason(exc)}") from None
 
 
 def _read_below(root: Path, rel: str, limit: int) -> bytes:
@@ -150,15 +149,18 @@ def _read_below(root: Path, rel: str, limit: int) -> bytes:
     try:
         for part in dirs:
             try:
+                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    raise _Unreadable(f"{part}/ is {_describe(info.st_mode)}, not a directory")
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
-                raise _Unreadable(f"{part}/ is {_os_reason(exc)}") from None
+                raise _Unreadable(f"{part}/ {_os_reason(exc)}") from None
             os.close(fd)
             fd = inner
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if not stat.S_ISREG(info.st_mode):
-                raise _Unreadable(f"{_describe(info.st_mode)}, not a regular file")
+                raise _Unreadable(f"is {_describe(info.st_mode)}, not a regular file")
             file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
         except OSError as exc:
             raise _Unreadable(_os_reason(exc)) from None
@@ -167,15 +169,15 @@ def _read_below(root: Path, rel: str, limit: int) -> bytes:
     try:
         info = os.fstat(file_fd)
         if not stat.S_ISREG(info.st_mode):  # swapped between lstat and open
-            raise _Unreadable(f"{_describe(info.st_mode)}, not a regular file")
+            raise _Unreadable(f"is {_describe(info.st_mode)}, not a regular file")
         if info.st_size > limit:
-            raise _Unreadable(f"{info.st_size} bytes, more than any build file ({limit} bytes)")
+            raise _Unreadable(f"is {info.st_size} bytes, more than any build file ({limit} bytes)")
         chunks, total = [], 0
         while chunk := os.read(file_fd, 1 << 20):
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise _Unreadable(f"more than {limit} bytes, more than any build file")
+                raise _Unreadable(f"is more than {limit} bytes, more than any build file")
         return b"".join(chunks)
     except OSError as exc:
         raise _Unreadable(_os_reason(exc)) from None
@@ -287,13 +289,13 @@ class Build:
         try:
             data = _read_below(root, MANIFEST, MAX_MANIFEST_BYTES)
         except _Unreadable as exc:
-            if str(exc) == "missing":
+            if str(exc) == "is missing":
                 raise DamagedBuild(
                     MANIFEST,
                     f"{_shown(root)} is not a build directory (no {MANIFEST}); compile one with "
                     "`lmspec compile` and pass build/<name>",
                 ) from None
-            raise DamagedBuild(MANIFEST, f"{shown} is {exc}; {recompile_command(root, None)}") from None
+            raise DamagedBuild(MANIFEST, f"{shown}: {exc}; {recompile_command(root, None)}") from None
         try:
             manifest = _manifest_from(_strict_json(data))
         except ValueError as exc:
@@ -329,7 +331,7 @@ class Build:
         try:
             data = _read_below(self.root, rel, MAX_FILE_BYTES)
         except _Unreadable as exc:
-            raise self.refuse(rel, f"is {exc}") from None
+            raise self.refuse(rel, str(exc)) from None
         if hashlib.sha256(data).hexdigest() != expected:
             fix = None
             if rel == SPEC_FILE:  # an edited resolved spec can be compiled as it stands

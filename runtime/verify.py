@@ -225,6 +225,9 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     """`python -m runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
+    if len(argv) not in (1, 2):
+        print("usage: python -m runtime.verify <build dir> [<hf dir>]", file=sys.stderr)
+        return 2
     hf_dir = Path(argv[1]) if len(argv) > 1 else None
     try:
         return run_stage(open_build(Path(argv[0])), argparse.Namespace(dry_run=False, hf_dir=hf_dir))

@@ -29,6 +29,7 @@ import functools
 import importlib.metadata
 import io
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -151,7 +152,7 @@ def check_build_config(argv: Sequence[str]) -> None:
         return
     path = Path(config)
     root = path.parent.parent
-    if f"{path.parent.name}/{path.name}" != VLLM_YAML or not (root / MANIFEST).exists():
+    if f"{path.parent.name}/{path.name}" != VLLM_YAML or not os.path.lexists(root / MANIFEST):
         return  # a vLLM config of the user's own
     build = open_build(root)
     for rel in (VLLM_YAML, SERVE_SH):
