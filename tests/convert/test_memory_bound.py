@@ -3,9 +3,9 @@
 The checkpoint is synthetic (bench/synthetic_checkpoint.py: megatron-core's own
 dist_checkpointing, sharded as the mapping says, random data); the converter runs in a
 subprocess whose peak RSS the kernel reports, twice: as compiled (fp32 -> fp32: every
-tensor takes the direct path, bytes file to file) and with the mapping edited to cast to
-bfloat16 (every tensor assembled as a tensor: the path the bound is about). ~1.5 min on
-2 CPU cores; 6.7 GB of disk, removed afterwards.
+tensor takes the direct path, bytes file to file) and compiled again with
+convert.dtype=bfloat16 (every tensor assembled as a tensor: the path the bound is
+about). ~1.5 min on 2 CPU cores; 6.7 GB of disk, removed afterwards.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from convert_helpers import PYTHON, ROOT, compile_build, free_port, peak_rss_bytes, run
+from convert_helpers import PYTHON, ROOT, compile_build, free_port, lmspec, peak_rss_bytes, run
 
 from runtime.dtypes import DTYPE_BYTES
 
@@ -50,15 +50,23 @@ def largest_tensor_bytes(mapping: dict) -> int:
 
 
 def cast_copy(workdir: Path, build: Path, dtype: str) -> Path:
-    """A copy of `build` whose mapping casts every tensor to `dtype`, into its own output."""
-    cast = build.with_name(f"{build.name}_{dtype}")
-    shutil.copytree(workdir / build, workdir / cast)
-    mapping = json.loads((workdir / cast / "convert" / "mapping.json").read_text())
-    mapping["output"] += f"_{dtype}"
-    for entry in mapping["tensors"]:
-        entry["hf_dtype"] = dtype
-    (workdir / cast / "convert" / "mapping.json").write_text(json.dumps(mapping))
-    return cast
+    """The same job compiled with convert.dtype=`dtype` (every tensor cast), into its own build root
+    and conversion output; same name, so the same checkpoints. (A hand-edited mapping.json is refused.)"""
+    output = json.loads((workdir / build / "convert" / "mapping.json").read_text())["output"]
+    root = f"build_{dtype}"
+    overrides = [o for o in SYNTHETIC_2GB if not o.startswith("convert.dtype=")]
+    result = lmspec(
+        "compile",
+        *overrides,
+        f"convert.dtype={dtype}",
+        f"convert.output={output}_{dtype}",
+        f"name={build.name}",
+        "-o",
+        root,
+        cwd=workdir,
+    )
+    assert result.returncode == 0, result.stderr
+    return Path(root) / build.name
 
 
 def test_peak_rss_is_bounded_by_the_largest_tensor(tmp_path: Path) -> None:
