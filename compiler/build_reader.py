@@ -11,10 +11,9 @@ JSON of the shape compiler/writer.py writes, by this lmspec version). From the o
   launch/torchrun.sh, vLLM reads serve/vllm.yaml) and returns its path.
 
 Anything else is a `DamagedBuild` (a UsageError: exit 2) naming the file and the command that
-compiles the build again. Files are opened below the build directory one component at a time
-without following symlinks, and only after lstat says "regular file", with O_NONBLOCK and an
-fstat check after opening: a FIFO or device where a build file belongs is refused, never
-opened or waited on. The writer writes regular files only, so nothing it writes is refused.
+compiles the build again. Files are read with compiler/safe_read.py: regular files only, no
+symlinks followed below the build directory, bounded in size; a FIFO or device where a build
+file belongs is refused, never opened or waited on. The writer writes regular files only.
 
 What this cannot catch: a manifest rewritten by hand to match edited files (it is a record,
 not a signature) and a script edited between its check and bash reading it.
@@ -22,14 +21,10 @@ not a signature) and a script edited between its check and bash reading it.
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import json
-import math
 import os
 import re
 import shlex
-import stat
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -40,6 +35,15 @@ import yaml
 from compiler import __version__
 from compiler.errors import UsageError
 from compiler.paths import SPECS_DIR, display_path
+from compiler.safe_read import (
+    CONTROL,
+    Unreadable,
+    plain_problem,
+    printable,
+    read_regular_below,
+    strict_json,
+    yaml_document,
+)
 from compiler.sections import Spec
 
 MANIFEST = "manifest.json"
@@ -49,8 +53,6 @@ MAPPING_FILE = "convert/mapping.json"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest lists a dozen files: ~2 KB
 MAX_FILE_BYTES = 64 << 20  # the largest artifact, DeepSeek-V3's mapping, is well under 1 MB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LISTED = 3  # schema problems quoted in one refusal
 
 
@@ -74,18 +76,13 @@ class Manifest:
     files: dict[str, str]
 
 
-def _printable(text: str) -> str:
-    """`text` with control characters escaped: a message stays one line."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def _shown(path: Path, rel: str | None = None) -> str:
     """`path` (and `rel` below it, as given: a file there may be a symlink loop) as a user reads it."""
     try:
         shown = display_path(path)
     except (OSError, RuntimeError):  # Python 3.11's resolve() raises on a symlink loop
         shown = str(path)
-    return _printable(f"{shown}/{rel}" if rel else shown)
+    return printable(f"{shown}/{rel}" if rel else shown)
 
 
 def recompile_command(root: Path, manifest: Manifest | None) -> str:
@@ -98,113 +95,11 @@ def recompile_command(root: Path, manifest: Manifest | None) -> str:
         )
     preset = (SPECS_DIR / f"{manifest.name}.yaml").is_file()
     argv = ["lmspec", "compile", *(["--spec", manifest.name] if preset else []), "-o", parent, *manifest.overrides]
-    command = _printable(shlex.join(argv))
+    command = printable(shlex.join(argv))
     notes = [] if preset else ["with --spec SPEC if it was compiled from one"]
     if root.name != manifest.name:
         notes.append(f"it writes {parent}/{manifest.name}")
     return f"recompile it: `{command}`" + (f" ({'; '.join(notes)})" if notes else "")
-
-
-def _describe(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "a regular file"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link (a build holds only regular files)"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return f"of file type {stat.S_IFMT(mode):o}"
-
-
-class _Unreadable(Exception):
-    """Why a build file could not be read (turned into a DamagedBuild by the caller)."""
-
-
-def _os_reason(exc: OSError) -> str:
-    if exc.errno == errno.ENOENT:
-        return "is missing"
-    if exc.errno == errno.ELOOP:
-        return "is a symbolic link (a build holds only regular files)"
-    if exc.errno == errno.ENOTDIR:
-        return "is not a directory"
-    return f"cannot be read ({exc.strerror or exc})"
-
-
-def _open_dir(root: Path) -> int:
-    try:
-        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _Unreadable(f"its directory {_os_reason(exc)}") from None
-
-
-def _read_below(root: Path, rel: str, limit: int) -> bytes:
-    """The bytes of regular file `root/rel`, opened without following symlinks or blocking."""
-    *dirs, name = rel.split("/")
-    fd = _open_dir(root)
-    try:
-        for part in dirs:
-            try:
-                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
-                if not stat.S_ISDIR(info.st_mode):
-                    raise _Unreadable(f"{part}/ is {_describe(info.st_mode)}, not a directory")
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                raise _Unreadable(f"{part}/ {_os_reason(exc)}") from None
-            os.close(fd)
-            fd = inner
-        try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode):
-                raise _Unreadable(f"is {_describe(info.st_mode)}, not a regular file")
-            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-        except OSError as exc:
-            raise _Unreadable(_os_reason(exc)) from None
-    finally:
-        os.close(fd)
-    try:
-        info = os.fstat(file_fd)
-        if not stat.S_ISREG(info.st_mode):  # swapped between lstat and open
-            raise _Unreadable(f"is {_describe(info.st_mode)}, not a regular file")
-        if info.st_size > limit:
-            raise _Unreadable(f"is {info.st_size} bytes, more than any build file ({limit} bytes)")
-        chunks, total = [], 0
-        while chunk := os.read(file_fd, 1 << 20):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise _Unreadable(f"is more than {limit} bytes, more than any build file")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise _Unreadable(_os_reason(exc)) from None
-    finally:
-        os.close(file_fd)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice")
-        out[key] = value
-    return out
-
-
-def _strict_json(data: bytes) -> Any:
-    """Standard JSON only (no NaN/Infinity, no repeated keys); ValueError otherwise."""
-    text = data.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_no_duplicates)
-    except RecursionError:
-        raise ValueError("nested too deep") from None
 
 
 def _manifest_from(doc: Any) -> Manifest:
@@ -218,7 +113,7 @@ def _manifest_from(doc: Any) -> Manifest:
     overrides, choices, files = doc["overrides"], doc["choices"], doc["files"]
     if not isinstance(version, str) or not version:
         raise ValueError("'lmspec_version' is not a version string")
-    if not isinstance(name, str) or not name or _CONTROL.search(name):
+    if not isinstance(name, str) or not name or CONTROL.search(name):
         raise ValueError("'name' is not a build name")
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise ValueError("'overrides' is not a list of strings")
@@ -228,10 +123,10 @@ def _manifest_from(doc: Any) -> Manifest:
         raise ValueError("'files' is not a mapping of paths to sha256s")
     for rel, digest in files.items():
         parts = rel.split("/")
-        if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or _CONTROL.search(rel):
-            raise ValueError(f"'files' names {_printable(rel)!r}, not a path inside the build")
+        if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or CONTROL.search(rel):
+            raise ValueError(f"'files' names {printable(rel)!r}, not a path inside the build")
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise ValueError(f"'files' gives {_printable(rel)} no sha256")
+            raise ValueError(f"'files' gives {printable(rel)} no sha256")
     for required in (SPEC_FILE, PLAN_FILE):
         if required not in files:
             raise ValueError(f"'files' does not list {required}")
@@ -240,32 +135,33 @@ def _manifest_from(doc: Any) -> Manifest:
     return Manifest(version, name, tuple(overrides), dict(choices), spec_sha, dict(files))
 
 
-def _plain_problem(value: Any, where: str = "") -> str | None:
-    """Where the YAML holds something a JSON spec cannot (bytes, dates, NaN, non-string keys)."""
-    todo: list[tuple[Any, str]] = [(value, where)]
-    while todo:
-        node, at = todo.pop()
-        if isinstance(node, dict):
-            for key, child in node.items():
-                if not isinstance(key, str):
-                    return f"{at or 'the top level'} has a key {key!r} that is not a string"
-                todo.append((child, f"{at}.{key}" if at else key))
-        elif isinstance(node, list):
-            todo.extend((child, f"{at}[{i}]") for i, child in enumerate(node))
-        elif isinstance(node, float) and not math.isfinite(node):
-            return f"{at}={node} is not a finite number"
-        elif node is not None and not isinstance(node, (str, int, float, bool)):
-            return f"{at} holds a YAML {type(node).__name__}, not a spec value"
-    return None
-
-
-def _yaml_document(text: str) -> Any:
-    """One YAML document with no anchors or aliases (lmspec writes none; an alias bomb expands)."""
-    for event in yaml.parse(text, Loader=_SAFE_LOADER):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            mark = event.start_mark
-            raise ValueError(f"line {mark.line + 1}: YAML anchors and aliases are not written by lmspec")
-    return yaml.load(text, Loader=_SAFE_LOADER)
+def read_manifest(root: Path) -> Manifest:
+    """The manifest of the build at `root`, of any lmspec version; DamagedBuild if there is none
+    or it is not one lmspec wrote (what tells an lmspec build from any other directory)."""
+    shown = _shown(root, MANIFEST)
+    if not root.is_dir():
+        what = "no such directory" if not os.path.lexists(root) else "not a directory"
+        raise DamagedBuild(
+            MANIFEST,
+            f"{_shown(root)} is not a build directory ({what}); compile one with `lmspec compile` "
+            "and pass build/<name>",
+        )
+    try:
+        data = read_regular_below(root, MANIFEST, MAX_MANIFEST_BYTES)
+    except Unreadable as exc:
+        if str(exc) == "is missing":
+            raise DamagedBuild(
+                MANIFEST,
+                f"{_shown(root)} is not a build directory (no {MANIFEST}); compile one with "
+                "`lmspec compile` and pass build/<name>",
+            ) from None
+        raise DamagedBuild(MANIFEST, f"{shown}: {exc}; {recompile_command(root, None)}") from None
+    try:
+        return _manifest_from(strict_json(data))
+    except ValueError as exc:
+        raise DamagedBuild(
+            MANIFEST, f"{shown}: not a manifest lmspec wrote ({printable(str(exc))}); {recompile_command(root, None)}"
+        ) from None
 
 
 class Build:
@@ -278,48 +174,20 @@ class Build:
 
     @classmethod
     def open(cls, root: Path) -> Build:
-        shown = _shown(root, MANIFEST)
-        if not root.is_dir():
-            what = "no such directory" if not os.path.lexists(root) else "not a directory"
-            raise DamagedBuild(
-                MANIFEST,
-                f"{_shown(root)} is not a build directory ({what}); compile one with `lmspec compile` "
-                "and pass build/<name>",
-            )
-        try:
-            data = _read_below(root, MANIFEST, MAX_MANIFEST_BYTES)
-        except _Unreadable as exc:
-            if str(exc) == "is missing":
-                raise DamagedBuild(
-                    MANIFEST,
-                    f"{_shown(root)} is not a build directory (no {MANIFEST}); compile one with "
-                    "`lmspec compile` and pass build/<name>",
-                ) from None
-            raise DamagedBuild(MANIFEST, f"{shown}: {exc}; {recompile_command(root, None)}") from None
-        try:
-            manifest = _manifest_from(_strict_json(data))
-        except ValueError as exc:
-            raise DamagedBuild(
-                MANIFEST,
-                f"{shown}: not a manifest lmspec wrote ({_printable(str(exc))}); {recompile_command(root, None)}",
-            ) from None
+        manifest = read_manifest(root)
         if manifest.lmspec_version != __version__:
             raise DamagedBuild(
                 MANIFEST,
-                f"{_shown(root)} was compiled by lmspec {_printable(manifest.lmspec_version)} ({MANIFEST}), this is "
+                f"{_shown(root)} was compiled by lmspec {printable(manifest.lmspec_version)} ({MANIFEST}), this is "
                 f"lmspec {__version__}, whose runtime may read it differently; {recompile_command(root, manifest)}",
             )
         return cls(root, manifest)
 
     def refuse(self, rel: str, problem: str, fix: str | None = None) -> DamagedBuild:
-        return DamagedBuild(rel, f"{_shown(self.root, rel)}: {_printable(problem)}; {fix or self.recompile()}")
+        return DamagedBuild(rel, f"{_shown(self.root, rel)}: {printable(problem)}; {fix or self.recompile()}")
 
     def recompile(self) -> str:
         return recompile_command(self.root, self.manifest)
-
-    def has(self, rel: str) -> bool:
-        """Whether the manifest lists `rel` (files that only some builds have, e.g. ds_config.json)."""
-        return rel in self.manifest.files
 
     def read(self, rel: str) -> bytes:
         """The bytes of `rel`, read once, only if they hash to what the manifest recorded."""
@@ -329,8 +197,8 @@ class Build:
         if expected is None:
             raise self.refuse(rel, f"not listed in {MANIFEST}, so not part of what lmspec compiled")
         try:
-            data = _read_below(self.root, rel, MAX_FILE_BYTES)
-        except _Unreadable as exc:
+            data = read_regular_below(self.root, rel, MAX_FILE_BYTES)
+        except Unreadable as exc:
             raise self.refuse(rel, str(exc)) from None
         if hashlib.sha256(data).hexdigest() != expected:
             fix = None
@@ -354,9 +222,9 @@ class Build:
 
     def json(self, rel: str) -> Any:
         try:
-            return _strict_json(self.read(rel))
+            return strict_json(self.read(rel))
         except ValueError as exc:
-            raise self.refuse(rel, f"not a JSON document lmspec wrote ({_printable(str(exc))})") from None
+            raise self.refuse(rel, f"not a JSON document lmspec wrote ({printable(str(exc))})") from None
 
     def script(self, rel: str) -> Path:
         """The path of `rel` for a program that reads it from disk, after checking its bytes."""
@@ -372,24 +240,24 @@ class Build:
 
         text = self.text(SPEC_FILE)
         try:
-            data = _yaml_document(text)
+            data = yaml_document(text)
         except (yaml.YAMLError, ValueError, RecursionError) as exc:
-            raise self.refuse(SPEC_FILE, f"not a YAML spec ({_printable(str(exc)).splitlines()[0]})") from None
+            raise self.refuse(SPEC_FILE, f"not a YAML spec ({printable(str(exc)).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise self.refuse(SPEC_FILE, f"a YAML {type(data).__name__} where the spec's mapping belongs")
-        problem = _plain_problem(data)
+        problem = plain_problem(data)
         if problem:
-            raise self.refuse(SPEC_FILE, _printable(problem))
+            raise self.refuse(SPEC_FILE, printable(problem))
         origins = Origins({key: _shown(self.root, SPEC_FILE) for key in data})
         problems = [p for p in schema_problems(data, origins) if p.severity == "error"]
         if problems:
-            listed = "; ".join(_printable(p.message) for p in problems[:_LISTED])
+            listed = "; ".join(printable(p.message) for p in problems[:_LISTED])
             more = f" (+{len(problems) - _LISTED} more)" if len(problems) > _LISTED else ""
             raise self.refuse(SPEC_FILE, f"does not match lmspec {__version__}'s schema: {listed}{more}")
         try:
             spec = from_dict(Spec, data)
         except (TypeError, ValueError, KeyError) as exc:
-            raise self.refuse(SPEC_FILE, f"not a spec this lmspec reads ({_printable(str(exc))})") from None
+            raise self.refuse(SPEC_FILE, f"not a spec this lmspec reads ({printable(str(exc))})") from None
         if spec.name != self.manifest.name:
             raise self.refuse(SPEC_FILE, f"names the job {spec.name!r}, {MANIFEST} names it {self.manifest.name!r}")
         return spec
