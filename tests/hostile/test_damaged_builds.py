@@ -280,7 +280,7 @@ CASES = [
     pytest.param(
         "train",
         symlink_to_copy("launch"),
-        _refused(TORCHRUN, "launch/ is a symbolic link (a build holds only regular files), not a directory"),
+        _refused(TORCHRUN, "launch/ is a symbolic link (links are not followed), not a directory"),
         id="launch-dir-symlink",
     ),
     pytest.param(
