@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from compiler.emit.serve import run_dir
+from compiler.rules.run_paths import runtime_problems
 from compiler.sections import Spec
 from compiler.typed import from_dict
 from runtime.checkpoint import CheckpointError, Checkpoints
@@ -63,6 +65,13 @@ def load_build(build_dir: Path) -> tuple[Spec, dict[str, Any]]:
             raise UsageError(f"{path}: missing; compile first (lmspec compile ...) and pass the build directory")
     spec = from_dict(Spec, yaml.safe_load(spec_path.read_text(encoding="utf-8")))
     return spec, json.loads(plan_path.read_text(encoding="utf-8"))
+
+
+def check_run_paths(spec: Spec) -> None:
+    """The compile-time rule on the run's directories, again from the working directory the job really has."""
+    problems = runtime_problems(spec, os.getcwd())
+    if problems:
+        raise UsageError("; and ".join(problems) + "; recompile the build")
 
 
 def lr_at(spec: Spec, step: int) -> float:
@@ -146,18 +155,19 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     random.seed(spec.train.seed)
     trainer = make_trainer(spec, plan, build_dir)
     ckpt_spec = spec.train.checkpoint
-    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k)
+    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k, required=(f"{STATE_DIR}/rank_0.pt",))
     step, consumed = 0, 0
-    if ckpt_spec.resume == "auto":
-        path = ckpts.find_resumable()
-        if path is not None:
-            step, consumed = load_checkpoint(path, trainer)
-            if rank0:
-                print(f"lmspec: resumed from {path} (step {step})", flush=True)
+    path = ckpts.open_run(ckpt_spec.resume)
+    if path is not None:
+        step, consumed = load_checkpoint(path, trainer)
+        if rank0:
+            print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
+    elif rank0:
+        print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
     stream = TokenStream(spec.train.data.corpus, spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
     stop = StopRequest()
     stop.install()
-    log = MetricsLog(spec, Path("runs") / spec.name, dist.get_world_size(), rank0, spec.train.steps, step)
+    log = MetricsLog(spec, Path(run_dir(spec)), dist.get_world_size(), rank0, spec.train.steps, step)
     global_batch = spec.train.global_batch_size
     try:
         while step < spec.train.steps:
@@ -195,6 +205,7 @@ def main(argv: list[str]) -> int:
     build_dir = Path(argv[0])
     try:
         spec, plan = load_build(build_dir)
+        check_run_paths(spec)
         init_distributed(spec, plan)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
