@@ -4,10 +4,15 @@ Reads `<build dir>/spec.resolved.yaml` (into the compiler's typed Spec) and
 `plan.json` (layout, batch); no other arguments. Runs under torchrun (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); nccl on GPU, gloo on CPU.
 Writes into the run directory `runs/<name>/` (relative to the working
-directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`.
+directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`, which
+must not overlap (compiler.rules.run_paths, checked again here from the job's
+own working directory). Before the first step the run's identity is decided
+(runtime.checkpoint.Checkpoints.open_run): resume=auto continues the newest
+usable checkpoint's run, resume=never moves an earlier run's checkpoints aside.
 
 Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss or an
-unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch);
+unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch,
+run directories that overlap from this working directory);
 3 (signals.REQUEUE_EXIT_CODE) stopped by SIGTERM/SIGUSR1 after a final checkpoint.
 """
 
