@@ -5,10 +5,15 @@ and `plan.json` (layout, batch), each verified against manifest.json, as are the
 files; no other arguments. Runs under torchrun (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); nccl on GPU, gloo on CPU.
 Writes into the run directory `runs/<name>/` (relative to the working
-directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`.
+directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`, which
+must not overlap (compiler.rules.run_paths, checked again here from the job's
+own working directory). Before the first step the run's identity is decided
+(runtime.checkpoint.Checkpoints.open_run): resume=auto continues the newest
+usable checkpoint's run, resume=never moves an earlier run's checkpoints aside.
 
 Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss or an
-unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch);
+unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch,
+run directories that overlap from this working directory);
 3 (signals.REQUEUE_EXIT_CODE) stopped by SIGTERM/SIGUSR1 after a final checkpoint.
 """
 
@@ -28,7 +33,9 @@ import torch.distributed as dist
 
 from compiler.build_reader import open_build
 from compiler.emit.deepspeed_config import DS_CONFIG
+from compiler.emit.serve import run_dir
 from compiler.errors import UsageError
+from compiler.rules.run_paths import runtime_problems
 from compiler.sections import Spec
 from runtime.checkpoint import CheckpointError, Checkpoints
 from runtime.data import Batch, TokenStream
@@ -65,6 +72,13 @@ def load_build(build_dir: Path) -> tuple[Spec, dict[str, Any]]:
     if spec.train.backend == "deepspeed":
         build.json(DS_CONFIG)  # checked before the ranks meet; the trainer reads it through open_build too
     return spec, build.plan
+
+
+def check_run_paths(spec: Spec) -> None:
+    """The compile-time rule on the run's directories, again from the working directory the job really has."""
+    problems = runtime_problems(spec, os.getcwd())
+    if problems:
+        raise UsageError("; and ".join(problems) + "; recompile the build")
 
 
 def lr_at(spec: Spec, step: int) -> float:
@@ -148,18 +162,19 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     random.seed(spec.train.seed)
     trainer = make_trainer(spec, plan, build_dir)
     ckpt_spec = spec.train.checkpoint
-    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k)
+    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k, required=(f"{STATE_DIR}/rank_0.pt",))
     step, consumed = 0, 0
-    if ckpt_spec.resume == "auto":
-        path = ckpts.find_resumable()
-        if path is not None:
-            step, consumed = load_checkpoint(path, trainer)
-            if rank0:
-                print(f"lmspec: resumed from {path} (step {step})", flush=True)
+    path = ckpts.open_run(ckpt_spec.resume)
+    if path is not None:
+        step, consumed = load_checkpoint(path, trainer)
+        if rank0:
+            print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
+    elif rank0:
+        print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
     stream = TokenStream(spec.train.data.corpus, spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
     stop = StopRequest()
     stop.install()
-    log = MetricsLog(spec, Path("runs") / spec.name, dist.get_world_size(), rank0, spec.train.steps, step)
+    log = MetricsLog(spec, Path(run_dir(spec)), dist.get_world_size(), rank0, spec.train.steps, step)
     global_batch = spec.train.global_batch_size
     try:
         while step < spec.train.steps:
@@ -197,6 +212,7 @@ def main(argv: list[str]) -> int:
     build_dir = Path(argv[0])
     try:
         spec, plan = load_build(build_dir)
+        check_run_paths(spec)
         init_distributed(spec, plan)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)

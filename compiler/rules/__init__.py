@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from compiler.errors import Problem
 from compiler.provenance import Origins
-from compiler.rules import backend, batch, budget, experts, launch, layout, model, serving
+from compiler.rules import backend, batch, budget, experts, launch, layout, model, run_paths, serving
 from compiler.rules.context import RuleContext
 from compiler.sections import Spec
 
@@ -19,6 +19,7 @@ RULES = (
     *backend.RULES,
     *serving.RULES,
     *launch.RULES,
+    *run_paths.RULES,
     *budget.RULES,
 )
 
