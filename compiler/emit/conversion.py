@@ -15,17 +15,15 @@ took 17 ms, a third of a compile's own time).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from compiler.conversion.mapping import Entry, build_entries, hf_config
 from compiler.conversion.transforms import Direct
-from compiler.emit.spec_files import dump_json
+from compiler.emit.spec_files import dump_json, dump_json_line
 from compiler.plan import Plan
 
 MAPPING_JSON = "convert/mapping.json"
 FORMAT = "lmspec-convert-mapping/1"
-_ROW_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
 
 
 def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
@@ -74,7 +72,7 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
 def dump_mapping(doc: dict[str, Any]) -> str:
     """`dump_json`'s layout for the header keys, then `tensors` (last, as in sorted order) a row per line."""
     head = {key: value for key, value in doc.items() if key != "tensors"}
-    rows = ",\n".join(f"    {_ROW_ENCODER.encode(row)}" for row in doc["tensors"])
+    rows = ",\n".join(f"    {dump_json_line(row)}" for row in doc["tensors"])
     return f'{dump_json(head).rstrip().removesuffix("}").rstrip()},\n  "tensors": [\n{rows}\n  ]\n}}\n'
 
 
