@@ -235,6 +235,7 @@ SEQS_MAX = 2**20
 BATCHED_TOKENS_MAX = 2**31 - 1
 MEMORY_GIB_MAX = 2.0**16
 RATE_MAX = 1e6  # TFLOP/s, GB/s, Gbit/s
+RATE_MIN = 1e-3  # rates divide: a time per step must stay finite (1e-300 TFLOP/s made it infinite)
 LR_MAX = 100.0
 WEIGHT_DECAY_MAX = 10.0
 GRAD_CLIP_MAX = 1e6

@@ -152,8 +152,8 @@ class GpuSpec:
         exclusive_minimum=0,
         maximum=K.MEMORY_GIB_MAX,
     )
-    bf16_tflops: float = key("Dense bf16 peak, TFLOP/s.", example=989, exclusive_minimum=0, maximum=K.RATE_MAX)
-    hbm_gb_per_s: float = key("Memory bandwidth, GB/s.", example=3350, exclusive_minimum=0, maximum=K.RATE_MAX)
+    bf16_tflops: float = key("Dense bf16 peak, TFLOP/s.", example=989, minimum=K.RATE_MIN, maximum=K.RATE_MAX)
+    hbm_gb_per_s: float = key("Memory bandwidth, GB/s.", example=3350, minimum=K.RATE_MIN, maximum=K.RATE_MAX)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,7 +166,7 @@ class IntraNodeSpec:
     gb_per_s: float = key(
         "Per-GPU bandwidth of the link, GB/s, as the datasheet states it.",
         example=900,
-        exclusive_minimum=0,
+        minimum=K.RATE_MIN,
         maximum=K.RATE_MAX,
     )
 
@@ -177,7 +177,7 @@ class InterNodeSpec:
 
     fabric: Literal["ib", "roce", "ethernet"] = key("InfiniBand, RoCE, or plain TCP Ethernet.", example="ib")
     gbit_per_s_per_nic: float = key(
-        "Line rate of one NIC, Gbit/s.", example=400, exclusive_minimum=0, maximum=K.RATE_MAX
+        "Line rate of one NIC, Gbit/s.", example=400, minimum=K.RATE_MIN, maximum=K.RATE_MAX
     )
     nics_per_node: int = key("NICs per node used by NCCL.", example=8, minimum=1, maximum=K.NICS_MAX)
     hca: list[str] = key(

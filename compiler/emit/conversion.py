@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.conversion.mapping import Entry, build_entries, hf_config
-from compiler.conversion.transforms import Direct
+from compiler.conversion.transforms import Direct, MappingError
 from compiler.emit.spec_files import dump_json, dump_json_line
+from compiler.errors import SpecError, error
 from compiler.plan import Plan
 
 MAPPING_JSON = "convert/mapping.json"
@@ -77,4 +78,17 @@ def dump_mapping(doc: dict[str, Any]) -> str:
 
 
 def emit_conversion(plan: Plan) -> dict[str, str]:
-    return {MAPPING_JSON: dump_mapping(mapping_document(plan))}
+    try:
+        return {MAPPING_JSON: dump_mapping(mapping_document(plan))}
+    except MappingError as exc:  # a size the rules let through but no rank split can hold
+        lay = plan.layout
+        raise SpecError(
+            [
+                error(
+                    "parallel.tp",
+                    f"parallel.tp={lay.tp} (ep {lay.ep}, etp {lay.etp}): {MAPPING_JSON} cannot shard the model: {exc}; "
+                    "use a parallel.tp that divides model.ffn_hidden_size, model.vocab_size and "
+                    "model.num_kv_heads (and parallel.ep/etp that divide the experts' sizes)",
+                )
+            ]
+        ) from None
