@@ -219,3 +219,15 @@ def test_legal_values_of_each_kind_are_accepted(lmspec, overrides: list[str]) ->
     result = lmspec("check", *overrides)
     assert result.code == 0, result.err
     assert "valid (" in result.out
+
+
+@pytest.mark.parametrize(
+    ("gpus", "fragment"),
+    [
+        pytest.param(f"1..{10**12}", "at most 131072 GPUs (65536 nodes", id="range-beyond-the-nodes-maximum"),
+        pytest.param(f"{ARABIC_4}", "expected N, LOW..HIGH", id="arabic-digit"),
+    ],
+)
+def test_plan_gpu_counts_are_bounded_and_ascii(lmspec, gpus: str, fragment: str) -> None:
+    """`lmspec plan --gpus` took a node range as a list: 10^12 GPUs never returned."""
+    lmspec("plan", "--gpus", gpus).assert_reports(2, [f"--gpus {gpus}", fragment])
