@@ -15,7 +15,6 @@ value without passing here fails the compile instead of being written:
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 
@@ -69,5 +68,8 @@ def shell_comment(value: str | int) -> Quoted:
 
 
 def json_scalar(value: object) -> Quoted:
-    """A JSON (and YAML) scalar; NaN and infinity are refused, as JSON has no such values."""
-    return Quoted(json.dumps(value, allow_nan=False))
+    """A JSON (and YAML) scalar, by compiler.emit.spec_files (the one JSON dumper: NaN and infinity
+    are refused, as JSON has no such values)."""
+    from compiler.emit.spec_files import dump_json_scalar  # spec_files imports the Plan; quoting does not
+
+    return Quoted(dump_json_scalar(value))

@@ -43,6 +43,7 @@ def _encoded(encoder: json.JSONEncoder, data: object) -> str:
 # Every JSON artifact is standard JSON (allow_nan=False): NaN or Infinity is refused, never written.
 _INDENTED = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
 _ONE_LINE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
+_SCALAR = json.JSONEncoder(allow_nan=False)  # ASCII escapes: a YAML value of vllm.yaml
 
 
 def dump_json(data: object) -> str:
@@ -53,6 +54,11 @@ def dump_json(data: object) -> str:
 def dump_json_line(data: object) -> str:
     """One JSON value on one line (a row of a table artifact): sorted keys, finite numbers only."""
     return _encoded(_ONE_LINE, data)
+
+
+def dump_json_scalar(value: object) -> str:
+    """One JSON scalar, non-ASCII escaped (also a YAML 1.1 scalar): vllm.yaml's values."""
+    return _encoded(_SCALAR, value)
 
 
 def emit_resolved_spec(plan: Plan) -> dict[str, str]:
