@@ -27,12 +27,9 @@ def balanced_stages(num_layers: int, pp: int) -> tuple[int, ...]:
     hold the embedding and the output head, are the ones that get a layer fewer."""
     per_stage = -(-num_layers // pp)
     stages = [per_stage] * pp
-    order = [i for pair in zip(range(pp), reversed(range(pp))) for i in pair]
-    seen: list[int] = []
-    for i in order:
-        if i not in seen:
-            seen.append(i)
-    for i in seen[: per_stage * pp - num_layers]:
+    # stages from both ends inwards (0, pp-1, 1, pp-2, ...): dict.fromkeys keeps the first of each, in O(pp)
+    order = dict.fromkeys(i for pair in zip(range(pp), reversed(range(pp))) for i in pair)
+    for i in list(order)[: per_stage * pp - num_layers]:
         stages[i] -= 1
     return tuple(stages)
 
@@ -49,4 +46,19 @@ def stage_layers(spec: Spec) -> tuple[int, ...] | None:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of n, ascending, found in O(sqrt n) steps."""
+    small: list[int] = []
+    large: list[int] = []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def next_multiple_above(n: int, step: int) -> int:
+    """The smallest multiple of `step` greater than n."""
+    return (n // step + 1) * step

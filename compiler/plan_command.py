@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-GPUS = re.compile(r"^(\d+)(?:\.\.(\d+))?$")
+from compiler.kinds import NODES_MAX
+
+GPUS = re.compile(r"([0-9]+)(?:\.\.([0-9]+))?")  # matched whole (fullmatch), ASCII digits
 
 
 def parse_gpus(text: str, per_node: int) -> list[int]:
@@ -19,7 +21,7 @@ def parse_gpus(text: str, per_node: int) -> list[int]:
 
     nodes: set[int] = set()
     for part in text.split(","):
-        match = GPUS.match(part.strip())
+        match = GPUS.fullmatch(part.strip())
         if not match:
             raise UsageError(f"--gpus {text}: expected N, LOW..HIGH or a comma list of those")
         low, high = int(match[1]), int(match[2] or match[1])
@@ -29,6 +31,10 @@ def parse_gpus(text: str, per_node: int) -> list[int]:
             raise UsageError(
                 f"--gpus {low} is not whole nodes of hardware.gpus_per_node={per_node}; "
                 f"use {low // per_node * per_node or per_node} or {(low // per_node + 1) * per_node}"
+            )
+        if high // per_node > NODES_MAX:
+            raise UsageError(
+                f"--gpus {text}: at most {NODES_MAX * per_node} GPUs ({NODES_MAX} nodes, hardware.nodes' maximum)"
             )
         found = [n for n in range(-(-low // per_node), high // per_node + 1) if n >= 1]
         if not found:

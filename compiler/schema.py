@@ -16,43 +16,70 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from compiler.kinds import Kind
 from compiler.sections import Spec
 
 SCHEMA_ID = "https://lmspec.dev/schemas/spec.schema.json"
 
 _SCALARS: dict[type, str] = {bool: "boolean", int: "integer", float: "number", str: "string"}
-_BOUND_KEYS = ("minimum", "exclusiveMinimum", "maximum", "pattern")
+_BOUND_KEYS = ("minimum", "exclusiveMinimum", "maximum", "kind", "maxItems")
+_NUMBER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum")
 
 
-def _type_schema(tp: Any, bounds: dict[str, Any]) -> dict[str, Any]:
+class UndeclaredBound(TypeError):
+    """A key of compiler/sections.py without the bound its type needs (a maximum, a kind)."""
+
+
+def _string_schema(kind: Kind) -> dict[str, Any]:
+    """A string of one kind: `format` names the kind lmspec checks in Python (compiler.kinds);
+    the length bounds and the ECMA pattern let editors check the same as you type."""
+    return {
+        "type": "string",
+        "format": kind.name,
+        "minLength": 1,
+        "maxLength": kind.max_length,
+        "pattern": kind.anchored,
+    }
+
+
+def _type_schema(tp: Any, bounds: dict[str, Any], where: str) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        options = [_type_schema(arg, bounds) for arg in typing.get_args(tp)]
+        options = [_type_schema(arg, bounds, where) for arg in typing.get_args(tp)]
         return {"anyOf": options}
     if origin is Literal:
-        return {"enum": list(typing.get_args(tp))}
+        values = list(typing.get_args(tp))
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return {"type": "integer", "enum": values}  # an enum alone takes 1.0 for 1
+        return {"enum": values}
     if origin is list:
         (item,) = typing.get_args(tp)
-        return {"type": "array", "items": _type_schema(item, bounds)}
+        if "maxItems" not in bounds:
+            raise UndeclaredBound(f"{where}: a list key needs max_items= in compiler/sections.py")
+        return {"type": "array", "items": _type_schema(item, bounds, where), "maxItems": bounds["maxItems"]}
     if tp is type(None):
         return {"type": "null"}
     if dataclasses.is_dataclass(tp):
-        return _object_schema(tp)
+        return _object_schema(tp, f"{where}.")
     schema: dict[str, Any] = {"type": _SCALARS[tp]}
     if tp in (int, float):
-        schema.update({k: v for k, v in bounds.items() if k in ("minimum", "exclusiveMinimum", "maximum")})
-    if tp is str and "pattern" in bounds:
-        schema["pattern"] = bounds["pattern"]
+        if "maximum" not in bounds:
+            raise UndeclaredBound(f"{where}: a numeric key needs maximum= in compiler/sections.py")
+        schema.update({k: v for k, v in bounds.items() if k in _NUMBER_BOUNDS})
+    if tp is str:
+        if "kind" not in bounds:
+            raise UndeclaredBound(f"{where}: a string key needs kind= (compiler.kinds) in compiler/sections.py")
+        schema = _string_schema(bounds["kind"])
     return schema
 
 
-def _object_schema(cls: type) -> dict[str, Any]:
+def _object_schema(cls: type, where: str = "") -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     properties: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)
         bounds = {k: meta[k] for k in _BOUND_KEYS if k in meta}
-        prop = _type_schema(hints[f.name], bounds)
+        prop = _type_schema(hints[f.name], bounds, f"{where}{f.name}")
         prop["description"] = meta["description"]
         if "example" in meta:
             prop["examples"] = [meta["example"]]
@@ -145,7 +172,7 @@ def schema_files() -> dict[str, str]:
     hints = typing.get_type_hints(Spec)
     for name in section_names():
         files[f"{name}.schema.json"] = _text(
-            _file_schema(f"lmspec {name} group file", f"{name}.schema.json", _object_schema(hints[name]))
+            _file_schema(f"lmspec {name} group file", f"{name}.schema.json", _object_schema(hints[name], f"{name}."))
         )
     return files
 

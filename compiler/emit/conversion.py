@@ -15,17 +15,16 @@ took 17 ms, a third of a compile's own time).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from compiler.conversion.mapping import Entry, build_entries, hf_config
-from compiler.conversion.transforms import Direct
-from compiler.emit.spec_files import dump_json
+from compiler.conversion.transforms import Direct, MappingError
+from compiler.emit.spec_files import dump_json, dump_json_line
+from compiler.errors import SpecError, error
 from compiler.plan import Plan
 
 MAPPING_JSON = "convert/mapping.json"
 FORMAT = "lmspec-convert-mapping/1"
-_ROW_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False)
 
 
 def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
@@ -74,9 +73,22 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
 def dump_mapping(doc: dict[str, Any]) -> str:
     """`dump_json`'s layout for the header keys, then `tensors` (last, as in sorted order) a row per line."""
     head = {key: value for key, value in doc.items() if key != "tensors"}
-    rows = ",\n".join(f"    {_ROW_ENCODER.encode(row)}" for row in doc["tensors"])
+    rows = ",\n".join(f"    {dump_json_line(row)}" for row in doc["tensors"])
     return f'{dump_json(head).rstrip().removesuffix("}").rstrip()},\n  "tensors": [\n{rows}\n  ]\n}}\n'
 
 
 def emit_conversion(plan: Plan) -> dict[str, str]:
-    return {MAPPING_JSON: dump_mapping(mapping_document(plan))}
+    try:
+        return {MAPPING_JSON: dump_mapping(mapping_document(plan))}
+    except MappingError as exc:  # a size the rules let through but no rank split can hold
+        lay = plan.layout
+        raise SpecError(
+            [
+                error(
+                    "parallel.tp",
+                    f"parallel.tp={lay.tp} (ep {lay.ep}, etp {lay.etp}): {MAPPING_JSON} cannot shard the model: {exc}; "
+                    "use a parallel.tp that divides model.ffn_hidden_size, model.vocab_size and "
+                    "model.num_kv_heads (and parallel.ep/etp that divide the experts' sizes)",
+                )
+            ]
+        ) from None

@@ -1,15 +1,15 @@
 """launch/torchrun.sh and launch/sbatch.sh: one torchrun per node, under Slurm or by hand.
 
-Python decides every value and quotes every spec string with shlex.quote; the templates only
-place them. `#SBATCH` lines are read by sbatch, not by bash, so the values placed there are
-restricted by compiler.rules.launch instead of quoted.
+Python decides every value and quotes every spec string (compiler.emit.quoting); the templates
+only place them. `#SBATCH` lines are read by sbatch, not by bash, so the values placed there are
+restricted by their kinds (compiler.kinds: Slurm names and times) and placed verbatim by `word`,
+which refuses anything a shell or sbatch would read differently.
 """
 
 from __future__ import annotations
 
-import shlex
-
 from compiler.emit.nccl import cpu_ranks
+from compiler.emit.quoting import shell
 from compiler.plan import Plan
 from compiler.render import render
 
@@ -34,15 +34,15 @@ def torchrun_sh(plan: Plan) -> str:
         multi_node=layout.nodes > 1,
         loopback=LOOPBACK_ADDR,
         master_port=s.cluster.master_port,
-        rdzv_id=shlex.quote(f"lmspec-{plan.name}"),
+        rdzv_id=shell(f"lmspec-{plan.name}"),
         train_module=TRAIN_MODULE,
-        checkpoint_dir=shlex.quote(s.train.checkpoint.dir),
+        checkpoint_dir=shell(s.train.checkpoint.dir),
         resume=s.train.checkpoint.resume == "auto",
     )
 
 
 def sbatch_options(plan: Plan) -> list[str]:
-    """`#SBATCH` options after job name, nodes and tasks; values are rule-checked, not quoted."""
+    """`#SBATCH` options after job name, nodes and tasks; values are of plain kinds, placed verbatim."""
     slurm = plan.spec.cluster.slurm
     options = []
     if not cpu_ranks(plan):

@@ -2,13 +2,12 @@
 
 NCCL on GPUs (InfiniBand, RoCE or plain TCP between nodes), gloo on the `cpu` hardware
 (intra_node.link=shm). Every line carries the reason it is there. Values are quoted here
-with shlex.quote; the file is bash, sourced by launch/torchrun.sh.
+(compiler.emit.quoting.shell); the file is bash, sourced by launch/torchrun.sh.
 """
 
 from __future__ import annotations
 
-import shlex
-
+from compiler.emit.quoting import Quoted, shell
 from compiler.plan import Plan
 from compiler.render import render
 
@@ -25,14 +24,14 @@ def cpu_ranks(plan: Plan) -> bool:
     return plan.spec.hardware.intra_node.link == "shm"
 
 
-def nccl_settings(plan: Plan) -> list[tuple[str, str, str]]:
+def nccl_settings(plan: Plan) -> list[tuple[str, str, Quoted]]:
     """(why, NAME, shell-quoted value) for every exported variable, in file order."""
     c, net = plan.spec.cluster, plan.spec.hardware.inter_node
     timeout_s = c.nccl.timeout_minutes * SECONDS_PER_MINUTE
-    out: list[tuple[str, str, str]] = []
+    out: list[tuple[str, str, Quoted]] = []
 
-    def put(why: str, name: str, value: object) -> None:
-        out.append((why, name, shlex.quote(str(value))))
+    def put(why: str, name: str, value: str | int) -> None:
+        out.append((why, name, shell(value)))
 
     put(
         f"DeepSpeed's default collective timeout, minutes: cluster.nccl.timeout_minutes; it must "

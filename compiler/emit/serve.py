@@ -2,18 +2,18 @@
 
 `vllm_options` is the single list of vLLM options; vllm.yaml (for `vllm serve --config`) and
 `vllm_serve_args` (the same options as command-line flags, as vLLM itself expands a config file)
-are two spellings of it. YAML values are JSON scalars; shell values go through shlex.quote.
+are two spellings of it. YAML values are JSON scalars; shell values are quoted (compiler.emit.quoting).
 The API key never appears in an artifact: serve.sh reads it from the variable named by
 `serve.api_key_env` and hands it to vLLM as VLLM_API_KEY (environment, not argv).
 """
 
 from __future__ import annotations
 
-import json
-import shlex
+import ipaddress
 from typing import Any
 
 from compiler.emit.nccl import cpu_ranks
+from compiler.emit.quoting import Quoted, shell, word
 from compiler.plan import Plan
 from compiler.render import render
 from compiler.sections import Spec
@@ -46,6 +46,15 @@ def model_path(spec: Spec) -> str:
 def run_dir(spec: Spec) -> str:
     """The run directory (relative to the working directory), as training's runs/<name>/."""
     return f"runs/{spec.name}"
+
+
+def endpoint(host: str, port: int) -> str:
+    """The server's base URL; an IPv6 address is bracketed, as URLs need."""
+    try:
+        bracketed = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        bracketed = False
+    return f"http://{f'[{host}]' if bracketed else host}:{port}/v1"
 
 
 def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
@@ -86,14 +95,14 @@ def vllm_serve_args(plan: Plan) -> list[str]:
     return args
 
 
-def serve_env(plan: Plan) -> list[tuple[str, str, str]]:
+def serve_env(plan: Plan) -> list[tuple[str, str, Quoted]]:
     """(why, NAME, shell value) for each variable serve.sh exports, in file order."""
     env = [
-        ("the model is a local directory: never reach for a hub", "HF_HUB_OFFLINE", "1"),
+        ("the model is a local directory: never reach for a hub", "HF_HUB_OFFLINE", shell(1)),
         (
             "vLLM's caches stay in the run directory, out of $HOME",
             "VLLM_CACHE_ROOT",
-            '"$PWD"/' + shlex.quote(f"{run_dir(plan.spec)}/{VLLM_CACHE_DIR}"),
+            Quoted('"$PWD"/' + shell(f"{run_dir(plan.spec)}/{VLLM_CACHE_DIR}")),
         ),
     ]
     if cpu_ranks(plan):
@@ -101,7 +110,7 @@ def serve_env(plan: Plan) -> list[tuple[str, str, str]]:
             (
                 "CPU backend: KV cache size in GiB (serve.cpu_kvcache_space_gib)",
                 "VLLM_CPU_KVCACHE_SPACE",
-                shlex.quote(_whole(plan.spec.serve.cpu_kvcache_space_gib)),
+                shell(_whole(plan.spec.serve.cpu_kvcache_space_gib)),
             )
         )
     return env
@@ -117,18 +126,17 @@ def emit_serve(plan: Plan) -> dict[str, str]:
 
 
 def vllm_yaml(plan: Plan) -> str:
-    lines = [(name, json.dumps(value)) for name, value in vllm_options(plan)]
-    return render("vllm.yaml.j2", name=plan.name, options=lines)
+    return render("vllm.yaml.j2", name=plan.name, options=vllm_options(plan))
 
 
-def api_key_line(plan: Plan) -> str:
+def api_key_line(plan: Plan) -> Quoted:
     """The one line that hands the key to vLLM, or drops a stray one when the spec wants no auth."""
     source = plan.spec.serve.api_key_env
     if source is None:
-        return f"unset {VLLM_API_KEY_ENV}"
-    # source matches ^[A-Za-z_][A-Za-z0-9_]*$ (schema), so it is safe inside ${...}.
-    return (
-        f'export {VLLM_API_KEY_ENV}="${{{source}:?set {source} to the API key clients must send '
+        return Quoted(f"unset {VLLM_API_KEY_ENV}")
+    name = word(source)  # an environment variable name (compiler.kinds.ENV_NAME): plain inside ${...}
+    return Quoted(
+        f'export {VLLM_API_KEY_ENV}="${{{name}:?set {name} to the API key clients must send '
         f'(serve.api_key_env), or compile with serve.api_key_env=null for no auth}}"'
     )
 
@@ -138,14 +146,13 @@ def serve_sh(plan: Plan) -> str:
     return render(
         "serve.sh.j2",
         name=plan.name,
-        endpoint=f"http://{v.host}:{v.port}/v1",
+        endpoint=endpoint(v.host, v.port),
         env=serve_env(plan),
         api_key_env=v.api_key_env,
         api_key_line=api_key_line(plan),
-        cli=f"${{{VLLM_CLI_ENV}:-{CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm'}}}",
+        cli=Quoted(f"${{{VLLM_CLI_ENV}:-{word(CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm')}}}"),
         cpu_cli=CPU_VLLM_CLI,
-        model=shlex.quote(model_path(plan.spec)),
-        literal_dollar=any(c in model_path(plan.spec) for c in "$`"),
+        model=shell(model_path(plan.spec)),
     )
 
 
@@ -161,6 +168,6 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
         ("dtype / KV cache dtype", f"{v.dtype} / {v.kv_cache_dtype}"),
         ("quantization", QUANTIZATION_NOTES[v.quantization] if v.quantization else "none"),
         ("model served", f"`{model_path(s)}` ({source})"),
-        ("endpoint", f"http://{v.host}:{v.port}/v1 as `{v.served_model_name}`, {auth}"),
+        ("endpoint", f"{endpoint(v.host, v.port)} as `{v.served_model_name}`, {auth}"),
         ("run", f"`lmspec run build/{plan.name} --stage serve` ({SERVE_SH} with {VLLM_YAML})"),
     ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 import yaml
 
@@ -12,9 +14,51 @@ _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: same text, 4
 SCHEMA_HEADER = "# yaml-language-server: $schema=https://lmspec.dev/schemas/spec.schema.json\n"
 
 
+class NonFiniteNumber(ValueError):
+    """A derived number is NaN or infinite: JSON has no such value, so no artifact is written."""
+
+
+def _non_finite(data: Any, path: str = "") -> str:
+    """The dotted path of the first NaN or infinity in `data`, for the error."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return f"{path or '<root>'}={data}"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
+
+
+def _encoded(encoder: json.JSONEncoder, data: object) -> str:
+    try:
+        return encoder.encode(data)
+    except ValueError:
+        where = _non_finite(data)
+        if not where:
+            raise
+        raise NonFiniteNumber(f"{where}: lmspec writes only finite numbers into JSON artifacts") from None
+
+
+# Every JSON artifact is standard JSON (allow_nan=False): NaN or Infinity is refused, never written.
+_INDENTED = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+_ONE_LINE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
+_SCALAR = json.JSONEncoder(allow_nan=False)  # ASCII escapes: a YAML value of vllm.yaml
+
+
 def dump_json(data: object) -> str:
-    """Stable JSON for artifacts: sorted keys, two-space indent, trailing newline."""
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """Stable JSON for artifacts: sorted keys, two-space indent, trailing newline, finite numbers only."""
+    return _encoded(_INDENTED, data) + "\n"
+
+
+def dump_json_line(data: object) -> str:
+    """One JSON value on one line (a row of a table artifact): sorted keys, finite numbers only."""
+    return _encoded(_ONE_LINE, data)
+
+
+def dump_json_scalar(value: object) -> str:
+    """One JSON scalar, non-ASCII escaped (also a YAML 1.1 scalar): vllm.yaml's values."""
+    return _encoded(_SCALAR, value)
 
 
 def emit_resolved_spec(plan: Plan) -> dict[str, str]:

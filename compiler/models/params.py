@@ -145,37 +145,33 @@ def mtp_params(m: ModelSpec) -> int:
 
 
 def count_params(m: ModelSpec) -> ParamCounts:
-    """Every component of the model, exactly."""
+    """Every component of the model, exactly. A model has two kinds of layer (dense, then MoE
+    from moe.first_dense_layers on), so each sum is a count times one layer: O(1) in num_layers."""
     h = m.hidden_size
-    layers = [layer_params(m, i) for i in range(m.num_layers)]
+    n_dense = m.num_layers if m.moe is None else min(m.moe.first_dense_layers, m.num_layers)
+    n_moe = m.num_layers - n_dense
+    dense_layer, moe_layer = layer_params(m, 0), layer_params(m, m.num_layers - 1)
+    kinds = [(n, layer) for n, layer in ((n_dense, dense_layer), (n_moe, moe_layer)) if n]
     embedding = m.vocab_size * h
     output_head = 0 if m.tie_embeddings else m.vocab_size * h
     top_k = m.moe.top_k if m.moe is not None else 0
-    attention = sum(layer.attention + layer.attention_norms for layer in layers)
-    norms = sum(layer.layer_norms for layer in layers) + h
-    dense = [layer for i, layer in enumerate(layers) if not is_moe_layer(m, i)]
-    moe = [layer for i, layer in enumerate(layers) if is_moe_layer(m, i)]
-    routed = sum(layer.routed_experts for layer in moe)
-    total = embedding + output_head + sum(layer.total for layer in layers) + h
-    active = total - routed + sum(top_k * layer.routed_expert_one for layer in moe)
-    largest_layer = max(
-        embedding,
-        output_head,
-        *attention_linears(m),
-        h * m.ffn_hidden_size,
-        *(layer.routed_experts for layer in moe),
-        *(layer.dense_mlp // GATED_MLP_MATRICES for layer in moe),
-    )
+    attention = sum(n * (layer.attention + layer.attention_norms) for n, layer in kinds)
+    norms = sum(n * layer.layer_norms for n, layer in kinds) + h
+    routed = n_moe * moe_layer.routed_experts
+    total = embedding + output_head + sum(n * layer.total for n, layer in kinds) + h
+    active = total - routed + n_moe * top_k * moe_layer.routed_expert_one
+    moe_largest = (moe_layer.routed_experts, moe_layer.dense_mlp // GATED_MLP_MATRICES) if n_moe else ()
+    largest_layer = max(embedding, output_head, *attention_linears(m), h * m.ffn_hidden_size, *moe_largest)
     return ParamCounts(
         embedding=embedding,
         output_head=output_head,
         final_norm=h,
         attention=attention,
         norms=norms,
-        dense_mlp=sum(layer.dense_mlp for layer in dense),
-        shared_experts=sum(layer.dense_mlp for layer in moe),
+        dense_mlp=n_dense * dense_layer.dense_mlp,
+        shared_experts=n_moe * moe_layer.dense_mlp,
         routed_experts=routed,
-        router=sum(layer.router for layer in moe),
+        router=n_moe * moe_layer.router,
         mtp=mtp_params(m),
         total=total,
         active=active,

@@ -10,11 +10,12 @@ computed on a copy of the spec and shown with its resulting number.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from compiler.errors import Problem, error, warning
-from compiler.layout import data_parallel_size, divisors, stage_layers
+from compiler.layout import data_parallel_size, divisors, next_multiple_above, stage_layers
 from compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
 from compiler.models.serve_memory import estimate_serve_memory
 from compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
@@ -23,6 +24,7 @@ from compiler.rules.context import RuleContext
 from compiler.sections import Spec
 
 MAX_NODE_MULTIPLE = 1024  # how far "add GPUs" searches: up to this many times the nodes given
+SCAN_MAX = 256  # node counts tried between the last two doublings (evenly spread when there are more)
 RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
@@ -145,8 +147,12 @@ def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
     hi = next((n for n in doubled if (n * per_node) % step == 0 and fits(n)), None)
     if hi is None:
         return None
-    for n in range(hi // 2 + 1, hi + 1):
-        if (n * per_node) % step == 0 and (found := fits(n)) is not None:
+    # legal counts are the multiples of `legal` in (hi / 2, hi]; at most SCAN_MAX of them are tried
+    legal = step // math.gcd(per_node, step)
+    first = next_multiple_above(hi // 2, legal)
+    stride = legal * max(1, -(-((hi - first) // legal + 1) // SCAN_MAX))
+    for n in [*range(first, hi, stride), hi]:
+        if (found := fits(n)) is not None:
             return n, grown(n), found
     raise AssertionError("unreachable: hi itself fits")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -21,8 +23,7 @@ class RuleContext:
 
     def show(self, key: str) -> str:
         """`parallel.tp=6 (command-line override)`: the key, its value and its origin."""
-        value = self.value(key)
-        shown = json.dumps(list(value) if isinstance(value, tuple) else value)
+        shown = json.dumps(_plain(self.value(key)))
         return f"{key}={shown} ({self.origins.of(key)})"
 
     def sources(self, *keys: str) -> str:
@@ -32,3 +33,23 @@ class RuleContext:
     def factor(self, key: str) -> str:
         """`parallel.tp(8)`: a factor of a product, for messages that print every factor."""
         return f"{key}({self.value(key)})"
+
+
+HINT_VALUES = 8  # a hint lists at most this many values, however many would do
+
+
+def listed(values: Sequence[object], limit: int = HINT_VALUES) -> str:
+    """Values for a hint, at most `limit` of them: `1, 2, 3, 4, 6, 8, ..., 5000, 10000 (36 values)`."""
+    if len(values) <= limit:
+        return ", ".join(map(str, values))
+    head, tail = values[: limit - 2], values[-2:]
+    return f"{', '.join(map(str, head))}, ..., {', '.join(map(str, tail))} ({len(values)} values)"
+
+
+def _plain(value: Any) -> Any:
+    """A typed value as JSON data: a section (e.g. a filled-in model.mla) as a mapping, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -7,7 +7,7 @@ from typing import Any
 
 from compiler.errors import Problem, error
 from compiler.layout import data_parallel_size, divisors
-from compiler.rules.context import RuleContext
+from compiler.rules.context import RuleContext, listed
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
@@ -42,7 +42,7 @@ def experts_divide_by_ep(ctx: RuleContext) -> Iterator[Problem]:
             "parallel.ep",
             (
                 f"{ctx.show('parallel.ep')} does not divide {ctx.show('model.moe.num_experts')}; "
-                f"valid: {', '.join(map(str, divisors(moe.num_experts)))}"
+                f"valid: {listed(divisors(moe.num_experts))}"
             ),
         )
 
@@ -63,7 +63,7 @@ def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
                 f"dp({dp}) x {ctx.factor('parallel.tp')} x "
                 f"{ctx.factor('parallel.cp')} = {ranks} ranks per pipeline stage "
                 f"(parallel.ep from {ctx.origins.of('parallel.ep')}); "
-                f"ep x etp must be one of {', '.join(map(str, valid))}"
+                f"ep x etp must be one of {listed(valid)}"
             ),
         )
 

@@ -1,36 +1,21 @@
-"""Rules of the launch artifacts: what sbatch, NCCL and DeepSpeed's scheduler will really do."""
+"""Rules of the launch artifacts: what sbatch, NCCL and DeepSpeed's scheduler will really do.
+
+The strings placed in them (Slurm names and times, interface and RDMA device names) are
+checked by their kinds (compiler.kinds) in the schema, before any rule runs."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from compiler.errors import Problem, error, warning
 from compiler.rules.context import RuleContext
 
-# `#SBATCH` lines are parsed by sbatch, not bash: shell quoting does not apply there, so
-# names placed in them must be plain (Slurm's own names never need more).
-SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,-]*$")
-HCA_NAME = re.compile(r"^[=^]?[A-Za-z0-9_.:-]+$")  # mlx5_0, mlx5_0:1; = exact, ^ exclude
 DEEPSPEED_MIN_WARMUP_STEPS = 2  # DeepSpeed's Warmup* schedulers use max(2, warmup_num_steps)
 SECONDS_PER = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
 
 
-def slurm_names_are_plain(ctx: RuleContext) -> Iterator[Problem]:
-    for key in ("cluster.slurm.partition", "cluster.slurm.account"):
-        value = ctx.value(key)
-        if value is not None and not SLURM_NAME.match(value):
-            yield error(
-                key,
-                (
-                    f"{ctx.show(key)} is written into an #SBATCH line, which sbatch reads without shell "
-                    "quoting; use a plain Slurm name (letters, digits, _ . - and , between names)"
-                ),
-            )
-
-
 def time_limit_seconds(limit: str) -> int:
-    """`[D-]HH:MM:SS` (the schema's pattern) in seconds."""
+    """`[D-]HH:MM:SS` (compiler.kinds.SLURM_TIME, ASCII digits only) in seconds."""
     days, _, clock = limit.rpartition("-")
     hours, minutes, seconds = (int(part) for part in clock.split(":"))
     return (
@@ -50,18 +35,6 @@ def slurm_signal_before_time_limit(ctx: RuleContext) -> Iterator[Problem]:
                 f"use a value below {limit_s}, e.g. {max(1, limit_s // 10)}"
             ),
         )
-
-
-def hca_names_are_plain(ctx: RuleContext) -> Iterator[Problem]:
-    for name in ctx.spec.hardware.inter_node.hca:
-        if not HCA_NAME.match(name):
-            yield error(
-                "hardware.inter_node.hca",
-                (
-                    f"{ctx.show('hardware.inter_node.hca')}: {name!r} is not an RDMA device name; NCCL_IB_HCA "
-                    "joins them with commas, so each must look like mlx5_0 or mlx5_0:1"
-                ),
-            )
 
 
 def roce_gid_index(ctx: RuleContext) -> Iterator[Problem]:
@@ -120,9 +93,7 @@ def deepspeed_schedule(ctx: RuleContext) -> Iterator[Problem]:
 
 
 RULES = (
-    slurm_names_are_plain,
     slurm_signal_before_time_limit,
-    hca_names_are_plain,
     roce_gid_index,
     local_launcher_is_one_node,
     deepspeed_schedule,

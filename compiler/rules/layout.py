@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from compiler.errors import Problem, error, warning
-from compiler.layout import balanced_stages, divisors, model_parallel_size, world_size
-from compiler.rules.context import RuleContext
+from compiler.layout import balanced_stages, divisors, model_parallel_size, next_multiple_above, world_size
+from compiler.rules.context import RuleContext, listed
 
 GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
 
@@ -50,18 +51,15 @@ def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
     mp_factors = f"{ctx.factor('parallel.tp')} x {ctx.factor('parallel.pp')} x {ctx.factor('parallel.cp')}"
     if s.parallel.dp == "auto":
         if not world_divides(world, s.parallel.tp, s.parallel.pp, s.parallel.cp):
-            fits = [
-                n
-                for n in range(s.hardware.nodes + 1, s.hardware.nodes * mp + 1)
-                if (n * s.hardware.gpus_per_node) % mp == 0
-            ][:1]
-            fix = f"set hardware.nodes={fits[0]}" if fits else "lower parallel.tp/pp/cp"
+            # the next node count whose world divides by mp: a multiple of mp / gcd(gpus_per_node, mp)
+            fits = next_multiple_above(s.hardware.nodes, mp // math.gcd(s.hardware.gpus_per_node, mp))
+            fix = f"set hardware.nodes={fits}"
             yield error(
                 "parallel.dp",
                 (
                     f"parallel.dp=auto cannot be derived: {mp_factors} = {mp} does not divide the world size "
                     f"{world_factors} ({ctx.sources('parallel.tp', 'parallel.pp', 'hardware.nodes')}); "
-                    f"{fix}, or choose tp x pp x cp among {', '.join(map(str, divisors(world)))}"
+                    f"{fix}, or choose tp x pp x cp among {listed(divisors(world))}"
                 ),
             )
         return
@@ -84,7 +82,7 @@ def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
             "parallel.tp",
             (
                 f"{ctx.show('parallel.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
-                f"valid: {', '.join(map(str, divisors(heads)))}"
+                f"valid: {listed(divisors(heads))}"
             ),
         )
 
@@ -97,7 +95,7 @@ def kv_heads_fit_tp(ctx: RuleContext) -> Iterator[Problem]:
             "parallel.tp",
             (
                 f"{ctx.show('parallel.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
-                f"key/value heads cannot be split or replicated evenly; valid: {', '.join(map(str, valid))}"
+                f"key/value heads cannot be split or replicated evenly; valid: {listed(valid)}"
             ),
         )
 
@@ -110,7 +108,7 @@ def layers_fit_pipeline(ctx: RuleContext) -> Iterator[Problem]:
             "parallel.pp",
             (
                 f"{ctx.show('parallel.pp')} does not divide {ctx.show('model.num_layers')}; "
-                f"valid: {', '.join(map(str, divisors(m.num_layers)))}, or set parallel.pp_layout=auto "
+                f"valid: {listed(divisors(m.num_layers))}, or set parallel.pp_layout=auto "
                 f"(uneven stages {list(balanced_stages(m.num_layers, p.pp)) if m.num_layers >= p.pp else ''})"
             ),
         )
@@ -146,7 +144,7 @@ def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
             (
                 f"{ctx.show('parallel.virtual_stages')} x {ctx.show('parallel.pp')} "
                 f"does not divide {ctx.show('model.num_layers')}; "
-                f"valid: {', '.join(valid) or 'none (pp does not divide layers)'}"
+                f"valid: {listed(valid) or 'none (pp does not divide layers)'}"
             ),
         )
 

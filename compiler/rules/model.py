@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from compiler.errors import Problem, error
 from compiler.layout import divisors
-from compiler.rules.context import RuleContext
+from compiler.rules.context import RuleContext, listed
 
 
 def attention_block_matches_kind(ctx: RuleContext) -> Iterator[Problem]:
@@ -32,7 +32,7 @@ def gqa_groups_even(ctx: RuleContext) -> Iterator[Problem]:
             "model.num_kv_heads",
             (
                 f"{ctx.show('model.num_kv_heads')} must divide {ctx.show('model.num_attention_heads')}; "
-                f"valid: {', '.join(map(str, valid))}"
+                f"valid: {listed(valid)}"
             ),
         )
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from compiler.errors import Problem, error, warning
 from compiler.layout import divisors, world_size
-from compiler.rules.context import RuleContext
+from compiler.rules.context import RuleContext, listed
 
 # Above this fraction vLLM leaves too little device memory for the CUDA context, NCCL buffers
 # and the sampler's peaks (the seed's pitfall); vLLM's own default is 0.9.
@@ -32,7 +32,7 @@ def serve_tp_divides_heads(ctx: RuleContext) -> Iterator[Problem]:
             "serve.tp",
             (
                 f"{ctx.show('serve.tp')} does not divide {ctx.show('model.num_attention_heads')}; "
-                f"valid: {', '.join(map(str, divisors(heads)))}"
+                f"valid: {listed(divisors(heads))}"
             ),
         )
 
@@ -46,7 +46,7 @@ def serve_tp_fits_kv_heads(ctx: RuleContext) -> Iterator[Problem]:
             "serve.tp",
             (
                 f"{ctx.show('serve.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
-                f"vLLM cannot split or replicate the key/value heads evenly; valid: {', '.join(map(str, valid))}"
+                f"vLLM cannot split or replicate the key/value heads evenly; valid: {listed(valid)}"
             ),
         )
 

@@ -2,7 +2,10 @@
 
 Each script runs for real with the trainer replaced: LMSPEC_PYTHON points at a script that
 records its argv and environment, and srun/scontrol/scancel are stand-ins on PATH. The
-recorded values must equal the spec's strings byte for byte, and no `pwned` file may appear.
+recorded values must equal the spec's strings byte for byte, no `pwned` file may appear, and
+shellcheck finds nothing in the scripts that hold them. A path may hold any printable text
+(HOSTILE); a value with a control character, or one of a kind that cannot be quoted where it
+goes (an interface name, a Slurm name, a host), is refused by its kind before anything is written.
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ HOSTILE = {
     "backticks": "`touch pwned`",
     "single-quotes": "'; touch pwned; echo '",
     "double-quotes": '"; touch pwned; echo "',
-    "newlines": "line1\ntouch pwned\n#",
-    "spaces-tabs": "sp ace  s\t tab ; touch pwned",
+    "spaces": "sp ace  s ; touch pwned",
     "unicode": "ünïcødé ✓ 模型 $(touch pwned)",
     "variables-backslash": "$HOME ${PATH} \\ touch\\ pwned",
+    "leading-dash": "-rf --no-preserve-root $(touch pwned)",
+    "globs-braces": "*? [ab] {x,y} ~root $((1+1)) !! touch pwned",
+    "pipes-redirects": "a | touch pwned & b; c > d < e && f || g",
+    "comment-and-percent": "# not a comment %s %n \\x41 $'touch pwned'",
 }
+IFNAME = "eth0.100"  # an interface name (compiler.kinds.INTERFACE): a VLAN on eth0
 RECORDED_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "DEEPSPEED_TIMEOUT")
 FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
@@ -61,7 +68,8 @@ def _spec_file(directory: Path, value: str, gpu: bool) -> Path:
         "defaults": ["config", "_self_"],
         "name": "hostile",
         "train": {"checkpoint": {"dir": f"runs/{literal}"}},
-        "hardware": {"inter_node": {"socket_ifname": literal}},
+        "hardware": {"inter_node": {"socket_ifname": IFNAME}},
+        "serve": {"model_path": f"runs/{literal}/hf"},
     }
     if gpu:
         spec["defaults"] = [
@@ -80,6 +88,15 @@ def _spec_file(directory: Path, value: str, gpu: bool) -> Path:
 
 def _pwned(root: Path) -> list[Path]:
     return [p for p in root.rglob("pwned")] + [p for p in Path.cwd().glob("pwned")]
+
+
+SCRIPTS = ("launch/torchrun.sh", "launch/sbatch.sh", "launch/nccl.env", "serve/serve.sh")
+
+
+def _shellcheck_clean(shellcheck: str, build: Path) -> None:
+    for script in SCRIPTS:
+        result = subprocess.run([shellcheck, str(build / script)], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"{script}:\n{result.stdout}"
 
 
 @pytest.fixture
@@ -122,7 +139,7 @@ def _run(script: Path, build: Path, ws: dict[str, Path], extra_env: dict[str, st
 
 
 @pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
-def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[str, Path]) -> None:
+def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[str, Path], shellcheck: str) -> None:
     ws = workspace
     build_root = ws["root"] / f"builds {value.splitlines()[0]}"  # a hostile build path too
     build = compile_build(build_root, [], _spec_file(ws["root"], value, gpu=False))
@@ -146,14 +163,17 @@ def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[
         "runtime.train",
         str(build.resolve()),
     ]
-    assert recorded["env"]["GLOO_SOCKET_IFNAME"] == value
+    assert recorded["env"]["GLOO_SOCKET_IFNAME"] == IFNAME
     assert recorded["env"]["NCCL_SOCKET_IFNAME"] is None
     assert f"torchrun.sh: resuming from runs/{value}/step_3\n" in stdout
     assert _pwned(ws["root"]) == []
+    _shellcheck_clean(shellcheck, build)
 
 
 @pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
-def test_multi_node_sbatch_passes_hostile_values_as_data(value: str, workspace: dict[str, Path]) -> None:
+def test_multi_node_sbatch_passes_hostile_values_as_data(
+    value: str, workspace: dict[str, Path], shellcheck: str
+) -> None:
     ws = workspace
     build = compile_build(ws["root"] / "builds", [], _spec_file(ws["root"], value, gpu=True))
     slurm_env = {
@@ -179,21 +199,40 @@ def test_multi_node_sbatch_passes_hostile_values_as_data(value: str, workspace: 
         "runtime.train",
         str(build.resolve()),
     ]
-    assert recorded["env"]["NCCL_SOCKET_IFNAME"] == value
-    assert recorded["env"]["GLOO_SOCKET_IFNAME"] == value
+    assert recorded["env"]["NCCL_SOCKET_IFNAME"] == IFNAME
+    assert recorded["env"]["GLOO_SOCKET_IFNAME"] == IFNAME
     assert recorded["env"]["MASTER_ADDR"] == "node-a"
     assert f"torchrun.sh: no checkpoint under runs/{value}; starting at step 0\n" in stdout
     assert _pwned(ws["root"]) == []
+    _shellcheck_clean(shellcheck, build)
 
 
-UNQUOTABLE = ("cluster.slurm.partition", "cluster.slurm.account", "hardware.inter_node.hca")
+UNQUOTABLE = (
+    "cluster.slurm.partition",
+    "cluster.slurm.account",
+    "hardware.inter_node.hca",
+    "hardware.inter_node.socket_ifname",
+    "serve.host",
+    "serve.api_key_env",
+)
+CONTROL = {
+    "newline-injection": "x\ntouch pwned\n#",
+    "trailing-newline": "runs/x\n",
+    "tab": "sp ace\t tab",
+    "carriage-return": "x\r$(touch pwned)",
+    "escape": "x\x1b[31m",
+    "nul": "x\x00y",
+    "line-separator": "x\u2028touch pwned",
+}
+CONTROL_HELD = ("name", "train.checkpoint.dir", "convert.output", "serve.served_model_name", "serve.model_path")
 
 
-@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
-def test_values_sbatch_or_nccl_cannot_quote_are_refused(
+@pytest.mark.parametrize("value", (*HOSTILE.values(), *CONTROL.values()), ids=(*HOSTILE.keys(), *CONTROL.keys()))
+def test_values_sbatch_nccl_or_vllm_cannot_quote_are_refused(
     value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """#SBATCH lines are parsed by sbatch, NCCL_IB_HCA is a comma list: refused, each key named."""
+    """#SBATCH lines are parsed by sbatch, NCCL_IB_HCA and *_SOCKET_IFNAME are comma lists, the host is
+    bound and the API key variable is expanded: each is refused by its kind, each key named."""
     literal = value.replace("${", "\\${")
     spec = tmp_path / "hostile.yaml"
     spec.write_text(
@@ -201,7 +240,8 @@ def test_values_sbatch_or_nccl_cannot_quote_are_refused(
             {
                 "defaults": ["config", "_self_"],
                 "cluster": {"slurm": {"partition": literal, "account": literal}},
-                "hardware": {"inter_node": {"hca": ["mlx5_0", literal]}},
+                "hardware": {"inter_node": {"hca": ["mlx5_0", literal], "socket_ifname": literal}},
+                "serve": {"host": literal, "api_key_env": literal},
             },
             allow_unicode=True,
         ),
@@ -212,6 +252,37 @@ def test_values_sbatch_or_nccl_cannot_quote_are_refused(
     err = capsys.readouterr().err
     for key in UNQUOTABLE:
         assert f"error: {key}=" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "build").exists()
+    assert _pwned(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", CONTROL.values(), ids=CONTROL.keys())
+def test_control_characters_are_refused_in_every_string(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Even where any printable text is data (paths, the served name), a control character is refused."""
+    literal = value.replace("${", "\\${")
+    spec = tmp_path / "hostile.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": ["config", "_self_"],
+                "name": f"n{literal}",
+                "train": {"checkpoint": {"dir": literal}},
+                "convert": {"output": literal},
+                "serve": {"served_model_name": literal, "model_path": literal},
+            },
+            allow_unicode=True,
+        ),
+        encoding="utf-8",
+    )
+
+    assert lmspec(["compile", "--spec", str(spec), "-o", str(tmp_path / "build")]) == 1
+    err = capsys.readouterr().err
+    for key in CONTROL_HELD:
+        assert f"error: {key}=" in err and "it holds" in err
+    assert "Traceback" not in err and "\n#" not in err  # values are shown escaped
     assert not (tmp_path / "build").exists()
     assert _pwned(tmp_path) == []
 
