@@ -233,24 +233,3 @@ def _model_type() -> type:
     import typing
 
     return typing.get_type_hints(Spec)["model"]
-
-
-def test_a_spec_read_back_from_a_file_gets_the_same_check() -> None:
-    """typed.checked_spec: what a runtime reading spec.resolved.yaml can call instead of from_dict."""
-    import yaml
-
-    from compiler.errors import SpecError
-    from compiler.load import compose_spec
-    from compiler.typed import checked_spec
-
-    data = compose_spec([]).spec
-    assert checked_spec(data, "build/tiny/spec.resolved.yaml").name == "tiny"
-    data["train"]["optimizer"]["lr"] = math.nan
-    data["serve"]["host"] = "127.0.0.1\n"
-    with pytest.raises(SpecError) as caught:
-        checked_spec(yaml.safe_load(yaml.safe_dump(data)), "build/tiny/spec.resolved.yaml")
-    lines = [p.message for p in caught.value.problems]
-    assert any(m.startswith("serve.host=") and "build/tiny/spec.resolved.yaml" in m for m in lines)
-    assert any(m.startswith("train.optimizer.lr=NaN (build/tiny/spec.resolved.yaml)") for m in lines)
-    with pytest.raises(SpecError, match="expected a mapping"):
-        checked_spec([1, 2], "x.yaml")
