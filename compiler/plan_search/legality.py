@@ -78,6 +78,10 @@ LAYOUT_CHECKS = (
         "layout.kv_heads_fit_tp",
         lambda c, s: s.model.attention != "gqa" or layout.kv_heads_split_evenly(s.model.num_kv_heads, c.tp),
     ),
+    Check(
+        "layout.widths_divide_by_tp",
+        lambda c, s: layout.tp_splits_widths(s.model.ffn_hidden_size, s.model.vocab_size, c.tp),
+    ),
     Check("layout.layers_fit_pipeline", lambda c, s: layout.stages_have_layers(s.model.num_layers, c.pp)),
     Check("layout.tp_inside_node", lambda c, s: layout.tp_within_node(c.tp, s.hardware.gpus_per_node)),
     Check("layout.cp_divides_sequence", lambda c, s: layout.cp_splits_sequence(s.train.seq_length, c.cp)),

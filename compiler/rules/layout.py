@@ -24,7 +24,13 @@ def tp_divides_heads(heads: Any, tp: Any) -> Any:
 
 
 def kv_heads_split_evenly(kv_heads: Any, tp: Any) -> Any:
-    return (kv_heads % tp == 0) | (tp % kv_heads == 0)
+    # megatron-core divides the key/value groups over the TP ranks (it asserts, never replicates)
+    return kv_heads % tp == 0
+
+
+def tp_splits_widths(ffn_hidden_size: Any, vocab_size: Any, tp: Any) -> Any:
+    # column-parallel MLP and vocab-parallel embedding/head: both shard evenly or not at all
+    return (ffn_hidden_size % tp == 0) & (vocab_size % tp == 0)
 
 
 def stages_have_layers(num_layers: Any, pp: Any) -> Any:
@@ -90,12 +96,27 @@ def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
 def kv_heads_fit_tp(ctx: RuleContext) -> Iterator[Problem]:
     m, tp = ctx.spec.model, ctx.spec.parallel.tp
     if m.attention == "gqa" and not kv_heads_split_evenly(m.num_kv_heads, tp):
-        valid = [d for d in divisors(m.num_attention_heads) if m.num_kv_heads % d == 0 or d % m.num_kv_heads == 0]
+        valid = [d for d in divisors(m.num_attention_heads) if m.num_kv_heads % d == 0]
         yield error(
             "parallel.tp",
             (
-                f"{ctx.show('parallel.tp')} neither divides nor is a multiple of {ctx.show('model.num_kv_heads')}: "
-                f"key/value heads cannot be split or replicated evenly; valid: {listed(valid)}"
+                f"{ctx.show('parallel.tp')} does not divide {ctx.show('model.num_kv_heads')}: megatron-core splits "
+                f"the key/value groups over the TP ranks and cannot replicate them; valid: {listed(valid)}"
+            ),
+        )
+
+
+def widths_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
+    m, tp = ctx.spec.model, ctx.spec.parallel.tp
+    if not tp_splits_widths(m.ffn_hidden_size, m.vocab_size, tp):
+        uneven = [key for key in ("model.ffn_hidden_size", "model.vocab_size") if ctx.value(key) % tp]
+        valid = [d for d in divisors(m.num_attention_heads) if tp_splits_widths(m.ffn_hidden_size, m.vocab_size, d)]
+        yield error(
+            "parallel.tp",
+            (
+                f"{ctx.show('parallel.tp')} does not divide {' or '.join(ctx.show(k) for k in uneven)}: the "
+                f"column-parallel MLP and the vocabulary-parallel embedding and output head shard evenly over "
+                f"the TP ranks; valid: {listed(valid)}"
             ),
         )
 
@@ -196,6 +217,7 @@ RULES = (
     world_size_matches,
     heads_divide_by_tp,
     kv_heads_fit_tp,
+    widths_divide_by_tp,
     layers_fit_pipeline,
     virtual_stages_fit,
     tp_inside_node,

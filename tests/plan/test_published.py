@@ -19,14 +19,15 @@ BACKENDS = ("megatron", "deepspeed")
 
 def _gpt(layers: int, hidden: int, heads: int, global_batch: int, nodes: int) -> list[str]:
     """A GPT of Korthikanti et al. as lmspec spells it: GeLU 4h MLP as a SwiGLU of width 8h/3
-    (same parameters and FLOPs), MHA as GQA with kv heads = heads, vocab 51200, sequence 2048."""
+    (same parameters and FLOPs, the width rounded to a multiple of 8 so that TP8 shards it), MHA as GQA
+    with kv heads = heads, vocab 51200, sequence 2048."""
     return [
         "model=llama3_70b",
         "hardware=a100_80g",
         f"hardware.nodes={nodes}",
         f"model.num_layers={layers}",
         f"model.hidden_size={hidden}",
-        f"model.ffn_hidden_size={round(8 * hidden / 3)}",
+        f"model.ffn_hidden_size={round(hidden / 3) * 8}",
         f"model.num_attention_heads={heads}",
         f"model.num_kv_heads={heads}",
         f"model.head_dim={hidden // heads}",
