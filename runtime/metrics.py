@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import sys
 from dataclasses import asdict, dataclass
@@ -58,11 +59,30 @@ def check_finite(step: int, loss: float, spec: Spec) -> None:
     )
 
 
+def _retire(path: Path) -> None:
+    """A run that starts from scratch starts its own metrics file: an earlier run's lines are renamed to
+    `metrics.previous-<n>.jsonl` (the first free n), never appended to nor deleted."""
+    if not path.exists():
+        return
+    n = 1
+    while (retired := path.with_name(f"{path.stem}.previous-{n}{path.suffix}")).exists():
+        n += 1
+    os.rename(path, retired)
+    print(f"lmspec: an earlier run's {path} moved to {retired}", flush=True)
+
+
 class MetricsLog:
     """Collects per-step numbers; writes every `log_interval` steps on rank 0."""
 
     def __init__(
-        self, spec: Spec, run_dir: Path, world_size: int, is_rank0: bool, total_steps: int, first_step: int
+        self,
+        spec: Spec,
+        run_dir: Path,
+        world_size: int,
+        is_rank0: bool,
+        total_steps: int,
+        first_step: int,
+        fresh_run: bool = False,
     ) -> None:
         self.spec = spec
         self.is_rank0 = is_rank0
@@ -74,6 +94,8 @@ class MetricsLog:
         self._progress = None
         if is_rank0:
             run_dir.mkdir(parents=True, exist_ok=True)
+            if fresh_run:
+                _retire(self.path)
             if sys.stdout.isatty():
                 from rich.progress import Progress
 

@@ -174,7 +174,9 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     stream = TokenStream(spec.train.data.corpus, spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
     stop = StopRequest()
     stop.install()
-    log = MetricsLog(spec, Path(run_dir(spec)), dist.get_world_size(), rank0, spec.train.steps, step)
+    log = MetricsLog(
+        spec, Path(run_dir(spec)), dist.get_world_size(), rank0, spec.train.steps, step, fresh_run=path is None
+    )
     global_batch = spec.train.global_batch_size
     try:
         while step < spec.train.steps:

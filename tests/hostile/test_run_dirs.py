@@ -355,3 +355,20 @@ def test_resume_never_over_an_old_run_end_to_end(tmp_path: Path) -> None:
     assert f"resumed from runs/{NAME}/checkpoints/step_4 (step 4); run {new_id}" in resumed.output
     assert _steps(ckpt) == {"step_4": new_id, "step_6": new_id}
     assert {k: v for k, v in snapshot(moved).items() if k != "."} == expected
+
+
+def test_a_fresh_run_starts_its_own_metrics_file(tmp_path: Path) -> None:
+    """resume=never (or no checkpoint to resume) begins a new metrics.jsonl; earlier runs' lines are renamed
+    to metrics.previous-<n>.jsonl, never appended to or deleted. A resumed run appends."""
+    from runtime.metrics import MetricsLog
+
+    spec = make_plan([]).spec
+    (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')
+    (tmp_path / "metrics.previous-1.jsonl").write_text('{"step": 5}\n')
+    MetricsLog(spec, tmp_path, 2, True, 30, 0, fresh_run=True).close()
+    assert not (tmp_path / "metrics.jsonl").exists()
+    assert (tmp_path / "metrics.previous-1.jsonl").read_text() == '{"step": 5}\n'
+    assert (tmp_path / "metrics.previous-2.jsonl").read_text() == '{"step": 10}\n'
+    (tmp_path / "metrics.jsonl").write_text('{"step": 20}\n')
+    MetricsLog(spec, tmp_path, 2, True, 30, 20, fresh_run=False).close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 20}\n'
