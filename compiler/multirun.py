@@ -83,7 +83,15 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     """
     from compiler.cli import EXIT_INVALID, EXIT_OK, _print_problems
     from compiler.pipeline import make_plan
-    from compiler.writer import BUILD, build_files, require_replaceable, stale_files, write_build, write_file_atomic
+    from compiler.writer import (
+        BUILD,
+        build_files,
+        require_own_file,
+        require_replaceable,
+        stale_files,
+        write_build,
+        write_file_atomic,
+    )
 
     status = EXIT_OK
     points: list[tuple[str, Plan | None, list[str]]] = []  # suffix, plan (None: invalid), problems
@@ -115,6 +123,7 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     if not args.check:
         for target in targets.values():
             require_replaceable(target, BUILD)
+        require_own_file(index_path, INDEX_HEADER)
     rows: list[SweepRow] = []
     for i, (suffix, plan, problems) in enumerate(points):
         if plan is None:

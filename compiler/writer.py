@@ -31,7 +31,8 @@ such as the sweep index). Their rules:
   only when lmspec made it: a `.lmspec-<12 hex>` directory that still holds the staging
   marker (all of it is the writer's), is empty, or whose manifest names what it holds (a
   complete staging or a retired tree: only named files are deleted), and `.lmspec-<12
-  hex>.part` files. Anything it cannot prove is lmspec's stays.
+  hex>.part` files that are empty or begin as the file being written does (the sweep
+  index's "# Sweep: "). Anything it cannot prove is lmspec's stays.
 - Deletion of a retired tree removes only the files its manifest names (fd-relative, never
   through a symlink) and then the emptied directories; anything else stays, with a warning.
 """
@@ -206,17 +207,18 @@ def write_file_atomic(path: Path, text: str, *, owned_prefix: str) -> None:
     `owned_prefix` (what lmspec writes there); anything else is refused and left alone.
     """
     _check_component(path, "")
+    _OWNED_FILE_PREFIXES.add(owned_prefix.encode("utf-8"))
     parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
         with _locked(parent, "", path) as exclusive:
             if exclusive:
                 _clean_leftovers(parent)
-            _require_own_file(path, owned_prefix)
+            require_own_file(path, owned_prefix)
             temp = parent / f"{_staging_name()}.part"
             try:
                 _write_new_file(temp, text.encode("utf-8"), 0o644)
-                _require_own_file(path, owned_prefix)
+                require_own_file(path, owned_prefix)
                 os.replace(temp, path)
             except BaseException:
                 _unlink_quietly(temp)
@@ -291,7 +293,7 @@ def _walk(root: Path, descend: set[str]) -> list[tuple[str, int]]:
     return found
 
 
-def _require_own_file(path: Path, owned_prefix: str) -> None:
+def require_own_file(path: Path, owned_prefix: str) -> None:
     mode = _lstat_mode(path, "")
     if mode is None:
         return
@@ -318,6 +320,7 @@ def _check_component(target: Path, label: str) -> None:
 
 
 _HELD: set[tuple[int, int]] = set()  # parent directories this process holds the lock of
+_OWNED_FILE_PREFIXES: set[bytes] = set()  # how the files write_file_atomic was asked to write begin
 
 
 @contextmanager
@@ -541,12 +544,22 @@ def _clean_leftovers(parent: Path) -> None:
         try:
             mode = os.lstat(path).st_mode
             if path.name.endswith(".part"):
-                if stat.S_ISREG(mode):
+                if stat.S_ISREG(mode) and _is_own_part(path):
                     os.unlink(path)
             elif stat.S_ISDIR(mode):
                 _discard(path)
         except OSError:
             pass  # left for a later writer; never a reason to fail this one
+
+
+def _is_own_part(path: Path) -> bool:
+    """A `.lmspec-<hex>.part` file is a killed write_file_atomic's when empty or starting with what
+    one writes (the prefixes registered by this process's writers)."""
+    try:
+        data = read_regular(path)
+    except Unreadable:
+        return False
+    return not data or any(data.startswith(prefix) for prefix in _OWNED_FILE_PREFIXES)
 
 
 def _why(exc: BaseException) -> str:
