@@ -47,7 +47,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import stat
 import sys
 from collections.abc import Iterator
@@ -458,21 +457,26 @@ def _install(staging: Path, target: Path, existed: bool) -> None:
 
 
 def _discard(path: Path) -> list[str]:
-    """Delete a staging or retired directory as far as it is lmspec's; returns what stays."""
+    """Delete a staging or retired directory as far as it is lmspec's; returns what stays.
+
+    What proves a directory lmspec's (the staging marker, the manifest) is deleted last, so a
+    writer killed halfway through leaves a directory the next writer can still prove and clean.
+    """
     try:
         partial = stat.S_ISREG(os.lstat(path / IN_PROGRESS).st_mode)
     except OSError:
         partial = False
     if partial:  # a staging directory not finished: everything in it is the writer's that made it
-        shutil.rmtree(path)
-        return []
-    names = set()
+        return _remove_named(path, None, {IN_PROGRESS})
+    names: set[str] = set()
+    proofs = set()
     for manifest in OWNER_MANIFESTS:
         try:
-            names |= set(manifest_files(path, manifest)) | {manifest}
+            names |= set(manifest_files(path, manifest))
+            proofs.add(manifest)
         except Unreadable:
             pass
-    return _remove_named(path, names)
+    return _remove_named(path, names - proofs, proofs)
 
 
 def _discard_quietly(path: Path) -> None:
@@ -489,11 +493,12 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-def _remove_named(root: Path, names: set[str]) -> list[str]:
-    """Unlink the regular files under `root` whose relative paths are in `names`, then the
-    directories that became empty and `root` itself; fd-relative, so a directory swapped for a
-    symlink meanwhile is never followed. Returns what stays (not named, or not removable)."""
-    above = _dirs_above(names)
+def _remove_named(root: Path, names: set[str] | None, last: set[str]) -> list[str]:
+    """Unlink the regular files under `root` whose relative paths are in `names` (None: all),
+    then the directories that became empty, then the top-level files `last` and `root` itself
+    once nothing else stays. fd-relative, so a directory swapped for a symlink meanwhile is
+    never followed. Returns what stays (not named, or not removable)."""
+    above = None if names is None else _dirs_above(names | last)
     stays: list[str] = []
 
     def clear(dirfd: int, prefix: str) -> None:
@@ -501,8 +506,11 @@ def _remove_named(root: Path, names: set[str]) -> list[str]:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
             rel = prefix + entry.name
+            if rel in last:
+                continue
             try:
-                if entry.is_dir(follow_symlinks=False) and rel in above:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if is_dir and (above is None or rel in above):
                     before = len(stays)
                     fd = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd)
                     try:
@@ -511,10 +519,10 @@ def _remove_named(root: Path, names: set[str]) -> list[str]:
                         os.close(fd)
                     if len(stays) == before:
                         os.rmdir(entry.name, dir_fd=dirfd)
-                elif rel in names and entry.is_file(follow_symlinks=False):
+                elif not is_dir and (names is None or (rel in names and entry.is_file(follow_symlinks=False))):
                     os.unlink(entry.name, dir_fd=dirfd)
                 else:
-                    stays.append(rel + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+                    stays.append(rel + ("/" if is_dir else ""))
             except FileNotFoundError:
                 pass
             except OSError:
@@ -526,6 +534,12 @@ def _remove_named(root: Path, names: set[str]) -> list[str]:
         return []
     try:
         clear(fd, "")
+        if not stays:
+            for name in sorted(last):
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
     finally:
         os.close(fd)
     if not stays:
