@@ -329,7 +329,10 @@ def _locked(parent: Path, label: str, target: Path) -> Iterator[bool]:
     try:
         fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise UsageError(f"cannot write {label}{target}: {parent}: {_why(exc)}") from None
+        if exc.errno != errno.EACCES:  # a directory one may write but not list can still be written
+            raise UsageError(f"cannot write {label}{target}: {parent}: {_why(exc)}") from None
+        yield False
+        return
     try:
         info = os.fstat(fd)
         key = (info.st_dev, info.st_ino)

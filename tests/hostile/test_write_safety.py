@@ -360,6 +360,9 @@ COMPILE_CASES = [
     ),
     pytest.param(out_is_file, [], 2, ["cannot inspect", "Not a directory"], UNCHANGED, id="out-is-file"),
     pytest.param(out_under_file, [], 2, ["cannot inspect", "Not a directory"], UNCHANGED, id="out-under-file"),
+    pytest.param(
+        _build_with(lambda b: None), ["parallel.tp=4"], 1, ["error: parallel."], UNCHANGED, id="invalid-spec-over-build"
+    ),
     pytest.param(nothing, [], 0, [], fresh("tiny", []), id="new"),
     pytest.param(build_hand_edited, [], 0, [], fresh("tiny", []), id="hand-edited-build-replaced"),
     pytest.param(build_file_deleted, [], 0, [], fresh("tiny", []), id="partial-build-replaced"),
