@@ -86,6 +86,7 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     from compiler.writer import (
         BUILD,
         build_files,
+        build_target,
         require_own_file,
         require_replaceable,
         stale_files,
@@ -108,7 +109,7 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     targets: dict[int, Path] = {}
     for i, (suffix, plan, _) in enumerate(points):
         if plan is not None:
-            targets[i] = args.output / sweep_point_name(plan.name, suffix)
+            targets[i] = build_target(args.output, sweep_point_name(plan.name, suffix))
     by_target: dict[Path, int] = {}
     for i, target in targets.items():
         if target in by_target:

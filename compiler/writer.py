@@ -117,6 +117,14 @@ def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
+def build_target(root: Path, name: str) -> Path:
+    """`root/name`, where `name` must be one printable path component (spec validation checks
+    `name`; this is the writer's own guard that no name ever becomes a path)."""
+    if name in ("", ".", "..") or "/" in name or not name.isprintable() or len(name.encode("utf-8")) > NAME_MAX:
+        raise UsageError(f"build name {name!r} is not one directory name; set name to letters, digits, '_', '.', '-'")
+    return root / name
+
+
 def write_build(target: Path, files: dict[str, str]) -> None:
     """Write `files` as the build `target`, replacing an earlier lmspec build whole; see the module doc."""
     with replace_directory(target, BUILD) as staging:

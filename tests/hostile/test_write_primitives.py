@@ -11,7 +11,7 @@ from tree_state import snapshot
 
 from compiler.errors import UsageError
 from compiler.multirun import sweep_point_name
-from compiler.writer import CONVERTED, NAME_MAX, replace_directory, write_file_atomic
+from compiler.writer import CONVERTED, NAME_MAX, build_target, replace_directory, write_file_atomic
 
 
 @pytest.mark.parametrize(
@@ -113,3 +113,13 @@ def test_write_file_atomic_replaces_only_its_own_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="lmspec did not write it"):
         write_file_atomic(index, "# Sweep: c\n", owned_prefix="# Sweep: ")
     assert index.read_text() == "my notes\n" and sorted(os.listdir(tmp_path)) == ["tiny-sweep.md"]
+
+
+@pytest.mark.parametrize("name", ["tiny\n", "a/b", "..", ".", "", "x\ty", "n" * 256], ids=repr)
+def test_a_build_name_never_becomes_a_path(tmp_path: Path, name: str) -> None:
+    with pytest.raises(UsageError, match="is not one directory name"):
+        build_target(tmp_path, name)
+
+
+def test_a_legal_build_name_is_one_entry_of_the_root(tmp_path: Path) -> None:
+    assert build_target(tmp_path, "n" * 246) == tmp_path / ("n" * 246)
