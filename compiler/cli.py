@@ -58,7 +58,7 @@ def _spec_args(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from compiler.pipeline import make_plan
-    from compiler.writer import build_files, stale_files, write_build
+    from compiler.writer import BUILD, build_files, build_target, require_replaceable, stale_files, write_build
 
     if args.multirun:
         from compiler.multirun import compile_many, sweep_combinations
@@ -66,7 +66,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return compile_many(sweep_combinations(args.overrides), args)
     plan = make_plan(list(args.overrides), args.spec)
     _print_problems(plan.warnings)
-    target = args.output / plan.name
+    target = build_target(args.output, plan.name)
+    if not args.check:
+        require_replaceable(target, BUILD)  # refused before any work; write_build checks again
     files = build_files(plan, replacing=target)
     if args.check:
         differences = stale_files(target, files)

@@ -24,8 +24,12 @@ Megatron (torch_dist), two paths per full tensor of the mapping, same bytes out:
 Before anything is written: every model key of the checkpoint must be in the mapping
 and every mapped key in the checkpoint (both lists printed otherwise), with the shapes
 and dtypes the mapping says; the direct path checks each HF tensor's byte count.
-Output goes to a temp directory renamed over `convert.output` at the end, so a failed
-conversion leaves the previous one in place.
+Output goes to a staging directory that takes the place of `convert.output` at the end
+(compiler/writer.py replace_directory: renameat2 exchange, so a failed or killed conversion
+leaves the previous one in place). The output carries lmspec-convert.json, the list of the
+files the converter wrote; an existing `convert.output` without it (a run directory, the
+checkpoints, a user's directory) or with files it does not name is refused (exit 2), never
+deleted.
 DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32.
 """
 
@@ -34,13 +38,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,8 @@ from compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from compiler.conversion.kinds import SplitKind
 from compiler.conversion.transforms import Transform
 from compiler.errors import UsageError
+from compiler.rules.run_paths import require_run_paths_apart
+from compiler.writer import CONVERTED, replace_directory, require_replaceable
 from runtime.dist_reader import Band, DistCheckpoint
 from runtime.dtypes import DTYPE_BYTES, torch_dtype
 from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter
@@ -61,6 +63,7 @@ LATEST = "latest"
 DIST_CKPT_DIR = "torch_dist"  # runtime.megatron_trainer.DIST_CKPT_DIR (kept here to avoid importing megatron)
 DEEPSPEED_DIR = "deepspeed"
 _LISTED = 20  # names printed per problem list
+OUTPUT_LABEL = "convert.output="  # how messages about the output directory name it
 
 
 class ConversionError(RuntimeError):
@@ -83,13 +86,13 @@ def mapped_tensors(
 
 
 def latest_checkpoint(root: Path) -> Path:
-    pointer = root / LATEST
-    if not pointer.is_file():
-        raise UsageError(f"{pointer}: no checkpoint to convert; train first (lmspec run <build>)")
-    step = root / pointer.read_text(encoding="utf-8").strip()
-    if not step.is_dir():
-        raise UsageError(f"{pointer} names {step.name}, which does not exist")
-    return step
+    """The checkpoint resume would load (runtime.checkpoint decides, skipping damaged ones with a warning)."""
+    from runtime.checkpoint import CheckpointError, newest_checkpoint
+
+    try:
+        return newest_checkpoint(root)
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _listing(names: list[str]) -> str:
@@ -189,26 +192,6 @@ def hf_plan(todo: list[Tensor]) -> list[Planned]:
     return [Planned(name, shape, t.hf_dtype) for t in todo for name, shape in t.transform.hf_shapes().items()]
 
 
-@contextmanager
-def atomic_directory(target: Path) -> Iterator[Path]:
-    """A temp sibling of `target` that replaces it only if the block completes."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield staging
-        staging.chmod(0o755)
-        if target.exists():
-            retired = target.parent / f".{target.name}.old-{os.getpid()}"
-            os.rename(target, retired)
-            os.rename(staging, target)
-            shutil.rmtree(retired)
-        else:
-            os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 def _progress(enabled: bool):  # type: ignore[no-untyped-def]
     """A rich progress bar over bytes written (shown on a terminal only)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
@@ -258,7 +241,7 @@ def convert_megatron(
         plan = hf_plan(todo)
         bands = {t.label: file_bands(t, ckpt) if direct else None for t in todo}
         buffered = [t for t in todo if bands[t.label] is None]
-        with atomic_directory(output) as staging:
+        with replace_directory(output, CONVERTED, OUTPUT_LABEL) as staging:
             writer = ShardedWriter(staging, plan, max_shard_bytes)
             largest = max((math.prod(t.transform.shape) * DTYPE_BYTES[t.hf_dtype] for t in buffered), default=0)
             arena = Arena(largest) if buffered else None
@@ -301,7 +284,7 @@ def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> d
             f"missing: {_listing(missing) or 'none'}"
         )
     plan = [Planned(name, shape, dtype) for name, (shape, dtype) in wanted.items()]
-    with atomic_directory(output) as staging:
+    with replace_directory(output, CONVERTED, OUTPUT_LABEL) as staging:
         writer = ShardedWriter(staging, plan)
         for p in plan:
             writer.write(p.name, state.pop(p.name).to(torch_dtype(p.dtype)))
@@ -317,8 +300,10 @@ def convert_build(
     doc = build.mapping
     if doc["backend"] != "deepspeed":
         mapped_tensors(build, doc, classes)  # a malformed entry is refused before any checkpoint is read
-    step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     output = Path(doc["output"])
+    require_run_paths_apart(build.spec)
+    require_replaceable(output, CONVERTED, OUTPUT_LABEL)  # refused before the checkpoint is read
+    step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     if doc["backend"] == "deepspeed":
         return output, convert_deepspeed(doc, step, output)
     return output, convert_megatron(doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress)

@@ -35,7 +35,7 @@ from compiler.build_reader import open_build
 from compiler.emit.deepspeed_config import DS_CONFIG
 from compiler.emit.serve import run_dir
 from compiler.errors import UsageError
-from compiler.rules.run_paths import runtime_problems
+from compiler.rules.run_paths import require_run_paths_apart
 from compiler.sections import Spec
 from runtime.checkpoint import CheckpointError, Checkpoints
 from runtime.data import Batch, TokenStream
@@ -72,13 +72,6 @@ def load_build(build_dir: Path) -> tuple[Spec, dict[str, Any]]:
     if spec.train.backend == "deepspeed":
         build.json(DS_CONFIG)  # checked before the ranks meet; the trainer reads it through open_build too
     return spec, build.plan
-
-
-def check_run_paths(spec: Spec) -> None:
-    """The compile-time rule on the run's directories, again from the working directory the job really has."""
-    problems = runtime_problems(spec, os.getcwd())
-    if problems:
-        raise UsageError("; and ".join(problems) + "; recompile the build")
 
 
 def lr_at(spec: Spec, step: int) -> float:
@@ -214,7 +207,7 @@ def main(argv: list[str]) -> int:
     build_dir = Path(argv[0])
     try:
         spec, plan = load_build(build_dir)
-        check_run_paths(spec)
+        require_run_paths_apart(spec)
         init_distributed(spec, plan)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)

@@ -35,7 +35,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from compiler.emit.serve import VLLM_CACHE_DIR, run_dir
-from compiler.errors import Problem, error
+from compiler.errors import Problem, UsageError, error
 from compiler.rules.context import RuleContext
 from compiler.sections import Spec
 
@@ -182,6 +182,15 @@ def describe(clash: Clash, show: dict[str, str]) -> str:
         head = f"{show[clash.key]} {_VERB[clash.relation]} {other}"
     paths = f"both resolve to {clash.path}" if clash.relation == "same" else f"{clash.path} vs {clash.other_path}"
     return f"{head} ({paths}): {clash.consequence}; {clash.fix}"
+
+
+def require_run_paths_apart(spec: Spec) -> None:
+    """The rule again at run time, from the working directory a stage really has (the build may have
+    been compiled elsewhere): UsageError listing every clash."""
+    cwd = os.getcwd()
+    problems = runtime_problems(spec, cwd)
+    if problems:
+        raise UsageError("; and ".join(problems) + "; recompile the build")
 
 
 def runtime_problems(spec: Spec, cwd: str) -> list[str]:

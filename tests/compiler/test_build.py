@@ -82,8 +82,11 @@ def test_check_detects_drift_and_passes_when_fresh(lmspec, tmp_path: Path) -> No
     assert "REPORT.md (changed)" in result.err and "leftover.txt (not emitted)" in result.err
     stale = lmspec("compile", "--check", "-o", out, "train.steps=5")
     assert stale.code == 1 and "spec.resolved.yaml (changed)" in stale.err
-    assert lmspec("compile", "-o", out).code == 0  # the build directory is lmspec's: replaced whole
-    assert not (tmp_path / "tiny" / "leftover.txt").exists()
+    refused = lmspec("compile", "-o", out)  # a file lmspec did not write is never deleted: refused, named
+    refused.assert_reports(2, ["tiny exists and is not an lmspec build", "leftover.txt", "manifest.json does not name"])
+    assert (tmp_path / "tiny" / "leftover.txt").read_text() == "x\n"
+    (tmp_path / "tiny" / "leftover.txt").unlink()
+    assert lmspec("compile", "-o", out).code == 0  # the hand-edited REPORT.md is lmspec's file: replaced
     assert lmspec("compile", "--check", "-o", out).code == 0
 
 

@@ -20,7 +20,7 @@ def test_sweep_writes_an_index_with_every_combination(lmspec, tmp_path: Path) ->
         numbers = key_numbers(json.loads((build / "plan.json").read_text()))
         assert row.startswith(f"| [tiny-parallel.tp={tp}](<tiny-parallel.tp={tp}/REPORT.md>) |")
         assert f"| {numbers['tp x pp x dp x ep']} |" in row and f"| {numbers['memory/GPU']} |" in row
-    assert rows[2].startswith("| parallel.tp=4 (invalid) |") and "error: parallel." in rows[2]
+    assert rows[2].startswith("| (invalid) | parallel.tp=4 |") and "error: parallel." in rows[2]
     manifest = json.loads((tmp_path / "tiny-parallel.tp=2" / "manifest.json").read_text())
     assert manifest["overrides"] == ["parallel.tp=2", "train.steps=5"]
 
