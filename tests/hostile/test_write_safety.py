@@ -693,7 +693,9 @@ CONVERT_CASES = [
         ["convert.output=", "lmspec-convert.json is a FIFO, not a regular file"],
         id="convert-marker-fifo",
     ),
-    pytest.param(nothing, 2, ["no checkpoint to convert"], id="convert-new-output-nothing-made-before-the-checkpoint"),
+    pytest.param(
+        nothing, 2, ["ckpt: no checkpoint; train first"], id="convert-new-output-nothing-made-before-the-checkpoint"
+    ),
 ]
 
 
