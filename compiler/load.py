@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra._internal import config_loader_impl, defaults_list
 from hydra._internal.core_plugins import file_config_source
@@ -34,6 +35,10 @@ from compiler.spec_yaml import YamlFile, YamlFiles
 
 DEFAULT_CONFIG = "config"
 MAX_DEFAULTS_DEPTH = 32  # files including files; the shipped specs nest 2 deep
+HYDRA_SETTINGS = (
+    "Hydra's own settings have no effect in lmspec, which only composes specs (the search path is the "
+    "spec's directory, then lmspec's specs/); remove it"
+)
 OVERRIDE_FORMS = "overrides look like key=value, group=option, +new.key=value or ~key"
 
 
@@ -135,9 +140,12 @@ def _check_overrides(parsed: list[Override], dirs: list[Path]) -> None:
     """What Hydra would take silently or crash on: a sweep without -m, a group set to a non-name."""
     problems = []
     for override in parsed:
-        if override.is_hydra_override():
-            continue
         key, line = override.key_or_group, override.input_line
+        if key == "hydra" or override.is_hydra_override():
+            problems.append(error(key, f"{line} (command-line override): {HYDRA_SETTINGS}"))
+            continue
+        if not key:  # Hydra takes it for the root group and fails on the value
+            raise UsageError(f"{line!r}: no key before the '='; {OVERRIDE_FORMS}")
         if override.is_sweep_override():
             raise UsageError(
                 f"{line!r}: a sweep of several values runs only as `lmspec compile -m ...`; for a list value "
@@ -152,8 +160,11 @@ def _check_overrides(parsed: list[Override], dirs: list[Path]) -> None:
             ok = value is None or isinstance(value, str)
         else:
             ok = isinstance(value, dict) or (bool(names) and all(isinstance(v, str) and v for v in names))
-        if not ok:
+        if ok and any(isinstance(v, str) and "${" in v for v in names):
+            ok, what = False, f"{_shown(value)} is an interpolation, not a preset's name"
+        elif not ok:
             what = "an empty list chooses none" if value == [] else f"{_shown(value)} is not one"
+        if not ok:
             problems.append(
                 error(
                     key,
@@ -252,23 +263,33 @@ def _refuse_cycle(root: DefaultsTreeNode, reads: _Reads) -> None:
         )
 
 
-def _defaults_entry_line(read: YamlFile | None, name: str | None) -> str:
-    """` (file:line)` of the defaults entry in `read` that names `name`, else ` (file)`."""
-    if read is None:
-        return ""
+def _defaults_items(read: YamlFile) -> list[Any]:
     node = read.node
-    items = []
-    if node is not None and hasattr(node, "value") and isinstance(node.value, list):
-        items = next((v.value for k, v in node.value if getattr(k, "value", None) == "defaults"), [])
-    for item in items if isinstance(items, list) else []:
-        values = [item] if not isinstance(item, tuple) else []
-        if hasattr(item, "value") and isinstance(item.value, list) and item.value and isinstance(item.value[0], tuple):
-            choice = item.value[0][1]
-            values = choice.value if isinstance(choice.value, list) else [choice]
-        for value in values:
-            if getattr(value, "value", None) == name:
-                return f" ({display_path(read.path)}:{value.start_mark.line + 1})"
-    return f" ({display_path(read.path)})"
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    items = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "defaults"), None)
+    return items.value if isinstance(items, yaml.SequenceNode) else []
+
+
+def _defaults_entry(reads: _Reads, parent: str | None, group: str | None, name: str | None) -> str:
+    """` (file:line)` of the defaults entry that asks for `name` (of `group`): in the parent
+    config's file, else an `override` entry in any file read; ` (file)` of the parent, or ""."""
+    files = [reads.by_config[parent]] if parent in reads.by_config else []
+    files += [read for path, read in reads.by_config.items() if path != parent]
+    for read in files:
+        for item in _defaults_items(read):
+            if isinstance(item, yaml.ScalarNode) and group is None and item.value == name:
+                return f" ({display_path(read.path)}:{item.start_mark.line + 1})"
+            if not (isinstance(item, yaml.MappingNode) and len(item.value) == 1) or group is None:
+                continue
+            key, choice = item.value[0]
+            words = str(key.value).split()
+            choices = choice.value if isinstance(choice, yaml.SequenceNode) else [choice]
+            named = words and words[-1].split("@")[0].lstrip("/") == group.rpartition("/")[2]
+            from_here = read is files[0] and parent in reads.by_config
+            if named and (from_here or "override" in words) and any(c.value == name for c in choices):
+                return f" ({display_path(read.path)}:{choice.start_mark.line + 1})"
+    return f" ({display_path(files[0].path)})" if parent in reads.by_config else ""
 
 
 def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: _Reads, repo: Any) -> Problem:
@@ -284,13 +305,13 @@ def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: 
         where = (
             f" ({typed.input_line}, command-line override)"
             if typed is not None
-            else _defaults_entry_line(reads.by_config.get(parent_path or ""), name)
+            else _defaults_entry(reads, parent_path, group, name)
         )
         options = list(exc.options or [])
         hint = did_you_mean(name or "", options) if options else ""
         listed = f"; {group} has: {', '.join(options)}" if options else f"; there is no group {group}"
         return error(group, f"{missing}: no such config{where}{listed}{hint}")
-    where = _defaults_entry_line(reads.by_config.get(parent_path or ""), getattr(element, "path", None))
+    where = _defaults_entry(reads, parent_path, None, getattr(element, "path", None))
     looked = [display_path(Path(s.path)) for s in repo.get_sources() if s.scheme() == "file"]
     return error(
         "<defaults>",

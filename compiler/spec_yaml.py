@@ -162,8 +162,8 @@ def _defaults_problems(path: Path, root: yaml.MappingNode) -> list[Problem]:
     def problem(at: yaml.Node, key: str, text: str) -> Problem:
         return error("<file>", f"{_where(path, at.start_mark)}: {key}: {text}; {form}")
 
-    def is_name(n: yaml.Node) -> bool:
-        return isinstance(n, yaml.ScalarNode) and n.tag == f"{_BASE}str" and n.value != ""
+    def is_name(n: yaml.Node) -> bool:  # an interpolation `${...}` too is refused: it names no preset
+        return isinstance(n, yaml.ScalarNode) and n.tag == f"{_BASE}str" and n.value != "" and "${" not in n.value
 
     if not isinstance(node, yaml.SequenceNode):
         shown = node.value if isinstance(node, yaml.ScalarNode) else "a mapping"
@@ -262,6 +262,15 @@ def parse_yaml(path: Path, raw: bytes, *, primary: bool = False) -> YamlFile:
                     )
                 )
             problems.extend(walk.problems)
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value == "hydra":
+                    problems.append(
+                        error(
+                            "<file>",
+                            f"{_where(path, key_node.start_mark)}: hydra: Hydra's own settings have no effect in "
+                            "lmspec, which only composes specs (it sets the search path itself); remove the section",
+                        )
+                    )
             if not problems:
                 problems.extend(_defaults_problems(path, node))
         if problems:
