@@ -6,6 +6,7 @@ own exceptions are re-phrased here into problems that name the key and the fix.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -320,7 +321,7 @@ def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: 
 
 
 @contextmanager
-def _hydra_hooks(files: YamlFiles, parsed: list[Override]) -> Iterator[_Reads]:
+def _hydra_hooks(reads: _Reads) -> Iterator[_Reads]:
     """Hooks into one Hydra composition (hydra-core is pinned to 1.3.x, whose module-level
     functions these are; each is called by name, so the hook sees every call):
 
@@ -333,7 +334,7 @@ def _hydra_hooks(files: YamlFiles, parsed: list[Override]) -> Iterator[_Reads]:
     - the defaults list Hydra builds is caught: `compose` computes it but does not return it,
       and asking `compute_defaults_list` again would reload every file.
     """
-    reads = _Reads(files, parsed)
+    files = reads.files
     # Looked up now: Hydra's plugin scan re-executes its core plugin modules (new classes) once
     # a process, on the first initialize.
     source_class = file_config_source.FileConfigSource
@@ -396,11 +397,12 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
     _check_overrides(parsed, dirs)
     config_name = spec_file.stem if spec_file else DEFAULT_CONFIG
     all_overrides = _hydra_overrides(spec_file) + list(overrides)
+    reads = _Reads(files, parsed)
     GlobalHydra.instance().clear()
     try:
         with (
             initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"),
-            _hydra_hooks(files, parsed) as reads,
+            _hydra_hooks(reads),
         ):
             cfg = compose(config_name=config_name, overrides=all_overrides, return_hydra_config=True)
             choices = {
@@ -426,7 +428,7 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
     except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException, ValueError) as exc:
         # ValueError: what Hydra raises for a malformed defaults list or group override that the
         # checks above did not foresee; a message, never a traceback.
-        raise _rephrase(exc, overrides) from None
+        raise _rephrase(exc, overrides, reads) from None
     finally:
         GlobalHydra.instance().clear()
     return Composed(spec=spec, origins=origins, overrides=tuple(overrides), choices=choices)
@@ -445,6 +447,10 @@ def _raw_at(tree: Any, dotted: str) -> Any:
             return _ABSENT
         node = node[part]
     return node
+
+
+def _is_mapping(raw: Any, dotted: str) -> bool:
+    return isinstance(_raw_at(raw, dotted), dict)
 
 
 def _absolute(holder: str, reference: str) -> str:
@@ -509,10 +515,15 @@ def _interpolation_problem(raw: Any, exc: OmegaConfBaseException, parsed: list[O
     reference = broken.reference
     if broken.why == "missing" and reference is not None:
         parts = reference.split(".")
-        absent = next(
-            (p for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if _raw_at(raw, p) in (_ABSENT, "???")),
-            reference,
-        )
+        prefixes = [".".join(parts[: i + 1]) for i in range(len(parts))]
+        flat = next((p for p in prefixes[:-1] if _raw_at(raw, p) is not _ABSENT and not _is_mapping(raw, p)), None)
+        if flat is not None:  # e.g. `train: 5` replaced the section the reference reads from
+            return error(
+                flat,
+                f"{_said(flat, parsed, origins)} is {json.dumps(_raw_at(raw, flat))}, not a mapping, so "
+                f"{said} finds no {reference} for {broken.written}; {flat} must be a mapping of keys",
+            )
+        absent = next((p for p in prefixes if _raw_at(raw, p) in (_ABSENT, "???")), reference)
         if absent in _known_keys():
             removed = next((o for o in parsed if o.is_delete() and o.key_or_group == absent), None)
             by = f" (removed by {removed.input_line!r})" if removed is not None else ""
@@ -559,7 +570,7 @@ def _omegaconf_detail(exc: BaseException, with_key: bool = True) -> str:
     return f"{key}: {text}" if key and with_key else text
 
 
-def _rephrase(exc: Exception, overrides: list[str]) -> Exception:
+def _rephrase(exc: Exception, overrides: list[str], reads: _Reads | None = None) -> Exception:
     """Hydra's errors, re-phrased: key first, then the fix."""
     text = str(exc).strip()
     if isinstance(exc, OverrideParseException):
@@ -605,5 +616,10 @@ def _rephrase(exc: Exception, overrides: list[str]) -> Exception:
     text = text.split("Config search path:", 1)[0]
     text = " ".join(line.strip() for line in text.splitlines() if line.strip() and "https://" not in line)
     cause = exc.__cause__ or exc.__context__
+    within = re.match(r"In '([^']+)': ", text)  # the config being merged: its file
+    if within and reads is not None and within.group(1) in reads.by_config:
+        shown = display_path(reads.by_config[within.group(1)].path)
+        what = _omegaconf_detail(cause) if isinstance(cause, OmegaConfBaseException) else text[within.end() :]
+        return SpecError([error("<compose>", f"{shown}: {what} (merging it over what comes before it in defaults)")])
     detail = f"{text}: {_omegaconf_detail(cause)}" if cause and text else text or _omegaconf_detail(exc)
     return SpecError([error("<compose>", " ".join(detail.split()))])

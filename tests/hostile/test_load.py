@@ -302,6 +302,20 @@ CASES = [
     ),
     # --- interpolations name the key the user set, or the key that is missing
     pytest.param(
+        {"spec.yaml": HEAD + "train: 5\n"},
+        SPEC,
+        1,
+        ["train (", "spec.yaml:5) is 5, not a mapping", "train must be a mapping"],
+        id="section-replaced-by-a-number",
+    ),
+    pytest.param(
+        {"spec.yaml": HEAD + "model: [1]\n"},
+        SPEC,
+        1,
+        ["spec.yaml: Cannot merge DictConfig with ListConfig"],
+        id="section-replaced-by-a-list",
+    ),
+    pytest.param(
         {
             "spec.yaml": "defaults:\n  - model: tiny\n  - parallel: default\n  - train: default\n  - serve: default\n"
             "  - cluster: local\n  - convert: default\n  - hardware: cpu\n  - _self_\n"
