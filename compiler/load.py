@@ -36,6 +36,7 @@ from compiler.spec_yaml import YamlFile, YamlFiles
 
 DEFAULT_CONFIG = "config"
 MAX_DEFAULTS_DEPTH = 32  # files including files; the shipped specs nest 2 deep
+MAX_RESOLVED_VALUES = 10_000  # values of a resolved spec; the largest shipped preset has 134
 HYDRA_SETTINGS = (
     "Hydra's own settings have no effect in lmspec, which only composes specs (the search path is the "
     "spec's directory, then lmspec's specs/); remove it"
@@ -418,10 +419,11 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
                 sources.append((read, d.package or ""))
             origins = replay(sources, _value_override_keys(parsed, choices))
             _check_merges(cfg, parsed, dirs)
+            raw = OmegaConf.to_container(cfg, resolve=False)
+            _refuse_expansion(raw, parsed, origins)
             try:
                 spec = OmegaConf.to_container(cfg, resolve=True)
             except (InterpolationResolutionError, GrammarParseError) as exc:
-                raw = OmegaConf.to_container(cfg, resolve=False)
                 raise SpecError([_interpolation_problem(raw, exc, parsed, origins)]) from None
     except SpecError:
         raise
@@ -496,6 +498,47 @@ def _broken_reference(raw: Any, start: str) -> _Broken:
         return found
     value = _raw_at(raw, deepest)
     return _Broken(deepest, value if isinstance(value, str) else "", None, "other")
+
+
+def _refuse_expansion(raw: Any, parsed: list[Override], origins: Origins) -> None:
+    """Interpolations copy what they name: `${a}` nine times in b, b nine times in c... resolve
+    to 9**n values (OmegaConf builds every one). Counted here through the references, each key
+    once, and refused beyond MAX_RESOLVED_VALUES before OmegaConf resolves anything."""
+    sizes: dict[str, int] = {}
+    added: dict[str, int] = {}  # holder key -> values its references bring in
+
+    def of_key(key: str, stack: frozenset[str]) -> int:
+        if key not in sizes:
+            target = _raw_at(raw, key)
+            if key in stack or target is _ABSENT:
+                return 1  # a loop or a missing key: OmegaConf's own error says which
+            sizes[key] = of_value(target, key, stack | {key})
+        return sizes[key]
+
+    def of_value(value: Any, key: str, stack: frozenset[str]) -> int:
+        if isinstance(value, dict):
+            return 1 + sum(of_key(f"{key}.{k}" if key else str(k), stack) for k in value)
+        if isinstance(value, list):
+            return 1 + sum(of_value(item, key, stack) for item in value)
+        if isinstance(value, str) and "${" in value:
+            brought = sum(of_key(_absolute(key, m.group(1)), stack) for m in _REFERENCE.finditer(value))
+            added[key] = added.get(key, 0) + brought
+            return 1 + brought
+        return 1
+
+    total = of_value(raw, "", frozenset())
+    if total > MAX_RESOLVED_VALUES:
+        holder = max(added, key=lambda k: added[k])
+        raise SpecError(
+            [
+                error(
+                    holder,
+                    f"{_said(holder, parsed, origins)}: its interpolations copy {added[holder]} values and the "
+                    f"spec would resolve to {total} (a spec resolves to a few hundred; at most "
+                    f"{MAX_RESOLVED_VALUES}); refer to fewer or smaller sections",
+                )
+            ]
+        )
 
 
 def _said(key: str, parsed: list[Override], origins: Origins) -> str:

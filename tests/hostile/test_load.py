@@ -30,6 +30,13 @@ def _bomb(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _interpolation_bomb(levels: int = 9) -> str:
+    """The same through OmegaConf: each level a list of nine `${...}` of the one before."""
+    lines = ["z0: [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"z{i}: [{', '.join([repr(f'${{z{i - 1}}}')] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
 def _nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
@@ -129,6 +136,13 @@ CASES = [
         1,
         ["model/laughs.yaml", "aliases expand to", "use fewer aliases"],
         id="alias-bomb-in-a-group-file",
+    ),
+    pytest.param(
+        {"spec.yaml": HEAD + _interpolation_bomb()},
+        SPEC,
+        1,
+        ["z9 (", "spec.yaml:14)", "its interpolations copy", "refer to fewer or smaller sections"],
+        id="interpolation-bomb",
     ),
     pytest.param(
         {"spec.yaml": HEAD + "train:\n  optimizer: &o\n    lr: 0.1\n    again: *o\n"},
