@@ -169,9 +169,19 @@ def _defaults_problems(path: Path, root: yaml.MappingNode) -> list[Problem]:
         shown = node.value if isinstance(node, yaml.ScalarNode) else "a mapping"
         return [problem(node, "defaults", f"must be a list, not {shown or 'empty'}")]
     problems = []
-    self_line = 0
+    self_line = override_line = 0
     for i, item in enumerate(node.value):
         key = f"defaults[{i}]"
+        is_override = isinstance(item, yaml.MappingNode) and any(
+            isinstance(k, yaml.ScalarNode) and "override" in str(k.value).split()[:-1] for k, _ in item.value
+        )
+        if is_override and not override_line:
+            override_line = item.start_mark.line + 1
+        elif override_line and not is_override and not (isinstance(item, yaml.ScalarNode) and item.value == "_self_"):
+            problems.append(
+                problem(item, key, f"comes after the override on line {override_line}: overrides go at the end")
+            )
+            continue
         if isinstance(item, yaml.ScalarNode):
             if not is_name(item):
                 problems.append(problem(item, key, f"{item.value or 'an empty value'} is not a config name"))

@@ -226,6 +226,13 @@ CASES = [
         id="defaults-choice-int",
     ),
     pytest.param(
+        {"spec.yaml": "defaults:\n  - config\n  - override model: tiny_moe\n  - model: [tiny, tiny_moe]\nname: x\n"},
+        SPEC,
+        1,
+        ["spec.yaml:4", "defaults[2]: comes after the override on line 3: overrides go at the end"],
+        id="defaults-entry-after-an-override",
+    ),
+    pytest.param(
         {"spec.yaml": HEAD.replace("  - _self_\n", "  - _self_\n  - _self_\n")},
         SPEC,
         1,
