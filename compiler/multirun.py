@@ -36,7 +36,9 @@ def sweep_combinations(overrides: list[str]) -> list[tuple[list[str], str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as exc:
-        raise UsageError(f"cannot parse override: {exc}") from None
+        from compiler.load import override_error
+
+        raise override_error(exc) from None
     swept = _swept_keys(overrides)
     combos = []
     for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None):

@@ -1,8 +1,9 @@
 """Where each leaf of the resolved spec came from: `file:line` or `command-line override`.
 
 Hydra does not track lines, but its config loader tells the ordered sources it
-merges (`compute_defaults_list`). Replaying that order over a line-aware YAML
-load of each source (last writer wins), then the command-line overrides, gives
+merges (`compute_defaults_list`). Replaying that order over the line-aware node
+tree of each source (libyaml's, parsed once for the whole compose by
+compiler/spec_yaml.py; last writer wins), then the command-line overrides, gives
 the origin of every leaf.
 """
 
@@ -10,15 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
 from compiler.paths import display_path
+from compiler.spec_yaml import YamlFile
 
 COMMAND_LINE = "command-line override"
-# libyaml's parser keeps line marks too and is ~10x faster than the pure-Python one.
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _key_lines(node: yaml.Node, prefix: str, out: dict[str, tuple[int, bool]]) -> None:
@@ -32,9 +31,8 @@ def _key_lines(node: yaml.Node, prefix: str, out: dict[str, tuple[int, bool]]) -
             _key_lines(value_node, child, out)
 
 
-def yaml_key_lines(path: Path, package: str) -> dict[str, tuple[int, bool]]:
-    """Dotted key -> (1-based line, is a leaf) for every key of a YAML file placed at `package`."""
-    node = yaml.compose(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+def yaml_key_lines(node: yaml.Node | None, package: str) -> dict[str, tuple[int, bool]]:
+    """Dotted key -> (1-based line, is a leaf) for every key of a YAML node tree placed at `package`."""
     lines: dict[str, tuple[int, bool]] = {}
     if node is not None:
         _key_lines(node, package, lines)
@@ -55,9 +53,9 @@ class Origins:
             probe = probe.rpartition(".")[0]
         return "default"
 
-    def add_file(self, path: Path, package: str) -> None:
-        shown = display_path(path)
-        for key, (line, is_leaf) in yaml_key_lines(path, package).items():
+    def add_file(self, source: YamlFile, package: str) -> None:
+        shown = display_path(source.path)
+        for key, (line, is_leaf) in yaml_key_lines(source.node, package).items():
             if is_leaf:  # a leaf (null, scalar, list) replaces whatever was below it
                 self._forget_below(key)
                 self.where[key] = f"{shown}:{line}"
@@ -73,11 +71,11 @@ class Origins:
             del self.where[stale]
 
 
-def replay(sources: Iterable[tuple[Path, str]], override_keys: Iterable[str]) -> Origins:
+def replay(sources: Iterable[tuple[YamlFile, str]], override_keys: Iterable[str]) -> Origins:
     """Origins from sources in merge order, then the value overrides from the command line."""
     origins = Origins()
-    for path, package in sources:
-        origins.add_file(path, package)
+    for source, package in sources:
+        origins.add_file(source, package)
     for key in override_keys:
         origins.add_override(key)
     return origins
