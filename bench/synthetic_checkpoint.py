@@ -5,9 +5,9 @@
 Each TP rank saves, through megatron-core's own dist_checkpointing, random data for the
 regions of every model tensor that its rank holds (`Transform.boxes`): the stored
 chunks, keys (stacked layer axis included) and offsets are those of a real TP-sharded
-training checkpoint, without training. It goes to `<train.checkpoint.dir>/step_1/torch_dist`
-with `latest` naming it. For memory and throughput tests of the converter, not for its
-correctness (that is what the logits tests are for).
+training checkpoint, without training. It goes to `<train.checkpoint.dir>/step_1/torch_dist`,
+written by the trainer's own Checkpoints (manifest, run id, `latest`). For memory and throughput
+tests of the converter, not for its correctness (that is what the logits tests are for).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -59,23 +58,24 @@ def sharded_state(doc: dict, tp_rank: int) -> dict:
 def main(build_dir: Path) -> None:
     from megatron.core import dist_checkpointing
 
+    from compiler.build_reader import open_build
     from runtime import cpu_compat
+    from runtime.checkpoint import Checkpoints
 
     dist.init_process_group("gloo")
-    doc = json.loads((build_dir / "convert" / "mapping.json").read_text(encoding="utf-8"))
-    spec = yaml.safe_load((build_dir / "spec.resolved.yaml").read_text(encoding="utf-8"))
-    root = Path(spec["train"]["checkpoint"]["dir"])
-    target = root / "step_1" / "torch_dist"
+    build = open_build(build_dir)
+    ckpts = Checkpoints(Path(build.spec.train.checkpoint.dir), keep_last_k=1)
+    tmp = ckpts.begin_save(1)  # the trainer's own writer: manifest, run id, `latest`
+    target = tmp / "torch_dist"
     if dist.get_rank() == 0:
-        target.mkdir(parents=True, exist_ok=True)
+        target.mkdir()
     dist.barrier()
     cpu_compat.apply()  # dist_checkpointing asks for a CUDA device; on a CPU machine it gets the CPU
-    dist_checkpointing.save(sharded_state(doc, dist.get_rank()), str(target))
-    dist.barrier()
+    dist_checkpointing.save(sharded_state(build.mapping, dist.get_rank()), str(target))
+    final = ckpts.commit(1, tmp) / "torch_dist"
     if dist.get_rank() == 0:
-        (root / "latest").write_text("step_1\n", encoding="utf-8")
-        size = sum(p.stat().st_size for p in target.iterdir())
-        print(json.dumps({"checkpoint": str(target), "bytes": size}), flush=True)
+        size = sum(p.stat().st_size for p in final.iterdir())
+        print(json.dumps({"checkpoint": str(final), "bytes": size}), flush=True)
     dist.destroy_process_group()
 
 

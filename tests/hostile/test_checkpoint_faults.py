@@ -295,3 +295,21 @@ def test_later_stages_get_the_same_answer_without_torch(tmp_path: Path, capsys: 
         newest_checkpoint(tmp_path / "absent")
     code = "import sys, runtime.checkpoint; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_later_stages_check_presence_not_hashes(tmp_path: Path) -> None:
+    """convert/verify take the checkpoint whose files are all there without re-hashing them (a conversion reads
+    every byte once; resume hashes): a flipped byte is resume's to catch, a missing file is everyone's."""
+    from runtime.checkpoint import choose, newest_checkpoint
+
+    root = tmp_path / "ck"
+    _write_run(root)
+    step = root / "step_6"
+    victim = next(p for p in sorted(step.rglob("*")) if p.is_file() and p.name != "manifest.json")
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert choose(root, REQUIRED).path != step
+    assert newest_checkpoint(root, REQUIRED) == step
+    victim.unlink()
+    assert newest_checkpoint(root, REQUIRED) != step

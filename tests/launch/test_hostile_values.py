@@ -69,7 +69,7 @@ def _spec_file(directory: Path, value: str, gpu: bool) -> Path:
         "name": "hostile",
         "train": {"checkpoint": {"dir": f"runs/{literal}"}},
         "hardware": {"inter_node": {"socket_ifname": IFNAME}},
-        "serve": {"model_path": f"runs/{literal}/hf"},
+        "serve": {"model_path": f"served/{literal}/hf"},  # not inside the checkpoint dir (a rule)
     }
     if gpu:
         spec["defaults"] = [
