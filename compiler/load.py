@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from hydra import compose, initialize_config_dir
@@ -371,14 +371,14 @@ def _hydra_hooks(reads: _Reads) -> Iterator[_Reads]:
         reads.defaults.append(create(*args, **kwargs))
         return reads.defaults[-1]
 
-    source_class.load_config = loading
+    source_class.load_config = loading  # type: ignore[method-assign,assignment]  # deliberate hook of Hydra's loader
     defaults_list._create_defaults_tree_impl = guarded
     defaults_list.config_not_found_error = missing
     config_loader_impl.create_defaults_list = catching
     try:
         yield reads
     finally:
-        source_class.load_config = load_config
+        source_class.load_config = load_config  # type: ignore[method-assign]  # restores Hydra's own loader
         defaults_list._create_defaults_tree_impl = tree_impl
         defaults_list.config_not_found_error = not_found
         config_loader_impl.create_defaults_list = create
@@ -413,16 +413,18 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
                 del cfg["hydra"]
             sources = []
             for d in reads.defaults[-1].defaults:
-                read = reads.by_config.get(d.config_path or "")
-                if read is None or d.config_path.startswith("hydra/") or d.package.startswith("hydra"):
+                config_path, package = d.config_path or "", d.package or ""
+                read = reads.by_config.get(config_path)
+                if read is None or config_path.startswith("hydra/") or package.startswith("hydra"):
                     continue
-                sources.append((read, d.package or ""))
+                sources.append((read, package))
             origins = replay(sources, _value_override_keys(parsed, choices))
             _check_merges(cfg, parsed, dirs)
             raw = OmegaConf.to_container(cfg, resolve=False)
             _refuse_expansion(raw, parsed, origins)
             try:
-                spec = OmegaConf.to_container(cfg, resolve=True)
+                # a spec's DictConfig, keyed by section names, converts to a dict of str keys
+                spec = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
             except (InterpolationResolutionError, GrammarParseError) as exc:
                 raise SpecError([_interpolation_problem(raw, exc, parsed, origins)]) from None
     except SpecError:

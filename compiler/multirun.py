@@ -100,14 +100,14 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     points: list[tuple[str, Plan | None, list[str]]] = []  # suffix, plan (None: invalid), problems
     for overrides, suffix in combos:
         try:
-            plan = make_plan(overrides, args.spec)
+            made = make_plan(overrides, args.spec)
         except SpecError as exc:
             print(f"[{shown(suffix)}] invalid:", file=sys.stderr)
             _print_problems(exc.problems)
             points.append((suffix, None, [p.message for p in exc.problems if p.severity == "error"]))
             status = EXIT_INVALID
             continue
-        points.append((suffix, plan, [p.message for p in plan.warnings]))
+        points.append((suffix, made, [p.message for p in made.warnings]))
     targets: dict[int, Path] = {}
     for i, (suffix, plan, _) in enumerate(points):
         if plan is not None:

@@ -59,7 +59,7 @@ def _type_schema(tp: Any, bounds: dict[str, Any], where: str) -> dict[str, Any]:
         return {"type": "array", "items": _type_schema(item, bounds, where), "maxItems": bounds["maxItems"]}
     if tp is type(None):
         return {"type": "null"}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _object_schema(tp, f"{where}.")
     schema: dict[str, Any] = {"type": _SCALARS[tp]}
     if tp in (int, float):
@@ -142,7 +142,7 @@ def _partial(node: dict[str, Any], *, in_any_of: bool = False) -> dict[str, Any]
 
 
 def _file_schema(title: str, file_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    schema = {
+    schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID.replace("spec.schema.json", file_id),
         "title": title,

@@ -96,7 +96,7 @@ def expected(schema: dict[str, Any]) -> str:
     kind = _kind_of(schema)
     if kind is not None:
         return kind.what
-    kind_name = schema.get("type")
+    kind_name = schema["type"]  # every schema left here has one (a missing one was a KeyError below)
     words = {
         "integer": "an integer",
         "number": "a number",

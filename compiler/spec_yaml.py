@@ -45,7 +45,7 @@ _OCTAL = re.compile(r"[-+]?0[0-7_]+")
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class SpecLoader(_Loader):  # type: ignore[misc, valid-type]
+class SpecLoader(_Loader):
     """libyaml's safe loader (10x the pure-Python one) with OmegaConf's implicit resolvers:
     its float forms (`1e-3`), no timestamps. The tags of the nodes are what OmegaConf builds."""
 

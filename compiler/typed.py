@@ -8,9 +8,9 @@ import typing
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 if TYPE_CHECKING:
-    pass
+    from _typeshed import DataclassInstance
 
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _convert(tp: Any, value: Any) -> Any:
@@ -19,12 +19,12 @@ def _convert(tp: Any, value: Any) -> Any:
         return None
     if origin in (Union, types.UnionType):
         for arg in typing.get_args(tp):
-            if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+            if isinstance(arg, type) and dataclasses.is_dataclass(arg) and isinstance(value, dict):
                 return from_dict(arg, value)
         return tuple(value) if isinstance(value, list) else value
     if origin is list:
         return tuple(value)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, value)
     if tp is float:
         return float(value)

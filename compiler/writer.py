@@ -270,7 +270,7 @@ def _shown(rel: str, mode: int, with_kind: bool) -> str:
 
 def _dirs_above(names: Any) -> set[str]:
     """Every directory on the way to one of the relative paths `names` ("a", "a/b" for "a/b/c")."""
-    above = set()
+    above: set[str] = set()
     for rel in names:
         parts = rel.split("/")
         above.update("/".join(parts[:i]) for i in range(1, len(parts)))

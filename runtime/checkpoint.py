@@ -68,7 +68,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
@@ -424,7 +424,11 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _broadcast(value: object) -> object:
+_T = TypeVar("_T")
+
+
+def _broadcast(value: _T) -> _T:
+    """Rank 0's `value` on every rank (the same type: it is rank 0's object, pickled)."""
     dist = _dist()
     if not dist.is_initialized():
         return value
@@ -459,7 +463,7 @@ class Checkpoints:
         result: tuple[str | None, str | None, bool, str | None] = (None, None, False, None)
         if _is_rank0():
             result = self._open_on_rank0(resume)
-        chosen, run_id, legacy, problem = _broadcast(result)  # type: ignore[misc]
+        chosen, run_id, legacy, problem = _broadcast(result)
         _barrier()
         if problem is not None:
             raise CheckpointError(problem)
@@ -510,7 +514,7 @@ class Checkpoints:
     def _ensure_run(self) -> None:
         """A save without open_run (the HF import's step 0, tests): a fresh run, decided on rank 0."""
         if self.run_id is None:
-            self._adopt(_broadcast(new_run_id()), legacy=False)  # type: ignore[arg-type]
+            self._adopt(_broadcast(new_run_id()), legacy=False)
 
     def _is_ours(self, step_dir: Path) -> bool:
         if _not_a_step_dir(step_dir) is not None:
@@ -581,7 +585,7 @@ class Checkpoints:
                 warn(message)
             chosen = None if choice.path is None else str(choice.path)
             problem = choice.error
-        chosen, problem = _broadcast((chosen, problem))  # type: ignore[misc]
+        chosen, problem = _broadcast((chosen, problem))
         if problem is not None:
             raise CheckpointError(problem)
         return None if chosen is None else Path(chosen)

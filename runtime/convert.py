@@ -57,6 +57,7 @@ from runtime.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, Sharded
 
 if TYPE_CHECKING:
     import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
+    from rich.progress import Progress
 
 MAPPING_JSON = MAPPING_FILE
 LATEST = "latest"
@@ -192,7 +193,7 @@ def hf_plan(todo: list[Tensor]) -> list[Planned]:
     return [Planned(name, shape, t.hf_dtype) for t in todo for name, shape in t.transform.hf_shapes().items()]
 
 
-def _progress(enabled: bool):  # type: ignore[no-untyped-def]
+def _progress(enabled: bool) -> Progress:
     """A rich progress bar over bytes written (shown on a terminal only)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 

@@ -136,10 +136,11 @@ class _CpuStream:
 
 
 def _patch_streams() -> None:
-    torch.cuda.Stream = _CpuStream
-    torch.cuda.Event = _CpuEvent
-    torch.cuda.current_stream = lambda device=None: _CpuStream()
-    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
+    # CPU stand-ins replace torch.cuda's stream API on purpose (item 3 of the module docstring).
+    torch.cuda.Stream = _CpuStream  # type: ignore[misc, assignment]
+    torch.cuda.Event = _CpuEvent  # type: ignore[misc, assignment]
+    torch.cuda.current_stream = lambda device=None: _CpuStream()  # type: ignore[assignment, return-value]
+    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()  # type: ignore[misc, assignment]
 
 
 def _host_split_sizes(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
@@ -175,12 +176,16 @@ def _patch_clip_grads() -> None:
     optimizer.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm
 
 
+def _manual_seed(seed: int) -> None:
+    torch.default_generator.manual_seed(int(seed))
+
+
 def _patch_rng() -> None:
     from megatron.core.tensor_parallel import random as mrandom
 
     torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
-    torch.cuda.set_rng_state = lambda state, device="cuda": torch.set_rng_state(state)
-    torch.cuda.manual_seed = lambda seed: torch.default_generator.manual_seed(int(seed))
+    torch.cuda.set_rng_state = lambda new_state, device="cuda": torch.set_rng_state(new_state)
+    torch.cuda.manual_seed = _manual_seed
     mrandom._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
     mrandom._set_cuda_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
 
@@ -196,12 +201,13 @@ def apply() -> bool:
     _patch_streams()
     _patch_moe_dispatcher()
     _patch_clip_grads()
-    torch.cuda.current_device = lambda: "cpu"
+    # a device, not torch's index, on purpose (item 2 of the module docstring)
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment, return-value]
     torch.cuda.synchronize = lambda device=None: None
     proxy = _CpuTorch()
     for name in _CUDA_LITERAL_MODULES:
         module = importlib.import_module(name)
         if getattr(module, "torch", None) is torch:
-            module.torch = proxy
+            module.torch = proxy  # type: ignore[attr-defined]  # the module's own `torch` global, swapped on purpose
     _applied = True
     return True

@@ -25,13 +25,14 @@ import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runtime.dist_metadata import read_metadata
 from runtime.dtypes import DTYPE_BYTES, dtype_name, torch_dtype
 
 if TYPE_CHECKING:
     import torch
+    from _typeshed import WriteableBuffer
 
 Box = tuple[tuple[int, int], ...]
 # megatron's optimizer state lives beside the model's: "optimizer.*", or "chained_<N>.optimizer.*"
@@ -75,7 +76,7 @@ class Band(NamedTuple):
 class _Recipe(pickle.Unpickler):
     """Reads a torch.save pickle of ONE plain tensor without loading data; anything else is refused."""
 
-    def find_class(self, module: str, name: str):  # type: ignore[no-untyped-def]
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
             return lambda *args: ("tensor", *args)
         if (module, name) == ("collections", "OrderedDict"):
@@ -84,7 +85,7 @@ class _Recipe(pickle.Unpickler):
             return _STORAGE_DTYPES[name]
         raise pickle.UnpicklingError(f"{module}.{name}")
 
-    def persistent_load(self, pid):  # type: ignore[no-untyped-def]
+    def persistent_load(self, pid: Any) -> Any:
         return pid
 
 
@@ -95,7 +96,7 @@ class CheckpointFormatError(RuntimeError):
 class _Window(io.RawIOBase):
     """A read-only, seekable view of bytes [start, start + length) of an open file."""
 
-    def __init__(self, fh: io.BufferedReader, start: int, length: int) -> None:
+    def __init__(self, fh: io.FileIO, start: int, length: int) -> None:
         super().__init__()
         self.fh, self.start, self.length, self.pos = fh, start, length, 0
 
@@ -113,7 +114,7 @@ class _Window(io.RawIOBase):
         self.pos = max(0, min(self.length, base + offset))
         return self.pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
         n = min(len(view), self.length - self.pos)
         if n <= 0:
@@ -138,7 +139,7 @@ class DistCheckpoint:
             raise CheckpointFormatError(f"{path}: no .metadata (not a torch_dist checkpoint directory)")
         self.path = path
         self.metadata = read_metadata(path)
-        self._files: dict[str, io.BufferedReader] = {}
+        self._files: dict[str, io.FileIO] = {}  # unbuffered
         self._raws: dict[tuple[str, tuple[int, ...]], _Raw | None] = {}
 
     def model_tensors(self) -> dict[str, StoredTensor]:
@@ -148,7 +149,7 @@ class DistCheckpoint:
             if not NON_MODEL_KEY.match(key)
         }
 
-    def _file(self, relative: str) -> io.BufferedReader:
+    def _file(self, relative: str) -> io.FileIO:
         if relative not in self._files:
             self._files[relative] = open(self.path / relative, "rb", buffering=0)  # noqa: SIM115
         return self._files[relative]
@@ -217,7 +218,7 @@ class DistCheckpoint:
         """Read the bytes straight into `out` (contiguous, same dtype and shape)."""
         import torch
 
-        view = memoryview(out.view(torch.uint8).numpy()).cast("B") if out.dim() else None
+        view = out.view(torch.uint8).numpy().data.cast("B") if out.dim() else None
         assert view is not None and len(view) == raw.nbytes
         fh = self._file(raw.file)
         fh.seek(raw.offset)

@@ -166,7 +166,8 @@ class SequenceParallelRMSNorm(torch.nn.RMSNorm):
 
     def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_: Any) -> None:
         super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
-        self.weight.sequence_parallel = config.sequence_parallel
+        # megatron's own tag, an attribute it sets on parameters and reads in finalize_model_grads
+        self.weight.sequence_parallel = config.sequence_parallel  # type: ignore[attr-defined]
 
 
 class LatentCoreAttention(torch.nn.Module):

@@ -24,13 +24,14 @@ per row piece.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.dtypes import DTYPE_BYTES, dtype_name
 
@@ -51,7 +52,8 @@ def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
     pieces = [b[i : i + WRITE_SLICE_BYTES] for b in buffers for i in range(0, len(b), WRITE_SLICE_BYTES)]
     i = 0
     while i < len(pieces):
-        batch, size = [], 0
+        batch: list[memoryview] = []
+        size = 0
         while i < len(pieces) and len(batch) < IOV_MAX and size < WRITE_SLICE_BYTES:
             batch.append(pieces[i])
             size += len(pieces[i])
@@ -154,7 +156,8 @@ class _Shard:
     tensors: list[Planned] = field(default_factory=list)
 
     def header(self) -> bytes:
-        offset, entries = 0, {"__metadata__": {"format": "pt"}}
+        offset = 0
+        entries: dict[str, dict[str, Any]] = {"__metadata__": {"format": "pt"}}
         for t in self.tensors:
             entries[t.name] = {
                 "dtype": _ST_DTYPES[t.dtype],
@@ -184,7 +187,7 @@ class ShardedWriter:
         self.directory, self.shards = directory, shards
         self._queue = [(s, t) for s in shards for t in s.tensors]
         self._next = 0
-        self._fh = None
+        self._fh: io.FileIO | None = None
         self._open_shard: _Shard | None = None
         self.bytes_written = 0
         self._bounce = memoryview(bytearray(BOUNCE_BYTES))

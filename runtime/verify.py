@@ -20,7 +20,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -148,7 +148,11 @@ def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[
 def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     from transformers import AutoModelForCausalLM
 
-    model, info = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32, output_loading_info=True)
+    # transformers annotates from_pretrained's return as the model alone, even with output_loading_info=True
+    model, info = cast(
+        tuple[Any, dict[str, Any]],
+        AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32, output_loading_info=True),
+    )
     bad = {kind: sorted(map(str, names)) for kind, names in info.items() if names and kind != "error_msgs"}
     if bad:  # transformers initialises missing weights randomly: that must not pass as "converted"
         raise UsageError(f"{hf_dir}: transformers did not load it cleanly: {bad}")

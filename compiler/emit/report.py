@@ -88,7 +88,8 @@ def _params_rows(plan: Plan) -> list[tuple[str, str]]:
 def _memory_rows(plan: Plan) -> list[tuple[str, str, str]]:
     worst = plan.memory.worst
     rows = [(term, *_gib_gb(value)) for term, value in worst.terms().items()]
-    rows.append(("**total**", *(f"**{v}**" for v in _gib_gb(worst.total_bytes))))
+    total_gib, total_gb = _gib_gb(worst.total_bytes)
+    rows.append(("**total**", f"**{total_gib}**", f"**{total_gb}**"))
     rows.append(("usable (device minus reserve)", *_gib_gb(plan.memory.budget_bytes)))
     if worst.host_bytes:
         rows.append(("offloaded to host", *_gib_gb(worst.host_bytes)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from compiler.models import ArrayOrNumber
 from compiler.sections import ModelSpec
 
 Style = Literal["megatron", "hf"]
@@ -52,14 +53,15 @@ class LayerShape:
 
 @dataclass(frozen=True, kw_only=True)
 class ActivationSetting:
-    """What, besides the shape, decides activation bytes."""
+    """What, besides the shape, decides activation bytes. tp, cp and micro_batch_size are arrays
+    when compiler/plan_search prices a grid of them at once."""
 
     style: Style
     seq_length: int
-    micro_batch_size: int
+    micro_batch_size: ArrayOrNumber
     element_bytes: int  # 2 for bf16/fp16, 4 for fp32
-    tp: int = 1
-    cp: int = 1
+    tp: ArrayOrNumber = 1
+    cp: ArrayOrNumber = 1
     etp: int = 1
     sequence_parallel: bool = False
     recompute: Literal["none", "selective", "full"] = "none"
@@ -111,7 +113,7 @@ def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> 
     masks = 2 * h * MASK_BYTES if x.dropout else 0
     # norm inputs (2), QKV input, MLP input; MLA latents: each latent norm's input and up-projection input
     replicated = 4 * h * e + 2 * (x.q_latent + x.kv_latent) * e + x.rope_width * e + masks
-    sharded = (x.q_width + x.k_width + x.v_width + x.out_width) * e
+    sharded: float = (x.q_width + x.k_width + x.v_width + x.out_width) * e
     seq = a.seq_length // a.cp
     if scores:  # softmax output (+ GPT's dropout mask and dropout output)
         sharded += x.heads * seq * (e + (MASK_BYTES + e if x.dropout else 0))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.models import ArrayOrNumber
 from compiler.models.params import is_moe_layer
 from compiler.sections import ModelSpec
 
@@ -55,7 +56,7 @@ def flops_breakdown(model: ModelSpec, seq_length: int) -> FlopsPerToken:
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = h * heads * qk if a.q_lora_rank is None else a.q_lora_rank * (h + heads * qk + 1)
         kv = a.kv_lora_rank * (h + heads * (a.qk_nope_head_dim + a.v_head_dim) + 1) + h * a.qk_rope_head_dim
-        projections = fb * m.num_layers * (q + kv + heads * a.v_head_dim * h)
+        projections: float = fb * m.num_layers * (q + kv + heads * a.v_head_dim * h)
         core = fb * m.num_layers * (s * heads * qk / 2 + s * heads * a.v_head_dim / 2)
     else:
         q_width = heads * m.head_dim
@@ -82,8 +83,11 @@ def hardware_flops_per_token(model: ModelSpec, seq_length: int, recompute: str) 
     return f.total + extra
 
 
-def mfu(tokens_per_s: float, flops_per_token: float, n_gpus: int, peak_tflops: float) -> float:
-    """Achieved FLOP/s over the GPUs' dense peak: model FLOPs give MFU, hardware FLOPs HFU."""
+def mfu(
+    tokens_per_s: ArrayOrNumber, flops_per_token: float, n_gpus: ArrayOrNumber, peak_tflops: float
+) -> ArrayOrNumber:
+    """Achieved FLOP/s over the GPUs' dense peak: model FLOPs give MFU, hardware FLOPs HFU
+    (per candidate, on arrays, in compiler/plan_search)."""
     return tokens_per_s * flops_per_token / (n_gpus * peak_tflops * TFLOPS)
 
 

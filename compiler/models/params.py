@@ -95,9 +95,9 @@ def attention_linears(m: ModelSpec) -> tuple[int, ...]:
     assert m.mla is not None
     a = m.mla
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-    q = (h * heads * qk,) if a.q_lora_rank is None else (h * a.q_lora_rank, a.q_lora_rank * heads * qk)
+    q_linears = (h * heads * qk,) if a.q_lora_rank is None else (h * a.q_lora_rank, a.q_lora_rank * heads * qk)
     return (
-        *q,
+        *q_linears,
         h * (a.kv_lora_rank + a.qk_rope_head_dim),
         a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim),
         heads * a.v_head_dim * h,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.layout import data_parallel_size, stage_layers, world_size
+from compiler.models import ArrayOrNumber
 from compiler.models.activations import (
     ActivationSetting,
     embedding_activation_bytes,
@@ -49,12 +50,12 @@ TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 @dataclass(frozen=True, kw_only=True)
 class StateBytes:
-    """Bytes per parameter held on a GPU, by term."""
+    """Bytes per parameter held on a GPU, by term (per candidate, as arrays, in compiler/plan_search)."""
 
-    weights: float
-    gradients: float
-    optimizer: float
-    host: float = 0.0  # offloaded to host memory
+    weights: ArrayOrNumber
+    gradients: ArrayOrNumber
+    optimizer: ArrayOrNumber
+    host: ArrayOrNumber = 0.0  # offloaded to host memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +108,7 @@ def optimizer_states(spec: Spec) -> int:
 
 def zero_state_bytes(
     stage: int,
-    shards: int,
+    shards: ArrayOrNumber,
     *,
     param_bytes: float,
     grad_bytes: float,
@@ -136,7 +137,7 @@ def zero_state_bytes(
     return StateBytes(weights=weights, gradients=gradients, optimizer=optimizer, host=host)
 
 
-def state_bytes(spec: Spec, shards: int) -> StateBytes:
+def state_bytes(spec: Spec, shards: ArrayOrNumber) -> StateBytes:
     """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
     t, p = spec.train, spec.parallel
     mixed = t.precision != "fp32"

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from compiler.rules import backend, batch, experts, layout
 from compiler.sections import Spec
 
-BACKENDS = ("megatron", "deepspeed")
-RECOMPUTE = ("none", "selective", "full")
+BACKENDS: tuple[Literal["megatron", "deepspeed"], ...] = ("megatron", "deepspeed")
+RECOMPUTE: tuple[Literal["none", "selective", "full"], ...] = ("none", "selective", "full")
+ZERO_STAGES: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
 
 
 class Columns(dict[str, np.ndarray]):

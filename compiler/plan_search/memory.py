@@ -38,7 +38,7 @@ from compiler.models.train_memory import (
     stage_terms,
     state_bytes,
 )
-from compiler.plan_search.legality import BACKENDS, RECOMPUTE, Columns
+from compiler.plan_search.legality import BACKENDS, RECOMPUTE, ZERO_STAGES, Columns
 from compiler.sections import Spec
 
 
@@ -137,7 +137,7 @@ def _group_spec(
 ) -> Spec:
     parallel = dataclasses.replace(
         spec.parallel,
-        zero_stage=zero,
+        zero_stage=ZERO_STAGES[zero],
         distributed_optimizer=dopt,
         sequence_parallel=sp,
         offload_optimizer=False,
@@ -251,11 +251,11 @@ def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: d
             (row(table.moe_layers) > 0) * col(act["moe_working"]),
         )
         in_flight = np.minimum(s + 1 - row(table.index), col(c.micro_batches))
-        states = [
+        dense_st, expert_st = (
             StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
             for st in (dense_state, expert_state)
-        ]
-        stage_total = sum(stage_terms(dense, expert, per_mb, working, in_flight, *states, col(gather)))
+        )
+        stage_total = sum(stage_terms(dense, expert, per_mb, working, in_flight, dense_st, expert_st, col(gather)))
         pick = np.argmax(stage_total, axis=1)
         at = np.arange(hi - lo)
         total[cut] = stage_total[at, pick]

@@ -171,7 +171,10 @@ def _host(spec: Spec, memory: TrainMemory) -> str:
 
 def _fix_lines(spec: Spec) -> list[str]:
     """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
-    lines, stacked, stacked_spec, offered = [], {}, spec, []
+    lines: list[str] = []
+    stacked: dict[str, Any] = {}
+    stacked_spec = spec
+    offered: list[dict[str, Any]] = []
     now = estimate(spec)
     already_failing = _failing_layout_rules(spec)
     for changes in candidate_fixes(spec):
