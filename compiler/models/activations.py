@@ -124,7 +124,7 @@ def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> 
         # router logits (fp32), then per routed copy: permuted input, expert activations, output
         replicated += x.experts * FP32_BYTES
         routed = x.top_k * (2 * h * e + 3 * x.expert_ffn * e / a.etp)
-        sharded += routed
+        sharded = sharded + routed  # not in place: on arrays `sharded` may be int64
     return replicated, sharded
 
 

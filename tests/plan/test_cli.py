@@ -143,3 +143,11 @@ def test_the_specs_own_layout_is_ranked(lmspec: Lmspec) -> None:
     assert data["current_layout"].startswith("the spec's own layout (TP8 PP2 CP1 EP1 SP, megatron")
     assert " ranks #" in data["current_layout"]
     assert data["winner_command"].startswith("lmspec compile --spec llama3_70b_pretrain_64gpu_h100_bf16 ")
+
+
+def test_moe_preset_on_cpu_plans(lmspec: Lmspec) -> None:
+    """The MoE CPU preset: routed-expert activations added to an integer array of sharded ones (was a numpy
+    casting error)."""
+    result = lmspec("plan", "--spec", "tiny_moe_pretrain_2rank_cpu_fp32", "--top", "2")
+    assert result.code == 0, result.err
+    assert "winner: lmspec compile --spec tiny_moe_pretrain_2rank_cpu_fp32" in result.out
