@@ -1,13 +1,18 @@
-"""A finding (cause, evidence lines, spec keys to change) and the log text signatures search."""
+"""A finding (cause, evidence lines, spec keys to change) and the log text signatures search:
+one streaming pass over the log for every signature's watched patterns at once."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from compiler.logs.context import RunContext
 from compiler.logs.launcher import strip_prefix
+from compiler.logs.reader import LogFile, MemoryLog
+from compiler.logs.records import StepRecord
+from compiler.logs.scout import Needle, Scout
 
 MAX_EVIDENCE_LINES = 4  # per pattern: enough to see ranks and values, not a whole log
 _MAX_LINE_CHARS = 240
@@ -48,26 +53,159 @@ class Finding:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Watch:
+    """A pattern signatures look for in every line, with the words no match can do without.
+
+    `needles` are ASCII byte strings of which every line the pattern matches holds at least one
+    (case-insensitively when the pattern is re.IGNORECASE, which must come with re.ASCII): the
+    scout (compiler/logs/scout.py) skips every other line without decoding it. `keep` first hits
+    are kept as evidence, every hit is counted, and with `last_where` the last hit passing it too.
+    """
+
+    pattern: re.Pattern[str]
+    needles: tuple[bytes, ...]
+    keep: int = MAX_EVIDENCE_LINES
+    last_where: Callable[[re.Match[str]], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.ignore_case and not self.pattern.flags & re.ASCII:
+            raise ValueError(f"{self.pattern.pattern!r}: an IGNORECASE watch needs re.ASCII (its needles are ASCII)")
+
+    @property
+    def ignore_case(self) -> bool:
+        return bool(self.pattern.flags & re.IGNORECASE)
+
+    def scout_needles(self) -> list[Needle]:
+        return [Needle(n.lower() if self.ignore_case else n, self.ignore_case) for n in self.needles]
+
+
+Hit = tuple[Evidence, re.Match[str]]
+
+
+@dataclass
+class _Seen:
+    first: list[Hit] = field(default_factory=list)
+    count: int = 0
+    last: Hit | None = None
+
+
 class LogText:
-    """The log's lines, searched with launcher prefixes stripped, quoted as written (rank prefix kept)."""
+    """What the watched patterns found in a log, from one pass over it: per pattern its first
+    hits (evidence), their count and optionally its last hit. Lines are searched with launcher
+    prefixes stripped and quoted as written (rank prefix kept). `line`, `last_match_before` and
+    `steps` read the log again, for the few findings that need more than their hits.
 
-    def __init__(self, raw_lines: list[str]) -> None:
-        self.raw_lines = raw_lines
-        self.lines = [strip_prefix(line) for line in raw_lines]
+    `LogText(lines)` scans lines already in memory (each without its line break);
+    `LogText.scan(log_file, watches)` a log on disk, block by block.
+    """
 
-    def find(self, pattern: re.Pattern[str], limit: int = MAX_EVIDENCE_LINES) -> list[tuple[Evidence, re.Match[str]]]:
-        hits = []
-        for number, text in enumerate(self.lines, start=1):
-            match = pattern.search(text)
-            if match:
-                raw = self.raw_lines[number - 1]
-                hits.append((Evidence(number, _clip(raw, len(raw) - len(text) + match.start())), match))
-                if len(hits) >= limit:
+    def __init__(self, raw_lines: list[str], watches: Sequence[Watch] | None = None) -> None:
+        if watches is None:
+            from compiler.doctor import WATCHES
+
+            watches = WATCHES
+        self._lines = [strip_prefix(line) for line in raw_lines]
+        self._scan(MemoryLog(raw_lines), watches)
+
+    @classmethod
+    def scan(cls, source: LogFile, watches: Sequence[Watch]) -> LogText:
+        log = cls.__new__(cls)
+        log._lines = None
+        log._scan(source, watches)
+        return log
+
+    def _scan(self, source: LogFile, watches: Sequence[Watch]) -> None:
+        self.source = source
+        self._seen: dict[re.Pattern[str], _Seen] = {w.pattern: _Seen() for w in watches}
+        by_needle: dict[Needle, list[Watch]] = {}
+        for watch in watches:
+            for needle in watch.scout_needles():
+                by_needle.setdefault(needle, []).append(watch)
+        scout = Scout(by_needle)
+        for block in source.blocks():
+            lines, masks = scout.candidates(block)
+            for i, mask in zip(lines.tolist(), masks.tolist(), strict=True):
+                raw_bytes = block.raw(i)
+                lowered = None
+                found: list[Watch] = []
+                for needle in scout.needles_in(mask):
+                    if needle.ignore_case:
+                        lowered = raw_bytes.lower() if lowered is None else lowered
+                        holds = needle.text in lowered
+                    else:
+                        holds = needle.text in raw_bytes
+                    if holds:
+                        found += [w for w in by_needle[needle] if w not in found]
+                if found:
+                    self._see(block.first_line + i, raw_bytes.decode("utf-8", errors="replace"), found)
+        self.line_count = source.line_count
+        self.long_lines = source.long_lines
+
+    def _see(self, number: int, raw: str, watches: list[Watch]) -> None:
+        text = strip_prefix(raw)
+        for watch in watches:
+            match = watch.pattern.search(text)
+            if match is None:
+                continue
+            seen = self._seen[watch.pattern]
+            seen.count += 1
+            hit = (Evidence(number, _clip(raw, len(raw) - len(text) + match.start())), match)
+            if len(seen.first) < watch.keep:
+                seen.first.append(hit)
+            if watch.last_where is not None and watch.last_where(match):
+                seen.last = hit
+
+    def _watched(self, pattern: re.Pattern[str]) -> _Seen:
+        try:
+            return self._seen[pattern]
+        except KeyError:
+            raise KeyError(f"{pattern.pattern!r} is not watched: add its Watch to the signature's watches") from None
+
+    def find(self, pattern: re.Pattern[str], limit: int = MAX_EVIDENCE_LINES) -> list[Hit]:
+        """The first `limit` lines the pattern matches (at most its watch's `keep`), in log order."""
+        return self._watched(pattern).first[:limit]
+
+    def count(self, pattern: re.Pattern[str]) -> int:
+        return self._watched(pattern).count
+
+    def last(self, pattern: re.Pattern[str]) -> Hit | None:
+        """The last hit that passed its watch's `last_where`."""
+        return self._watched(pattern).last
+
+    @property
+    def lines(self) -> list[str]:
+        """Every line, prefixes stripped: only for a LogText made from lines in memory."""
+        if self._lines is None:
+            raise TypeError("a scanned log file keeps no lines; use line(number)")
+        return self._lines
+
+    def line(self, number: int) -> str:
+        """Line `number` (1-based), launcher prefix stripped: read again from the log."""
+        for block in self.source.blocks():
+            if number < block.first_line + len(block):
+                return strip_prefix(block.line(number - block.first_line))
+        raise IndexError(f"line {number} is past the end of the log")
+
+    def last_match_before(self, watch: Watch, line: int) -> re.Match[str] | None:
+        """The last match of a watch's pattern at or before a line: reads the log again up to it."""
+        scout = Scout(watch.scout_needles())
+        last = None
+        for block in self.source.blocks():
+            if block.first_line > line:
+                break
+            for i in scout.lines(block).tolist():
+                if block.first_line + i > line:
                     break
-        return hits
+                match = watch.pattern.search(strip_prefix(block.line(i)))
+                last = match or last
+        return last
 
-    def find_all(self, pattern: re.Pattern[str]) -> list[tuple[Evidence, re.Match[str]]]:
-        return self.find(pattern, limit=len(self.lines))
+    def steps(self) -> Iterator[StepRecord]:
+        """The log's steps as `lmspec logs` reads them: reads the log again."""
+        from compiler.logs.parse import parse_source
+
+        return parse_source(self.source, str(self.source.path)).records()
 
 
 def _clip(text: str, match_at: int) -> str:
@@ -81,8 +219,10 @@ def _clip(text: str, match_at: int) -> str:
 
 
 class Signature(Protocol):
-    """A known failure: `detect` returns a Finding when the log shows it, else None."""
+    """A known failure: `detect` returns a Finding when the log shows it, else None. `watches`
+    are the patterns `detect` reads from the LogText."""
 
     name: str
+    watches: tuple[Watch, ...]
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None: ...
