@@ -203,8 +203,10 @@ def main() -> int:
     if not (args.keep and log.is_file()):
         start = time.perf_counter()
         info = generate(log, args.size_mb * 1024 * 1024)
-        print(f"generated {log}: {info['bytes'] / 1e6:,.0f} MB, {info['lines']:,} lines, "
-              f"{info['steps']:,} steps in {time.perf_counter() - start:.0f} s")
+        print(
+            f"generated {log}: {info['bytes'] / 1e6:,.0f} MB, {info['lines']:,} lines, "
+            f"{info['steps']:,} steps in {time.perf_counter() - start:.0f} s"
+        )
     size_mb = log.stat().st_size / 1e6
     env_note = f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
     commands = {
