@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)  # before reading a big log, not after
     parsed = parse_log(args.log, args.regex, args.warmup_steps)
     if not parsed.table.distinct:
+        for note in parsed.notes:
+            print(f"warning: {note}", file=sys.stderr)
         raise UsageError(
             f"{parsed.path}: no training steps found (lmspec metrics.jsonl, Megatron-LM and "
             "DeepSpeed logs are read); describe other formats with --regex"

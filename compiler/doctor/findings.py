@@ -67,20 +67,46 @@ class Watch:
     needles: tuple[bytes, ...]
     keep: int = MAX_EVIDENCE_LINES
     last_where: Callable[[re.Match[str]], bool] | None = None
+    # Every match begins with one of these (when given): the pattern is tried only there, the
+    # leftmost first, which finds what search() finds without trying every position of a line.
+    starts: tuple[bytes, ...] = ()
+    # Remember its latest match at each kept hit of any watch: last_match_before() then needs
+    # no second pass over the log.
+    track: bool = False
+    ignore_case: bool = field(init=False)  # from the pattern's flags
+    _words: tuple[str, ...] = field(init=False, repr=False)  # `starts` as text, lowered when ignore_case
 
     def __post_init__(self) -> None:
-        if self.ignore_case and not self.pattern.flags & re.ASCII:
+        ignore_case = bool(self.pattern.flags & re.IGNORECASE)
+        if ignore_case and not self.pattern.flags & re.ASCII:
             raise ValueError(f"{self.pattern.pattern!r}: an IGNORECASE watch needs re.ASCII (its needles are ASCII)")
+        object.__setattr__(self, "ignore_case", ignore_case)
+        object.__setattr__(
+            self, "_words", tuple(s.decode().lower() if ignore_case else s.decode() for s in self.starts)
+        )
 
-    @property
-    def ignore_case(self) -> bool:
-        return bool(self.pattern.flags & re.IGNORECASE)
+    def search(self, text: str) -> re.Match[str] | None:
+        if not self._words:
+            return self.pattern.search(text)
+        hay = text.translate(_ASCII_LOWER) if self.ignore_case else text
+        at: set[int] = set()
+        for word in self._words:
+            found = hay.find(word)
+            while found >= 0:
+                at.add(found)
+                found = hay.find(word, found + 1)
+        for position in sorted(at):
+            match = self.pattern.match(text, position)
+            if match:
+                return match
+        return None
 
     def scout_needles(self) -> list[Needle]:
         return [Needle(n.lower() if self.ignore_case else n, self.ignore_case) for n in self.needles]
 
 
 Hit = tuple[Evidence, re.Match[str]]
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}  # str.translate: length kept, unlike lower()
 
 
 @dataclass
@@ -118,6 +144,12 @@ class LogText:
     def _scan(self, source: LogFile, watches: Sequence[Watch]) -> None:
         self.source = source
         self._seen: dict[re.Pattern[str], _Seen] = {w.pattern: _Seen() for w in watches}
+        # tracked watches first on each line: a hit's snapshot includes its own line
+        watches = sorted(watches, key=lambda w: not w.track)
+        self._tracked = [w for w in watches if w.track]
+        self._latest: dict[re.Pattern[str], re.Match[str]] = {}  # tracked pattern -> its latest match
+        self._at_hit: dict[int, dict[re.Pattern[str], re.Match[str]]] = {}  # kept hit line -> latest matches
+        self._kept_at: dict[int, int] = {}  # line -> how many kept hits are on it (snapshots are dropped at 0)
         by_needle: dict[Needle, list[Watch]] = {}
         for watch in watches:
             for needle in watch.scout_needles():
@@ -137,6 +169,8 @@ class LogText:
                         holds = needle.text in raw_bytes
                     if holds:
                         found += [w for w in by_needle[needle] if w not in found]
+                if len(found) > 1:
+                    found.sort(key=lambda w: not w.track)
                 if found:
                     self._see(block.first_line + i, raw_bytes.decode("utf-8", errors="replace"), found)
         self.line_count = source.line_count
@@ -145,16 +179,33 @@ class LogText:
     def _see(self, number: int, raw: str, watches: list[Watch]) -> None:
         text = strip_prefix(raw)
         for watch in watches:
-            match = watch.pattern.search(text)
+            match = watch.search(text)
             if match is None:
                 continue
+            if watch.track:
+                self._latest[watch.pattern] = match
             seen = self._seen[watch.pattern]
             seen.count += 1
             hit = (Evidence(number, _clip(raw, len(raw) - len(text) + match.start())), match)
+            kept = 0
             if len(seen.first) < watch.keep:
                 seen.first.append(hit)
+                kept += 1
             if watch.last_where is not None and watch.last_where(match):
+                if seen.last is not None:
+                    self._release(seen.last[0].line)
                 seen.last = hit
+                kept += 1
+            if kept and self._tracked:
+                self._kept_at[number] = self._kept_at.get(number, 0) + kept
+                self._at_hit[number] = dict(self._latest)
+
+    def _release(self, line: int) -> None:
+        """A kept hit on `line` was replaced: drop the line's snapshot when no kept hit is left on it."""
+        if line in self._kept_at:
+            self._kept_at[line] -= 1
+            if not self._kept_at[line]:
+                del self._kept_at[line], self._at_hit[line]
 
     def _watched(self, pattern: re.Pattern[str]) -> _Seen:
         try:
@@ -188,7 +239,10 @@ class LogText:
         raise IndexError(f"line {number} is past the end of the log")
 
     def last_match_before(self, watch: Watch, line: int) -> re.Match[str] | None:
-        """The last match of a watch's pattern at or before a line: reads the log again up to it."""
+        """The last match of a watch's pattern at or before a line: from the scan when the watch is
+        tracked and the line is one of the hits kept, else read again from the log up to it."""
+        if watch.track and line in self._at_hit:
+            return self._at_hit[line].get(watch.pattern)
         scout = Scout(watch.scout_needles())
         last = None
         for block in self.source.blocks():
@@ -197,7 +251,7 @@ class LogText:
             for i in scout.lines(block).tolist():
                 if block.first_line + i > line:
                     break
-                match = watch.pattern.search(strip_prefix(block.line(i)))
+                match = watch.search(strip_prefix(block.line(i)))
                 last = match or last
         return last
 

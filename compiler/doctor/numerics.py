@@ -35,7 +35,7 @@ def _collapsed(match: re.Match[str]) -> bool:
     return scale is not None and scale <= LOSS_SCALE_COLLAPSED_AT
 
 
-_LR_WATCH = Watch(_LR, (b"learning rate", b"lr"))
+_LR_WATCH = Watch(_LR, (b"learning rate", b"lr"), keep=0, starts=(b"learning rate", b"lr"), track=True)
 
 
 def _last_lr(log: LogText, up_to_line: int) -> float | None:
@@ -88,9 +88,15 @@ def _fixes(context: RunContext | None, lr: float | None, first_line: int) -> lis
 class NonFiniteLoss:
     name = "nan_loss"
     watches = (
-        Watch(_NAN, (b" in local ", b"unexpected result ", b"nan iterations:", b"loss")),
+        # every match of _NAN begins with the first word of one of its four branches
+        Watch(
+            _NAN,
+            (b" in local ", b"unexpected result ", b"nan iterations:", b"loss"),
+            starts=(b"found ", b"unexpected result ", b"number of nan iterations:", b"loss"),
+        ),
         Watch(_OVERFLOW, (b"OVERFLOW! Rank ",), keep=2, last_where=_collapsed),
         Watch(_AT_MINIMUM, (b"Current loss scale already at minimum",)),
+        _LR_WATCH,
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:

@@ -60,7 +60,9 @@ def _bytes_of(b: int, ignore_case: bool) -> list[int] | None:
 def _pair_mask(low: list[int] | None, high: list[int] | None) -> np.ndarray:
     """256 x 256 booleans, [first byte, second byte]: the pair values a window pair can take."""
     mask = np.zeros((256, 256), dtype=bool)
-    mask[slice(None) if low is None else low, slice(None) if high is None else high] = True
+    rows = np.arange(256) if low is None else np.array(low)
+    columns = np.arange(256) if high is None else np.array(high)
+    mask[np.ix_(rows, columns)] = True  # every first byte with every second byte
     return mask
 
 
@@ -94,7 +96,7 @@ class Scout:
                 return 1.0 if high is None else float(by_second[high].sum())
             return float(by_first[low].sum()) if high is None else float(share[np.ix_(low, high)].sum())
 
-        combos = []  # (first mask, second mask, P(first), P(second), needle index)
+        combos = []  # (P(first), P(second), needle index, window byte sets)
         for index, needle in enumerate(self.needles):
             for parity in (0, 1):
                 options = []
@@ -103,13 +105,13 @@ class Scout:
                     p_first, p_second = chance(pos[0], pos[1]), chance(pos[2], pos[3])
                     options.append((p_first * p_second, len(options), pos, p_first, p_second))
                 _, _, pos, p_first, p_second = min(options)
-                combos.append((_pair_mask(pos[0], pos[1]), _pair_mask(pos[2], pos[3]), p_first, p_second, index))
+                combos.append((p_first, p_second, index, pos))
         first_table = np.zeros((256, 256), dtype=np.uint16)
         second_table = np.zeros((256, 256), dtype=np.uint16)
         loads = [(0.0, 0.0)] * _BUCKETS  # P(FIRST), P(SECOND) of each bucket
         self._in_bucket = [[] for _ in range(_BUCKETS)]
         self._by_mask = {}
-        for first, second, p_first, p_second, index in sorted(combos, key=lambda c: (-c[2] * c[3], c[4])):
+        for p_first, p_second, index, pos in sorted(combos, key=lambda c: (-c[0] * c[1], c[2])):
 
             def added(b: int, pf: float = p_first, ps: float = p_second) -> float:
                 f, s = loads[b]
@@ -119,8 +121,8 @@ class Scout:
             f, s = loads[bucket]
             loads[bucket] = (min(1.0, f + p_first), min(1.0, s + p_second))
             self._in_bucket[bucket].append(index)
-            first_table[first] |= np.uint16(1 << bucket)
-            second_table[second] |= np.uint16(1 << bucket)
+            first_table[_pair_mask(pos[0], pos[1])] |= np.uint16(1 << bucket)
+            second_table[_pair_mask(pos[2], pos[3])] |= np.uint16(1 << bucket)
         # uint16 pair value = first byte | second byte << 8: the table indexed [second, first], flattened
         self._first = np.ascontiguousarray(first_table.T).reshape(-1)
         self._second = np.ascontiguousarray(second_table.T).reshape(-1)
