@@ -17,6 +17,8 @@ from compiler.logs.scout import Needle, Scout
 MAX_EVIDENCE_LINES = 4  # per pattern: enough to see ranks and values, not a whole log
 _MAX_LINE_CHARS = 240
 _CONTEXT_CHARS = 80  # kept before the match in a clipped line
+_MAX_TRIES = 64  # more start words than this on a line: one search() from the first is quicker
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}  # str.translate: length kept, unlike lower()
 
 
 @dataclass(frozen=True)
@@ -67,38 +69,57 @@ class Watch:
     needles: tuple[bytes, ...]
     keep: int = MAX_EVIDENCE_LINES
     last_where: Callable[[re.Match[str]], bool] | None = None
-    # Every match begins with one of these (when given): the pattern is tried only there, the
-    # leftmost first, which finds what search() finds without trying every position of a line.
-    starts: tuple[bytes, ...] = ()
+    # Every match begins with one of these words (when given): the pattern is tried only there,
+    # the leftmost first, which finds what search() finds without trying every position of a
+    # line. A word may come as (word, skip): after a failed try at it, its next occurrences up to
+    # where `skip` matches after the word fail too and are not tried (".*" for a branch that
+    # reads to the end of the line): no pattern costs more than linear time on a long line.
+    starts: tuple[bytes | tuple[bytes, str], ...] = ()
     # Remember its latest match at each kept hit of any watch: last_match_before() then needs
     # no second pass over the log.
     track: bool = False
     ignore_case: bool = field(init=False)  # from the pattern's flags
-    _words: tuple[str, ...] = field(init=False, repr=False)  # `starts` as text, lowered when ignore_case
+    # `starts` as text (lowered when ignore_case), each with its compiled skip pattern or None
+    _words: tuple[tuple[str, re.Pattern[str] | None], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         ignore_case = bool(self.pattern.flags & re.IGNORECASE)
         if ignore_case and not self.pattern.flags & re.ASCII:
             raise ValueError(f"{self.pattern.pattern!r}: an IGNORECASE watch needs re.ASCII (its needles are ASCII)")
+        words = []
+        for start in self.starts:
+            word, skip = start if isinstance(start, tuple) else (start, None)
+            text = word.decode().lower() if ignore_case else word.decode()
+            words.append((text, re.compile(skip) if skip is not None else None))
         object.__setattr__(self, "ignore_case", ignore_case)
-        object.__setattr__(
-            self, "_words", tuple(s.decode().lower() if ignore_case else s.decode() for s in self.starts)
-        )
+        object.__setattr__(self, "_words", tuple(words))
 
     def search(self, text: str) -> re.Match[str] | None:
         if not self._words:
             return self.pattern.search(text)
         hay = text.translate(_ASCII_LOWER) if self.ignore_case else text
-        at: set[int] = set()
-        for word in self._words:
+        tries: list[tuple[int, int]] = []  # (position, index of the word found there)
+        for index, (word, _) in enumerate(self._words):
             found = hay.find(word)
             while found >= 0:
-                at.add(found)
+                tries.append((found, index))
                 found = hay.find(word, found + 1)
-        for position in sorted(at):
+        if not tries:
+            return None
+        tries.sort()
+        if len(tries) > _MAX_TRIES and all(skip is None for _, skip in self._words):
+            return self.pattern.search(text, tries[0][0])  # the same match: none starts earlier
+        skip_until = [0] * len(self._words)
+        for position, index in tries:
+            if position < skip_until[index]:
+                continue
             match = self.pattern.match(text, position)
             if match:
                 return match
+            word, skip = self._words[index]
+            if skip is not None:
+                skipped = skip.match(text, position + len(word))
+                skip_until[index] = skipped.end() if skipped else 0
         return None
 
     def scout_needles(self) -> list[Needle]:
@@ -106,7 +127,6 @@ class Watch:
 
 
 Hit = tuple[Evidence, re.Match[str]]
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}  # str.translate: length kept, unlike lower()
 
 
 @dataclass

@@ -25,7 +25,7 @@ _FAILED_OR_TIMED_OUT = re.compile(r"Some NCCL operations have failed or timed ou
 _CONNECTION = re.compile(
     r"unhandled system error \(run with NCCL_DEBUG=INFO|remote process exited or there was a network error"
     r"|NCCL WARN .*(?:[Cc]onnect|[Ss]ocket|NET/IB|[Tt]imeout)|transport retry counter exceeded"
-    r"|ibv_\w+ failed|Connection reset by peer"
+    r"|ibv_\w++ failed|Connection reset by peer"  # \w++: the word must end at " failed" anyway
 )
 _SOCKET_USING = re.compile(r"NCCL INFO NET/Socket : Using (.+)$")
 _IFACE = re.compile(r"\[\d+\]([^:\s]+):(\S+?)<\d+>")
@@ -36,7 +36,7 @@ _IB_NONE = re.compile(r"NCCL INFO NET/IB : No device found")
 _NIC_WATCHES = (
     Watch(_SOCKET_USING, (b"NCCL INFO NET/Socket : Using ",)),
     Watch(_NETWORK, (b"NCCL INFO Using network ",)),
-    Watch(_NNODES, (b"nNodes ",)),
+    Watch(_NNODES, (b"nNodes ",), starts=((b"NCCL INFO ", ".*"),)),
     Watch(_IB_NONE, (b"NCCL INFO NET/IB : No device found",)),
 )
 
@@ -176,6 +176,16 @@ class NcclConnectionError:
                 b"NCCL WARN ",
                 b"transport retry counter exceeded",
                 b"ibv_",
+                b"Connection reset by peer",
+            ),
+            # each branch begins with its first word; a failed "NCCL WARN .*" fails at every later
+            # "NCCL WARN " too, a failed "ibv_\w++ failed" at every later "ibv_" in the same word
+            starts=(
+                b"unhandled system error (run with NCCL_DEBUG=INFO",
+                b"remote process exited or there was a network error",
+                (b"NCCL WARN ", ".*"),
+                b"transport retry counter exceeded",
+                (b"ibv_", r"\w*"),
                 b"Connection reset by peer",
             ),
         ),

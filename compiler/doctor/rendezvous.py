@@ -23,7 +23,7 @@ _DEEPSPEED = re.compile(
     r"world_size (\d+) != (\d+) \* (\d+) \* (\d+)"
 )
 _CONNECT = re.compile(
-    r"The client socket has timed out after (\S+) while trying to connect to \(([^,]+), (\d+)\)"
+    r"The client socket has timed out after (\S++) while trying to connect to \(([^,]++), (\d+)\)"
     r"|Rendezvous(?:Timeout|Connection|Closed)Error"
 )
 _LISTEN = re.compile(

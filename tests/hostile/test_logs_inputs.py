@@ -252,6 +252,22 @@ CASES = [
         ["healthy"],
         id="overflow-5000-digit-scale",
     ),
+    pytest.param(  # 6,500 tries of "NCCL WARN .*(connect|...)" each to the line's end: 38 s a line before
+        _file(b"NCCL WARN " * 6500 + b"\n" + b"ibv_" * 16000 + b"\n" + b"NCCL INFO " * 6500 + b"\n"),
+        "doctor",
+        0,
+        [],
+        ["healthy", "in 3 lines"],
+        id="backtracking-bait-lines",
+    ),
+    pytest.param(
+        _file(b"lr " * 21000 + b"\n" + b"loss " * 13000 + b"loss: NaN\n"),
+        "doctor",
+        1,
+        [],
+        ["NaN/Inf loss", "L2: ... loss loss", "loss: NaN"],
+        id="many-start-words",
+    ),
     pytest.param(
         _file(b"progress 10%\rprogress 50%\r" + MEGATRON.replace(b"\n", b"\r\n")),
         "logs",
