@@ -66,14 +66,13 @@ class LogParser:
         self._scout: Scout | None = None
 
     def feed(self, block: Block) -> None:
-        first = 0
         if self.kind is None:
-            first = self._decide(block)
+            self._decide(block)  # the lines before the first that is not blank hold nothing
             if self.kind is None:
                 return
         if self.kind == "regex":
-            for i in range(first, len(block)):
-                self._regex_line(block.first_line + i, strip_prefix(block.line(i)))
+            for i, line in enumerate(block.lines()):
+                self._regex_line(block.first_line + i, strip_prefix(line))
             return
         assert self._scout is not None
         read = parse_jsonl_line if self.kind == "lmspec-jsonl" else None
@@ -84,8 +83,8 @@ class LogParser:
             else:
                 self._text_line(block.first_line + i, text)
 
-    def _decide(self, block: Block) -> int:
-        """Index of the block's first line that is not blank, where the log's kind is decided."""
+    def _decide(self, block: Block) -> None:
+        """The log's kind, from the first line that is not blank (if the block has one)."""
         text_at = np.flatnonzero(~_BLANK[np.frombuffer(block.data, dtype=np.uint8)])
         for i in np.unique(np.searchsorted(block.ends, text_at, side="right")).tolist():
             if i >= len(block):
@@ -95,8 +94,7 @@ class LogParser:
                 jsonl = line.lstrip().startswith("{")
                 self.kind = "lmspec-jsonl" if jsonl else "text"
                 self._scout = Scout(JSONL_NEEDLES if jsonl else TEXT_NEEDLES)
-                return i
-        return len(block)
+                return
 
     def _regex_line(self, lineno: int, text: str) -> None:
         assert self.user is not None

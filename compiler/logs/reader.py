@@ -68,7 +68,12 @@ class Block:
         return self.raw(i).decode("utf-8", errors="replace")
 
     def lines(self) -> list[str]:
-        return [self.line(i) for i in range(len(self))]
+        """Every line of the block as text: the block decoded at once when no line is too long."""
+        if self.long_lines():
+            return [self.line(i) for i in range(len(self))]
+        text = self.data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        return lines[:-1] if self.data[-1:] in (b"\n", b"\r") else lines
 
     def long_lines(self) -> int:
         return int(np.count_nonzero((self.ends - self.starts) > MAX_LINE_BYTES))
