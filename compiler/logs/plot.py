@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from compiler.errors import UsageError
 from compiler.logs.context import RunContext
 from compiler.logs.records import StepRecord
@@ -14,6 +16,7 @@ from compiler.logs.throughput import flops_per_token, rates_of
 
 PLOT_SUFFIXES = (".png", ".svg")
 _LABELS = ("loss", "learning rate", "tokens/s", "MFU (%)")
+MAX_PLOT_POINTS = 20_000  # per panel: 25 per pixel column of the 8-inch figure; more only costs memory
 
 
 @dataclass
@@ -44,6 +47,23 @@ def panels_of(records: Iterable[StepRecord], context: RunContext | None, log_seq
     return panels
 
 
+def thinned(xs: array, ys: array, limit: int = MAX_PLOT_POINTS) -> tuple[array | np.ndarray, array | np.ndarray]:
+    """At most `limit` points: past it, the lowest and highest point of each run of consecutive
+    steps (in step order), so spikes stay visible; NaN/inf points only where a run has nothing else."""
+    if len(xs) <= limit:
+        return xs, ys
+    x, y = np.frombuffer(xs, dtype=np.int64), np.frombuffer(ys, dtype=np.float64)
+    per = -(-len(x) // (limit // 2))  # points per run
+    pad = (-len(y)) % per
+    finite = np.isfinite(y)
+    low = np.pad(np.where(finite, y, np.inf), (0, pad), constant_values=np.inf).reshape(-1, per)
+    high = np.pad(np.where(finite, y, -np.inf), (0, pad), constant_values=-np.inf).reshape(-1, per)
+    base = np.arange(low.shape[0]) * per
+    keep = np.unique(np.concatenate((base + low.argmin(axis=1), base + high.argmax(axis=1))))
+    keep = keep[keep < len(x)]
+    return x[keep], y[keep]
+
+
 def check_plot_path(path: Path) -> None:
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot {path}: use a .png or .svg file name")
@@ -64,8 +84,8 @@ def draw(path: Path, panels: Panels, title: str, warmup_steps: int = 0) -> None:
     for axis, label in zip(axes, _LABELS, strict=True):
         axis.set_ylabel(label)
         axis.grid(True, alpha=0.3)
-        xs, ys = panels.xs[label], panels.ys[label]
-        if xs:
+        xs, ys = thinned(panels.xs[label], panels.ys[label])
+        if len(xs):
             axis.plot(xs, ys, marker="." if len(xs) < 50 else None)
             if warmup_steps and xs[0] <= warmup_steps:
                 axis.axvspan(xs[0], min(warmup_steps, xs[-1]), color="0.85", label="warm-up (not in statistics)")
