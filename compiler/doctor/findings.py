@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from compiler.errors import UsageError
 from compiler.logs.context import RunContext
 from compiler.logs.launcher import strip_prefix
 from compiler.logs.reader import LogFile, MemoryLog
@@ -256,7 +257,7 @@ class LogText:
         for block in self.source.blocks():
             if number < block.first_line + len(block):
                 return strip_prefix(block.line(number - block.first_line))
-        raise IndexError(f"line {number} is past the end of the log")
+        raise UsageError(f"{self.source.path}: the log changed while it was read (line {number} is gone); run again")
 
     def last_match_before(self, watch: Watch, line: int) -> re.Match[str] | None:
         """The last match of a watch's pattern at or before a line: from the scan when the watch is

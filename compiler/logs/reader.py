@@ -40,7 +40,7 @@ _CONTROL = bytes([*range(0, 9), *range(14, 27), *range(28, 32), 127])
 _MAGIC: tuple[tuple[bytes, str, str], ...] = (
     (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d"),
     (b"\xfd7zXZ\x00", "xz-compressed", "xz -d"),
-    (b"BZh", "bzip2-compressed", "bzip2 -d"),
+    (b"BZh", "bzip2-compressed", "bzip2 -d"),  # + a block size digit and the block magic, below
     (b"PK\x03\x04", "a zip archive", "unzip"),
     (b"\x04\x22\x4d\x18", "lz4-compressed", "lz4 -d"),
 )
@@ -147,7 +147,7 @@ class LogFile:
         finally:
             stream.close()
         for magic, what, tool in _MAGIC:
-            if head.startswith(magic) and (magic != b"BZh" or head[3:4].isdigit()):
+            if head.startswith(magic) and (magic != b"BZh" or head[4:10] in (b"1AY&SY", b"\x17rE8P\x90")):
                 raise UsageError(f"{self.path} is {what}; decompress it first ({tool} {self.path.name})")
         control = len(head) - len(head.translate(None, _CONTROL))
         if head and control > BINARY_CONTROL_SHARE * len(head):

@@ -7,8 +7,10 @@ fragments on stdout). `{log}` in a fragment stands for the path given.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import os
 import random
 from collections.abc import Callable
@@ -160,6 +162,11 @@ CASES = [
         _file(b"\x28\xb5\x2f\xfd" + bytes(64), "t.log.zst"), "logs", 2, ["{log} is zstd-compressed"], [], id="zstd"
     ),
     pytest.param(_file(b"PK\x03\x04" + bytes(64), "t.zip"), "doctor", 2, ["{log} is a zip archive"], [], id="zip"),
+    pytest.param(
+        _file(bz2.compress(OOM), "t.log.bz2"), "doctor", 2, ["{log} is bzip2-compressed", "bzip2 -d"], [], id="bz2"
+    ),
+    pytest.param(_file(lzma.compress(OOM), "t.log.xz"), "logs", 2, ["{log} is xz-compressed"], [], id="xz"),
+    pytest.param(_file(b"BZh9 is how this log starts\n" + OOM), "doctor", 1, [], ["CUDA out of memory"], id="bzh-text"),
     pytest.param(
         _run_dir({"metrics.jsonl": JSONL[:200] + b"\n{not json\n\x00\x01garbage\n" + JSONL}),
         "logs",
