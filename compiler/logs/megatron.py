@@ -45,9 +45,13 @@ def _fields(rest: str) -> dict[str, str]:
 
 
 def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
-    if "iteration" not in text:  # substring test first: most lines of a big log are not step lines
-        return None
-    match = _ITERATION.search(text)
+    # _ITERATION.search(text), tried only where "iteration" starts (its leading \b makes search()
+    # try every position of the line: 30 us for a Megatron line, against 1 us)
+    at = text.find("iteration")
+    match = None
+    while at >= 0 and match is None:
+        match = _ITERATION.match(text, at)
+        at = text.find("iteration", at + 1)
     if not match:
         return None
     step = digits_int(match.group(1))

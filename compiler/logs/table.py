@@ -103,17 +103,21 @@ class StepTable:
         self._steps.append(record.step)
         self._lines.append(record.line)
         mask = 0
+        columns = self._columns
         for name in NUMERIC_FIELDS:
             value = getattr(record, name)
-            column = self._columns.get(name)
+            column = columns.get(name)
             if value is None:
                 if column is not None:
                     column.append(0)
                 continue
             mask |= _BIT[name]
             if column is None:
-                column = self._columns[name] = array("q" if name in INT_FIELDS else "d", bytes(8 * row))
-            self._put(column, row, name, value, append=True)
+                column = columns[name] = array("q" if name in INT_FIELDS else "d", bytes(8 * row))
+            if column.typecode == "d" or (type(value) is int and _INT64[0] <= value <= _INT64[1]):
+                column.append(value)
+            else:
+                self._put(column, row, name, value, append=True)
         self._masks.append(mask)
 
     def _put(self, column: array, row: int, name: str, value: int | float, append: bool) -> None:
@@ -217,11 +221,13 @@ class StepTable:
 
     def _record(self, row: int) -> StepRecord:
         mask = self._masks[row]
-        record = StepRecord(step=self._steps[row], line=self._lines[row])
-        for name, column in self._columns.items():
-            if mask & _BIT[name]:
-                setattr(record, name, self._odd.get((row, name), column[row]))
-        return record
+        odd = self._odd
+        values = {name: column[row] for name, column in self._columns.items() if mask & _BIT[name]}
+        if odd:
+            for name in values:
+                if (row, name) in odd:
+                    values[name] = odd[(row, name)]
+        return StepRecord(step=self._steps[row], line=self._lines[row], **values)
 
     def records(self) -> Iterator[StepRecord]:
         """Every kept step, in step order, as a fresh StepRecord."""
