@@ -123,7 +123,8 @@ class LogFile:
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
-                kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) else "not a regular file"
+                kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
+                kind = next((name for test, name in kinds if test(mode)), "a device")
                 raise UsageError(f"{self.path} is {kind}, not a log file; save the output to a file and pass that")
             os.set_blocking(fd, True)
             raw: BinaryIO = os.fdopen(fd, "rb", buffering=0)

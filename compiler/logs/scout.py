@@ -3,7 +3,7 @@
 Most lines of a big log are noise that no parser or signature reads; looking at each line in
 Python is what made `lmspec logs`/`doctor` slow. The scout finds the few lines that can matter
 without touching the others: the block's bytes are viewed as aligned byte pairs (numpy,
-little-endian uint16, no copy of the pairs), and every needle occurrence, whatever the parity of
+little-endian uint16), and every needle occurrence, whatever the parity of
 where it starts, covers a known window of two consecutive aligned pairs. Two 64 Ki-entry tables
 say, per pair value, which needle windows it can open (FIRST) or close (SECOND); a line is a
 candidate when a pair and the next one share a window. Candidates are a superset of the lines

@@ -85,7 +85,7 @@ class StepTable:
             self._append(record)
             if len(steps) > MAX_EXACT_STEPS:
                 self._thin()
-        elif step == steps[-1]:
+        elif steps and step == steps[-1]:
             self._fill(len(steps) - 1, record)
         else:
             row = bisect_left(steps, step)

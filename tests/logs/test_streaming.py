@@ -159,6 +159,15 @@ def test_table_past_its_bound_keeps_every_kth_step_and_exact_counts(monkeypatch:
     assert t.sampled_note() and f"every {t.stride}th step" in t.sampled_note()
 
 
+def test_thinning_that_leaves_no_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step odd: the first thinning keeps none; later steps, even ones among them, still count."""
+    monkeypatch.setattr(table, "MAX_EXACT_STEPS", 8)
+    t = StepTable()
+    for step in [*range(1, 40, 2), 20, 2, 40]:
+        t.add(StepRecord(step=step, loss=1.0))
+    assert t.stride == 2 and [r.step for r in t.records()] == [2, 20, 40] and t.distinct == 23
+
+
 def test_sampled_report_keeps_counts_last_loss_and_peak(monkeypatch: pytest.MonkeyPatch) -> None:
     from compiler.logs.parse import parse_lines
     from compiler.logs.report import build_report
