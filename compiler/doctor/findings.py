@@ -98,7 +98,7 @@ class Watch:
     def search(self, text: str) -> re.Match[str] | None:
         if not self._words:
             return self.pattern.search(text)
-        hay = text.translate(_ASCII_LOWER) if self.ignore_case else text
+        hay = text if not self.ignore_case else text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
         tries: list[tuple[int, int]] = []  # (position, index of the word found there)
         for index, (word, _) in enumerate(self._words):
             found = hay.find(word)
@@ -171,17 +171,17 @@ class LogText:
         self._latest: dict[re.Pattern[str], re.Match[str]] = {}  # tracked pattern -> its latest match
         self._at_hit: dict[int, dict[re.Pattern[str], re.Match[str]]] = {}  # kept hit line -> latest matches
         self._kept_at: dict[int, int] = {}  # line -> how many kept hits are on it (snapshots are dropped at 0)
-        by_needle: dict[Needle, list[Watch]] = {}
-        for watch in watches:
+        by_needle: dict[Needle, list[int]] = {}  # needle -> indices of the watches it stands for
+        for index, watch in enumerate(watches):
             for needle in watch.scout_needles():
-                by_needle.setdefault(needle, []).append(watch)
+                by_needle.setdefault(needle, []).append(index)
         scout = Scout(by_needle)
         for block in source.blocks():
             lines, masks = scout.candidates(block)
             for i, mask in zip(lines.tolist(), masks.tolist(), strict=True):
                 raw_bytes = block.raw(i)
                 lowered = None
-                found: list[Watch] = []
+                found: set[int] = set()
                 for needle in scout.needles_in(mask):
                     if needle.ignore_case:
                         lowered = raw_bytes.lower() if lowered is None else lowered
@@ -189,11 +189,10 @@ class LogText:
                     else:
                         holds = needle.text in raw_bytes
                     if holds:
-                        found += [w for w in by_needle[needle] if w not in found]
-                if len(found) > 1:
-                    found.sort(key=lambda w: not w.track)
-                if found:
-                    self._see(block.first_line + i, raw_bytes.decode("utf-8", errors="replace"), found)
+                        found.update(by_needle[needle])
+                if found:  # in watch order: the tracked ones first
+                    text = raw_bytes.decode("utf-8", errors="replace")
+                    self._see(block.first_line + i, text, [watches[w] for w in sorted(found)])
         self.line_count = source.line_count
         self.long_lines = source.long_lines
 
@@ -207,12 +206,16 @@ class LogText:
                 self._latest[watch.pattern] = match
             seen = self._seen[watch.pattern]
             seen.count += 1
+            first = len(seen.first) < watch.keep
+            last = watch.last_where is not None and watch.last_where(match)
+            if not first and not last:
+                continue
             hit = (Evidence(number, _clip(raw, len(raw) - len(text) + match.start())), match)
             kept = 0
-            if len(seen.first) < watch.keep:
+            if first:
                 seen.first.append(hit)
                 kept += 1
-            if watch.last_where is not None and watch.last_where(match):
+            if last:
                 if seen.last is not None:
                     self._release(seen.last[0].line)
                 seen.last = hit

@@ -82,26 +82,28 @@ class Block:
 def block_of(data: bytes, first_line: int) -> Block:
     """The block for `data`, which ends with a line break (or is one unterminated last line)."""
     view = np.frombuffer(data, dtype=np.uint8)
-    breaks = np.flatnonzero((view == _LF) | (view == _CR))
-    if len(breaks):
+    has_cr = b"\r" in data
+    if not has_cr:  # most logs: \n alone ends a line
+        terminators = np.flatnonzero(view == _LF)
+    else:  # one comparison finds both (and the rare tab or form feed, dropped after)
+        breaks = np.flatnonzero(view <= _CR)
+        breaks = breaks[(view[breaks] == _LF) | (view[breaks] == _CR)]
         after = np.minimum(breaks + 1, len(view) - 1)
         # the \r of a \r\n ends no line of its own; the \n after it does
         cr_of_crlf = (view[breaks] == _CR) & (breaks + 1 < len(view)) & (view[after] == _LF)
         terminators = breaks[~cr_of_crlf]
-    else:
-        terminators = breaks
     if not len(terminators) or terminators[-1] != len(view) - 1:
         terminators = np.append(terminators, len(view))  # an unterminated last line
     starts = np.empty(len(terminators), dtype=np.int64)
     starts[0] = 0
     starts[1:] = terminators[:-1] + 1
     ends = terminators.astype(np.int64)
-    inside = ends < len(view)
-    preceded_by_cr = np.zeros(len(ends), dtype=bool)
-    if inside.any():
-        at = np.maximum(ends[inside] - 1, 0)
-        preceded_by_cr[inside] = (view[ends[inside]] == _LF) & (ends[inside] > starts[inside]) & (view[at] == _CR)
-    ends = ends - preceded_by_cr
+    if has_cr:  # a line ended by \r\n ends before its \r
+        inside = ends < len(view)
+        crlf = np.zeros(len(ends), dtype=bool)
+        at = ends[inside]
+        crlf[inside] = (view[at] == _LF) & (at > starts[inside]) & (view[np.maximum(at - 1, 0)] == _CR)
+        ends -= crlf
     return Block(data=data, first_line=first_line, starts=starts, ends=ends)
 
 
