@@ -49,6 +49,7 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
     seq = parsed.settings.get("seq_length")
     flops = flops_per_token(context) if context is not None else None
     series: dict[str, array] = {name: array("d") for name in _SERIES}
+    appends = [series[name].append for name in _SERIES]
     used = 0
     peak: int | float | None = None
     last_loss: float | None = None
@@ -62,17 +63,18 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
             continue
         used += 1
         rate = rates_of(record, context, seq, flops)
-        for name, value in (
-            ("step_time_s", record.step_time_s),
-            ("tokens_per_s", rate.tokens_per_s),
-            ("mfu", rate.mfu),
-            ("hfu", rate.hfu),
-            ("loss", record.loss),
-            ("grad_norm", record.grad_norm),
-            ("logged_tflops_per_gpu", record.tflops_per_gpu),
-        ):
+        values = (  # in _SERIES order
+            record.step_time_s,
+            rate.tokens_per_s,
+            rate.mfu,
+            rate.hfu,
+            record.loss,
+            record.grad_norm,
+            record.tflops_per_gpu,
+        )
+        for append, value in zip(appends, values, strict=True):
             if value is not None:
-                series[name].append(value)
+                append(value)
     if table.dropped:  # a sampled table: what the steps left out of the sample add
         used += table.dropped_above if applied else table.dropped
         if table.dropped_peak is not None and (peak is None or table.dropped_peak > peak):
