@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from compiler.logs.context import RunContext
 from compiler.logs.records import ParsedLog
-from compiler.logs.stats import Summary, summarize
+from compiler.logs.stats import Summary, skips_warmup, summarize
 from compiler.logs.throughput import flops_per_token, rates_of, verdict
 
 _GIB_BYTES = 1024**3
@@ -43,9 +43,7 @@ class LogReport:
 def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: int) -> LogReport:
     """The report over the log's steady steps, in one pass over its steps (never all at once)."""
     table = parsed.table
-    last_step = table.last_step()
-    # steady_steps' rule: skip steps <= warmup_steps unless that would leave none
-    applied = (last_step is not None and last_step > warmup_steps) or table.dropped_above > 0 or not table.distinct
+    applied = skips_warmup(table.max_step, warmup_steps)  # steady_steps' rule, over every step seen
     seq = parsed.settings.get("seq_length")
     flops = flops_per_token(context) if context is not None else None
     series: dict[str, array] = {name: array("d") for name in _SERIES}

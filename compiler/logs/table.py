@@ -53,10 +53,10 @@ class StepTable:
         self.dropped_peak: int | float | None = None
         self.dropped_last_loss: tuple[int, float] | None = None  # (step, loss) of the latest step with a loss
 
-    def last_step(self) -> int | None:
-        """The largest step kept."""
-        self._flush()
-        return self._steps[-1] if len(self._steps) else None
+    @property
+    def max_step(self) -> int | None:
+        """The largest step seen, kept or not."""
+        return self._max_step
 
     def __len__(self) -> int:
         """Distinct steps kept."""

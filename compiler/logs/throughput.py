@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from compiler.logs.context import RunContext
@@ -70,11 +69,6 @@ def rates_of(
     elif record.mfu is not None and math.isfinite(record.mfu):
         mfu = record.mfu  # lmspec's runtime computed it from the same FLOPs model
     return StepRates(step=record.step, tokens_per_s=tps, mfu=mfu, hfu=hfu)
-
-
-def step_rates(steps: Iterable[StepRecord], context: RunContext | None, log_seq_length: int | None) -> list[StepRates]:
-    flops = flops_per_token(context) if context is not None else None
-    return [rates_of(record, context, log_seq_length, flops) for record in steps]
 
 
 def verdict(mfu: float) -> str:
