@@ -11,22 +11,33 @@ from typing import Any
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     import dataclasses
+    import sys
 
-    from compiler.doctor import SIGNATURES, diagnose
+    from compiler.doctor import SIGNATURES, WATCHES, diagnose
     from compiler.doctor.findings import LogText
-    from compiler.logs.parse import read_raw_lines, resolve_log
+    from compiler.logs.parse import resolve_log
+    from compiler.logs.reader import MAX_LINE_BYTES, LogFile
     from compiler.logs_command import job_context
 
     path = resolve_log(args.log)
-    log = LogText(read_raw_lines(path))
-    findings = diagnose(log, job_context(args))
+    source = LogFile(path)  # refuses what cannot be read as a log before the job is resolved
+    context = job_context(args)
+    log = LogText.scan(source, WATCHES)
+    if log.long_lines:
+        kib = MAX_LINE_BYTES // 1024
+        print(
+            f"warning: {path}: {log.long_lines} line(s) longer than {kib} KiB: "
+            f"only the first {kib} KiB of each were read",
+            file=sys.stderr,
+        )
+    findings = diagnose(log, context)
     if args.format == "json":
         print(json.dumps([dataclasses.asdict(f) for f in findings], indent=2))
     elif findings:
         print("\n\n".join(f.text() for f in findings))
         print(f"\n{path}: {len(findings)} problem(s) found")
     else:
-        print(f"{path}: healthy — none of {len(SIGNATURES)} known failure signatures in {len(log.lines)} lines")
+        print(f"{path}: healthy — none of {len(SIGNATURES)} known failure signatures in {log.line_count} lines")
     return 1 if findings else 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,13 +56,17 @@ def job_context(args: argparse.Namespace) -> RunContext | None:
 def _cmd_logs(args: argparse.Namespace) -> int:
     from compiler.errors import UsageError
     from compiler.logs.parse import parse_log
+    from compiler.logs.plot import check_plot_path
     from compiler.logs.report import build_report, format_text
-    from compiler.logs.throughput import step_rates
 
     if args.warmup_steps < 0:
         raise UsageError(f"--warmup-steps {args.warmup_steps}: must be 0 or more")
-    parsed = parse_log(args.log, args.regex)
-    if not parsed.steps:
+    if args.plot is not None:
+        check_plot_path(args.plot)  # before reading a big log, not after
+    parsed = parse_log(args.log, args.regex, args.warmup_steps)
+    if not parsed.table.distinct:
+        for note in parsed.notes:
+            print(f"warning: {note}", file=sys.stderr)
         raise UsageError(
             f"{parsed.path}: no training steps found (lmspec metrics.jsonl, Megatron-LM and "
             "DeepSpeed logs are read); describe other formats with --regex"
@@ -70,10 +75,10 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     report = build_report(parsed, context, args.warmup_steps)
     print(report.to_json() if args.format == "json" else format_text(report))
     if args.plot is not None:
-        from compiler.logs.plot import draw
+        from compiler.logs.plot import draw, panels_of
 
-        rates = step_rates(parsed.steps, context, parsed.settings.get("seq_length"))
-        draw(args.plot, parsed.steps, rates, Path(parsed.path).name, args.warmup_steps)
+        panels = panels_of(parsed.records(), context, parsed.settings.get("seq_length"))
+        draw(args.plot, panels, Path(parsed.path).name, args.warmup_steps)
         if args.format == "text":
             print(f"plot: {args.plot}")
     return 0

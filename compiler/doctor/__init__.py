@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from compiler.doctor.comm import TpSlowdown
-from compiler.doctor.findings import Finding, LogText, Signature
+from compiler.doctor.findings import Finding, LogText, Signature, Watch
 from compiler.doctor.memory import CudaOutOfMemory
 from compiler.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
 from compiler.doctor.numerics import NonFiniteLoss
@@ -29,6 +29,9 @@ SIGNATURES: tuple[Signature, ...] = (
     VllmKvCacheTooSmall(),
     VllmParallelNotDividing(),
 )
+
+# every pattern any signature reads, each once: the one pass over the log looks for all of them
+WATCHES: tuple[Watch, ...] = tuple(dict.fromkeys(w for signature in SIGNATURES for w in signature.watches))
 
 
 def diagnose(log: LogText, context: RunContext | None) -> list[Finding]:

@@ -14,7 +14,6 @@ from typing import Any
 
 from compiler.doctor.findings import Evidence, Finding, Fix, LogText
 from compiler.logs.context import RunContext
-from compiler.logs.parse import parse_lines
 from compiler.sections import Spec
 
 COMM_SHARE_LIMIT = 0.30  # the seed: comm over 30% of the step is where TP stops paying
@@ -95,6 +94,7 @@ def _tp_fixes(spec: Spec) -> list[Fix]:
 
 class TpSlowdown:
     name = "tp_slowdown"
+    watches = ()  # reads the Plan, and the log's steps (LogText.steps) only when the Plan says so
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         if context is None or int(context.derived["layout"]["tp"]) <= 1:
@@ -112,10 +112,12 @@ class TpSlowdown:
         )
         shown = ", ".join(f"{k}={comm[k]:.3g}" for k in ("share_of_step", "compute_s", *_KINDS))
         evidence = [Evidence(0, f"plan.json comm: {shown}")]
-        steps = parse_lines(log.lines, "log").steps
-        timed = [s for s in steps if s.step_time_s]
-        if timed:
-            evidence.append(Evidence(timed[-1].line, log.lines[timed[-1].line - 1].strip()[:240]))
+        last_timed = None
+        for step in log.steps():
+            if step.step_time_s:
+                last_timed = step.line
+        if last_timed is not None:
+            evidence.append(Evidence(last_timed, log.line(last_timed).strip()[:240]))
         return Finding(
             self.name,
             "tensor parallelism dominated by communication",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.doctor.findings import Finding, Fix, LogText
+from compiler.doctor.findings import Finding, Fix, LogText, Watch
 from compiler.logs.context import RunContext
 
 _SIZE = r"[\d.]+ [KMGT]?i?B"
@@ -108,12 +108,17 @@ def _shown(value: object) -> str:
 
 class CudaOutOfMemory:
     name = "cuda_oom"
+    watches = (
+        Watch(_OOM, (b"CUDA out of memory. Tried to allocate ",)),
+        Watch(_OOM_OTHER, (b"CUDA error: out of memory", b"OutOfMemoryError")),
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_OOM) or log.find(_OOM_OTHER)
         if not hits:
             return None
-        match, line = hits[0][1], log.lines[hits[0][0].line - 1]
+        match = hits[0][1]
+        line = match.string  # the line it matched, prefix stripped
         cause = "A GPU ran out of memory"
         needed = None
         if match.re is _OOM:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from compiler.doctor.findings import Evidence, Finding, Fix, LogText
+from compiler.doctor.findings import Evidence, Finding, Fix, LogText, Watch
 from compiler.logs.context import RunContext
 
 _WATCHDOG = re.compile(
@@ -25,13 +25,20 @@ _FAILED_OR_TIMED_OUT = re.compile(r"Some NCCL operations have failed or timed ou
 _CONNECTION = re.compile(
     r"unhandled system error \(run with NCCL_DEBUG=INFO|remote process exited or there was a network error"
     r"|NCCL WARN .*(?:[Cc]onnect|[Ss]ocket|NET/IB|[Tt]imeout)|transport retry counter exceeded"
-    r"|ibv_\w+ failed|Connection reset by peer"
+    r"|ibv_\w++ failed|Connection reset by peer"  # \w++: the word must end at " failed" anyway
 )
 _SOCKET_USING = re.compile(r"NCCL INFO NET/Socket : Using (.+)$")
 _IFACE = re.compile(r"\[\d+\]([^:\s]+):(\S+?)<\d+>")
 _NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
 _NNODES = re.compile(r"NCCL INFO .*\bnNodes (\d+)")
 _IB_NONE = re.compile(r"NCCL INFO NET/IB : No device found")
+
+_NIC_WATCHES = (
+    Watch(_SOCKET_USING, (b"NCCL INFO NET/Socket : Using ",)),
+    Watch(_NETWORK, (b"NCCL INFO Using network ",)),
+    Watch(_NNODES, (b"nNodes ",), starts=((b"NCCL INFO ", ".*"),)),
+    Watch(_IB_NONE, (b"NCCL INFO NET/IB : No device found",)),
+)
 
 MIN_SUGGESTED_TIMEOUT_MINUTES = 30  # outlasts most checkpoint saves; torch's own default is 10 min
 IB_TIMEOUT_SUGGESTED = 22  # 4.096 us x 2^22 = 17 s per IB transport attempt (NCCL's default is 20)
@@ -114,6 +121,11 @@ def _debug_fix(choice: NicChoice | None) -> list[Fix]:
 
 class NcclTimeout:
     name = "nccl_timeout"
+    watches = (
+        Watch(_WATCHDOG, (b"Watchdog caught collective operation timeout: WorkNCCL(",)),
+        Watch(_FAILED_OR_TIMED_OUT, (b"Some NCCL operations have failed or timed out",)),
+        *_NIC_WATCHES,
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_WATCHDOG)
@@ -155,6 +167,30 @@ class NcclTimeout:
 
 class NcclConnectionError:
     name = "nccl_connection"
+    watches = (
+        Watch(
+            _CONNECTION,
+            (
+                b"unhandled system error (run with NCCL_DEBUG=INFO",
+                b"remote process exited or there was a network error",
+                b"NCCL WARN ",
+                b"transport retry counter exceeded",
+                b"ibv_",
+                b"Connection reset by peer",
+            ),
+            # each branch begins with its first word; a failed "NCCL WARN .*" fails at every later
+            # "NCCL WARN " too, a failed "ibv_\w++ failed" at every later "ibv_" in the same word
+            starts=(
+                b"unhandled system error (run with NCCL_DEBUG=INFO",
+                b"remote process exited or there was a network error",
+                (b"NCCL WARN ", ".*"),
+                b"transport retry counter exceeded",
+                (b"ibv_", r"\w*"),
+                b"Connection reset by peer",
+            ),
+        ),
+        *_NIC_WATCHES,
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_CONNECTION)
@@ -178,6 +214,7 @@ class NcclInterface:
     """NCCL_DEBUG=INFO shows a NIC or transport that cannot be right for this job."""
 
     name = "nccl_interface"
+    watches = _NIC_WATCHES
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         choice = nic_choice(log)

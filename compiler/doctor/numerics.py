@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 
-from compiler.doctor.findings import Evidence, Finding, Fix, LogText
+from compiler.doctor.findings import Evidence, Finding, Fix, LogText, Watch
 from compiler.logs.context import RunContext
+from compiler.logs.records import digits_int
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
     r"|number of nan iterations:\s*[1-9]|\bloss\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,  # log messages are ASCII: ASCII case folding, ASCII \b and \s
 )
 _OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (\d+), reducing to (\d+)")
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
@@ -28,13 +29,19 @@ LOSS_SCALE_COLLAPSED_AT = 1  # fp16 dynamic scaling that reaches 1 no longer pro
 LR_DIVISOR = 5  # the seed's checklist: restart from the last good checkpoint with lr / 5
 
 
+def _collapsed(match: re.Match[str]) -> bool:
+    """An overflow that took the loss scale down to LOSS_SCALE_COLLAPSED_AT or below."""
+    scale = digits_int(match.group(2))
+    return scale is not None and scale <= LOSS_SCALE_COLLAPSED_AT
+
+
+_LR_WATCH = Watch(_LR, (b"learning rate", b"lr"), keep=0, starts=(b"learning rate", b"lr"), track=True)
+
+
 def _last_lr(log: LogText, up_to_line: int) -> float | None:
     """The learning rate the log last states at or before a line (1-based)."""
-    for text in reversed(log.lines[:up_to_line]):
-        match = _LR.search(text)
-        if match:
-            return float(match.group(1))
-    return None
+    match = log.last_match_before(_LR_WATCH, up_to_line)
+    return float(match.group(1)) if match else None
 
 
 def _fixes(context: RunContext | None, lr: float | None, first_line: int) -> list[Fix]:
@@ -80,20 +87,31 @@ def _fixes(context: RunContext | None, lr: float | None, first_line: int) -> lis
 
 class NonFiniteLoss:
     name = "nan_loss"
+    watches = (
+        # every match of _NAN begins with the first word of one of its four branches
+        Watch(
+            _NAN,
+            (b" in local ", b"unexpected result ", b"nan iterations:", b"loss"),
+            starts=(b"found ", b"unexpected result ", b"number of nan iterations:", b"loss"),
+        ),
+        Watch(_OVERFLOW, (b"OVERFLOW! Rank ",), keep=2, last_where=_collapsed),
+        Watch(_AT_MINIMUM, (b"Current loss scale already at minimum",)),
+        _LR_WATCH,
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         nan_hits = log.find(_NAN)
-        overflow = log.find_all(_OVERFLOW)
-        collapsed = [(e, m) for e, m in overflow if int(m.group(2)) <= LOSS_SCALE_COLLAPSED_AT]
+        overflow = log.find(_OVERFLOW, limit=2)  # the first two, of log.count(_OVERFLOW)
+        collapsed = log.last(_OVERFLOW)  # the last one that took the scale to 1 or below
         minimum = log.find(_AT_MINIMUM, limit=1)
         if not nan_hits and not collapsed and not minimum:
             return None
         evidence: list[Evidence] = [e for e, _ in nan_hits]
         if collapsed or minimum:
-            evidence += [e for e, _ in overflow[:2] + collapsed[-1:] + minimum]
+            evidence += [e for e, _ in overflow + ([collapsed] if collapsed else []) + minimum]
             cause = (
-                f"fp16 dynamic loss scaling collapsed ({len(overflow)} overflow steps skipped, scale down to "
-                f"{collapsed[-1][1].group(2) if collapsed else 'its minimum'}): gradients overflow at every "
+                f"fp16 dynamic loss scaling collapsed ({log.count(_OVERFLOW)} overflow steps skipped, scale down to "
+                f"{collapsed[1].group(2) if collapsed else 'its minimum'}): gradients overflow at every "
                 "scale, so training diverged."
             )
             title = "loss-scale collapse"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.doctor.findings import Finding, Fix, LogText
+from compiler.doctor.findings import Finding, Fix, LogText, Watch
 from compiler.logs.context import RunContext
 
 _CLIENTS = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
@@ -23,7 +23,7 @@ _DEEPSPEED = re.compile(
     r"world_size (\d+) != (\d+) \* (\d+) \* (\d+)"
 )
 _CONNECT = re.compile(
-    r"The client socket has timed out after (\S+) while trying to connect to \(([^,]+), (\d+)\)"
+    r"The client socket has timed out after (\S++) while trying to connect to \(([^,]++), (\d+)\)"
     r"|Rendezvous(?:Timeout|Connection|Closed)Error"
 )
 _LISTEN = re.compile(
@@ -56,6 +56,11 @@ def _nodes_fix(world: int, context: RunContext | None) -> list[Fix]:
 
 class WorldSizeMismatch:
     name = "world_size_mismatch"
+    watches = (
+        Watch(_CLIENTS, (b" seconds waiting for clients. ",)),
+        Watch(_DEEPSPEED, (b"train_batch_size is not equal to micro_batch_per_gpu",)),
+        Watch(_MEGATRON, (b"world_size (",)),
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         expected_world = context.n_gpus if context else None
@@ -96,6 +101,12 @@ class WorldSizeMismatch:
 
 class RendezvousFailure:
     name = "rendezvous"
+    watches = (
+        Watch(
+            _LISTEN, (b"The server socket has failed to listen on any local network address", b"ddress already in use")
+        ),
+        Watch(_CONNECT, (b"The client socket has timed out after ", b"Rendezvous")),
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         port = context.spec.cluster.master_port if context else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.doctor.findings import Finding, Fix, LogText
+from compiler.doctor.findings import Finding, Fix, LogText, Watch
 from compiler.logs.context import RunContext
 
 _KV = re.compile(
@@ -33,6 +33,10 @@ def _divisors(n: int) -> list[int]:
 
 class VllmKvCacheTooSmall:
     name = "vllm_kv_cache"
+    watches = (
+        Watch(_KV, (b"To serve at least one request with the model",)),
+        Watch(_NO_BLOCKS, (b"No available memory for the cache blocks",)),
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_KV)
@@ -97,6 +101,7 @@ class VllmKvCacheTooSmall:
 
 class VllmParallelNotDividing:
     name = "vllm_parallel"
+    watches = (Watch(_HEADS, (b"Total number of attention heads (",)),)
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         if hits := log.find(_HEADS):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.doctor.findings import Finding, Fix, LogText
+from compiler.doctor.findings import Finding, Fix, LogText, Watch
 from compiler.logs.context import RunContext
 
 _TIME_LIMIT = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED (?:AT \S+ )?DUE TO TIME LIMIT \*\*\*")
@@ -18,6 +18,7 @@ _OOM_KILL = re.compile(r"Detected \d+ oom[_-]kill events? in \S+")
 
 class SlurmTimeLimit:
     name = "slurm_time_limit"
+    watches = (Watch(_TIME_LIMIT, (b" DUE TO TIME LIMIT ***",)),)
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_TIME_LIMIT)
@@ -56,6 +57,7 @@ class SlurmTimeLimit:
 
 class HostOutOfMemory:
     name = "host_oom"
+    watches = (Watch(_OOM_KILL, (b"oom_kill event", b"oom-kill event")),)
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_OOM_KILL)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.logs.records import StepRecord
+from compiler.logs.records import StepRecord, digits_int, finite_int
 
 _STEP = re.compile(r"\[Rank -?\d+\] step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 _THROUGHPUT = re.compile(
@@ -31,15 +31,21 @@ def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
         return None
     match = _STEP.search(text)
     if match:
+        step = digits_int(match.group(1))
         lr = _NUMBER.search(match.group(3))
-        return StepRecord(step=int(match.group(1)), line=lineno, lr=float(lr.group(0)) if lr else None)
+        return None if step is None else StepRecord(step=step, line=lineno, lr=float(lr.group(0)) if lr else None)
     match = _THROUGHPUT.search(text)
     if match:
-        samples_per_s = float(match.group(3))
-        return StepRecord(
-            step=int(match.group(1)),
-            line=lineno,
-            samples_per_s=samples_per_s,
-            peak_memory_bytes=int(float(match.group(5)) * _GIB_BYTES),
-        )
+        step = digits_int(match.group(1))
+        if step is None:
+            return None
+        try:  # the format's [^,]+ and [\d.]+ also take what is not a number ("1.2.3")
+            return StepRecord(
+                step=step,
+                line=lineno,
+                samples_per_s=float(match.group(3)),
+                peak_memory_bytes=finite_int(float(match.group(5)) * _GIB_BYTES),
+            )
+        except ValueError:
+            return None
     return None

@@ -14,7 +14,7 @@ def parse_jsonl_line(text: str, lineno: int) -> StepRecord | None:
     """A step record, or None for blank lines, other events and lines that are not JSON."""
     try:
         obj = json.loads(text)  # json reads NaN / Infinity, which a diverged run writes
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than json's recursion limit
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("step"), int):
         return None

@@ -15,4 +15,6 @@ _PREFIX = re.compile(r"^(?:\s*\d+:\s|\[[A-Za-z_]*\d+\]:\s?)+")
 
 def strip_prefix(line: str) -> str:
     """The line as the rank printed it."""
+    if not line or not (line[0] == "[" or line[0].isdecimal() or line[0].isspace()):
+        return line  # no prefix can start here (\s is str.isspace, \d str.isdecimal): most lines
     return _PREFIX.sub("", line, count=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.logs.records import StepRecord
+from compiler.logs.records import StepRecord, digits_int, finite_int
 
 _LINE = re.compile(
     r"^step\s+(\d+) \| loss (\S+) \| lr (\S+) \| grad_norm (\S+) \| ([\d,.]+) tokens/s \| ([\d.]+) ms/step \| "
@@ -22,14 +22,20 @@ def parse_lmspec_line(text: str, lineno: int) -> StepRecord | None:
     if not match:
         return None
     g = match.groups()
-    return StepRecord(
-        step=int(g[0]),
-        line=lineno,
-        loss=float(g[1]),
-        lr=float(g[2]),
-        grad_norm=float(g[3]),
-        tokens_per_s=float(g[4].replace(",", "")),
-        step_time_s=float(g[5]) / 1000,
-        mfu=float(g[6]) / 100,
-        peak_memory_bytes=int(float(g[7].replace(",", "")) * _MIB_BYTES),
-    )
+    step = digits_int(g[0])
+    if step is None:
+        return None
+    try:  # the format's \S+ and [\d,.]+ also take what is not a number ("1.2.3")
+        return StepRecord(
+            step=step,
+            line=lineno,
+            loss=float(g[1]),
+            lr=float(g[2]),
+            grad_norm=float(g[3]),
+            tokens_per_s=float(g[4].replace(",", "")),
+            step_time_s=float(g[5]) / 1000,
+            mfu=float(g[6]) / 100,
+            peak_memory_bytes=finite_int(float(g[7].replace(",", "")) * _MIB_BYTES),
+        )
+    except ValueError:
+        return None

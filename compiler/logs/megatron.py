@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from compiler.logs.records import StepRecord
+from compiler.logs.records import StepRecord, digits_int, finite_int
 
 _ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank \d+\] \(after \d+ iterations\) memory \(MB\) \|(.*)$")
@@ -45,12 +45,19 @@ def _fields(rest: str) -> dict[str, str]:
 
 
 def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
-    if "iteration" not in text:  # substring test first: most lines of a big log are not step lines
-        return None
-    match = _ITERATION.search(text)
+    # _ITERATION.search(text), tried only where "iteration" starts (its leading \b makes search()
+    # try every position of the line: 30 us for a Megatron line, against 1 us)
+    at = text.find("iteration")
+    match = None
+    while at >= 0 and match is None:
+        match = _ITERATION.match(text, at)
+        at = text.find("iteration", at + 1)
     if not match:
         return None
-    record = StepRecord(step=int(match.group(1)), line=lineno)
+    step = digits_int(match.group(1))
+    if step is None:
+        return None
+    record = StepRecord(step=step, line=lineno)
     for name, value in _fields(match.group(2)).items():
         target = _FIELDS.get(name)
         if target is None:
@@ -59,7 +66,11 @@ def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
             number = float(value) * target[1]  # float() reads Megatron's "NAN" / "INF" too
         except ValueError:
             continue
-        setattr(record, target[0], int(number) if target[0] in _INT_FIELDS else number)
+        if target[0] in _INT_FIELDS:
+            number = finite_int(number)  # a count, never NaN: such a field is not read
+            if number is None:
+                continue
+        setattr(record, target[0], number)
     return record
 
 
@@ -72,6 +83,6 @@ def parse_megatron_memory(text: str) -> int | None:
         return None
     value = _fields(match.group(1)).get("max allocated")
     try:
-        return int(float(value) * _MIB_BYTES) if value is not None else None
+        return finite_int(float(value) * _MIB_BYTES) if value is not None else None
     except ValueError:
         return None

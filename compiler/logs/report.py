@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from array import array
 from dataclasses import dataclass
 
 from compiler.logs.context import RunContext
 from compiler.logs.records import ParsedLog
-from compiler.logs.stats import Summary, steady_steps, summarize
-from compiler.logs.throughput import StepRates, flops_per_token, step_rates, verdict
+from compiler.logs.stats import Summary, skips_warmup, summarize
+from compiler.logs.throughput import flops_per_token, rates_of, verdict
 
 _GIB_BYTES = 1024**3
+# the metrics of a report, in the order they are summarised (tokens_per_s_per_gpu with a job)
+_SERIES = ("step_time_s", "tokens_per_s", "mfu", "hfu", "loss", "grad_norm", "logged_tflops_per_gpu")
 
 
 @dataclass(frozen=True)
@@ -38,31 +41,67 @@ class LogReport:
 
 
 def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: int) -> LogReport:
-    steps, applied = steady_steps(parsed.steps, warmup_steps)
-    rates = step_rates(steps, context, parsed.settings.get("seq_length"))
-    metrics = _metrics(steps, rates, context)
+    """The report over the log's steady steps, in one pass over its steps (never all at once)."""
+    table = parsed.table
+    applied = skips_warmup(table.max_step, warmup_steps)  # steady_steps' rule, over every step seen
+    seq = parsed.settings.get("seq_length")
     flops = flops_per_token(context) if context is not None else None
-    peaks = [s.peak_memory_bytes for s in parsed.steps if s.peak_memory_bytes is not None]
-    if parsed.peak_memory_bytes is not None:
-        peaks.append(parsed.peak_memory_bytes)
-    losses = [s.loss for s in parsed.steps if s.loss is not None]
+    series: dict[str, array] = {name: array("d") for name in _SERIES}
+    appends = [series[name].append for name in _SERIES]
+    used = 0
+    peak: int | float | None = None
+    last_loss: float | None = None
+    last_loss_step: int | None = None
+    for record in parsed.records():
+        if record.peak_memory_bytes is not None and (peak is None or record.peak_memory_bytes > peak):
+            peak = record.peak_memory_bytes  # max() of the steps' peaks, in step order
+        if record.loss is not None:
+            last_loss, last_loss_step = record.loss, record.step
+        if applied and record.step <= warmup_steps:
+            continue
+        used += 1
+        rate = rates_of(record, context, seq, flops)
+        values = (  # in _SERIES order
+            record.step_time_s,
+            rate.tokens_per_s,
+            rate.mfu,
+            rate.hfu,
+            record.loss,
+            record.grad_norm,
+            record.tflops_per_gpu,
+        )
+        for append, value in zip(appends, values, strict=True):
+            if value is not None:
+                append(value)
+    if table.dropped:  # a sampled table: what the steps left out of the sample add
+        used += table.dropped_above if applied else table.dropped
+        if table.dropped_peak is not None and (peak is None or table.dropped_peak > peak):
+            peak = table.dropped_peak
+        dropped = table.dropped_last_loss
+        if dropped is not None and (last_loss_step is None or dropped[0] > last_loss_step):
+            last_loss = dropped[1]
+    if parsed.peak_memory_bytes is not None and (peak is None or parsed.peak_memory_bytes > peak):
+        peak = parsed.peak_memory_bytes
+    if context is not None:
+        series["tokens_per_s_per_gpu"] = array("d", (t / context.n_gpus for t in series["tokens_per_s"]))
+    metrics = {name: summary for name, values in series.items() if (summary := summarize(values))}
     mfu = metrics.get("mfu")
     return LogReport(
         log=parsed.path,
         formats=parsed.formats,
-        steps_logged=len(parsed.steps),
-        steps_used=len(steps),
+        steps_logged=table.distinct,
+        steps_used=used,
         warmup_steps=warmup_steps,
         warmup_applied=applied,
         job=_job(context),
         flops_per_token=flops.model if flops else None,
         hardware_flops_per_token=flops.hardware if flops else None,
         metrics=metrics,
-        last_loss=losses[-1] if losses else None,
-        peak_memory_bytes=max(peaks) if peaks else None,
+        last_loss=last_loss,
+        peak_memory_bytes=peak,
         gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * _GIB_BYTES) if context else None,
         verdict=verdict(mfu.mean) if mfu else None,
-        warnings=_mismatches(parsed.settings, context),
+        warnings=_mismatches(parsed.settings, context) + parsed.notes,
     )
 
 
@@ -84,21 +123,6 @@ def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[st
         for name, value in sorted(settings.items())
         if name in job and job[name][1] != value
     ]
-
-
-def _metrics(steps: list, rates: list[StepRates], context: RunContext | None) -> dict[str, Summary]:
-    series: dict[str, list[float]] = {
-        "step_time_s": [s.step_time_s for s in steps if s.step_time_s is not None],
-        "tokens_per_s": [r.tokens_per_s for r in rates if r.tokens_per_s is not None],
-        "mfu": [r.mfu for r in rates if r.mfu is not None],
-        "hfu": [r.hfu for r in rates if r.hfu is not None],
-        "loss": [s.loss for s in steps if s.loss is not None],
-        "grad_norm": [s.grad_norm for s in steps if s.grad_norm is not None],
-        "logged_tflops_per_gpu": [s.tflops_per_gpu for s in steps if s.tflops_per_gpu is not None],
-    }
-    if context is not None:
-        series["tokens_per_s_per_gpu"] = [t / context.n_gpus for t in series["tokens_per_s"]]
-    return {name: summary for name, values in series.items() if (summary := summarize(values))}
 
 
 def _job(context: RunContext | None) -> str | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from compiler.logs.records import digits_int
+
 # printed name -> lmspec's name for it
 _NAMES: dict[str, str] = {
     "seq_length": "seq_length",
@@ -30,4 +32,5 @@ def parse_setting(text: str) -> tuple[str, int] | None:
     if " .." not in text and "_per_gpu " not in text:  # the printouts' dot leaders; cheap pre-check
         return None
     match = _SETTING.search(text)
-    return (_NAMES[match.group(1)], int(match.group(2))) if match else None
+    value = digits_int(match.group(2)) if match else None
+    return (_NAMES[match.group(1)], value) if match and value is not None else None

@@ -45,9 +45,13 @@ def summarize(values: Sequence[float]) -> Summary | None:
     )
 
 
+def skips_warmup(largest_step: int | None, warmup_steps: int) -> bool:
+    """Whether steps <= warmup_steps are left out: not when that would leave no step."""
+    return largest_step is None or largest_step > warmup_steps
+
+
 def steady_steps(steps: Sequence[StepRecord], warmup_steps: int) -> tuple[list[StepRecord], bool]:
     """Steps after the first `warmup_steps`; all steps (and False) when none would remain."""
-    kept = [s for s in steps if s.step > warmup_steps]
-    if kept or not steps:
-        return kept, True
+    if skips_warmup(max((s.step for s in steps), default=None), warmup_steps):
+        return [s for s in steps if s.step > warmup_steps], True
     return list(steps), False

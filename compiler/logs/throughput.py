@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compiler.logs.context import RunContext
@@ -56,21 +55,20 @@ def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length:
     return None
 
 
-def step_rates(steps: Sequence[StepRecord], context: RunContext | None, log_seq_length: int | None) -> list[StepRates]:
-    flops = flops_per_token(context) if context is not None else None
-    rates = []
-    for record in steps:
-        tps = tokens_per_s(record, context, log_seq_length)
-        mfu = hfu = None
-        if flops is not None and context is not None and tps is not None:
-            from compiler.models.flops import mfu as mfu_of
+def rates_of(
+    record: StepRecord, context: RunContext | None, log_seq_length: int | None, flops: FlopsPerToken | None
+) -> StepRates:
+    """What one step achieved; `flops` is flops_per_token(context) (computed once per log)."""
+    tps = tokens_per_s(record, context, log_seq_length)
+    mfu = hfu = None
+    if flops is not None and context is not None and tps is not None:
+        from compiler.models.flops import mfu as mfu_of
 
-            mfu = mfu_of(tps, flops.model, context.n_gpus, context.peak_tflops_per_gpu)
-            hfu = mfu_of(tps, flops.hardware, context.n_gpus, context.peak_tflops_per_gpu)
-        elif record.mfu is not None and math.isfinite(record.mfu):
-            mfu = record.mfu  # lmspec's runtime computed it from the same FLOPs model
-        rates.append(StepRates(step=record.step, tokens_per_s=tps, mfu=mfu, hfu=hfu))
-    return rates
+        mfu = mfu_of(tps, flops.model, context.n_gpus, context.peak_tflops_per_gpu)
+        hfu = mfu_of(tps, flops.hardware, context.n_gpus, context.peak_tflops_per_gpu)
+    elif record.mfu is not None and math.isfinite(record.mfu):
+        mfu = record.mfu  # lmspec's runtime computed it from the same FLOPs model
+    return StepRates(step=record.step, tokens_per_s=tps, mfu=mfu, hfu=hfu)
 
 
 def verdict(mfu: float) -> str:

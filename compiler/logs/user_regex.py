@@ -41,6 +41,6 @@ def parse_user_line(pattern: re.Pattern[str], text: str, lineno: int, ordinal: i
             record.step_time_s = float(groups.pop("step_time_ms")) / 1000
         for name, value in groups.items():
             setattr(record, name, int(float(value)) if name in _INT_FIELDS else float(value))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or inf/NaN for a count
         return None
     return record
