@@ -147,6 +147,8 @@ class LogText:
     `LogText.scan(log_file, watches)` a log on disk, block by block.
     """
 
+    _lines: list[str] | None  # held only when made from lines in memory; read again from the file otherwise
+
     def __init__(self, raw_lines: list[str], watches: Sequence[Watch] | None = None) -> None:
         if watches is None:
             from compiler.doctor import WATCHES
@@ -300,7 +302,9 @@ class Signature(Protocol):
     """A known failure: `detect` returns a Finding when the log shows it, else None. `watches`
     are the patterns `detect` reads from the LogText."""
 
-    name: str
-    watches: tuple[Watch, ...]
+    @property
+    def name(self) -> str: ...  # read-only members: a class attribute of each signature satisfies them
+    @property
+    def watches(self) -> tuple[Watch, ...]: ...
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None: ...

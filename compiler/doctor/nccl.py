@@ -101,7 +101,9 @@ def _ib_fixes(context: RunContext | None) -> list[Fix]:
         fixes.append(
             Fix("cluster.nccl.ib_retry_cnt", str(IB_RETRY_CNT_MAX), "the most IB retries before NCCL gives up")
         )
-    if context is None or (context.spec.hardware.inter_node.fabric == "roce" and nccl.ib_gid_index is None):
+    if context is None or (
+        context.spec.hardware.inter_node.fabric == "roce" and (nccl is None or nccl.ib_gid_index is None)
+    ):
         fixes.append(Fix("cluster.nccl.ib_gid_index", "3", "RoCEv2 GID on most NICs; a wrong GID cannot connect"))
     return fixes
 

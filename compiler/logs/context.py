@@ -6,7 +6,6 @@ same numbers as the Plan that launched the run.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,21 +38,11 @@ class RunContext:
 
 
 def load_build(build_dir: Path) -> RunContext:
-    """Read `spec.resolved.yaml` and `plan.json` of a compiled build."""
-    import yaml
+    """The verified spec and plan of a compiled build (compiler/build_reader.py: refused when damaged)."""
+    from compiler.build_reader import open_build
 
-    from compiler.typed import from_dict
-
-    spec_path, plan_path = build_dir / "spec.resolved.yaml", build_dir / "plan.json"
-    for path in (spec_path, plan_path):
-        if not path.is_file():
-            raise UsageError(f"--build {build_dir}: {path.name} is missing; compile it with `lmspec compile`")
-    try:
-        spec = from_dict(Spec, yaml.safe_load(spec_path.read_text(encoding="utf-8")))
-        derived = json.loads(plan_path.read_text(encoding="utf-8"))
-    except (KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
-        raise UsageError(f"--build {build_dir}: cannot read its spec/plan ({exc!r}); recompile it") from None
-    return RunContext(spec=spec, derived=derived, origin=str(build_dir))
+    build = open_build(build_dir)
+    return RunContext(spec=build.spec, derived=build.plan, origin=str(build_dir))
 
 
 def flag_overrides(

@@ -67,9 +67,10 @@ def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
         except ValueError:
             continue
         if target[0] in _INT_FIELDS:
-            number = finite_int(number)  # a count, never NaN: such a field is not read
-            if number is None:
+            count = finite_int(number)  # a count, never NaN: such a field is not read
+            if count is None:
                 continue
+            number = count
         setattr(record, target[0], number)
     return record
 

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -140,7 +140,7 @@ class LogFile:
             raw.close()
             raise UsageError(f"{self.path}: cannot read the log ({exc.strerror})") from None
         if head.startswith(_GZIP_MAGIC):
-            return _Gunzip(raw)
+            return cast(BinaryIO, _Gunzip(raw))
         return raw
 
     def _check_openable(self) -> None:

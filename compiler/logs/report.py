@@ -31,7 +31,7 @@ class LogReport:
     hardware_flops_per_token: float | None
     metrics: dict[str, Summary]
     last_loss: float | None
-    peak_memory_bytes: int | None
+    peak_memory_bytes: int | float | None  # a float where a log printed one (NaN too)
     gpu_memory_bytes: int | None
     verdict: str | None
     warnings: list[str]  # where the log's own start-up settings disagree with the job given

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -99,7 +100,7 @@ class Scout:
         combos = []  # (P(first), P(second), needle index, window byte sets)
         for index, needle in enumerate(self.needles):
             for parity in (0, 1):
-                options = []
+                options: list[Any] = []
                 for w in _windows(needle, parity):
                     pos = [_bytes_of(b, needle.ignore_case) for b in w]
                     p_first, p_second = chance(pos[0], pos[1]), chance(pos[2], pos[3])

@@ -154,7 +154,7 @@ def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
             "not a whole number of h100_80g nodes",
         ),
         (("healthy_megatron.log", "--plot", "out.pdf"), "use a .png or .svg"),
-        (("healthy_megatron.log", "--build", "no/such/build"), "spec.resolved.yaml is missing"),
+        (("healthy_megatron.log", "--build", "no/such/build"), "no/such/build is not a build directory"),
     ],
 )
 def test_usage_errors_exit_2(lmspec, argv: tuple[str, ...], message: str) -> None:
