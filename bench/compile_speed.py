@@ -22,7 +22,7 @@ Python does on a first run unless PYTHONDONTWRITEBYTECODE is set.
     .venv/bin/python bench/compile_speed.py [--repeats 9] [--json] [OVERRIDES...]
 
 Exit 1 when the ratio is above the target, 2 when a compile fails. To see where the time goes:
-    .venv/bin/python -X importtime -m compiler.cli compile ... 2> imports.txt
+    .venv/bin/python -X importtime -m lmspec.compiler.cli.main compile ... 2> imports.txt
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ TARGET_RATIO = 1.3
 # DeepSeek-V3 on 2048 H800 as DeepSeek ran it (pp 16, ep 64, distributed optimizer): the
 # largest shipped preset.
 PRESET = "deepseek_v3_pretrain_2048gpu_h800_bf16"
-LMSPEC = "from compiler.cli import main; main()"  # what the `lmspec` console script runs
+LMSPEC = "from lmspec.compiler.cli.main import main; main()"  # what the `lmspec` console script runs
 HYDRA = """
 import sys
 from hydra import compose, initialize_config_dir

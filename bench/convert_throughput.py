@@ -5,7 +5,7 @@
 Compiles a Llama-shaped 557M-parameter fp32 build at TP=2 (GQA 16 heads / 4 kv groups,
 gated MLP, row-parallel o_proj and down_proj), writes a synthetic checkpoint for it with
 megatron-core's dist_checkpointing (bench/synthetic_checkpoint.py), then alternates `cp -r`
-of the checkpoint directory and the converter (`runtime.convert` in a fresh process),
+of the checkpoint directory and the converter (`lmspec.runtime.convert.to_hf` in a fresh process),
 `sync` before each so neither inherits the other's writeback, and the previous output of
 each removed outside the timed region. Reported: medians of wall time and GB/s
 (checkpoint bytes / seconds) for both, the converter's own time without interpreter
@@ -13,7 +13,7 @@ start-up, their ratio (target >= 0.7x of cp), how many tensors took the converte
 direct path, and its peak RSS (kernel's wait4) against the largest tensor (bound: 2x + a
 small constant). Exit 1 below the target ratio or above the memory bound.
 
-What the converter does here (runtime/convert.py): no dtype cast is asked, so every
+What the converter does here (runtime/convert/to_hf.py): no dtype cast is asked, so every
 tensor takes the direct path: its HF tensors are row ranges of the Megatron tensor
 (`Transform.hf_rows`), found as byte runs in the .distcp files and copied file to file
 through a 512 KiB buffer that stays in L2, into a shard whose blocks are reserved first,
@@ -21,7 +21,7 @@ without importing torch. Why, measured here: the earlier path (read into a large
 `to_hf` copies, write from memory out of cache) ran at 0.19x cp without start-up and
 0.11x with it, as importing torch and torch.distributed.checkpoint took 1.9 s;
 copy_file_range, cp's own in-kernel copy, ran at ~0.65x because the tensors' offsets in
-.distcp files are not page-aligned (runtime/safetensors_stream.py has the figures).
+.distcp files are not page-aligned (runtime/convert/safetensors_stream.py has the figures).
 
 Caveat, measured on this VM: with most of RAM holding page cache (old bench directories
 left behind), cp and the converter both slowed 1.5-5x and varied from run to run (the
@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runtime.dtypes import DTYPE_BYTES
+from lmspec.runtime.dtypes import DTYPE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.7
@@ -66,7 +66,7 @@ OVERRIDES = [
     "cluster.master_port=29877",
 ]
 _TIMED_CONVERT = (
-    "import json, sys, time; from pathlib import Path; from runtime.convert import convert_build; "
+    "import json, sys, time; from pathlib import Path; from lmspec.runtime.convert.to_hf import convert_build; "
     "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
     "print(json.dumps({'seconds': time.perf_counter() - t, **s}))"
 )
@@ -100,7 +100,7 @@ def main() -> int:
     py = sys.executable
     try:
         subprocess.run(
-            [py, "-c", "from compiler.cli import main; main()", "compile", *OVERRIDES, "-o", "build"],
+            [py, "-c", "from lmspec.compiler.cli.main import main; main()", "compile", *OVERRIDES, "-o", "build"],
             cwd=work,
             check=True,
             stdout=subprocess.DEVNULL,

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MB_PER_S = 50.0
 TARGET_PEAK_RSS_MB = 300.0
-LMSPEC = "from compiler.cli import main; main()"  # what the `lmspec` console script runs
+LMSPEC = "from lmspec.compiler.cli.main import main; main()"  # what the `lmspec` console script runs
 # Runs `argv` and prints its wall time and peak RSS: RUSAGE_CHILDREN of this helper holds only that child.
 _MEASURE = """
 import json, resource, subprocess, sys, time

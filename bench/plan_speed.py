@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compiler.load import compose_spec  # noqa: E402
-from compiler.plan_search.search import search  # noqa: E402
-from compiler.sections import Spec  # noqa: E402
-from compiler.typed import from_dict  # noqa: E402
+from lmspec.compiler.search.search import search  # noqa: E402
+from lmspec.compiler.spec.load import compose_spec  # noqa: E402
+from lmspec.compiler.spec.sections import Spec  # noqa: E402
+from lmspec.compiler.spec.typed import from_dict  # noqa: E402
 
 TARGET_SECONDS = 2.0
 TARGET_RATE = 1e5

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compiler.conversion.document import tensors  # noqa: E402
+from lmspec.compiler.conversion.document import tensors  # noqa: E402
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -58,9 +58,9 @@ def sharded_state(doc: dict, tp_rank: int) -> dict:
 def main(build_dir: Path) -> None:
     from megatron.core import dist_checkpointing
 
-    from compiler.build_reader import open_build
-    from runtime import cpu_compat
-    from runtime.checkpoint import Checkpoints
+    from lmspec.compiler.build.reader import open_build
+    from lmspec.runtime.compat import megatron as cpu_compat
+    from lmspec.runtime.train.checkpoint import Checkpoints
 
     dist.init_process_group("gloo")
     build = open_build(build_dir)

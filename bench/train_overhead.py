@@ -1,10 +1,10 @@
-"""Runtime overhead: tokens/s of `python -m runtime.train` on tiny vs a plain PyTorch loop.
+"""Runtime overhead: tokens/s of `python -m lmspec.runtime.train` on tiny vs a plain PyTorch loop.
 
     .venv/bin/python bench/train_overhead.py [ROUNDS]
 
 Both sides run under torchrun with 2 ranks (DP=2, gloo) on this machine, in
 alternating rounds of the same script, on the same megatron-core GPTModel (built
-by runtime.megatron_model), the same batches (runtime.data) and the same batch
+by lmspec.runtime.train.megatron.model), the same batches (lmspec.runtime.train.data) and the same batch
 shape (micro 4, global 16, seq 128, fp32). The plain loop is what a person would
 write by hand: torch DDP, torch AdamW, clip_grad_norm_, one loss.backward() per
 micro-batch. The runtime's number is its own metrics (step time from data fetch
@@ -67,7 +67,7 @@ def _torchrun(args: list[str], cwd: Path) -> str:
 
 
 def runtime_tokens_per_s(build: Path, cwd: Path) -> float:
-    _torchrun(["-m", "runtime.train", str(build)], cwd)
+    _torchrun(["-m", "lmspec.runtime.train", str(build)], cwd)
     lines = (cwd / "runs" / "bench_overhead" / "metrics.jsonl").read_text().splitlines()
     metrics = [json.loads(line) for line in lines][-(STEPS - WARMUP_STEPS) :]
     return sum(m["tokens_per_s"] * m["step_time_s"] for m in metrics) / sum(m["step_time_s"] for m in metrics)
@@ -85,10 +85,10 @@ def plain_worker(build: Path) -> None:
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
-    from runtime import cpu_compat
-    from runtime.data import TokenStream
-    from runtime.megatron_model import build_model
-    from runtime.train import load_build
+    from lmspec.runtime.compat import megatron as cpu_compat
+    from lmspec.runtime.train.data import TokenStream
+    from lmspec.runtime.train.loop import load_build
+    from lmspec.runtime.train.megatron.model import build_model
 
     spec, plan = load_build(build)
     dist.init_process_group("gloo")
@@ -128,8 +128,8 @@ def plain_worker(build: Path) -> None:
 
 
 def main(rounds: int) -> None:
-    from compiler.pipeline import make_plan
-    from compiler.writer import build_files, write_build
+    from lmspec.compiler.build.writer import build_files, write_build
+    from lmspec.compiler.pipeline import make_plan
 
     with tempfile.TemporaryDirectory(prefix="lmspec-bench-") as tmp:
         cwd = Path(tmp)
@@ -141,7 +141,7 @@ def main(rounds: int) -> None:
             plain_runs.append(plain_tokens_per_s(build, cwd))
     rt, pl = max(runtime_runs), max(plain_runs)
     print(
-        f"runtime (python -m runtime.train): {rt:,.0f} tokens/s  "
+        f"runtime (python -m lmspec.runtime.train): {rt:,.0f} tokens/s  "
         f"(rounds: {', '.join(f'{v:,.0f}' for v in runtime_runs)})"
     )
     print(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.load import compose_spec
-from compiler.plan import Plan, build_plan
-from compiler.validate import validate
+from lmspec.compiler.plan import Plan, build_plan
+from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.spec.validate import validate
 
 
 def make_plan(overrides: list[str], spec_file: Path | None = None) -> Plan:

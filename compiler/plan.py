@@ -10,14 +10,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from compiler import __version__
-from compiler.errors import Problem
-from compiler.layout import data_parallel_size, stage_layers, world_size
-from compiler.load import Composed
-from compiler.models.comm import CommEstimate, estimate_comm
-from compiler.models.params import ParamCounts, count_params
-from compiler.models.serve_memory import ServeMemory, estimate_serve_memory
-from compiler.models.summary import (
+from lmspec.compiler import __version__
+from lmspec.compiler.errors import Problem
+from lmspec.compiler.models.comm import CommEstimate, estimate_comm
+from lmspec.compiler.models.dims import data_parallel_size, stage_layers, world_size
+from lmspec.compiler.models.params import ParamCounts, count_params
+from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
+from lmspec.compiler.models.summary import (
     FlopsSummary,
     comm_dict,
     flops_dict,
@@ -26,8 +25,9 @@ from compiler.models.summary import (
     params_dict,
     serve_dict,
 )
-from compiler.models.train_memory import TrainMemory, estimate_train_memory
-from compiler.sections import Spec
+from lmspec.compiler.models.train_memory import TrainMemory, estimate_train_memory
+from lmspec.compiler.spec.load import Composed
+from lmspec.compiler.spec.sections import Spec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """`lmspec run <build> --stage verify`: the converted HF model must compute what the trained one does.
 
 Loads the conversion output with transformers' `AutoModelForCausalLM.from_pretrained`
-and the newest checkpoint with the training backend (megatron: runtime.megatron_model's
+and the newest checkpoint with the training backend (megatron: lmspec.runtime.train.megatron.model's
 builder, one process, TP=PP=EP=1, dist_checkpointing reshards whatever layout was
 trained; deepspeed: the trainer's own HF model with DeepSpeed's ZeRO consolidation),
 runs the same token batch through both and compares logits: cosine similarity (must
@@ -24,8 +24,8 @@ from typing import Any, cast
 
 import torch
 
-from compiler.build_reader import Build, open_build
-from compiler.errors import UsageError
+from lmspec.compiler.build.reader import Build, open_build
+from lmspec.compiler.errors import UsageError
 
 MIN_LOGITS_COSINE = 0.99  # what issue 6 requires; fp32 on CPU reaches >= 0.9999
 MIN_LAYER_COSINE = 0.999  # a layer whose outputs fall below this is "diverging"
@@ -71,7 +71,7 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def token_batch(corpus: str, vocab_size: int) -> torch.Tensor:
     """The first VERIFY_SEQUENCES x VERIFY_TOKENS tokens of the training corpus."""
-    from runtime.data import corpus_text, tokenize_corpus
+    from lmspec.runtime.train.data import corpus_text, tokenize_corpus
 
     ids = tokenize_corpus(corpus_text(corpus))[: VERIFY_SEQUENCES * VERIFY_TOKENS]
     return (ids % vocab_size).reshape(VERIFY_SEQUENCES, VERIFY_TOKENS)
@@ -97,8 +97,8 @@ def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[t
     from megatron.core import dist_checkpointing, tensor_parallel
     from megatron.core import parallel_state as ps
 
-    from runtime import cpu_compat
-    from runtime.megatron_model import ParallelDegrees, build_model
+    from lmspec.runtime.compat import megatron as cpu_compat
+    from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
 
     _single_process_group()
     cpu_compat.apply()
@@ -131,13 +131,13 @@ def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[t
 
 
 def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The DeepSpeed backend's own model (runtime.deepspeed_trainer.hf_config) with DeepSpeed's
+    """The DeepSpeed backend's own model (lmspec.runtime.train.deepspeed.trainer.hf_config) with DeepSpeed's
     consolidation of the ZeRO shards loaded into it."""
     import transformers
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from runtime.convert import DEEPSPEED_DIR
-    from runtime.deepspeed_trainer import hf_config
+    from lmspec.runtime.convert.to_hf import DEEPSPEED_DIR
+    from lmspec.runtime.train.deepspeed.trainer import hf_config
 
     model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
     state = get_fp32_state_dict_from_zero_checkpoint(str(step_dir / DEEPSPEED_DIR))
@@ -187,7 +187,7 @@ def compare(
 
 def verify_build(build: Build | Path, hf_dir: Path | None = None) -> Report:
     """Compare the newest checkpoint of the build with `hf_dir` (default: the build's convert.output)."""
-    from runtime.convert import latest_checkpoint
+    from lmspec.runtime.convert.to_hf import latest_checkpoint
 
     build = build if isinstance(build, Build) else open_build(build)
     spec, doc = build.spec, build.mapping
@@ -196,7 +196,9 @@ def verify_build(build: Build | Path, hf_dir: Path | None = None) -> Report:
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     step = latest_checkpoint(Path(doc["checkpoint_dir"]))
     tokens = token_batch(spec.train.data.corpus, spec.model.vocab_size)
-    converted = hf_outputs(hf_dir, tokens)  # first: runtime.cpu_compat's torch.cuda patches break transformers' import
+    converted = hf_outputs(
+        hf_dir, tokens
+    )  # first: lmspec.runtime.compat.megatron's torch.cuda patches break transformers' import
     if spec.train.backend == "deepspeed":
         return compare(deepspeed_outputs(spec, step, tokens), converted)
     return compare(megatron_outputs(spec, step / DIST_CKPT_DIR, tokens), converted)
@@ -228,9 +230,9 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
+    """`python -m lmspec.runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
     if len(argv) not in (1, 2):
-        print("usage: python -m runtime.verify <build dir> [<hf dir>]", file=sys.stderr)
+        print("usage: python -m lmspec.runtime.verify <build dir> [<hf dir>]", file=sys.stderr)
         return 2
     hf_dir = Path(argv[1]) if len(argv) > 1 else None
     try:

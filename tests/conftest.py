@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.cli import run
+from lmspec.compiler.cli.main import run
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.serve import SMOKE_MAX_TOKENS
+from lmspec.runtime.serve.stage import SMOKE_MAX_TOKENS
 
 STAGE_TIMEOUT_S = {"compile": 60, "train": 600, "convert": 300, "verify": 300, "serve": 900}
 LMSPEC = str(Path(sys.executable).parent / "lmspec")
@@ -58,7 +58,7 @@ def _reference_completion(model_dir: Path, prompt: str, max_tokens: int) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from runtime.data import EOT_ID, decode, encode
+    from lmspec.runtime.train.data import EOT_ID, decode, encode
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
     ids = torch.tensor([encode(prompt)])

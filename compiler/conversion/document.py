@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.conversion.kinds import SplitKind
-from compiler.conversion.transforms import (
+from lmspec.compiler.conversion.kinds import SplitKind
+from lmspec.compiler.conversion.transforms import (
     QKV,
     ColumnParallel,
     Direct,

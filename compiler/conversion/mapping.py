@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from compiler.conversion import tables as T
-from compiler.conversion.kinds import SplitKind
-from compiler.conversion.transforms import (
+from lmspec.compiler.conversion import tables as T
+from lmspec.compiler.conversion.kinds import SplitKind
+from lmspec.compiler.conversion.transforms import (
     QKV,
     ColumnParallel,
     Direct,
@@ -26,8 +26,8 @@ from compiler.conversion.transforms import (
     Shape,
     Transform,
 )
-from compiler.plan import Plan
-from compiler.sections import ModelSpec
+from lmspec.compiler.plan import Plan
+from lmspec.compiler.spec.sections import ModelSpec
 
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 FP32_TENSORS = ("mlp.router.expert_bias",)  # megatron keeps it fp32; HF's e_score_correction_bias too

@@ -1,7 +1,7 @@
 """Per-family mapping tables: Megatron checkpoint name -> running-model name -> HF name(s), kind.
 
 Megatron names are megatron-core 0.16.1's, read from real models built with the local
-layer spec (runtime/megatron_model.py) and from their dist_checkpointing metadata, not
+layer spec (runtime/train/megatron/model.py) and from their dist_checkpointing metadata, not
 guessed. Two name spaces differ: the running model's state_dict (what the reverse
 conversion copies into) and the checkpoint (what `convert` reads). The GQA layer spec
 saves its norms under Transformer Engine's names (`linear_qkv.layer_norm_weight`); the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.kinds import SplitKind as K
 
 
 class Row(NamedTuple):

@@ -10,7 +10,7 @@ checkpoint tensor, or one expert's) and the HuggingFace tensor(s) it becomes:
   tensor and the HF tensor(s) (de-interleave QKV, split gate/up, or none).
 - `hf_rows()`: the same layout change as data: each HF tensor as the row ranges of the
   full Megatron tensor it concatenates, so the runtime can copy checkpoint bytes to the
-  output file without holding the tensor (see runtime/convert.py).
+  output file without holding the tensor (see runtime/convert/to_hf.py).
 - `merge(shards, cat)` / `split(tensors, cat)`: rank shards <-> HF tensors, composed
   from the two above. Used by the reverse conversion and the tests.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from compiler.conversion.kinds import SplitKind
+from lmspec.compiler.conversion.kinds import SplitKind
 
 Shape = tuple[int, ...]
 Box = tuple[tuple[int, int], ...]  # [start, stop) per dimension of the full Megatron tensor

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compiler.earlier import EarlierBuild
-from compiler.emit.conversion import emit_conversion
-from compiler.emit.deepspeed_config import emit_ds_config
-from compiler.emit.launch import emit_launch
-from compiler.emit.memory_chart import emit_memory_chart
-from compiler.emit.nccl import emit_nccl_env
-from compiler.emit.report import emit_report
-from compiler.emit.serve import emit_serve
-from compiler.emit.spec_files import emit_plan_json, emit_resolved_spec
-from compiler.plan import Plan
+from lmspec.compiler.build.earlier import EarlierBuild
+from lmspec.compiler.emit.conversion import emit_conversion
+from lmspec.compiler.emit.deepspeed_config import emit_ds_config
+from lmspec.compiler.emit.launch import emit_launch
+from lmspec.compiler.emit.memory_chart import emit_memory_chart
+from lmspec.compiler.emit.nccl import emit_nccl_env
+from lmspec.compiler.emit.report import emit_report
+from lmspec.compiler.emit.serve import emit_serve
+from lmspec.compiler.emit.spec_files import emit_plan_json, emit_resolved_spec
+from lmspec.compiler.plan import Plan
 
 Emitter = Callable[[Plan], dict[str, str]]
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.conversion.mapping import Entry, build_entries, hf_config
-from compiler.conversion.transforms import Direct, MappingError
-from compiler.emit.spec_files import dump_json, dump_json_line
-from compiler.errors import SpecError, error
-from compiler.plan import Plan
+from lmspec.compiler.conversion.mapping import Entry, build_entries, hf_config
+from lmspec.compiler.conversion.transforms import Direct, MappingError
+from lmspec.compiler.emit.spec_files import dump_json, dump_json_line
+from lmspec.compiler.errors import SpecError, error
+from lmspec.compiler.plan import Plan
 
 MAPPING_JSON = "convert/mapping.json"
 FORMAT = "lmspec-convert-mapping/1"

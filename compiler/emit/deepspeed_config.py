@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.emit.spec_files import dump_json
-from compiler.plan import Plan
+from lmspec.compiler.emit.spec_files import dump_json
+from lmspec.compiler.plan import Plan
 
 DS_CONFIG = "ds_config.json"
 

@@ -1,22 +1,22 @@
 """launch/torchrun.sh and launch/sbatch.sh: one torchrun per node, under Slurm or by hand.
 
-Python decides every value and quotes every spec string (compiler.emit.quoting); the templates
+Python decides every value and quotes every spec string (lmspec.compiler.emit.quoting); the templates
 only place them. `#SBATCH` lines are read by sbatch, not by bash, so the values placed there are
-restricted by their kinds (compiler.kinds: Slurm names and times) and placed verbatim by `word`,
+restricted by their kinds (lmspec.compiler.spec.kinds: Slurm names and times) and placed verbatim by `word`,
 which refuses anything a shell or sbatch would read differently.
 """
 
 from __future__ import annotations
 
-from compiler.emit.nccl import cpu_ranks
-from compiler.emit.quoting import shell
-from compiler.plan import Plan
-from compiler.render import render
+from lmspec.compiler.emit.nccl import cpu_ranks
+from lmspec.compiler.emit.quoting import shell
+from lmspec.compiler.emit.render import render
+from lmspec.compiler.plan import Plan
 
 TORCHRUN_SH = "launch/torchrun.sh"
 SBATCH_SH = "launch/sbatch.sh"
 PYTHON_ENV = "LMSPEC_PYTHON"  # interpreter running torch.distributed.run (default python3); named in torchrun.sh.j2
-TRAIN_MODULE = "runtime.train"
+TRAIN_MODULE = "lmspec.runtime.train"
 LOOPBACK_ADDR = "127.0.0.1"  # one node: rendezvous on loopback, no hostname resolution needed
 
 

@@ -19,9 +19,9 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from compiler.earlier import EarlierBuild
-from compiler.models.train_memory import GIB, TERMS
-from compiler.plan import Plan
+from lmspec.compiler.build.earlier import EarlierBuild
+from lmspec.compiler.models.train_memory import GIB, TERMS
+from lmspec.compiler.plan import Plan
 
 CHART_PATH = "report/memory.svg"
 COLORS = {

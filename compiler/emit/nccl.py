@@ -2,14 +2,14 @@
 
 NCCL on GPUs (InfiniBand, RoCE or plain TCP between nodes), gloo on the `cpu` hardware
 (intra_node.link=shm). Every line carries the reason it is there. Values are quoted here
-(compiler.emit.quoting.shell); the file is bash, sourced by launch/torchrun.sh.
+(lmspec.compiler.emit.quoting.shell); the file is bash, sourced by launch/torchrun.sh.
 """
 
 from __future__ import annotations
 
-from compiler.emit.quoting import Quoted, shell
-from compiler.plan import Plan
-from compiler.render import render
+from lmspec.compiler.emit.quoting import Quoted, shell
+from lmspec.compiler.emit.render import render
+from lmspec.compiler.plan import Plan
 
 NCCL_ENV = "launch/nccl.env"
 SECONDS_PER_MINUTE = 60

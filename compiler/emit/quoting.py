@@ -1,7 +1,7 @@
 """How a value is placed in a generated file: every placement goes through one of these.
 
 `Quoted` marks text already made safe for the place a template puts it. The templates of
-scripts and configs (compiler.render) accept only `Quoted` text and plain integers in their
+scripts and configs (lmspec.compiler.emit.render) accept only `Quoted` text and plain integers in their
 `{{ ... }}`, so a value that reaches a shell line, an `#SBATCH` line, a comment or a YAML
 value without passing here fails the compile instead of being written:
 - `shell`: one shell word, shlex.quote (inside single quotes nothing expands), with each `$` and
@@ -25,7 +25,7 @@ class Quoted(str):
 
 class UnsafeValue(ValueError):
     """A value an emitter was asked to place verbatim that is not plain; the spec's kinds
-    (compiler.kinds) keep every spec value from getting here, so this is lmspec's own bug."""
+    (lmspec.compiler.spec.kinds) keep every spec value from getting here, so this is lmspec's own bug."""
 
 
 SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")  # what shlex.quote leaves as it is
@@ -68,8 +68,8 @@ def shell_comment(value: str | int) -> Quoted:
 
 
 def json_scalar(value: object) -> Quoted:
-    """A JSON (and YAML) scalar, by compiler.emit.spec_files (the one JSON dumper: NaN and infinity
+    """A JSON (and YAML) scalar, by lmspec.compiler.emit.spec_files (the one JSON dumper: NaN and infinity
     are refused, as JSON has no such values)."""
-    from compiler.emit.spec_files import dump_json_scalar  # spec_files imports the Plan; quoting does not
+    from lmspec.compiler.emit.spec_files import dump_json_scalar  # spec_files imports the Plan; quoting does not
 
     return Quoted(dump_json_scalar(value))

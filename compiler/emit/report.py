@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from compiler.emit.memory_chart import CHART_PATH
-from compiler.emit.serve import serve_report_rows
-from compiler.models.train_memory import GB, GIB, TERMS
-from compiler.plan import Plan
-from compiler.render import render
+from lmspec.compiler.emit.memory_chart import CHART_PATH
+from lmspec.compiler.emit.render import render
+from lmspec.compiler.emit.serve import serve_report_rows
+from lmspec.compiler.models.train_memory import GB, GIB, TERMS
+from lmspec.compiler.plan import Plan
 
 
 def emit_report(plan: Plan) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 `vllm_options` is the single list of vLLM options; vllm.yaml (for `vllm serve --config`) and
 `vllm_serve_args` (the same options as command-line flags, as vLLM itself expands a config file)
-are two spellings of it. YAML values are JSON scalars; shell values are quoted (compiler.emit.quoting).
+are two spellings of it. YAML values are JSON scalars; shell values are quoted (lmspec.compiler.emit.quoting).
 The API key never appears in an artifact: serve.sh reads it from the variable named by
 `serve.api_key_env` and hands it to vLLM as VLLM_API_KEY (environment, not argv).
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from compiler.emit.nccl import cpu_ranks
-from compiler.emit.quoting import Quoted, shell, word
-from compiler.plan import Plan
-from compiler.render import render
-from compiler.sections import Spec
+from lmspec.compiler.emit.nccl import cpu_ranks
+from lmspec.compiler.emit.quoting import Quoted, shell, word
+from lmspec.compiler.emit.render import render
+from lmspec.compiler.plan import Plan
+from lmspec.compiler.spec.sections import Spec
 
 VLLM_YAML = "serve/vllm.yaml"
 SERVE_SH = "serve/serve.sh"
@@ -134,7 +134,7 @@ def api_key_line(plan: Plan) -> Quoted:
     source = plan.spec.serve.api_key_env
     if source is None:
         return Quoted(f"unset {VLLM_API_KEY_ENV}")
-    name = word(source)  # an environment variable name (compiler.kinds.ENV_NAME): plain inside ${...}
+    name = word(source)  # an environment variable name (lmspec.compiler.spec.kinds.ENV_NAME): plain inside ${...}
     return Quoted(
         f'export {VLLM_API_KEY_ENV}="${{{name}:?set {name} to the API key clients must send '
         f'(serve.api_key_env), or compile with serve.api_key_env=null for no auth}}"'

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from compiler.plan import Plan
+from lmspec.compiler.plan import Plan
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: same text, 4x faster
 SCHEMA_HEADER = "# yaml-language-server: $schema=https://lmspec.dev/schemas/spec.schema.json\n"

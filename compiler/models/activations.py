@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from compiler.models import ArrayOrNumber
-from compiler.sections import ModelSpec
+from lmspec.compiler.models import ArrayOrNumber
+from lmspec.compiler.spec.sections import ModelSpec
 
 Style = Literal["megatron", "hf"]
 FP32_BYTES = 4

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.layout import data_parallel_size, stage_layers
-from compiler.models.flops import TFLOPS, hardware_flops_per_token
-from compiler.models.params import count_params, is_moe_layer, layer_params
-from compiler.sections import Spec
+from lmspec.compiler.models.dims import data_parallel_size, stage_layers
+from lmspec.compiler.models.flops import TFLOPS, hardware_flops_per_token
+from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.spec.sections import Spec
 
 GB = 1e9
 BITS_PER_BYTE = 8
@@ -70,7 +70,7 @@ def ring(n: Any) -> Any:
     """Share of a buffer each of n ranks sends in a reduce-scatter, all-gather or all-to-all (0 at n = 1).
 
     This and the volume functions below are plain arithmetic on ints or numpy arrays: `lmspec plan`
-    prices its candidates' traffic with them (compiler/plan_search/steptime.py)."""
+    prices its candidates' traffic with them (compiler/search/steptime.py)."""
     return (n - 1) / n
 
 

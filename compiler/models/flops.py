@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.models import ArrayOrNumber
-from compiler.models.params import is_moe_layer
-from compiler.sections import ModelSpec
+from lmspec.compiler.models import ArrayOrNumber
+from lmspec.compiler.models.params import is_moe_layer
+from lmspec.compiler.spec.sections import ModelSpec
 
 FORWARD_BACKWARD_FACTOR = 3  # forward, backward data-gradient, backward weight-gradient GEMMs
 FLOPS_PER_MAC = 2

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.sections import ModelSpec
+from lmspec.compiler.spec.sections import ModelSpec
 
 GATED_MLP_MATRICES = 3  # gate, up, down projections of a SwiGLU MLP
 

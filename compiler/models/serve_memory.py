@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.models.params import count_params
-from compiler.models.train_memory import GIB
-from compiler.sections import ModelSpec, Spec
+from lmspec.compiler.models.params import count_params
+from lmspec.compiler.models.train_memory import GIB
+from lmspec.compiler.spec.sections import ModelSpec, Spec
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 KV_FP8_BYTES = 1

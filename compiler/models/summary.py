@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, CommEstimate
-from compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
-from compiler.models.params import ParamCounts
-from compiler.models.serve_memory import ServeMemory
-from compiler.models.train_memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, TERMS, TrainMemory
-from compiler.sections import Spec
+from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, CommEstimate
+from lmspec.compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
+from lmspec.compiler.models.params import ParamCounts
+from lmspec.compiler.models.serve_memory import ServeMemory
+from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, TERMS, TrainMemory
+from lmspec.compiler.spec.sections import Spec
 
 MFU_POINTS = (0.6, 0.5, 0.4, 0.3)  # the step times shown are those that would reach these MFUs
 TRILLION = 1e12

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from compiler.models.train_memory import GB, GIB, TrainMemory
+from lmspec.compiler.models.train_memory import GB, GIB, TrainMemory
 
 TABLE_WIDTH = 100  # fixed, so the text is the same on every terminal
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.layout import data_parallel_size, stage_layers, world_size
-from compiler.models import ArrayOrNumber
-from compiler.models.activations import (
+from lmspec.compiler.models import ArrayOrNumber
+from lmspec.compiler.models.activations import (
     ActivationSetting,
     embedding_activation_bytes,
     head_activation_bytes,
@@ -34,8 +33,9 @@ from compiler.models.activations import (
     layer_shape,
     working_layer_bytes,
 )
-from compiler.models.params import count_params, is_moe_layer, layer_params
-from compiler.sections import Spec
+from lmspec.compiler.models.dims import data_parallel_size, stage_layers, world_size
+from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.spec.sections import Spec
 
 GIB = 2**30
 GB = 10**9

@@ -5,11 +5,11 @@ RULES is a plain table; a rule reads the typed spec and origins and never writes
 
 from __future__ import annotations
 
-from compiler.errors import Problem
-from compiler.provenance import Origins
-from compiler.rules import backend, batch, budget, experts, launch, layout, model, run_paths, serving
-from compiler.rules.context import RuleContext
-from compiler.sections import Spec
+from lmspec.compiler.errors import Problem
+from lmspec.compiler.rules import backend, batch, budget, experts, launch, layout, model, run_paths, serving
+from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.spec.provenance import Origins
+from lmspec.compiler.spec.sections import Spec
 
 RULES = (
     *model.RULES,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from compiler.errors import Problem, error, warning
-from compiler.rules.context import RuleContext
+from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.rules.context import RuleContext
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from compiler.errors import Problem, error
-from compiler.layout import data_parallel_size
-from compiler.rules.context import RuleContext
+from lmspec.compiler.errors import Problem, error
+from lmspec.compiler.models.dims import data_parallel_size
+from lmspec.compiler.rules.context import RuleContext
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy

@@ -14,14 +14,14 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from compiler.errors import Problem, error, warning
-from compiler.layout import data_parallel_size, divisors, next_multiple_above, stage_layers
-from compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
-from compiler.models.serve_memory import estimate_serve_memory
-from compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
-from compiler.provenance import Origins
-from compiler.rules.context import RuleContext
-from compiler.sections import Spec
+from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
+from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, stage_layers
+from lmspec.compiler.models.serve_memory import estimate_serve_memory
+from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
+from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.spec.provenance import Origins
+from lmspec.compiler.spec.sections import Spec
 
 MAX_NODE_MULTIPLE = 1024  # how far "add GPUs" searches: up to this many times the nodes given
 SCAN_MAX = 256  # node counts tried between the last two doublings (evenly spread when there are more)
@@ -158,7 +158,7 @@ def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
 
 
 def _failing_layout_rules(spec: Spec) -> set[str]:
-    from compiler.rules import experts, layout  # siblings of this rule in the same table
+    from lmspec.compiler.rules import experts, layout  # siblings of this rule in the same table
 
     ctx = RuleContext(spec, Origins())
     return {rule.__name__ for rule in (*layout.RULES, *experts.RULES) if any(p.severity == "error" for p in rule(ctx))}

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from compiler.provenance import Origins
-from compiler.sections import Spec
+from lmspec.compiler.spec.provenance import Origins
+from lmspec.compiler.spec.sections import Spec
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,21 @@
 """Rules of the launch artifacts: what sbatch, NCCL and DeepSpeed's scheduler will really do.
 
 The strings placed in them (Slurm names and times, interface and RDMA device names) are
-checked by their kinds (compiler.kinds) in the schema, before any rule runs."""
+checked by their kinds (lmspec.compiler.spec.kinds) in the schema, before any rule runs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from compiler.errors import Problem, error, warning
-from compiler.rules.context import RuleContext
+from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.rules.context import RuleContext
 
 DEEPSPEED_MIN_WARMUP_STEPS = 2  # DeepSpeed's Warmup* schedulers use max(2, warmup_num_steps)
 SECONDS_PER = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
 
 
 def time_limit_seconds(limit: str) -> int:
-    """`[D-]HH:MM:SS` (compiler.kinds.SLURM_TIME, ASCII digits only) in seconds."""
+    """`[D-]HH:MM:SS` (lmspec.compiler.spec.kinds.SLURM_TIME, ASCII digits only) in seconds."""
     days, _, clock = limit.rpartition("-")
     hours, minutes, seconds = (int(part) for part in clock.split(":"))
     return (

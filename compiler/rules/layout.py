@@ -6,9 +6,9 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from compiler.errors import Problem, error, warning
-from compiler.layout import balanced_stages, divisors, model_parallel_size, next_multiple_above, world_size
-from compiler.rules.context import RuleContext, listed
+from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.models.dims import balanced_stages, divisors, model_parallel_size, next_multiple_above, world_size
+from lmspec.compiler.rules.context import RuleContext, listed
 
 GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
 

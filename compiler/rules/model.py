@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from compiler.errors import Problem, error
-from compiler.layout import divisors
-from compiler.rules.context import RuleContext, listed
+from lmspec.compiler.errors import Problem, error
+from lmspec.compiler.models.dims import divisors
+from lmspec.compiler.rules.context import RuleContext, listed
 
 
 def attention_block_matches_kind(ctx: RuleContext) -> Iterator[Problem]:

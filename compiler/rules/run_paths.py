@@ -2,10 +2,10 @@
 
 Three directories are written at run time, relative to the working directory:
 
-- the run directory `runs/<name>/` (compiler.emit.serve.run_dir): metrics.jsonl (training),
+- the run directory `runs/<name>/` (lmspec.compiler.emit.serve.run_dir): metrics.jsonl (training),
   vllm.log, tokenizer/ and vllm_cache/ (serving);
 - `train.checkpoint.dir`: step directories that `keep_last_k` prunes and
-  `train.checkpoint.resume=never` moves aside (runtime.checkpoint);
+  `train.checkpoint.resume=never` moves aside (lmspec.runtime.train.checkpoint);
 - `convert.output`: replaced as a whole by every `lmspec run BUILD --stage convert`.
 
 So convert.output and train.checkpoint.dir may not be the same directory nor inside one
@@ -20,7 +20,7 @@ Paths are compared after normalisation: `.`, `..`, `./x`, trailing slashes and s
 exist now (os.path.realpath), relative ones joined to the working directory. That is the
 directory the runtime resolves them against: launch/torchrun.sh, sbatch and `lmspec run` do not
 change directory. The runtime repeats the check with its own working directory
-(`overlaps`, called by runtime.train) in case the job starts elsewhere.
+(`overlaps`, called by lmspec.runtime.train.loop) in case the job starts elsewhere.
 
 Empty strings and strings with a NUL byte are left to the string validation of the schema.
 """
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
-from compiler.emit.serve import VLLM_CACHE_DIR, run_dir
-from compiler.errors import Problem, UsageError, error
-from compiler.rules.context import RuleContext
-from compiler.sections import Spec
+from lmspec.compiler.emit.serve import VLLM_CACHE_DIR, run_dir
+from lmspec.compiler.errors import Problem, UsageError, error
+from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.spec.sections import Spec
 
-# The run directory's own entries and who writes them: runtime.metrics (metrics.jsonl),
-# runtime.serve (vllm.log, the byte tokenizer), compiler.emit.serve (vLLM's caches).
+# The run directory's own entries and who writes them: lmspec.runtime.train.metrics (metrics.jsonl),
+# lmspec.runtime.serve.stage (vllm.log, the byte tokenizer), lmspec.compiler.emit.serve (vLLM's caches).
 RUN_DIR_ENTRIES = ("metrics.jsonl", "vllm.log", "tokenizer", VLLM_CACHE_DIR)
 RUN_DIR = "the run directory"  # the label of `runs/<name>/` in messages (its key is `name`)
 

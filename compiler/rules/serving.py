@@ -2,16 +2,16 @@
 model and the training run, the quantization fits the checkpoint.
 
 Whether one max_model_len sequence fits the KV cache left after the weights is a memory
-question: it lives with the serving memory model (compiler.models), not here.
+question: it lives with the serving memory model (lmspec.compiler.models), not here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from compiler.errors import Problem, error, warning
-from compiler.layout import divisors, world_size
-from compiler.rules.context import RuleContext, listed
+from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.models.dims import divisors, world_size
+from lmspec.compiler.rules.context import RuleContext, listed
 
 # Above this fraction vLLM leaves too little device memory for the CUDA context, NCCL buffers
 # and the sampler's peaks (the seed's pitfall); vLLM's own default is 0.9.
@@ -21,7 +21,7 @@ _SERVE_GPU_KEYS = ("serve.tp", "serve.pp", "serve.dp", "hardware.nodes")
 
 
 def _cpu(ctx: RuleContext) -> bool:
-    """The `cpu` hardware (as compiler.emit.nccl.cpu_ranks): vLLM's CPU backend."""
+    """The `cpu` hardware (as lmspec.compiler.emit.nccl.cpu_ranks): vLLM's CPU backend."""
     return ctx.spec.hardware.intra_node.link == "shm"
 
 

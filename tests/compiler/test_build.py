@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, sha256, write_build
+from lmspec.compiler.build.writer import build_files, sha256, write_build
+from lmspec.compiler.pipeline import make_plan
 
 DEEPSEEK = [
     "model=deepseek_v3",
@@ -63,7 +63,7 @@ def test_failed_write_leaves_previous_build_intact(tmp_path: Path, monkeypatch: 
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    from compiler.errors import UsageError
+    from lmspec.compiler.errors import UsageError
 
     with pytest.raises(UsageError, match="No space left on device"):
         write_build(target, build_files(make_plan(["train.steps=99"])))

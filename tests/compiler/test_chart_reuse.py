@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compiler.cli import run
+from lmspec.compiler.cli.main import run
 
 CHART = Path("tiny") / "report" / "memory.svg"
 PROBE = """
 import json, sys
-from compiler.cli import run
+from lmspec.compiler.cli.main import run
 code = run(sys.argv[1:])
 print(json.dumps({"code": code, "matplotlib": "matplotlib" in sys.modules}))
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cli import BUILTIN_COMMANDS, COMMAND_MODULES, _command_modules, run
+from lmspec.compiler.cli.main import BUILTIN_COMMANDS, COMMAND_MODULES, _command_modules, run
 
 
 def test_a_builtin_command_imports_no_command_module() -> None:
@@ -13,8 +13,8 @@ def test_a_builtin_command_imports_no_command_module() -> None:
 
 
 def test_a_module_command_imports_just_its_module() -> None:
-    assert _command_modules(["plan", "--gpus", "64"]) == ("compiler.plan_command",)
-    assert _command_modules(["hook", "compile-check"]) == ("compiler.hook_command",)
+    assert _command_modules(["plan", "--gpus", "64"]) == ("lmspec.compiler.cli.plan",)
+    assert _command_modules(["hook", "compile-check"]) == ("lmspec.compiler.cli.hook",)
     assert _command_modules([]) == COMMAND_MODULES
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from compiler.paths import SPECS_DIR
+from lmspec.compiler.paths import SPECS_DIR
 
 
 def _line_of(path, key: str) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler.emit.conversion import MAPPING_JSON, emit_conversion, mapping_document
-from compiler.emit.spec_files import dump_json
-from compiler.pipeline import make_plan
+from lmspec.compiler.emit.conversion import MAPPING_JSON, emit_conversion, mapping_document
+from lmspec.compiler.emit.spec_files import dump_json
+from lmspec.compiler.pipeline import make_plan
 
 
 def test_one_line_per_tensor_and_the_same_document() -> None:

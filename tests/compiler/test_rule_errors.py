@@ -186,8 +186,8 @@ def test_warning_does_not_fail(lmspec) -> None:
 
 
 def test_debug_shows_traceback(monkeypatch) -> None:
-    from compiler.cli import run
-    from compiler.errors import SpecError
+    from lmspec.compiler.cli.main import run
+    from lmspec.compiler.errors import SpecError
 
     monkeypatch.setenv("LMSPEC_DEBUG", "1")
     with pytest.raises(SpecError):

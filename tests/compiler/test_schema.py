@@ -6,8 +6,8 @@ import json
 
 from jsonschema import Draft202012Validator
 
-from compiler.paths import SCHEMA_FILE
-from compiler.schema import spec_schema, spec_schema_text
+from lmspec.compiler.paths import SCHEMA_FILE
+from lmspec.compiler.spec.schema import spec_schema, spec_schema_text
 
 
 def test_committed_schema_is_up_to_date() -> None:

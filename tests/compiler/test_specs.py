@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.errors import SpecError
-from compiler.load import compose_spec
-from compiler.paths import SPECS_DIR
-from compiler.schema_check import schema_problems
-from compiler.validate import validate
+from lmspec.compiler.errors import SpecError
+from lmspec.compiler.paths import SPECS_DIR
+from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.spec.schema_check import schema_problems
+from lmspec.compiler.spec.validate import validate
 
 GROUP_FILES = sorted(p for p in SPECS_DIR.rglob("*.yaml") if p.parent != SPECS_DIR)
 PRIMARY_FILES = sorted(SPECS_DIR.glob("*.yaml"))

@@ -51,7 +51,7 @@ def run(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subproc
 
 
 def lmspec(*args: str, cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return run([PYTHON, "-c", "from compiler.cli import main; main()", *args], cwd, timeout_s)
+    return run([PYTHON, "-c", "from lmspec.compiler.cli.main import main; main()", *args], cwd, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def train(workdir: Path, name: str, overrides: list[str], spec: str | None = Non
 
 
 def verify_report(trained: Trained, hf_dir: Path | None = None) -> tuple[int, dict, str]:
-    cmd = [PYTHON, "-m", "runtime.verify", str(trained.build)] + ([str(hf_dir)] if hf_dir else [])
+    cmd = [PYTHON, "-m", "lmspec.runtime.verify", str(trained.build)] + ([str(hf_dir)] if hf_dir else [])
     result = run(cmd, trained.workdir)
     out = result.stdout
     report = json.loads(out[out.index("{\n") : out.rindex("}") + 1]) if "{\n" in out else {}

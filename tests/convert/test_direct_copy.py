@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from convert_helpers import PYTHON, Trained, run
 
-from runtime.convert import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
+from lmspec.runtime.convert.to_hf import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_small_shards_and_a_cast_take_both_paths_into_the_same_files(tiny_tp2: T
 
 @pytest.mark.parametrize("fixture", ["tiny_tp2", "tiny_moe_tp2_ep2"])
 def test_inert_metadata_reader_agrees_with_torch(fixture: str, request: pytest.FixtureRequest) -> None:
-    from runtime.dist_metadata import read_inert, read_with_torch
+    from lmspec.runtime.convert.dist_metadata import read_inert, read_with_torch
 
     trained: Trained = request.getfixturevalue(fixture)
     doc = json.loads((trained.workdir / trained.build / "convert" / "mapping.json").read_text())
@@ -72,8 +72,9 @@ def test_inert_metadata_reader_agrees_with_torch(fixture: str, request: pytest.F
 def test_the_direct_path_imports_no_torch(tiny_tp2: Trained, tmp_path: Path) -> None:
     """Importing torch costs ~1.9 s with torch.distributed.checkpoint, more than converting 2 GB directly."""
     script = (
-        "import json, sys; from pathlib import Path; from runtime.convert import convert_megatron, DIST_CKPT_DIR, "
-        "latest_checkpoint; doc = json.loads(Path(sys.argv[1]).read_text()); "
+        "import json, sys; from pathlib import Path; "
+        "from lmspec.runtime.convert.to_hf import convert_megatron, DIST_CKPT_DIR, latest_checkpoint; "
+        "doc = json.loads(Path(sys.argv[1]).read_text()); "
         "s = convert_megatron(doc, latest_checkpoint(Path(doc['checkpoint_dir'])) / DIST_CKPT_DIR, Path(sys.argv[2])); "
         "print(json.dumps({'torch': [m for m in sys.modules if m == 'torch'], **s}))"
     )

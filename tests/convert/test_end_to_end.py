@@ -14,7 +14,7 @@ import pytest
 import torch
 from convert_helpers import MOE_TP2_EP2, Trained, compile_build, hf_tensors, lmspec, verify_report
 
-from runtime.verify import MIN_LOGITS_COSINE
+from lmspec.runtime.verify import MIN_LOGITS_COSINE
 
 FP32_CPU_MIN_COSINE = 0.9999  # what fp32 on CPU must reach (the stage itself requires MIN_LOGITS_COSINE)
 
@@ -41,7 +41,7 @@ def test_convert_then_logits_match(fixture: str, request: pytest.FixtureRequest)
 
 
 def test_round_trip_hf_megatron_tp2_ep2_hf_is_bit_exact(tiny_moe_tp2_ep2: Trained) -> None:
-    from runtime.hf_to_megatron import reverse_build
+    from lmspec.runtime.convert.from_hf import reverse_build
 
     source = tiny_moe_tp2_ep2
     if not (source.hf_dir / "config.json").is_file():
@@ -66,7 +66,7 @@ def test_round_trip_hf_megatron_tp2_ep2_hf_is_bit_exact(tiny_moe_tp2_ep2: Traine
 
 
 def test_unknown_and_missing_keys_are_listed_and_nothing_is_written(tiny_tp2: Trained, tmp_path: Path) -> None:
-    from runtime.convert import DIST_CKPT_DIR, ConversionError, convert_megatron, latest_checkpoint
+    from lmspec.runtime.convert.to_hf import DIST_CKPT_DIR, ConversionError, convert_megatron, latest_checkpoint
 
     doc = json.loads((tiny_tp2.workdir / tiny_tp2.build / "convert" / "mapping.json").read_text())
     step = latest_checkpoint(tiny_tp2.workdir / doc["checkpoint_dir"])

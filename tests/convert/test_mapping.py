@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from compiler.conversion.document import tensors
-from compiler.emit.conversion import MAPPING_JSON, emit_conversion
-from compiler.pipeline import make_plan
+from lmspec.compiler.conversion.document import tensors
+from lmspec.compiler.emit.conversion import MAPPING_JSON, emit_conversion
+from lmspec.compiler.pipeline import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 

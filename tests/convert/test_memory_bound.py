@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from convert_helpers import PYTHON, ROOT, compile_build, free_port, lmspec, peak_rss_bytes, run
 
-from runtime.dtypes import DTYPE_BYTES
+from lmspec.runtime.dtypes import DTYPE_BYTES
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_peak_rss_is_bounded_by_the_largest_tensor(tmp_path: Path) -> None:
     assert written["bytes"] >= MIN_CHECKPOINT_BYTES
     try:
         for converted in (build, cast_copy(tmp_path, build, "bfloat16")):
-            code, peak, out = peak_rss_bytes([PYTHON, "-m", "runtime.convert", str(converted)], tmp_path)
+            code, peak, out = peak_rss_bytes([PYTHON, "-m", "lmspec.runtime.convert.to_hf", str(converted)], tmp_path)
             assert code == 0, out
             largest = largest_tensor_bytes(json.loads((tmp_path / converted / "convert" / "mapping.json").read_text()))
             bound = 2 * largest + BASE_RSS_ALLOWANCE_BYTES

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from compiler.conversion.document import tensors
-from compiler.emit.conversion import MAPPING_JSON, emit_conversion
-from compiler.pipeline import make_plan
+from lmspec.compiler.conversion.document import tensors
+from lmspec.compiler.emit.conversion import MAPPING_JSON, emit_conversion
+from lmspec.compiler.pipeline import make_plan
 
 TINY_MIXTRAL = [
     "model=mixtral_8x7b",

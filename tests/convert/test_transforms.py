@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from compiler.conversion.transforms import (
+from lmspec.compiler.conversion.transforms import (
     QKV,
     ColumnParallel,
     GatedMLP,

@@ -1,7 +1,7 @@
 """Damaged checkpoint directories: each damage is "not usable, trying the previous one" with a one-line
 warning naming the file, never a crash or a hang; with nothing usable left, a clean CheckpointError.
 
-The directories are real ones, written by runtime.checkpoint's own save protocol (steps 2, 4, 6,
+The directories are real ones, written by lmspec.runtime.train.checkpoint's own save protocol (steps 2, 4, 6,
 `latest` = step_6), then damaged; the resume-candidate logic (`choose`) runs on them directly.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.checkpoint import MANIFEST, CheckpointError, Checkpoints, choose
+from lmspec.runtime.train.checkpoint import MANIFEST, CheckpointError, Checkpoints, choose
 
 STATE = "trainer_state/rank_0.pt"
 REQUIRED = (STATE,)
@@ -284,7 +284,7 @@ def test_later_stages_get_the_same_answer_without_torch(tmp_path: Path, capsys: 
     import subprocess
     import sys
 
-    from runtime.checkpoint import newest_checkpoint
+    from lmspec.runtime.train.checkpoint import newest_checkpoint
 
     root = tmp_path / "ck"
     _write_run(root)
@@ -293,14 +293,14 @@ def test_later_stages_get_the_same_answer_without_torch(tmp_path: Path, capsys: 
     assert "latest holds '\\x00garbage'" in capsys.readouterr().err
     with pytest.raises(CheckpointError, match="no checkpoint; train first"):
         newest_checkpoint(tmp_path / "absent")
-    code = "import sys, runtime.checkpoint; sys.exit('torch' in sys.modules)"
+    code = "import sys, lmspec.runtime.train.checkpoint; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_later_stages_check_presence_not_hashes(tmp_path: Path) -> None:
     """convert/verify take the checkpoint whose files are all there without re-hashing them (a conversion reads
     every byte once; resume hashes): a flipped byte is resume's to catch, a missing file is everyone's."""
-    from runtime.checkpoint import choose, newest_checkpoint
+    from lmspec.runtime.train.checkpoint import choose, newest_checkpoint
 
     root = tmp_path / "ck"
     _write_run(root)

@@ -5,7 +5,7 @@ file in a stated way, runs a stage's reading entry point (`lmspec run build/tiny
 --dry-run`, or the `python -m` module an emitted script calls) and checks the exit code, the
 message, that no traceback was printed and that the working directory (build included) is
 exactly as it was before (tests/hostile/tree_state.py). The mechanism under test is
-compiler/build_reader.py's open_build.
+compiler/build/reader.py's open_build.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from tree_state import snapshot
 
-from compiler import __version__
-from compiler.build_reader import MANIFEST, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
-from compiler.cli import run as lmspec_run
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
+from lmspec.compiler import __version__
+from lmspec.compiler.build.reader import MANIFEST, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.cli.main import run as lmspec_run
+from lmspec.compiler.pipeline import make_plan
 
 BUILD = Path("build/tiny")
 SPEC, PLAN, MAPPING = "spec.resolved.yaml", "plan.json", "convert/mapping.json"
@@ -214,10 +214,10 @@ ENTRY: dict[str, Callable[[], int]] = {
     "verify": _cli("verify"),
     "serve": _cli("serve"),
     # what the emitted scripts run when a user starts them by hand
-    "runtime.train": _module("runtime.train", str(BUILD)),
-    "runtime.convert": _module("runtime.convert", str(BUILD)),
-    "runtime.verify": _module("runtime.verify", str(BUILD)),
-    "lmspec-vllm": _module("runtime.vllm_cli", "serve", "--config", str(BUILD / VLLM_YAML)),
+    "lmspec.runtime.train": _module("lmspec.runtime.train", str(BUILD)),
+    "lmspec.runtime.convert.to_hf": _module("lmspec.runtime.convert.to_hf", str(BUILD)),
+    "lmspec.runtime.verify": _module("lmspec.runtime.verify", str(BUILD)),
+    "lmspec-vllm": _module("lmspec.runtime.serve.vllm_cli", "serve", "--config", str(BUILD / VLLM_YAML)),
 }
 
 
@@ -244,12 +244,14 @@ CASES = [
     ),
     pytest.param("serve", replace_text(SPEC, "port: 8000", "port: 8001"), _edited(SPEC), id="spec-port-serve"),
     pytest.param("verify", edit_byte(SPEC, 0.9), _edited(SPEC), id="spec-one-byte-verify"),
-    pytest.param("runtime.train", edit_byte(SPEC), _edited(SPEC), id="spec-one-byte-runtime-train"),
-    pytest.param("runtime.train", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-runtime-train"),
+    pytest.param("lmspec.runtime.train", edit_byte(SPEC), _edited(SPEC), id="spec-one-byte-runtime-train"),
+    pytest.param("lmspec.runtime.train", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-runtime-train"),
     pytest.param("convert", edit_byte(MAPPING), _edited(MAPPING), id="mapping-one-byte-convert"),
     pytest.param("verify", edit_byte(MAPPING, 0.2), _edited(MAPPING), id="mapping-one-byte-verify"),
-    pytest.param("runtime.convert", edit_byte(MAPPING), _edited(MAPPING), id="mapping-one-byte-runtime-convert"),
-    pytest.param("runtime.verify", edit_byte(MAPPING), _edited(MAPPING), id="mapping-one-byte-runtime-verify"),
+    pytest.param(
+        "lmspec.runtime.convert.to_hf", edit_byte(MAPPING), _edited(MAPPING), id="mapping-one-byte-runtime-convert"
+    ),
+    pytest.param("lmspec.runtime.verify", edit_byte(MAPPING), _edited(MAPPING), id="mapping-one-byte-runtime-verify"),
     pytest.param(
         "train",
         replace_text(TORCHRUN, "set -euo pipefail\n", "set -euo pipefail\ntouch pwned\n"),
@@ -258,7 +260,7 @@ CASES = [
     ),
     pytest.param("train", edit_byte(SBATCH), _edited(SBATCH), id="sbatch-one-byte-train"),
     pytest.param("train", edit_byte(NCCL), _edited(NCCL), id="nccl-env-one-byte-train"),
-    pytest.param("runtime.train", edit_byte(NCCL), _edited(NCCL), id="nccl-env-one-byte-runtime-train"),
+    pytest.param("lmspec.runtime.train", edit_byte(NCCL), _edited(NCCL), id="nccl-env-one-byte-runtime-train"),
     pytest.param("serve", edit_byte(SERVE_SH), _edited(SERVE_SH), id="serve-sh-one-byte-serve"),
     pytest.param("serve", edit_byte(VLLM_YAML), _edited(VLLM_YAML), id="vllm-yaml-one-byte-serve"),
     pytest.param("lmspec-vllm", edit_byte(VLLM_YAML), _edited(VLLM_YAML), id="vllm-yaml-one-byte-lmspec-vllm"),
@@ -291,8 +293,12 @@ CASES = [
     ),
     pytest.param("serve", delete(VLLM_YAML), _refused(VLLM_YAML, "is missing"), id="vllm-yaml-deleted"),
     pytest.param("train", sparse(SPEC, MAX_FILE_BYTES + 1), _refused(SPEC, "more than any build file"), id="spec-huge"),
-    pytest.param("runtime.verify", fifo(MAPPING), _refused(MAPPING, "is a FIFO"), id="mapping-fifo-runtime-verify"),
-    pytest.param("runtime.train", delete(NCCL), _refused(NCCL, "is missing"), id="nccl-env-deleted-runtime-train"),
+    pytest.param(
+        "lmspec.runtime.verify", fifo(MAPPING), _refused(MAPPING, "is a FIFO"), id="mapping-fifo-runtime-verify"
+    ),
+    pytest.param(
+        "lmspec.runtime.train", delete(NCCL), _refused(NCCL, "is missing"), id="nccl-env-deleted-runtime-train"
+    ),
     # -- manifest.json damaged
     pytest.param(
         "lmspec-vllm", dangling(MANIFEST), _manifest("is a symbolic link"), id="manifest-dangling-link-lmspec-vllm"
@@ -314,7 +320,7 @@ CASES = [
         "train", write(MANIFEST, b"null"), _manifest("a JSON null where a mapping belongs"), id="manifest-null"
     ),
     pytest.param(
-        "runtime.train",
+        "lmspec.runtime.train",
         write(MANIFEST, b'{"files": NaN}'),
         _manifest("NaN is not a JSON number"),
         id="manifest-nan-runtime-train",
@@ -350,7 +356,9 @@ CASES = [
         _manifest("'spec_sha256' is not the sha256 'files' gives spec.resolved.yaml"),
         id="manifest-spec-hash-edited",
     ),
-    pytest.param("runtime.train", edit_json(MANIFEST, _set_file_hash(PLAN)), _edited(PLAN), id="manifest-plan-hash"),
+    pytest.param(
+        "lmspec.runtime.train", edit_json(MANIFEST, _set_file_hash(PLAN)), _edited(PLAN), id="manifest-plan-hash"
+    ),
     pytest.param(
         "train", edit_json(MANIFEST, _drop_file(NCCL)), _refused(NCCL, "not listed in manifest.json"), id="unlisted"
     ),
@@ -368,7 +376,7 @@ CASES = [
         id="forged-spec-launcher-pbs",
     ),
     pytest.param(
-        "runtime.train",
+        "lmspec.runtime.train",
         replace_text(SPEC, "steps: 30", "steps: 30.5", rehash=True),
         _refused(SPEC, "train.steps=30.5"),
         id="forged-spec-float-steps",
@@ -416,7 +424,7 @@ CASES = [
         id="forged-mapping-list",
     ),
     pytest.param(
-        "runtime.convert",
+        "lmspec.runtime.convert.to_hf",
         edit_json(MAPPING, _set("tensors", {}), rehash=True),
         _refused(MAPPING, "its 'tensors' entry is missing or not a list"),
         id="forged-mapping-tensors-mapping",
@@ -434,13 +442,13 @@ CASES = [
         id="forged-mapping-infinity",
     ),
     pytest.param(
-        "runtime.train",
+        "lmspec.runtime.train",
         write(PLAN, b"[1, 2]", rehash=True),
         _refused(PLAN, "a JSON list where a mapping belongs"),
         id="forged-plan-list",
     ),
     pytest.param(
-        "runtime.train",
+        "lmspec.runtime.train",
         edit_json(PLAN, _pop("layout"), rehash=True),
         _refused(PLAN, "its 'layout' entry is missing or not a dict"),
         id="forged-plan-no-layout",

@@ -1,9 +1,9 @@
 """Hostile spec files and overrides at load time: each exits 1 (spec invalid) or 2 (usage/IO) with
 one line naming the file:line or the key and the fix, no traceback, and never hangs.
 
-What they exercise: compiler/spec_yaml.py (one checked libyaml parse of every YAML file the
+What they exercise: compiler/spec/yaml_files.py (one checked libyaml parse of every YAML file the
 composition reads: tags, YAML 1.1 numbers, duplicate keys, aliases, nesting, encoding, the
-defaults list's shape) and the hooks and re-phrasings of compiler/load.py (include loops,
+defaults list's shape) and the hooks and re-phrasings of compiler/spec/load.py (include loops,
 missing configs, group overrides, empty merges, interpolations, the override grammar).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tree_state import snapshot
 
-from compiler.spec_yaml import MAX_FILE_BYTES
+from lmspec.compiler.spec.yaml_files import MAX_FILE_BYTES
 
 HEAD = "defaults:\n  - config\n  - _self_\nname: hostile\n"  # lines 1-4 of most specs below
 SPEC = ["--spec", "{tmp}/spec.yaml"]

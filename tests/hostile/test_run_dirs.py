@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from tree_state import snapshot
 
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
-from runtime.checkpoint import MANIFEST, PREVIOUS_RUNS, CheckpointError, Checkpoints, dir_run_id
-from runtime.train import main as train_main
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
+from lmspec.runtime.train.checkpoint import MANIFEST, PREVIOUS_RUNS, CheckpointError, Checkpoints, dir_run_id
+from lmspec.runtime.train.loop import main as train_main
 
 CKPT = 'train.checkpoint.dir="runs/tiny/checkpoints" (lmspec:specs/train/default.yaml:27)'
 RUN = 'the run directory runs/tiny/ of name="tiny"'
@@ -360,7 +360,7 @@ def test_resume_never_over_an_old_run_end_to_end(tmp_path: Path) -> None:
 def test_a_fresh_run_starts_its_own_metrics_file(tmp_path: Path) -> None:
     """resume=never (or no checkpoint to resume) begins a new metrics.jsonl; earlier runs' lines are renamed
     to metrics.previous-<n>.jsonl, never appended to or deleted. A resumed run appends."""
-    from runtime.metrics import MetricsLog
+    from lmspec.runtime.train.metrics import MetricsLog
 
     spec = make_plan([]).spec
     (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')

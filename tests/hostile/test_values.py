@@ -1,7 +1,7 @@
 """Every value of its kind: a corpus of hostile strings and numbers, one case per input.
 
 Each case is `lmspec check OVERRIDE...`: exit 1, the dotted key and the fix on stderr, no
-traceback. Strings are checked by their key's kind (compiler/kinds.py) whole, with ASCII
+traceback. Strings are checked by their key's kind (compiler/spec/kinds.py) whole, with ASCII
 digits and no control character; numbers are finite, integers are ints (not 2.0, not true),
 and every number is bounded before any rule or model runs (so none of these hangs).
 """

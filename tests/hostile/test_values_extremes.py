@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from compiler.emit import emit_all
-from compiler.errors import SpecError
-from compiler.load import Composed, compose_spec
-from compiler.plan import build_plan
-from compiler.schema import spec_schema
-from compiler.validate import validate
+from lmspec.compiler.emit import emit_all
+from lmspec.compiler.errors import SpecError
+from lmspec.compiler.plan import build_plan
+from lmspec.compiler.spec.load import Composed, compose_spec
+from lmspec.compiler.spec.schema import spec_schema
+from lmspec.compiler.spec.validate import validate
 
 SMALLEST_ABOVE_ZERO = 1e-300
 

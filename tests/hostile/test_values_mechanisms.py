@@ -1,6 +1,6 @@
 """The mechanisms behind tests/hostile/test_values.py, each checked on its own.
 
-- compiler.schema refuses a key without its bound (a maximum, a kind, max_items), and the
+- lmspec.compiler.spec.schema refuses a key without its bound (a maximum, a kind, max_items), and the
   schema it writes gives every string a kind and every number a maximum;
 - lmspec's validator reads `integer`, `number`, `format` and `pattern` its own way where the
   stock draft 2020-12 validator lets NaN, 2.0, true and a trailing newline through;
@@ -22,17 +22,17 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from compiler.emit.quoting import UnsafeValue, comment, shell, word
-from compiler.emit.spec_files import NonFiniteNumber, dump_json, dump_json_line
-from compiler.kinds import KINDS, PLAIN_NAME, SLURM_TIME
-from compiler.layout import balanced_stages, divisors
-from compiler.models.params import count_params, is_moe_layer, layer_params
-from compiler.render import UnquotedValue, render
-from compiler.rules.context import HINT_VALUES, listed
-from compiler.schema import UndeclaredBound, _object_schema, spec_schema
-from compiler.schema_check import LmspecValidator
-from compiler.sections import Spec, key
-from compiler.typed import from_dict
+from lmspec.compiler.emit.quoting import UnsafeValue, comment, shell, word
+from lmspec.compiler.emit.render import UnquotedValue, render
+from lmspec.compiler.emit.spec_files import NonFiniteNumber, dump_json, dump_json_line
+from lmspec.compiler.models.dims import balanced_stages, divisors
+from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.rules.context import HINT_VALUES, listed
+from lmspec.compiler.spec.kinds import KINDS, PLAIN_NAME, SLURM_TIME
+from lmspec.compiler.spec.schema import UndeclaredBound, _object_schema, spec_schema
+from lmspec.compiler.spec.schema_check import LmspecValidator
+from lmspec.compiler.spec.sections import Spec, key
+from lmspec.compiler.spec.typed import from_dict
 
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 
@@ -207,7 +207,7 @@ def test_linear_stage_split_equals_the_quadratic_one() -> None:
 def test_param_counts_equal_the_per_layer_sums(first_dense: int | None) -> None:
     import yaml
 
-    from compiler.paths import SPECS_DIR
+    from lmspec.compiler.paths import SPECS_DIR
 
     data = yaml.safe_load((SPECS_DIR / "model" / "deepseek_v3.yaml").read_text(encoding="utf-8"))
     data = {k: v for k, v in data.items() if k != "defaults"}

@@ -2,7 +2,7 @@
 
 `write_build` runs in a forked child that SIGKILLs itself just before its n-th call that
 changes the disk (os.open creating a file, mkdir, chmod, rename, replace, unlink, rmdir and
-the renameat2 of compiler/writer.py), for n = 1, 2, ... until a run completes: every state
+the renameat2 of compiler/build/writer.py), for n = 1, 2, ... until a run completes: every state
 between two such calls is a state a kill can leave. After each kill the target must be exactly the old or
 exactly the new build (with renameat2), or, in the fallback's window between its two
 renames, missing with the old build whole under a `.lmspec-` dot-name; then an ordinary
@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from tree_state import snapshot
 
-from compiler import writer
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
+from lmspec.compiler.build import writer
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
 
 # The calls that change what is on disk (os.open only when it creates): a kill before each
 # one is a kill in each state the directory passes through.
@@ -143,7 +143,7 @@ def test_real_compiles_killed_at_random_moments(tmp_path: Path) -> None:
     """`lmspec compile` processes SIGKILLed at random times never leave the build root without a build."""
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from compiler.cli import main; main()", "compile", "-o", str(out)]
+    command = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()", "compile", "-o", str(out)]
     assert subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0
     states = [snapshot(out / "tiny")]
     assert subprocess.run(command + ["train.steps=9"], env=env, capture_output=True, timeout=120).returncode == 0
@@ -166,7 +166,7 @@ def test_concurrent_compiles_into_one_build_all_succeed(tmp_path: Path) -> None:
     """Six compiles at once into one build root: each waits for the root's lock; one whole build remains."""
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from compiler.cli import main; main()", "compile", "-o", str(out)]
+    command = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()", "compile", "-o", str(out)]
     processes = [
         subprocess.Popen(
             command + [f"train.steps={5 + i % 2}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE

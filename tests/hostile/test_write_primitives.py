@@ -1,4 +1,4 @@
-"""The safe-write primitives of compiler/writer.py on their own, and the sweep point names."""
+"""The safe-write primitives of compiler/build/writer.py on their own, and the sweep point names."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tree_state import snapshot
 
-from compiler.errors import UsageError
-from compiler.multirun import sweep_point_name
-from compiler.writer import CONVERTED, NAME_MAX, build_target, replace_directory, write_file_atomic
+from lmspec.compiler.build.writer import CONVERTED, NAME_MAX, build_target, replace_directory, write_file_atomic
+from lmspec.compiler.cli.sweep import sweep_point_name
+from lmspec.compiler.errors import UsageError
 
 
 @pytest.mark.parametrize(

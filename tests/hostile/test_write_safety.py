@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from tree_state import snapshot
 
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
 
 LONG_NAME = "n" * 246  # the longest `name` whose sweep index (<name>-sweep.md) fits in 255 bytes
 UNCHANGED = "unchanged"

@@ -1,4 +1,4 @@
-"""Stand-in for runtime.train in launch tests: a gloo all-reduce over every rank torchrun started.
+"""Stand-in for lmspec.runtime.train in launch tests: a gloo all-reduce over every rank torchrun started.
 
 Run through the real launch path (sbatch -> srun -> torchrun.sh -> torch.distributed.run);
 each rank records what it saw in $ALLREDUCE_OUT/rank<N>.json. $ALLREDUCE_FAIL_RANK makes that

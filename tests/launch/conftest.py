@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from local_slurm import LocalSlurm, slurm_missing_reason
 
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
 
 
 def free_port() -> int:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 WORKER = Path(__file__).with_name("allreduce_worker.py")
 SWAP_TRAINER = f"""#!{sys.executable}
-# The real interpreter and torchrun; `-m runtime.train BUILD` becomes `{WORKER.name} BUILD`.
+# The real interpreter and torchrun; `-m lmspec.runtime.train BUILD` becomes `{WORKER.name} BUILD`.
 import os, sys
 argv = sys.argv[1:]
-if "runtime.train" in argv:
-    i = argv.index("runtime.train")
+if "lmspec.runtime.train" in argv:
+    i = argv.index("lmspec.runtime.train")
     argv[i - 1:i + 1] = [{str(WORKER)!r}]
 os.execv(sys.executable, [sys.executable, *argv])
 """

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.emit.deepspeed_config import DS_CONFIG, TOP_LEVEL_KEYS
-from compiler.errors import SpecError
-from compiler.pipeline import make_plan
-from compiler.writer import build_files
+from lmspec.compiler.build.writer import build_files
+from lmspec.compiler.emit.deepspeed_config import DS_CONFIG, TOP_LEVEL_KEYS
+from lmspec.compiler.errors import SpecError
+from lmspec.compiler.pipeline import make_plan
 
 deepspeed_config = pytest.importorskip("deepspeed.runtime.config", reason="DeepSpeed not installed (train extra)")
 torch = pytest.importorskip("torch")

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from conftest import compile_build
 
-from compiler.cli import run as lmspec
-from compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
+from lmspec.compiler.cli.main import run as lmspec
+from lmspec.compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
 
 HOSTILE = {
     "command-substitution": "$(touch pwned)",
@@ -37,7 +37,7 @@ HOSTILE = {
     "pipes-redirects": "a | touch pwned & b; c > d < e && f || g",
     "comment-and-percent": "# not a comment %s %n \\x41 $'touch pwned'",
 }
-IFNAME = "eth0.100"  # an interface name (compiler.kinds.INTERFACE): a VLAN on eth0
+IFNAME = "eth0.100"  # an interface name (lmspec.compiler.spec.kinds.INTERFACE): a VLAN on eth0
 RECORDED_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "DEEPSPEED_TIMEOUT")
 FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
@@ -160,7 +160,7 @@ def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[
         "--rdzv-id=lmspec-hostile",
         "--max-restarts=0",
         "-m",
-        "runtime.train",
+        "lmspec.runtime.train",
         str(build.resolve()),
     ]
     assert recorded["env"]["GLOO_SOCKET_IFNAME"] == IFNAME
@@ -196,7 +196,7 @@ def test_multi_node_sbatch_passes_hostile_values_as_data(
         "--rdzv-id=42",
         "--max-restarts=0",
         "-m",
-        "runtime.train",
+        "lmspec.runtime.train",
         str(build.resolve()),
     ]
     assert recorded["env"]["NCCL_SOCKET_IFNAME"] == IFNAME

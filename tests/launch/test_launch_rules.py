@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.errors import SpecError
-from compiler.pipeline import make_plan
-from compiler.rules.launch import time_limit_seconds
+from lmspec.compiler.errors import SpecError
+from lmspec.compiler.pipeline import make_plan
+from lmspec.compiler.rules.launch import time_limit_seconds
 
 ERRORS = [
     pytest.param(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import compile_build
 
-from compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
-from compiler.emit.nccl import NCCL_ENV
-from compiler.pipeline import make_plan
-from compiler.writer import build_files
+from lmspec.compiler.build.writer import build_files
+from lmspec.compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
+from lmspec.compiler.emit.nccl import NCCL_ENV
+from lmspec.compiler.pipeline import make_plan
 
 SHELL_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)
 ROCE = [
@@ -112,7 +112,7 @@ def test_scripts_carry_the_plans_numbers(variant: str, builds: dict[str, Path]) 
     assert f"NNODES={layout.nodes}\n" in torchrun
     assert f"NPROC_PER_NODE={layout.gpus_per_node}\n" in torchrun
     assert f"${{MASTER_PORT:-{s.cluster.master_port}}}" in torchrun
-    assert '-m runtime.train "$BUILD_DIR"' in torchrun
+    assert '-m lmspec.runtime.train "$BUILD_DIR"' in torchrun
     options = _sbatch_options((builds[variant] / SBATCH_SH).read_text())
     assert options["--nodes"] == str(layout.nodes)
     assert options["--ntasks-per-node"] == "1"

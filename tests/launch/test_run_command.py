@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import compile_build
 
-from compiler.cli import run as lmspec
-from compiler.run_command import STAGES
+from lmspec.compiler.cli.main import run as lmspec
+from lmspec.compiler.cli.run import STAGES
 
 LMSPEC = Path(sys.executable).with_name("lmspec")
 FAKE_TRAINER = """#!/bin/bash
@@ -134,7 +134,7 @@ def test_smoke_checks_without_running(builds: dict[str, Path], tmp_path: Path) -
         timeout=120,
         check=False,
     )
-    trainer_exists = importlib.util.find_spec("runtime.train") is not None
+    trainer_exists = importlib.util.find_spec("lmspec.runtime.train") is not None
     assert result.returncode == (0 if trainer_exists else 1), result.stdout + result.stderr
     assert result.stdout.count("parses (bash -n)") == 3
     assert not (tmp_path / "runs").exists()

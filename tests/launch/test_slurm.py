@@ -18,7 +18,7 @@ import pytest
 from conftest import compile_build, free_port
 from swap_trainer import write_wrapper
 
-from compiler.emit.launch import SBATCH_SH
+from lmspec.compiler.emit.launch import SBATCH_SH
 
 pytestmark = pytest.mark.slow
 CREDENTIAL_REVOKE_GRACE_S = 2.0  # slurmd compares credential and revocation times in whole seconds
@@ -93,7 +93,7 @@ def test_failing_rank_fails_the_job_through_lmspec_run(local_slurm, tiny_slurm_b
 def test_tiny_training_runs_to_completion_through_lmspec_run(
     local_slurm, tiny_slurm_build: Path, tmp_path: Path
 ) -> None:
-    """The real trainer (runtime.train) under `lmspec run` -> sbatch --wait on the local Slurm."""
+    """The real trainer (lmspec.runtime.train) under `lmspec run` -> sbatch --wait on the local Slurm."""
     env = dict(local_slurm.env, LMSPEC_PYTHON=sys.executable)
     lmspec = Path(sys.executable).with_name("lmspec")
 

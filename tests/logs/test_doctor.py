@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.doctor import SIGNATURES
+from lmspec.compiler.observe.doctor import SIGNATURES
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,10 +251,12 @@ def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
     """The signature's own logic, fed a Plan whose comm section states the share (the key it reads)."""
     import dataclasses
 
-    pytest.importorskip("compiler.models.comm", reason="the comm model (compiler/models, issue 3) is not here yet")
-    from compiler.doctor.comm import TpSlowdown
-    from compiler.doctor.findings import LogText
-    from compiler.logs.context import load_build
+    pytest.importorskip(
+        "lmspec.compiler.models.comm", reason="the comm model (compiler/models, issue 3) is not here yet"
+    )
+    from lmspec.compiler.observe.doctor.comm import TpSlowdown
+    from lmspec.compiler.observe.doctor.findings import LogText
+    from lmspec.compiler.observe.logs.context import load_build
 
     context = load_build(
         build(

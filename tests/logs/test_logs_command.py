@@ -1,4 +1,4 @@
-"""`lmspec logs`: tokens/s, MFU/HFU from compiler.models.flops, warm-up, verdicts, plots."""
+"""`lmspec logs`: tokens/s, MFU/HFU from lmspec.compiler.models.flops, warm-up, verdicts, plots."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.logs.context import load_flags
-from compiler.logs.parse import parse_log
-from compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
+from lmspec.compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
+from lmspec.compiler.observe.logs.context import load_flags
+from lmspec.compiler.observe.logs.parse import parse_log
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
 # The run the Megatron excerpt stands for: it only fits with the distributed optimizer (the budget rule).

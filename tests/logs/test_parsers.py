@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.errors import UsageError
-from compiler.logs.launcher import strip_prefix
-from compiler.logs.parse import parse_lines, parse_log
-from compiler.logs.stats import percentile, steady_steps, summarize
-from compiler.logs.user_regex import compile_user_regex
+from lmspec.compiler.errors import UsageError
+from lmspec.compiler.observe.logs.launcher import strip_prefix
+from lmspec.compiler.observe.logs.parse import parse_lines, parse_log
+from lmspec.compiler.observe.logs.stats import percentile, steady_steps, summarize
+from lmspec.compiler.observe.logs.user_regex import compile_user_regex
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
 _MIB = 1024 * 1024
@@ -134,7 +134,7 @@ def test_warmup_skip_falls_back_to_all_steps() -> None:
 
 
 def test_lmspec_stdout_line() -> None:
-    """runtime/metrics.py's human line carries the same numbers as its JSON line."""
+    """runtime/train/metrics.py's human line carries the same numbers as its JSON line."""
     log = parse_log(DATA / "lmspec_train_nan.log")
     text = (DATA / "lmspec_train_nan.log").read_text()
     assert log.formats == ["lmspec-stdout"]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.models.flops import mfu, model_flops_per_token
-from compiler.sections import Spec
-from compiler.typed import from_dict
+from lmspec.compiler.models.flops import mfu, model_flops_per_token
+from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.typed import from_dict
 
 LMSPEC = str(Path(sys.executable).parent / "lmspec")
 RUN_TIMEOUT_S = 300

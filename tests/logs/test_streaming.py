@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.logs import reader, table
-from compiler.logs.reader import LogFile
-from compiler.logs.records import NUMERIC_FIELDS, StepRecord
-from compiler.logs.scout import Needle, Scout
-from compiler.logs.table import StepTable
+from lmspec.compiler.observe.logs import reader, table
+from lmspec.compiler.observe.logs.reader import LogFile
+from lmspec.compiler.observe.logs.records import NUMERIC_FIELDS, StepRecord
+from lmspec.compiler.observe.logs.scout import Needle, Scout
+from lmspec.compiler.observe.logs.table import StepTable
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "logs"
@@ -169,8 +169,8 @@ def test_thinning_that_leaves_no_step(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_sampled_report_keeps_counts_last_loss_and_peak(monkeypatch: pytest.MonkeyPatch) -> None:
-    from compiler.logs.parse import parse_lines
-    from compiler.logs.report import build_report
+    from lmspec.compiler.observe.logs.parse import parse_lines
+    from lmspec.compiler.observe.logs.report import build_report
 
     lines = [
         f"step {s:>6} | loss {1 + 1 / s:.4f} | lr 1.000e-03 | grad_norm 0.500 | 4,000 tokens/s | 500 ms/step | "
@@ -202,7 +202,7 @@ def test_peak_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
     big, small = tmp_path / "big.log", tmp_path / "small.log"
     info = _bench().generate(big, 200 * 1024 * 1024)
     small.write_bytes(big.read_bytes()[: 12 * 1024].rsplit(b"\n", 1)[0] + b"\n")
-    lmspec = [sys.executable, "-c", "from compiler.cli import main; main()"]
+    lmspec = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()"]
     for command in ("logs", "doctor"):
         base = _peak_rss_kib([*lmspec, command, str(small)])
         peak = _peak_rss_kib([*lmspec, command, str(big)])

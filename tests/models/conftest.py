@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from compiler.load import compose_spec
-from compiler.sections import ModelSpec, Spec
-from compiler.typed import from_dict
+from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.compiler.spec.typed import from_dict
 
 MODEL_PRESETS = ("tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3")
 
@@ -24,7 +24,7 @@ def hf_config(m: ModelSpec, attn_implementation: str = "eager") -> Any:
     also what the DeepSpeed trainer builds): counting its parameters checks both."""
     import transformers
 
-    from compiler.conversion.mapping import hf_model_config
+    from lmspec.compiler.conversion.mapping import hf_model_config
 
     config = hf_model_config(m) | {"use_cache": False}
     config.pop("architectures")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.models.comm import estimate_comm
+from lmspec.compiler.models.comm import estimate_comm
 
 from .conftest import spec_of
 

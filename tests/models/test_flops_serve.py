@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
-from compiler.models.params import count_params
-from compiler.models.serve_memory import estimate_serve_memory, kv_bytes_per_token
+from lmspec.compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
+from lmspec.compiler.models.params import count_params
+from lmspec.compiler.models.serve_memory import estimate_serve_memory, kv_bytes_per_token
 
 from .conftest import spec_of
 

@@ -19,7 +19,7 @@ from functools import cache
 
 import pytest
 
-from compiler.models.train_memory import estimate_train_memory
+from lmspec.compiler.models.train_memory import estimate_train_memory
 
 from .conftest import hf_model, spec_of
 

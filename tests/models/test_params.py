@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.models.params import count_params
+from lmspec.compiler.models.params import count_params
 
 from .conftest import MODEL_PRESETS, hf_model, spec_of
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.models.activations import ActivationSetting, LayerShape, layer_activation_bytes
-from compiler.models.params import count_params
-from compiler.models.train_memory import GB, estimate_train_memory, state_bytes, zero_state_bytes
+from lmspec.compiler.models.activations import ActivationSetting, LayerShape, layer_activation_bytes
+from lmspec.compiler.models.params import count_params
+from lmspec.compiler.models.train_memory import GB, estimate_train_memory, state_bytes, zero_state_bytes
 
 from .conftest import spec_of
 

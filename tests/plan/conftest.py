@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from compiler.load import compose_spec
-from compiler.plan_search.evaluate import Priced, price
-from compiler.plan_search.legality import BACKENDS, RECOMPUTE
-from compiler.plan_search.space import Axes, Enumeration, enumerate_legal
-from compiler.sections import Spec
-from compiler.typed import from_dict
+from lmspec.compiler.search.evaluate import Priced, price
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
+from lmspec.compiler.search.space import Axes, Enumeration, enumerate_legal
+from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.typed import from_dict
 
 
 def typed_spec(*overrides: str) -> Spec:

@@ -11,15 +11,15 @@ import random
 
 import pytest
 
-from compiler.load import compose_spec
-from compiler.models.train_memory import estimate_train_memory
-from compiler.plan_search.legality import BACKENDS, RECOMPUTE
-from compiler.plan_search.space import default_axes, enumerate_legal
-from compiler.rules import backend, batch, experts, layout
-from compiler.rules.budget import training_fits_memory
-from compiler.rules.context import RuleContext
-from compiler.sections import Spec
-from compiler.typed import from_dict
+from lmspec.compiler.models.train_memory import estimate_train_memory
+from lmspec.compiler.rules import backend, batch, experts, layout
+from lmspec.compiler.rules.budget import training_fits_memory
+from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
+from lmspec.compiler.search.space import default_axes, enumerate_legal
+from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.typed import from_dict
 from tests.plan.conftest import Layout, enumerate_one, price_one, scalar
 
 SEARCHED_RULES = (*layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES)  # validator order
@@ -172,8 +172,8 @@ def test_step_time_is_the_same_for_one_layout_in_plain_numbers() -> None:
     """The step-time model is plain arithmetic: Python numbers give what the arrays give."""
     import dataclasses
 
-    from compiler.plan_search import steptime
-    from compiler.plan_search.evaluate import price_inputs
+    from lmspec.compiler.search import steptime
+    from lmspec.compiler.search.evaluate import price_inputs
 
     spec = from_dict(Spec, compose_spec(["model=mixtral_8x7b", "hardware=h100_80g"]).spec)
     point = Layout(nodes=4, tp=2, pp=4, cp=2, ep=4, micro_batch_size=2, sequence_parallel=True)

@@ -130,7 +130,7 @@ def test_usage_errors(lmspec: Lmspec, tmp_path: Path) -> None:
 
 def test_check_does_not_import_numpy() -> None:
     code = (
-        "import sys\nfrom compiler.cli import run\nassert run(['check']) == 0\n"
+        "import sys\nfrom lmspec.compiler.cli.main import run\nassert run(['check']) == 0\n"
         "assert 'numpy' not in sys.modules, 'lmspec check imported numpy'\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=120)

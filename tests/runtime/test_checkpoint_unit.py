@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.checkpoint import CheckpointError, Checkpoints, verify
+from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, verify
 
 
 def _save(ckpts: Checkpoints, step: int, payload: bytes = b"weights") -> Path:

@@ -20,7 +20,7 @@ def test_inactive_when_cuda_is_available() -> None:
     _python("""
         from unittest import mock
         import torch
-        from runtime import cpu_compat
+        from lmspec.runtime.compat import megatron as cpu_compat
         names = ("current_device", "synchronize", "get_rng_state", "set_rng_state", "manual_seed",
                  "Stream", "Event", "current_stream", "stream")
         before = {n: getattr(torch.cuda, n) for n in names}
@@ -42,7 +42,7 @@ def test_active_without_cuda() -> None:
     _python("""
         import torch
         assert not torch.cuda.is_available()
-        from runtime import cpu_compat
+        from lmspec.runtime.compat import megatron as cpu_compat
         assert cpu_compat.apply() is True
         assert torch.cuda.current_device() == "cpu"
         from megatron.core.pipeline_parallel import schedules

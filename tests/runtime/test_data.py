@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime.data import EOT_ID, TokenStream, decode, encode
+from lmspec.runtime.train.data import EOT_ID, TokenStream, decode, encode
 
 
 def _stream(seed: int = 1234) -> TokenStream:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.checkpoint import verify
+from lmspec.runtime.train.checkpoint import verify
 from tests.runtime.torchrun_helpers import compile_build, run, run_until, workers
 
 pytestmark = pytest.mark.slow

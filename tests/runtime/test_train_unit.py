@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
-from runtime.metrics import MetricsLog, NonFiniteLoss
-from runtime.train import load_build, lr_at, main
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
+from lmspec.runtime.train.loop import load_build, lr_at, main
+from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 
 
 @pytest.fixture(scope="module")

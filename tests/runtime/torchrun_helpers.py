@@ -1,4 +1,4 @@
-"""Compile a build into a temp dir and run `python -m runtime.train` on it under torchrun.
+"""Compile a build into a temp dir and run `python -m lmspec.runtime.train` on it under torchrun.
 
 Every run is its own process group (start_new_session) and the whole group is
 SIGKILLed on timeout or when the test is done, so no worker outlives a test.
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.pipeline import make_plan
-from compiler.writer import build_files, write_build
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
 
 RUN_TIMEOUT_S = 240
 NPROC = 2
@@ -61,7 +61,7 @@ def _command(build: Path) -> list[str]:
         f"--master-port={free_port()}",
         "--max-restarts=0",
         "-m",
-        "runtime.train",
+        "lmspec.runtime.train",
         str(build),
     ]
 

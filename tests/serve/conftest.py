@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.pipeline import make_plan
-from compiler.plan import Plan
-from compiler.writer import build_files, write_build
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
+from lmspec.compiler.plan import Plan
 
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 needs_vllm = pytest.mark.skipif(VLLM_MISSING, reason="vLLM is not installed (pip install '.[serve]')")
@@ -38,7 +38,7 @@ def save_random_hf_llama(plan: Plan, directory: Path) -> None:
     import torch
     import transformers
 
-    from runtime.data import EOT_ID, PAD_ID
+    from lmspec.runtime.train.data import EOT_ID, PAD_ID
 
     m = plan.spec.model
     config = transformers.LlamaConfig(

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import compile_build
 
-from compiler.emit.serve import SERVE_SH, VLLM_YAML
-from compiler.plan import Plan
+from lmspec.compiler.emit.serve import SERVE_SH, VLLM_YAML
+from lmspec.compiler.plan import Plan
 
 PRESETS = {
     "tiny": (None, []),

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import compile_build, needs_vllm, save_random_hf_llama
 
-from compiler.plan import Plan
-from runtime.serve import ServeFailure, request_json
+from lmspec.compiler.plan import Plan
+from lmspec.runtime.serve.stage import ServeFailure, request_json
 
 START_TIMEOUT_S = 600.0  # vLLM start-up on a loaded 2-core machine took up to ~160 s
 STOP_TIMEOUT_S = 60.0

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from conftest import compile_build, needs_vllm
 
-from compiler.conversion.mapping import hf_config
-from compiler.emit.serve import VLLM_YAML, vllm_options, vllm_serve_args
-from compiler.pipeline import make_plan
-from compiler.plan import Plan
-from runtime.vllm_cli import CHECK_RESULT_PREFIX
+from lmspec.compiler.conversion.mapping import hf_config
+from lmspec.compiler.emit.serve import VLLM_YAML, vllm_options, vllm_serve_args
+from lmspec.compiler.pipeline import make_plan
+from lmspec.compiler.plan import Plan
+from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX
 
 pytestmark = needs_vllm
 
@@ -72,7 +72,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "VLLM_CPU_KVCACHE_SPACE": "1",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.vllm_cli", "--check-batch", str(batch)],
+        [sys.executable, "-m", "lmspec.runtime.serve.vllm_cli", "--check-batch", str(batch)],
         env=env,
         capture_output=True,
         text=True,

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from compiler.init_command import STARTER_SPEC
+from lmspec.compiler.cli.init import STARTER_SPEC
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.build_compare import arrow, format_value, key_numbers
-from compiler.init_command import STARTER_SPEC
+from lmspec.compiler.build.compare import arrow, format_value, key_numbers
+from lmspec.compiler.cli.init import STARTER_SPEC
 from tests.workflow.repo_helpers import set_tp
 
 SPEC_ARG = f"specs/{STARTER_SPEC}.yaml"

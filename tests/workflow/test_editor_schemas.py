@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from compiler.paths import SCHEMA_FILE, SPECS_DIR
-from compiler.schema import schema_files, section_names
+from lmspec.compiler.paths import SCHEMA_FILE, SPECS_DIR
+from lmspec.compiler.spec.schema import schema_files, section_names
 
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")
 SPEC_FILES = sorted(SPECS_DIR.rglob("*.yaml"))
@@ -41,7 +41,7 @@ def test_committed_schema_files_are_generated() -> None:
     for name, text in files.items():
         committed = SCHEMA_FILE.parent / name
         assert committed.is_file() and committed.read_text(encoding="utf-8") == text, (
-            f"schemas/{name} is stale: run `python -m compiler.schema`"
+            f"schemas/{name} is stale: run `python -m lmspec.compiler.spec.schema`"
         )
         Draft202012Validator.check_schema(json.loads(text))
 
@@ -100,4 +100,4 @@ def test_every_key_has_a_description_and_an_example_for_editors() -> None:
     keys = dict(_leaf_keys(schema))
     assert len(keys) > 100
     missing = sorted(k for k, prop in keys.items() if not prop.get("description") or not prop.get("examples"))
-    assert missing == [], f"keys without a description or an example in compiler/sections.py: {missing}"
+    assert missing == [], f"keys without a description or an example in compiler/spec/sections.py: {missing}"

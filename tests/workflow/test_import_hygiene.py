@@ -12,7 +12,7 @@ STACKS = ("torch", "deepspeed", "megatron", "vllm", "transformers")
 HEAVY = (*STACKS, "matplotlib")
 PROBE = f"""
 import json, sys
-from compiler.cli import run
+from lmspec.compiler.cli.main import run
 code = run(sys.argv[1:])
 print(json.dumps({{"code": code, "heavy": sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))}}))
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.init_command import STARTER_SPEC
+from lmspec.compiler.cli.init import STARTER_SPEC
 from tests.workflow.repo_helpers import VENV_BIN, set_tp
 
 ROOT = Path(__file__).resolve().parents[2]

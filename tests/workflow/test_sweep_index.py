@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from compiler.build_compare import key_numbers
+from lmspec.compiler.build.compare import key_numbers
 
 
 def test_sweep_writes_an_index_with_every_combination(lmspec, tmp_path: Path) -> None:

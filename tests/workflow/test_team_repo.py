@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from compiler.init_command import STARTER_SPEC, scaffold_files
+from lmspec.compiler.cli.init import STARTER_SPEC, scaffold_files
 from tests.workflow.repo_helpers import VENV_BIN, set_tp
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,1 @@
+"""The `lmspec` command line: one module per verb."""

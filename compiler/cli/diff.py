@@ -1,0 +1,140 @@
+"""`lmspec diff`: what a spec change does to every artifact and to the key numbers.
+
+    lmspec diff build/a build/b                          two build directories
+    lmspec diff --against main [--spec F] [OVERRIDES]    the spec as it was at a git revision
+                                                         vs the working tree, both compiled now
+
+The `--against` side extracts the spec's directory at that revision (`git archive`) into a
+temp dir and compiles it with this lmspec, so only the spec differs, never the compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from lmspec.compiler.errors import SpecError, UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diff",
+        help="what a spec change does to every artifact and to the key numbers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="compare the spec at this git revision with the working tree (both compiled now)",
+    )
+    p.add_argument(
+        "--spec", type=Path, default=None, help="the spec file (or built-in preset) to compile with --against"
+    )
+    p.add_argument("--stat", action="store_true", help="the summary only, no unified diffs")
+    p.add_argument(
+        "args",
+        nargs="*",
+        metavar="BUILD_OR_OVERRIDE",
+        help="two build directories; with --against, Hydra overrides instead",
+    )
+    p.set_defaults(handler=run_diff)
+
+
+def read_build(path: Path) -> dict[str, str]:
+    """Every file of a build directory as text, by relative path."""
+    if not path.is_dir():
+        raise UsageError(f"{path}: not a build directory (compile one with `lmspec compile`)")
+    files = {
+        p.relative_to(path).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+    if "manifest.json" not in files:
+        raise UsageError(f"{path}: no manifest.json, so not an lmspec build directory")
+    return files
+
+
+def _git(repo: Path, *argv: str) -> bytes:
+    import subprocess
+
+    try:
+        result = subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, timeout=60, check=False)
+    except FileNotFoundError:
+        raise UsageError("--against needs git on PATH") from None
+    if result.returncode != 0:
+        message = result.stderr.decode(errors="replace").strip().splitlines()
+        raise UsageError(f"git {' '.join(argv[:2])}: {message[-1] if message else 'failed'}")
+    return result.stdout
+
+
+@contextlib.contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    """Compile with paths shown relative to `path`, so both sides print origins alike."""
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _compile(spec_file: Path, overrides: list[str], cwd: Path) -> dict[str, str]:
+    from lmspec.compiler.build.writer import build_files
+    from lmspec.compiler.pipeline import make_plan
+
+    with working_directory(cwd):
+        return build_files(make_plan(overrides, spec_file))
+
+
+def compile_against(rev: str, spec: Path | None, overrides: list[str]) -> tuple[dict[str, str], dict[str, str], str]:
+    """(files at `rev`, files now, build name): the spec's directory at `rev` compiled in a temp dir."""
+    import io
+    import tarfile
+    import tempfile
+
+    from lmspec.compiler.paths import SPECS_DIR
+    from lmspec.compiler.spec.load import resolve_spec_file
+
+    spec_file = resolve_spec_file(spec) if spec is not None else SPECS_DIR / "config.yaml"
+    root = Path(_git(spec_file.parent, "rev-parse", "--show-toplevel").decode().strip()).resolve()
+    rel_dir = spec_file.parent.resolve().relative_to(root)
+    commit = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").decode().strip()
+    archive = _git(root, "archive", "--format=tar", commit, "--", rel_dir.as_posix() if rel_dir.parts else ".")
+    with tempfile.TemporaryDirectory(prefix="lmspec-diff-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        old_file = Path(tmp) / rel_dir / spec_file.name
+        if not old_file.is_file():
+            raise UsageError(f"{rel_dir / spec_file.name} does not exist at {rev}")
+        try:
+            old = _compile(old_file, overrides, Path(tmp))
+        except SpecError:
+            print(f"the spec at {rev} is invalid:", file=sys.stderr)
+            raise
+    new = _compile(spec_file, overrides, root)
+    return old, new, spec_file.stem
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from lmspec.compiler.build.compare import compare, render
+
+    if args.against is not None:
+        old, new, name = compile_against(args.against, args.spec, list(args.args))
+        old_label, new_label = f"{name}@{args.against}", f"{name}@worktree"
+    else:
+        if args.spec is not None or len(args.args) != 2:
+            raise UsageError(
+                "diff takes two build directories (lmspec diff build/a build/b), "
+                "or --against REV [--spec FILE] [OVERRIDES]"
+            )
+        old_label, new_label = args.args
+        old, new = read_build(Path(old_label)), read_build(Path(new_label))
+    comparison = compare(old, new, old_label, new_label)
+    sys.stdout.write(render(comparison, old_label=old_label, new_label=new_label, unified=not args.stat))
+    return 0

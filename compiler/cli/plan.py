@@ -1,0 +1,248 @@
+"""`lmspec plan`: search every legal layout of a job and print the best, as `lmspec check` composes it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from lmspec.compiler.spec.kinds import NODES_MAX
+
+GPUS = re.compile(r"([0-9]+)(?:\.\.([0-9]+))?")  # matched whole (fullmatch), ASCII digits
+
+
+def parse_gpus(text: str, per_node: int) -> list[int]:
+    """`2048`, `512..4096` or `256,512,1024` -> node counts (whole nodes of the hardware preset)."""
+    from lmspec.compiler.errors import UsageError
+
+    nodes: set[int] = set()
+    for part in text.split(","):
+        match = GPUS.fullmatch(part.strip())
+        if not match:
+            raise UsageError(f"--gpus {text}: expected N, LOW..HIGH or a comma list of those")
+        low, high = int(match[1]), int(match[2] or match[1])
+        if low < 1 or high < low:
+            raise UsageError(f"--gpus {text}: {part} is empty")
+        if match[2] is None and low % per_node:
+            raise UsageError(
+                f"--gpus {low} is not whole nodes of hardware.gpus_per_node={per_node}; "
+                f"use {low // per_node * per_node or per_node} or {(low // per_node + 1) * per_node}"
+            )
+        if high // per_node > NODES_MAX:
+            raise UsageError(
+                f"--gpus {text}: at most {NODES_MAX * per_node} GPUs ({NODES_MAX} nodes, hardware.nodes' maximum)"
+            )
+        found = [n for n in range(-(-low // per_node), high // per_node + 1) if n >= 1]
+        if not found:
+            raise UsageError(
+                f"--gpus {text}: {part} holds no whole node of hardware.gpus_per_node={per_node}; "
+                f"use multiples of {per_node}"
+            )
+        nodes.update(found)
+    return sorted(nodes)
+
+
+def _base_spec(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The composed spec, typed; only the schema is checked (the search checks the rules)."""
+    from lmspec.compiler.errors import SpecError
+    from lmspec.compiler.spec.load import compose_spec
+    from lmspec.compiler.spec.schema_check import schema_problems
+    from lmspec.compiler.spec.sections import Spec
+    from lmspec.compiler.spec.typed import from_dict
+
+    composed = compose_spec(list(args.overrides), args.spec)
+    problems = schema_problems(composed.spec, composed.origins)
+    if problems:
+        raise SpecError(problems)
+    return from_dict(Spec, composed.spec), composed
+
+
+def _nodes(args: argparse.Namespace, spec: Any, composed: Any) -> list[int]:
+    from lmspec.compiler.errors import UsageError
+    from lmspec.compiler.spec.provenance import COMMAND_LINE
+
+    if args.gpus is None:
+        return [spec.hardware.nodes]
+    if composed.origins.of("hardware.nodes") == COMMAND_LINE:
+        raise UsageError("give either hardware.nodes=N or --gpus, not both")
+    return parse_gpus(args.gpus, spec.hardware.gpus_per_node)
+
+
+def _job_overrides(args: argparse.Namespace, winner: list[str]) -> list[str]:
+    """Overrides that build the winner: the user's (minus the searched keys), then the layout's."""
+    searched = {o.split("=", 1)[0] for o in winner}
+    kept = [o for o in args.overrides if o.lstrip("+~").split("=", 1)[0] not in searched]
+    return [*kept, *winner]
+
+
+def _shell(words: list[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _spec_words(args: argparse.Namespace) -> list[str]:
+    return ["--spec", str(args.spec)] if args.spec is not None else []
+
+
+def _no_fit(result: Any, args: argparse.Namespace) -> int:
+    from lmspec.compiler.errors import SpecError, error
+    from lmspec.compiler.search.report import gib
+    from lmspec.compiler.search.search import fewest_gpus
+
+    spec = result.spec
+    p = result.priced
+    largest = max(result.axes.nodes)
+    smallest = f"; the smallest needs {gib(p.memory_bytes.min())} GiB" if p.columns.size else ""
+    fallback = fewest_gpus(spec, largest, args.backend)
+    counts = sorted(int(n) * spec.hardware.gpus_per_node for n in result.axes.nodes)
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}..{counts[-1]}"
+    where = f"{shown} x {spec.hardware.gpu.name}"
+    if fallback is None:
+        fewest = "no layout fits on up to the largest GPU count searched; use GPUs with more memory"
+        found = None
+    else:
+        i = int(fallback.ranked[0])
+        found = int(fallback.priced.feasible.world[i])
+        from lmspec.compiler.search.report import rows
+
+        best = rows(fallback, 1)[0]
+        nodes = found // spec.hardware.gpus_per_node
+        kept = [o for o in args.overrides if not o.startswith("hardware.nodes=")]
+        again = _shell(["lmspec", "plan", *_spec_words(args), *kept, f"hardware.nodes={nodes}"])
+        fewest = (
+            f"training fits from {found} GPUs ({nodes} nodes) on, e.g. {best.layout_text()} "
+            f"{best.sharding_text()} at {gib(best.memory_bytes)} GiB per GPU: {again}"
+        )
+    message = (
+        f"no layout of {spec.model.name} fits on {where}: {result.legal:,} legal layouts all exceed the "
+        f"{gib(p.budget_bytes)} GiB usable per GPU{smallest}; {fewest}"
+    )
+    if args.format == "json":
+        from lmspec.compiler.search.report import to_json
+
+        print(json.dumps(to_json(result, args.top, {"fewest_gpus": found, "message": message}), indent=2))
+    raise SpecError([error("hardware.nodes", message)])
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from lmspec.compiler.errors import UsageError
+    from lmspec.compiler.search.report import overrides, print_table, rows, to_json
+    from lmspec.compiler.search.search import search
+
+    if args.top < 1:
+        raise UsageError(f"--top {args.top}: must be 1 or more")
+    spec, composed = _base_spec(args)
+    args.backend = args.backend or ["megatron", "deepspeed"]
+    result = search(spec, _nodes(args, spec, composed), args.backend, args.objective, args.top)
+    if not result.feasible:
+        return _no_fit(result, args)
+    winner = overrides(rows(result, 1)[0].values)
+    line = "lmspec compile " + _shell([*_spec_words(args), *_job_overrides(args, winner)])
+    problems = _validate_winner(args, winner)
+    written = _write(args, winner, result) if args.write is not None else None
+    if args.plot is not None:
+        from lmspec.compiler.search.plot import draw
+
+        draw(args.plot, result)
+    if args.format == "json":
+        extra = {
+            "winner_command": line,
+            "winner_problems": [p.line() for p in problems],
+            "written": str(written) if written else None,
+        }
+        print(json.dumps(to_json(result, args.top, extra), indent=2))
+        return 0
+    print_table(result, args.top)
+    for problem in problems:
+        print(problem.line(), file=sys.stderr)
+    print(f"winner: {line}")
+    if written is not None:
+        print(f"wrote {written}: lmspec compile --spec {written}")
+    if args.plot is not None:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _validate_winner(args: argparse.Namespace, winner: list[str]) -> list[Any]:
+    """Every rule of `lmspec check` on the winner; the search covers the layout's, this the rest."""
+    from lmspec.compiler.errors import SpecError
+    from lmspec.compiler.pipeline import make_plan
+
+    try:
+        return list(make_plan(_job_overrides(args, winner), args.spec).warnings)
+    except SpecError as exc:
+        if args.write is not None:
+            raise
+        return list(exc.problems)
+
+
+def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
+    from lmspec.compiler.paths import display_path
+    from lmspec.compiler.search.report import rows
+    from lmspec.compiler.search.write import spec_file_text
+
+    best = rows(result, 1)[0]
+    flags = [*(["--gpus", args.gpus] if args.gpus else []), "--objective", args.objective]
+    command = "lmspec plan " + _shell([*_spec_words(args), *args.overrides, *flags])
+    header = (
+        f"# {result.spec.model.name} on {best.values['gpus']} x {result.spec.hardware.gpu.name}, chosen by "
+        f"`lmspec plan` (objective {result.objective}): {best.layout_text()}, {best.sharding_text()}, "
+        f"micro batch {best.values['train.micro_batch_size']}, recompute {best.values['train.recompute']};\n"
+        f"# estimated {best.step_time_s:.3g} s/step, {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}, "
+        f"{best.memory_bytes / 2**30:.1f} GiB per GPU.\n"
+        + f"#   {command}\n"
+        + f"#   lmspec compile --spec {display_path(args.write)}\n"
+    )
+    text = spec_file_text(args.write, _job_overrides(args, winner), args.spec, header)
+    args.write.write_text(text, encoding="utf-8")
+    return args.write
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("plan", help="search every legal layout and rank those that fit (no GPU needed)")
+    p.add_argument("--spec", type=Path, default=None, help="a spec file of your own, or a built-in preset name")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="OVERRIDE",
+        help="Hydra overrides of the job, e.g. model=deepseek_v3 hardware=h800_80g train.seq_length=4096",
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="N|LOW..HIGH",
+        help="GPU counts to search (whole nodes), e.g. 2048 or 512..4096; default: hardware.nodes",
+    )
+    p.add_argument("--top", type=int, default=10, help="rows to show (default 10)")
+    p.add_argument(
+        "--objective",
+        choices=("throughput", "cost", "min-gpus"),
+        default="throughput",
+        help="throughput: most tokens/s; cost: fewest GPU-seconds per token; min-gpus: fewest GPUs",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("megatron", "deepspeed"),
+        action="append",
+        default=None,
+        help="search this backend only (repeatable; default both)",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE.svg|FILE.png",
+        help="Pareto plot: memory per GPU against tokens/s of the layouts that fit",
+    )
+    p.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="specs/experiment/NAME.yaml",
+        help="write the winner as a spec file that `lmspec compile --spec` accepts unchanged",
+    )
+    p.set_defaults(handler=_cmd_plan)

@@ -1,0 +1,1 @@
+"""Reading what a run wrote: training logs (`lmspec logs`) and failure signatures (`lmspec doctor`)."""

@@ -1,0 +1,40 @@
+"""`lmspec doctor`: known failure signatures of training and serving runs, each mapped to the
+spec keys to change. SIGNATURES is the plain table of them, checked in order."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lmspec.compiler.observe.doctor.comm import TpSlowdown
+from lmspec.compiler.observe.doctor.findings import Finding, LogText, Signature, Watch
+from lmspec.compiler.observe.doctor.memory import CudaOutOfMemory
+from lmspec.compiler.observe.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
+from lmspec.compiler.observe.doctor.numerics import NonFiniteLoss
+from lmspec.compiler.observe.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
+from lmspec.compiler.observe.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
+from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory, SlurmTimeLimit
+from lmspec.compiler.observe.logs.context import RunContext
+
+SIGNATURES: tuple[Signature, ...] = (
+    NcclTimeout(),
+    NcclConnectionError(),
+    NcclInterface(),
+    CudaOutOfMemory(),
+    HostOutOfMemory(),
+    WorldSizeMismatch(),
+    RendezvousFailure(),
+    SlurmTimeLimit(),
+    NonFiniteLoss(),
+    TpSlowdown(),
+    VllmKvCacheTooSmall(),
+    VllmParallelNotDividing(),
+)
+
+# every pattern any signature reads, each once: the one pass over the log looks for all of them
+WATCHES: tuple[Watch, ...] = tuple(dict.fromkeys(w for signature in SIGNATURES for w in signature.watches))
+
+
+def diagnose(log: LogText, context: RunContext | None) -> list[Finding]:
+    """Every signature that matches, in table order, each with its evidence in log order."""
+    found = [f for signature in SIGNATURES if (f := signature.detect(log, context)) is not None]
+    return [dataclasses.replace(f, evidence=tuple(sorted(set(f.evidence), key=lambda e: e.line))) for f in found]

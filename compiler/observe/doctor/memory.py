@@ -1,0 +1,143 @@
+"""CUDA out of memory, mapped to the memory budget rule's fixes (compiler/rules/budget.py, in the
+seed's order: lower micro batch, recompute, shard state, add PP/EP), each with the memory model's
+number for the worst GPU, scaled by how far the real run overshot the model's estimate.
+
+Formats: c10/cuda/CUDACachingAllocator.cpp (``CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0
+has a total capacity of 79.11 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process
+has 77.87 GiB memory in use. ...``; before torch 2.1 ``(GPU 0; 79.35 GiB total capacity; ...)``) and
+the CUDA runtime's ``CUDA error: out of memory``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.logs.context import RunContext
+
+_SIZE = r"[\d.]+ [KMGT]?i?B"
+_OOM = re.compile(
+    rf"CUDA out of memory\. Tried to allocate ({_SIZE})"
+    rf"(?:\. GPU (\d+) has a total capacity of ({_SIZE}) of which ({_SIZE}) is free"
+    rf"|\s*\(GPU (\d+); ({_SIZE}) total capacity)?"
+)
+_IN_USE = re.compile(rf"this process has ({_SIZE}) memory in use")
+_OOM_OTHER = re.compile(r"CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError")
+_UNIT_BYTES = {
+    "B": 1,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "TiB": 1024**4,
+    "KB": 1024,
+    "MB": 1024**2,
+    "GB": 1024**3,
+    "TB": 1024**4,
+}  # torch's format_size is binary
+_GIB_BYTES = 1024**3
+
+
+def size_bytes(text: str) -> int:
+    number, unit = text.split()
+    return int(float(number) * _UNIT_BYTES[unit])
+
+
+def generic_fixes() -> list[Fix]:
+    """Without a build: the fix list in the seed's order, as directions."""
+    return [
+        Fix(
+            "train.micro_batch_size",
+            "<half of now>",
+            "activations scale with it; global batch is kept by more gradient accumulation",
+        ),
+        Fix("train.recompute", "selective (or full)", "recompute attention/all activations in backward"),
+        Fix(
+            "parallel.zero_stage",
+            "<one higher> (deepspeed)",
+            "shard optimizer states, then gradients, then weights over data parallel",
+        ),
+        Fix("parallel.distributed_optimizer", "true (megatron)", "shard optimizer states over data parallel"),
+        Fix("parallel.pp", "<double>", "fewer layers, hence weights and activations, per GPU"),
+    ]
+
+
+def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, list[Fix]]:
+    """The budget rule's candidate fixes for this build, each with its estimated worst GPU.
+
+    The run needed `needed_bytes` (in use + the failed allocation) where the model planned less;
+    each estimate is scaled by that ratio so a fix that only just fits on paper is not offered as enough.
+    """
+    from lmspec.compiler.rules.budget import candidate_fixes, estimate, gib, with_values
+
+    spec = context.spec
+    planned = estimate(spec)
+    if planned is None:
+        return "", generic_fixes()
+    worst, budget = planned.worst.total_bytes, planned.budget_bytes
+    scale = max(1.0, needed_bytes / worst) if needed_bytes else 1.0
+    note = f" The memory model planned {gib(worst)} per GPU on the worst stage of {gib(budget)} usable" + (
+        f"; the run needed at least {gib(needed_bytes)}, x{scale:.2f} the estimate." if needed_bytes else "."
+    )
+    fixes = []
+    for changes in candidate_fixes(spec):
+        memory = estimate(with_values(spec, changes))
+        if memory is None:
+            continue
+        (key, value), *rest = changes.items()
+        projected = memory.worst.total_bytes * scale
+        verdict = "fits" if projected <= budget else "still over"
+        also = f"with {' '.join(f'{k}={_shown(v)}' for k, v in rest)}: " if rest else ""
+        fixes.append(
+            Fix(
+                key,
+                _shown(value),
+                f"{also}model {gib(memory.worst.total_bytes)} per GPU"
+                + (f", {gib(projected)} at the run's x{scale:.2f}" if scale > 1 else "")
+                + f" ({verdict})",
+            )
+        )
+    return note, fixes
+
+
+def _shown(value: object) -> str:
+    """As a Hydra override writes it."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class CudaOutOfMemory:
+    name = "cuda_oom"
+    watches = (
+        Watch(_OOM, (b"CUDA out of memory. Tried to allocate ",)),
+        Watch(_OOM_OTHER, (b"CUDA error: out of memory", b"OutOfMemoryError")),
+    )
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        hits = log.find(_OOM) or log.find(_OOM_OTHER)
+        if not hits:
+            return None
+        match = hits[0][1]
+        line = match.string  # the line it matched, prefix stripped
+        cause = "A GPU ran out of memory"
+        needed = None
+        if match.re is _OOM:
+            cause += f" allocating {match.group(1)}"
+            capacity, free = match.group(3) or match.group(6), match.group(4)
+            if capacity:
+                gpu = match.group(2) or match.group(5)
+                cause += f" (GPU {gpu}: {capacity} total" + (f", {free} free)" if free else ")")
+            in_use = _IN_USE.search(line)
+            if in_use:
+                needed = size_bytes(in_use.group(1)) + size_bytes(match.group(1))
+            elif capacity and free:
+                needed = size_bytes(capacity) - size_bytes(free) + size_bytes(match.group(1))
+        cause += (
+            ". Activations peak in the first backward of the first pipeline stage; weights, gradients "
+            "and optimizer states are fixed by the layout."
+        )
+        fixes = generic_fixes()
+        if context is not None:
+            note, fixes = planned_fixes(context, needed)
+            cause += note
+        return Finding(self.name, "CUDA out of memory", cause, tuple(e for e, _ in hits), tuple(fixes))

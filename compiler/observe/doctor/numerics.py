@@ -1,0 +1,127 @@
+"""NaN/Inf loss and fp16 loss-scale collapse, mapped to the seed's checklist: bf16, gradient
+clipping at 1.0, a fifth of the learning rate, and a look at the data around the step.
+
+Formats: Megatron-LM pretrain_gpt.py / megatron/core/rerun_state_machine.py (``found NaN in local
+forward loss calculation``, ``Unexpected result nan ...``), training.py (``number of nan iterations:
+  3 |``, a loss printed as ``NAN``), deepspeed/runtime/fp16/loss_scaler.py (``[deepspeed] OVERFLOW!
+Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1``, ``Current loss scale already at
+minimum``), lmspec's runtime/train/metrics.py (``loss is nan at step 17: stopping.``), a metrics.jsonl
+``"loss": NaN`` and plain ``loss: nan`` lines.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.logs.context import RunContext
+from lmspec.compiler.observe.logs.records import digits_int
+
+_NAN = re.compile(
+    r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
+    r"|number of nan iterations:\s*[1-9]|\bloss\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
+    re.IGNORECASE | re.ASCII,  # log messages are ASCII: ASCII case folding, ASCII \b and \s
+)
+_OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (\d+), reducing to (\d+)")
+_AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
+_LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]?\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
+LOSS_SCALE_COLLAPSED_AT = 1  # fp16 dynamic scaling that reaches 1 no longer protects small gradients
+LR_DIVISOR = 5  # the seed's checklist: restart from the last good checkpoint with lr / 5
+
+
+def _collapsed(match: re.Match[str]) -> bool:
+    """An overflow that took the loss scale down to LOSS_SCALE_COLLAPSED_AT or below."""
+    scale = digits_int(match.group(2))
+    return scale is not None and scale <= LOSS_SCALE_COLLAPSED_AT
+
+
+_LR_WATCH = Watch(_LR, (b"learning rate", b"lr"), keep=0, starts=(b"learning rate", b"lr"), track=True)
+
+
+def _last_lr(log: LogText, up_to_line: int) -> float | None:
+    """The learning rate the log last states at or before a line (1-based)."""
+    match = log.last_match_before(_LR_WATCH, up_to_line)
+    return float(match.group(1)) if match else None
+
+
+def _fixes(context: RunContext | None, lr: float | None, first_line: int) -> list[Fix]:
+    train = context.spec.train if context else None
+    fixes = []
+    if train is None or train.precision != "bf16":
+        fixes.append(
+            Fix(
+                "train.precision",
+                "bf16",
+                "bf16 has fp32's exponent range: no loss scaling, no overflow"
+                + (f" (now {train.precision})" if train else ""),
+            )
+        )
+    if train is None or train.grad_clip != 1.0:
+        fixes.append(
+            Fix(
+                "train.grad_clip",
+                "1.0",
+                "clip the global gradient norm" + (f" (now {train.grad_clip:g})" if train else ""),
+            )
+        )
+    lr = train.optimizer.lr if train else lr
+    fixes.append(
+        Fix(
+            "train.optimizer.lr",
+            f"{lr / LR_DIVISOR:.3g}" if lr else "<current / 5>",
+            f"a fifth of {lr:.3g}; resume from the last checkpoint before the blow-up"
+            if lr
+            else "a fifth of the current peak lr; resume from the last good checkpoint",
+        )
+    )
+    fixes.append(
+        Fix(
+            "train.data.corpus",
+            train.data.corpus if train else "<unchanged>",
+            f"check the samples fed just before log line {first_line} (empty/garbage documents, "
+            "token ids >= vocab_size)",
+        )
+    )
+    return fixes
+
+
+class NonFiniteLoss:
+    name = "nan_loss"
+    watches = (
+        # every match of _NAN begins with the first word of one of its four branches
+        Watch(
+            _NAN,
+            (b" in local ", b"unexpected result ", b"nan iterations:", b"loss"),
+            starts=(b"found ", b"unexpected result ", b"number of nan iterations:", b"loss"),
+        ),
+        Watch(_OVERFLOW, (b"OVERFLOW! Rank ",), keep=2, last_where=_collapsed),
+        Watch(_AT_MINIMUM, (b"Current loss scale already at minimum",)),
+        _LR_WATCH,
+    )
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        nan_hits = log.find(_NAN)
+        overflow = log.find(_OVERFLOW, limit=2)  # the first two, of log.count(_OVERFLOW)
+        collapsed = log.last(_OVERFLOW)  # the last one that took the scale to 1 or below
+        minimum = log.find(_AT_MINIMUM, limit=1)
+        if not nan_hits and not collapsed and not minimum:
+            return None
+        evidence: list[Evidence] = [e for e, _ in nan_hits]
+        if collapsed or minimum:
+            evidence += [e for e, _ in overflow + ([collapsed] if collapsed else []) + minimum]
+            cause = (
+                f"fp16 dynamic loss scaling collapsed ({log.count(_OVERFLOW)} overflow steps skipped, scale down to "
+                f"{collapsed[1].group(2) if collapsed else 'its minimum'}): gradients overflow at every "
+                "scale, so training diverged."
+            )
+            title = "loss-scale collapse"
+        else:
+            cause = (
+                "The loss (or gradient norm) became NaN/Inf: a learning rate too high for this batch, "
+                "fp16 overflow, no gradient clipping, or a bad batch."
+            )
+            title = "NaN/Inf loss"
+        lines = [e.line for e in evidence]
+        return Finding(
+            self.name, title, cause, tuple(evidence), tuple(_fixes(context, _last_lr(log, max(lines)), min(lines)))
+        )

@@ -1,0 +1,124 @@
+"""vLLM start-up errors: a KV cache too small for serve.max_model_len, and a serve.tp / serve.pp
+that does not divide the attention heads.
+
+Formats: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory (``To serve at least one
+request with the model's max seq len (131072), 52.66 GiB KV cache is needed, which is larger than the
+available KV cache memory (23.37 GiB). Based on the available memory, the estimated maximum model
+length is 58148.`` — older releases write ``models's`` and ``(52.66 GiB``), ``No available memory for
+the cache blocks``, and vllm/config (ModelConfig.verify_with_parallel_config): ``Total number of
+attention heads (32) must be divisible by tensor parallel size (3).``
+"""
+
+from __future__ import annotations
+
+import re
+
+from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.logs.context import RunContext
+
+_KV = re.compile(
+    r"To serve at least one request with the models?'s? max seq len \((\d+)\), \(?([\d.]+) GiB KV cache "
+    r"is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)"
+    r"(?:\.\s*(?:Based on the available memory, the )?[Ee]stimated maximum model length is (\d+))?"
+)
+_NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+_HEADS = re.compile(r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)")
+MAX_GPU_MEMORY_UTILIZATION = 0.95  # above this vLLM's activations and CUDA graphs have no headroom
+_LEN_QUANTUM_TOKENS = 256
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class VllmKvCacheTooSmall:
+    name = "vllm_kv_cache"
+    watches = (
+        Watch(_KV, (b"To serve at least one request with the model",)),
+        Watch(_NO_BLOCKS, (b"No available memory for the cache blocks",)),
+    )
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        hits = log.find(_KV)
+        if not hits:
+            if not (blocks := log.find(_NO_BLOCKS)):
+                return None
+            return Finding(
+                self.name,
+                "vLLM has no memory left for the KV cache",
+                "The weights (and activation profile) fill gpu_memory_utilization of the GPU.",
+                tuple(e for e, _ in blocks),
+                (
+                    Fix("serve.gpu_memory_utilization", str(MAX_GPU_MEMORY_UTILIZATION), "more room"),
+                    Fix("serve.tp", "<double>", "weights split over more GPUs"),
+                ),
+            )
+        m = hits[0][1]
+        max_len, needed, available = int(m.group(1)), float(m.group(2)), float(m.group(3))
+        cause = (
+            f"One sequence of max_model_len={max_len} needs {needed:g} GiB of KV cache; only {available:g} GiB "
+            "is left after the weights and activations within gpu_memory_utilization."
+        )
+        fixes = []
+        if m.group(4):
+            fitting = int(m.group(4)) // _LEN_QUANTUM_TOKENS * _LEN_QUANTUM_TOKENS or int(m.group(4))
+            fixes.append(Fix("serve.max_model_len", str(fitting), f"vLLM's own estimate of what fits: {m.group(4)}"))
+        if context is not None:
+            serve, gpu_gib = context.spec.serve, context.spec.hardware.gpu.memory_gib
+            wanted = serve.gpu_memory_utilization + (needed - available) / gpu_gib
+            if wanted <= MAX_GPU_MEMORY_UTILIZATION:
+                fixes.append(
+                    Fix(
+                        "serve.gpu_memory_utilization",
+                        f"{wanted + 0.005:.2f}",
+                        f"from {serve.gpu_memory_utilization:g}: +{needed - available:.2f} GiB on a "
+                        f"{gpu_gib:g} GiB GPU",
+                    )
+                )
+            if serve.kv_cache_dtype == "auto":
+                fixes.append(Fix("serve.kv_cache_dtype", "fp8", "halves KV bytes per token"))
+            heads, per_node = context.spec.model.num_attention_heads, context.spec.hardware.gpus_per_node
+            if heads % (serve.tp * 2) == 0 and serve.tp * 2 <= per_node:
+                fixes.append(Fix("serve.tp", str(serve.tp * 2), f"from {serve.tp}: weights and KV heads split further"))
+            else:
+                fixes.append(
+                    Fix(
+                        "serve.pp",
+                        str(serve.pp * 2),
+                        f"from {serve.pp}: layers (and their KV cache) split over more GPUs; "
+                        f"serve.tp={serve.tp * 2} would leave the node or not divide {heads} heads",
+                    )
+                )
+        else:
+            fixes += [
+                Fix("serve.gpu_memory_utilization", "<higher, at most 0.95>", "more memory for the cache"),
+                Fix("serve.kv_cache_dtype", "fp8", "halves KV bytes per token"),
+            ]
+        return Finding(
+            self.name, "vLLM KV cache too small for max_model_len", cause, tuple(e for e, _ in hits), tuple(fixes)
+        )
+
+
+class VllmParallelNotDividing:
+    name = "vllm_parallel"
+    watches = (Watch(_HEADS, (b"Total number of attention heads (",)),)
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        if hits := log.find(_HEADS):
+            heads, tp = int(hits[0][1].group(1)), int(hits[0][1].group(2))
+            fitting = [d for d in _divisors(heads) if d <= max(tp, 8)]
+            return Finding(
+                self.name,
+                "serve.tp does not divide the attention heads",
+                f"vLLM splits the {heads} attention heads evenly over tensor-parallel ranks; {tp} "
+                f"does not divide {heads}.",
+                tuple(e for e, _ in hits),
+                (
+                    Fix(
+                        "serve.tp",
+                        str(max(d for d in fitting if d <= tp)),
+                        f"divisors of {heads}: {', '.join(map(str, fitting))}",
+                    ),
+                ),
+            )
+        return None

@@ -1,0 +1,92 @@
+"""The job a log came from: its spec and derived numbers, from a build directory or from flags.
+
+Model FLOPs, GPU count and peak come from here, never from the log, so MFU uses the
+same numbers as the Plan that launched the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmspec.compiler.errors import UsageError
+from lmspec.compiler.spec.sections import Spec
+
+
+@dataclass(frozen=True)
+class RunContext:
+    spec: Spec
+    derived: dict[str, Any]  # plan.json: layout, batch and whatever else the Plan derives
+    origin: str  # where the spec came from, for the report header
+
+    @property
+    def n_gpus(self) -> int:
+        return int(self.derived["layout"]["world_size"])
+
+    @property
+    def seq_length(self) -> int:
+        return self.spec.train.seq_length
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.spec.train.global_batch_size
+
+    @property
+    def peak_tflops_per_gpu(self) -> float:
+        return self.spec.hardware.gpu.bf16_tflops
+
+
+def load_build(build_dir: Path) -> RunContext:
+    """The verified spec and plan of a compiled build (compiler/build/reader.py: refused when damaged)."""
+    from lmspec.compiler.build.reader import open_build
+
+    build = open_build(build_dir)
+    return RunContext(spec=build.spec, derived=build.plan, origin=str(build_dir))
+
+
+def flag_overrides(
+    model: str | None,
+    hardware: str | None,
+    gpus: int | None,
+    seq_length: int | None,
+    extra: list[str],
+    spec_file: Path | None = None,
+) -> list[str]:
+    """Hydra overrides for a job described by flags; `gpus` fills whole nodes of the hardware."""
+    from lmspec.compiler.spec.load import compose_spec
+
+    overrides = [f"model={model}"] if model else []
+    overrides += [f"hardware={hardware}"] if hardware else []
+    if seq_length is not None:
+        overrides.append(f"train.seq_length={seq_length}")
+    if gpus is not None:
+        hw = compose_spec(overrides + extra, spec_file).spec["hardware"]
+        per_node = int(hw["gpus_per_node"])
+        if gpus < per_node:
+            overrides += [f"hardware.gpus_per_node={gpus}", "hardware.nodes=1"]
+        elif gpus % per_node:
+            raise UsageError(
+                f"--gpus {gpus} is not a whole number of {hw['name']} nodes "
+                f"({per_node} GPUs each); use a multiple of {per_node}"
+            )
+        else:
+            overrides.append(f"hardware.nodes={gpus // per_node}")
+    return overrides + extra
+
+
+def load_flags(
+    model: str | None,
+    hardware: str | None,
+    gpus: int | None,
+    seq_length: int | None,
+    extra: list[str],
+    spec_file: Path | None = None,
+) -> RunContext:
+    """Resolve a job from flags through the spec tree and the Plan (all rules apply)."""
+    from lmspec.compiler.pipeline import make_plan
+
+    overrides = flag_overrides(model, hardware, gpus, seq_length, extra, spec_file)
+    plan = make_plan(overrides, spec_file)
+    origin = " ".join(([f"--spec {spec_file}"] if spec_file else []) + overrides) or "spec defaults"
+    return RunContext(spec=plan.spec, derived=plan.derived_dict(), origin=origin)

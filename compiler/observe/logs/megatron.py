@@ -1,0 +1,89 @@
+"""Megatron-LM text logs.
+
+Formats read from NVIDIA/Megatron-LM `megatron/training/training.py::training_log`:
+`` [2025-08-01 07:19:37.123456] iteration       10/    5000 | consumed samples: ... |
+elapsed time per iteration (ms): 12936.1 | throughput per GPU (TFLOP/s/GPU): 118.7 |
+learning rate: 1.395349E-07 | global batch size:   128 | lm loss: 1.044022E+01 |
+loss scale: 1.0 | grad norm: 26.305 | number of skipped iterations:   0 |
+number of nan iterations:   0 |`` (older releases print the learning rate as ``{:.3E}`` and
+no timestamp), and `megatron/training/utils/common_utils.py::report_memory`:
+``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: 5678.90 | ...``.
+A NaN loss is not printed (``if avg >= 0.0``); ``number of nan iterations`` counts it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lmspec.compiler.observe.logs.records import StepRecord, digits_int, finite_int
+
+_ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)$")
+_MEMORY = re.compile(r"\[Rank \d+\] \(after \d+ iterations\) memory \(MB\) \|(.*)$")
+_MIB_BYTES = 1024 * 1024
+
+# Megatron field name -> (record field, scale applied to the value)
+_FIELDS: dict[str, tuple[str, float]] = {
+    "elapsed time per iteration (ms)": ("step_time_s", 1e-3),
+    "learning rate": ("lr", 1.0),
+    "global batch size": ("global_batch_size", 1.0),
+    "lm loss": ("loss", 1.0),
+    "loss scale": ("loss_scale", 1.0),
+    "grad norm": ("grad_norm", 1.0),
+    "throughput per gpu (tflop/s/gpu)": ("tflops_per_gpu", 1.0),
+    "number of nan iterations": ("nan_iterations", 1.0),
+}
+_INT_FIELDS = ("global_batch_size", "nan_iterations")
+
+
+def _fields(rest: str) -> dict[str, str]:
+    pairs = {}
+    for part in rest.split("|"):
+        name, sep, value = part.rpartition(":")
+        if sep:
+            pairs[name.strip().lower()] = value.strip()
+    return pairs
+
+
+def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
+    # _ITERATION.search(text), tried only where "iteration" starts (its leading \b makes search()
+    # try every position of the line: 30 us for a Megatron line, against 1 us)
+    at = text.find("iteration")
+    match = None
+    while at >= 0 and match is None:
+        match = _ITERATION.match(text, at)
+        at = text.find("iteration", at + 1)
+    if not match:
+        return None
+    step = digits_int(match.group(1))
+    if step is None:
+        return None
+    record = StepRecord(step=step, line=lineno)
+    for name, value in _fields(match.group(2)).items():
+        target = _FIELDS.get(name)
+        if target is None:
+            continue
+        try:
+            number = float(value) * target[1]  # float() reads Megatron's "NAN" / "INF" too
+        except ValueError:
+            continue
+        if target[0] in _INT_FIELDS:
+            count = finite_int(number)  # a count, never NaN: such a field is not read
+            if count is None:
+                continue
+            number = count
+        setattr(record, target[0], number)
+    return record
+
+
+def parse_megatron_memory(text: str) -> int | None:
+    """Peak bytes (max allocated) from a report_memory line."""
+    if "memory (MB)" not in text:
+        return None
+    match = _MEMORY.search(text)
+    if not match:
+        return None
+    value = _fields(match.group(1)).get("max allocated")
+    try:
+        return finite_int(float(value) * _MIB_BYTES) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,91 @@
+"""Tokens/s, MFU and HFU per logged step, with FLOPs from lmspec.compiler.models.flops (Megatron's
+`num_floating_point_operations` per token), and the seed's verdicts on MFU."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lmspec.compiler.observe.logs.context import RunContext
+from lmspec.compiler.observe.logs.records import StepRecord
+
+MFU_COMM_BOUND_BELOW = 0.20  # the seed: < 20% means communication or data loading dominate
+MFU_HEALTHY_LOW, MFU_HEALTHY_HIGH = 0.40, 0.60  # the seed: 40-60% is a healthy large run
+
+
+@dataclass(frozen=True)
+class StepRates:
+    """What one step achieved; None where the log and the context do not tell."""
+
+    step: int
+    tokens_per_s: float | None
+    mfu: float | None  # fraction of peak, model FLOPs
+    hfu: float | None  # fraction of peak, model + recomputed FLOPs
+
+
+@dataclass(frozen=True)
+class FlopsPerToken:
+    model: float
+    hardware: float
+
+
+def flops_per_token(context: RunContext) -> FlopsPerToken:
+    from lmspec.compiler.models.flops import hardware_flops_per_token, model_flops_per_token
+
+    spec = context.spec
+    return FlopsPerToken(
+        model=model_flops_per_token(spec.model, spec.train.seq_length),
+        hardware=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute),
+    )
+
+
+def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length: int | None) -> float | None:
+    """As logged, else from samples/s or the step time and the global batch; the job's sequence
+    length (else the one the log printed at start-up)."""
+    if record.tokens_per_s is not None:
+        return record.tokens_per_s
+    seq = context.seq_length if context is not None else log_seq_length
+    if seq is None:
+        return None
+    if record.samples_per_s is not None:
+        return record.samples_per_s * seq
+    batch = record.global_batch_size or (context.global_batch_size if context is not None else None)
+    if record.step_time_s and batch:
+        return batch * seq / record.step_time_s
+    return None
+
+
+def rates_of(
+    record: StepRecord, context: RunContext | None, log_seq_length: int | None, flops: FlopsPerToken | None
+) -> StepRates:
+    """What one step achieved; `flops` is flops_per_token(context) (computed once per log)."""
+    tps = tokens_per_s(record, context, log_seq_length)
+    mfu = hfu = None
+    if flops is not None and context is not None and tps is not None:
+        from lmspec.compiler.models.flops import mfu as mfu_of
+
+        mfu = mfu_of(tps, flops.model, context.n_gpus, context.peak_tflops_per_gpu)
+        hfu = mfu_of(tps, flops.hardware, context.n_gpus, context.peak_tflops_per_gpu)
+    elif record.mfu is not None and math.isfinite(record.mfu):
+        mfu = record.mfu  # lmspec's runtime computed it from the same FLOPs model
+    return StepRates(step=record.step, tokens_per_s=tps, mfu=mfu, hfu=hfu)
+
+
+def verdict(mfu: float) -> str:
+    """The seed's reading of an MFU figure."""
+    if mfu < MFU_COMM_BOUND_BELOW:
+        return (
+            f"MFU {mfu:.1%} < {MFU_COMM_BOUND_BELOW:.0%}: communication or data bound — check TP "
+            "across nodes, the comm share in `lmspec explain`, and the data loader (`lmspec doctor`)"
+        )
+    if mfu < MFU_HEALTHY_LOW:
+        return (
+            f"MFU {mfu:.1%}: below the {MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%} of a healthy run; "
+            "larger micro batch, less recompute or lower TP may help"
+        )
+    if mfu <= MFU_HEALTHY_HIGH:
+        return f"MFU {mfu:.1%}: healthy ({MFU_HEALTHY_LOW:.0%}-{MFU_HEALTHY_HIGH:.0%})"
+    return (
+        f"MFU {mfu:.1%}: above what training usually reaches; check the GPU peak "
+        "(hardware.gpu.bf16_tflops), the GPU count and the sequence length given"
+    )

@@ -1,0 +1,145 @@
+"""Price legal candidates: memory of the worst GPU, step time by term, tokens/s, MFU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lmspec.compiler.models.dims import balanced_stages
+from lmspec.compiler.models.flops import flops_breakdown, hardware_flops_per_token, mfu
+from lmspec.compiler.models.params import is_moe_layer
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, world
+from lmspec.compiler.search.memory import stage_table, worst_stage_memory
+from lmspec.compiler.search.steptime import StepInputs, StepTime, links, step_time
+from lmspec.compiler.spec.sections import Spec
+
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class PipelineWork:
+    """Per pp (row pp - 1): the slowest stage's work per token and its layers."""
+
+    stage_flops: np.ndarray  # (pp, recompute) hardware FLOPs per token of the slowest stage
+    attention_flops: np.ndarray  # core attention FLOPs per token of the most loaded stage
+    stage_layers: np.ndarray
+    stage_moe_layers: np.ndarray
+
+
+def pipeline_work(spec: Spec) -> PipelineWork:
+    """Layers cost alike (uniform split of the layer FLOPs); the last stage adds the output head."""
+    m, seq = spec.model, spec.train.seq_length
+    f = flops_breakdown(m, seq)
+    per_layer = np.array([(hardware_flops_per_token(m, seq, r) - f.logits) / m.num_layers for r in RECOMPUTE])
+    moe = np.array([is_moe_layer(m, i) for i in range(m.num_layers)])
+    flops, layers, moe_layers = [], [], []
+    for pp in range(1, m.num_layers + 1):
+        stages = np.array(balanced_stages(m.num_layers, pp))
+        ends = np.cumsum(stages)
+        flops.append(np.maximum(stages.max() * per_layer, stages[-1] * per_layer + f.logits))
+        layers.append(stages.max())
+        moe_layers.append(max(int(moe[e - n : e].sum()) for n, e in zip(stages, ends)))
+    return PipelineWork(
+        stage_flops=np.array(flops),
+        attention_flops=np.array(layers) * f.core_attention / m.num_layers,
+        stage_layers=np.array(layers),
+        stage_moe_layers=np.array(moe_layers),
+    )
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Every legal candidate with its worst-GPU memory; those that fit also with their step time.
+
+    `columns`, `memory_bytes`, `worst_stage` and `fits` cover every legal candidate; `feasible`
+    and the arrays after it cover only those that fit (a layout over budget needs no timing)."""
+
+    columns: Columns
+    memory_bytes: np.ndarray
+    worst_stage: np.ndarray
+    fits: np.ndarray
+    budget_bytes: int
+    feasible: Columns  # columns of the candidates that fit, with their memory_bytes and worst_stage
+    time: StepTime
+    step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+
+
+def derive(spec: Spec, c: Columns) -> Columns:
+    """Add world, dp and micro-batches per step to the candidate columns."""
+    out = Columns(c)
+    out["world"] = world(c, spec)
+    out["dp"] = data_parallel(c, spec)
+    out["micro_batches"] = spec.train.global_batch_size // (c.micro_batch_size * out["dp"])
+    return out
+
+
+def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
+    """The step-time model's inputs for candidates carrying memory's dense/expert parameter columns."""
+    work = pipeline_work(spec)
+    s = f.pp - 1
+    seq = spec.train.seq_length
+    inputs = StepInputs(
+        world=f.world,
+        tp=f.tp,
+        pp=f.pp,
+        cp=f.cp,
+        ep=f.ep,
+        dp=f.dp,
+        etp=spec.parallel.etp,
+        micro_batches=f.micro_batches,
+        tokens_per_micro_batch=f.micro_batch_size * seq,
+        sequence_parallel=f.sequence_parallel,
+        deepspeed=f.backend == BACKENDS.index("deepspeed"),
+        zero_stage=f.zero_stage,
+        distributed_optimizer=f.distributed_optimizer,
+        full_recompute=f.recompute == RECOMPUTE.index("full"),
+        stage_flops_per_token=work.stage_flops[s, f.recompute],
+        attention_flops_per_token=work.attention_flops[s],
+        stage_layers=work.stage_layers[s],
+        stage_moe_layers=work.stage_moe_layers[s],
+        dense_params=f.dense_params,
+        expert_params=f.expert_params,
+    )
+    hw = spec.hardware
+    return inputs, {
+        "hidden": spec.model.hidden_size,
+        "top_k": spec.model.moe.top_k if spec.model.moe else 0,
+        "peak_flops": hw.gpu.bf16_tflops * TFLOPS,
+        "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * 1e9,
+        "link": links(hw),
+    }
+
+
+def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
+    """Price candidates sorted by pp; `axes_values` are the sorted tp, cp and micro-batch values searched."""
+    c = derive(spec, c)
+    memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)
+    fits = memory.total_bytes <= memory.budget_bytes
+    f = c.take(fits)
+    f.update(
+        memory_bytes=memory.total_bytes[fits],
+        worst_stage=memory.worst_stage[fits],
+        dense_params=memory.dense_params[fits],
+        expert_params=memory.expert_params[fits],
+    )
+    inputs, kwargs = price_inputs(spec, f)
+    time = step_time(inputs, **kwargs)
+    total = time.total
+    tokens_per_s = spec.train.global_batch_size * spec.train.seq_length / total
+    model_flops = flops_breakdown(spec.model, spec.train.seq_length).total
+    return Priced(
+        columns=c,
+        memory_bytes=memory.total_bytes,
+        worst_stage=memory.worst_stage,
+        fits=fits,
+        budget_bytes=memory.budget_bytes,
+        feasible=f,
+        time=time,
+        step_time_s=total,
+        tokens_per_s=tokens_per_s,
+        mfu=mfu(tokens_per_s, model_flops, f.world, spec.hardware.gpu.bf16_tflops),
+    )

@@ -1,0 +1,271 @@
+"""Per-GPU training memory of many candidates at once, with `lmspec.compiler.models.train_memory`'s formulas.
+
+The memory model prices one spec stage by stage. Here every candidate's worst stage is
+found without looping over stages: a stage's memory is its parameters times the bytes
+per parameter of its sharding, plus its activations per micro-batch times the
+micro-batches in flight (pp - stage under 1F1B). Within stages of the same layer count
+and layer kinds, the earliest holds the most micro-batches, so the worst stage is among
+a few per pipeline depth: the first and the last (embedding, output head), every stage
+holding a dense layer of a MoE model, and the first of each (layer count, kinds) class.
+Those are tabulated once per pp; the model's own functions (`state_bytes`,
+`layer_activation_bytes`, `stage_terms`, ...) are then called on numpy arrays, once
+per group of candidates sharing the settings they branch on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from lmspec.compiler.models.activations import (
+    embedding_activation_bytes,
+    head_activation_bytes,
+    layer_activation_bytes,
+    layer_shape,
+    working_layer_bytes,
+)
+from lmspec.compiler.models.dims import balanced_stages
+from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.models.train_memory import (
+    DEVICE_RESERVE_GIB,
+    GIB,
+    StateBytes,
+    activation_setting,
+    gathered_layer_bytes,
+    stage_terms,
+    state_bytes,
+)
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, ZERO_STAGES, Columns
+from lmspec.compiler.spec.sections import Spec
+
+
+@dataclass(frozen=True)
+class StageTable:
+    """Candidate worst stages for every pp (row pp - 1), padded to the same width (`valid`)."""
+
+    valid: np.ndarray
+    index: np.ndarray  # stage number: pp - index micro-batches in flight at most
+    dense_layers: np.ndarray
+    moe_layers: np.ndarray
+    dense_split: np.ndarray  # parameters TP divides (projections, MLPs, embedding/head)
+    dense_replicated: np.ndarray  # parameters every TP rank keeps (norms, routers)
+    expert: np.ndarray  # routed-expert parameters before EP
+    first: np.ndarray
+    last: np.ndarray
+
+
+def _worth_pricing(kinds: list[tuple[int, int]], moe_model: bool) -> list[int]:
+    """Stages that can be the worst (see the module docstring); kinds[i] = (dense, MoE) layers of stage i."""
+    pp = len(kinds)
+    picked = {0, pp - 1}
+    seen: set[tuple[int, int]] = set()
+    for i in range(1, pp - 1):
+        if (moe_model and kinds[i][0]) or kinds[i] not in seen:
+            picked.add(i)
+        seen.add(kinds[i])
+    return sorted(picked)
+
+
+def stage_table(spec: Spec) -> StageTable:
+    m = spec.model
+    counts = count_params(m)
+    layers = [layer_params(m, i) for i in range(m.num_layers)]
+    moe = [is_moe_layer(m, i) for i in range(m.num_layers)]
+    rows = []
+    for pp in range(1, m.num_layers + 1):
+        stages = balanced_stages(m.num_layers, pp)
+        starts = np.cumsum((0,) + stages)
+        kinds = [
+            (sum(not moe[j] for j in range(a, b)), sum(moe[j] for j in range(a, b)))
+            for a, b in zip(starts[:-1], starts[1:])
+        ]
+        row = []
+        for i in _worth_pricing(kinds, m.moe is not None):
+            ids = range(starts[i], starts[i + 1])
+            split = sum(layers[j].attention + layers[j].dense_mlp for j in ids)
+            replicated = sum(layers[j].attention_norms + layers[j].layer_norms + layers[j].router for j in ids)
+            if i == 0:
+                split += counts.embedding
+            if i == pp - 1:
+                split += counts.output_head or (counts.embedding if pp > 1 else 0)
+                replicated += counts.final_norm
+            row.append(
+                (i, *kinds[i], split, replicated, sum(layers[j].routed_experts for j in ids), i == 0, i == pp - 1)
+            )
+        rows.append(row)
+    width = max(len(r) for r in rows)
+    table = np.zeros((len(rows), width, 8), dtype=np.float64)
+    valid = np.zeros((len(rows), width), dtype=bool)
+    for p, row in enumerate(rows):
+        table[p, : len(row)] = row
+        valid[p, : len(row)] = True
+    cols = [table[..., k] for k in range(8)]
+    return StageTable(
+        valid=valid,
+        index=cols[0],
+        dense_layers=cols[1],
+        moe_layers=cols[2],
+        dense_split=cols[3],
+        dense_replicated=cols[4],
+        expert=cols[5],
+        first=cols[6] > 0,
+        last=cols[7] > 0,
+    )
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per candidate: the worst GPU's bytes and the parameters it holds."""
+
+    total_bytes: np.ndarray
+    worst_stage: np.ndarray
+    dense_params: np.ndarray
+    expert_params: np.ndarray
+    budget_bytes: int
+
+
+def budget_bytes(spec: Spec) -> int:
+    """Usable device memory, as `TrainMemory.budget_bytes` and the budget rule count it."""
+    return round((spec.hardware.gpu.memory_gib - DEVICE_RESERVE_GIB) * GIB)
+
+
+def _group_spec(
+    spec: Spec, backend: int, zero: int = 0, dopt: bool = False, sp: bool = False, recompute: int = 0
+) -> Spec:
+    parallel = dataclasses.replace(
+        spec.parallel,
+        zero_stage=ZERO_STAGES[zero],
+        distributed_optimizer=dopt,
+        sequence_parallel=sp,
+        offload_optimizer=False,
+        offload_params=False,
+        virtual_stages=None,
+    )
+    train = dataclasses.replace(spec.train, backend=BACKENDS[backend], recompute=RECOMPUTE[recompute])
+    return dataclasses.replace(spec, parallel=parallel, train=train)
+
+
+ACTIVATION_TERMS = ("dense_layer", "moe_layer", "embedding", "head", "dense_working", "moe_working")
+
+
+def _activation_lookup(
+    spec: Spec, c: Columns, tp_values: np.ndarray, cp_values: np.ndarray, mbs_values: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Activation bytes per micro-batch of each candidate, from the model's functions evaluated once
+    on the small grid of (backend, sp, recompute, tp, cp, micro batch) and looked up."""
+    m = spec.model
+    dense_shape = layer_shape(m, False)
+    moe_shape = layer_shape(m, True) if m.moe is not None else None  # a dense model has no MoE layer to price
+    grid = (tp_values[:, None, None], cp_values[None, :, None], mbs_values[None, None, :])
+    tables = {
+        k: np.zeros((len(BACKENDS), 2, len(RECOMPUTE), *(len(v) for v in (tp_values, cp_values, mbs_values))))
+        for k in ACTIVATION_TERMS
+    }
+    for b, sp, r in product(range(len(BACKENDS)), (0, 1), range(len(RECOMPUTE))):
+        act = dataclasses.replace(
+            activation_setting(_group_spec(spec, b, sp=bool(sp), recompute=r)),
+            tp=grid[0],
+            cp=grid[1],
+            micro_batch_size=grid[2],
+        )
+        values = (
+            layer_activation_bytes(dense_shape, act),
+            0.0 if moe_shape is None else layer_activation_bytes(moe_shape, act),
+            embedding_activation_bytes(act),
+            head_activation_bytes(m, act),
+            working_layer_bytes(dense_shape, act),
+            0.0 if moe_shape is None else working_layer_bytes(moe_shape, act),
+        )
+        for k, v in zip(ACTIVATION_TERMS, values):
+            tables[k][b, sp, r] = v
+    at = (
+        c.backend,
+        c.sequence_parallel.astype(np.int64),
+        c.recompute,
+        np.searchsorted(tp_values, c.tp),
+        np.searchsorted(cp_values, c.cp),
+        np.searchsorted(mbs_values, c.micro_batch_size),
+    )
+    flat = np.ravel_multi_index(at, tables["dense_layer"].shape)
+    return {k: t.ravel()[flat] for k, t in tables.items()}
+
+
+def _state_columns(spec: Spec, c: Columns) -> tuple[StateBytes, StateBytes, np.ndarray]:
+    """Bytes per dense and per expert parameter, and gathered-layer bytes, of each candidate."""
+    n = c.size
+    dense = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
+    expert = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
+    gather = np.zeros(n)
+    expert_dp = np.maximum(c.world // (spec.parallel.etp * c.ep * c.pp), 1)
+    code = c.backend * 8 + c.zero_stage * 2 + c.distributed_optimizer
+    for value in np.flatnonzero(np.bincount(code, minlength=16)).tolist():
+        b, z, d = value // 8, value % 8 // 2, bool(value % 2)
+        rows = np.flatnonzero(code == value)
+        if rows.size == 0:
+            continue
+        g = _group_spec(spec, b, zero=z, dopt=d)
+        for out, shards in ((dense, (c.dp * c.cp)[rows]), (expert, expert_dp[rows])):
+            state = state_bytes(g, shards)
+            for f in out:
+                out[f][rows] = getattr(state, f)
+        gather[rows] = gathered_layer_bytes(g)
+    return StateBytes(**dense), StateBytes(**expert), gather
+
+
+def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: dict[str, np.ndarray]) -> Memory:
+    """Memory of each candidate's worst stage. `c` is sorted by pp and carries dp, world and
+    micro_batches; `axes_values` holds the sorted tp, cp and micro-batch values searched."""
+    n = c.size
+    act = _activation_lookup(spec, c, axes_values["tp"], axes_values["cp"], axes_values["micro_batch_size"])
+    dense_state, expert_state, gather = _state_columns(spec, c)
+    total, worst = np.zeros(n), np.zeros(n, dtype=np.int64)
+    dense_out, expert_out = np.zeros(n), np.zeros(n)
+    etp = spec.parallel.etp
+    bounds = np.searchsorted(c.pp, np.arange(1, spec.model.num_layers + 2))
+    for s in range(spec.model.num_layers):
+        lo, hi = bounds[s], bounds[s + 1]
+        if lo == hi:
+            continue
+        k = int(table.valid[s].sum())
+        cut = slice(lo, hi)
+
+        def row(a: np.ndarray, s: int = s, k: int = k) -> np.ndarray:
+            return a[s, :k][None, :]
+
+        def col(a: np.ndarray, cut: slice = cut) -> np.ndarray:
+            return a[cut][:, None]
+
+        dense = row(table.dense_split) / col(c.tp) + row(table.dense_replicated)
+        expert = row(table.expert) / (col(c.ep) * etp)
+        per_mb = (
+            row(table.dense_layers) * col(act["dense_layer"])
+            + row(table.moe_layers) * col(act["moe_layer"])
+            + row(table.first) * col(act["embedding"])
+            + row(table.last) * col(act["head"])
+        )
+        working = np.maximum(
+            (row(table.dense_layers) > 0) * col(act["dense_working"]),
+            (row(table.moe_layers) > 0) * col(act["moe_working"]),
+        )
+        in_flight = np.minimum(s + 1 - row(table.index), col(c.micro_batches))
+        dense_st, expert_st = (
+            StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
+            for st in (dense_state, expert_state)
+        )
+        stage_total = sum(stage_terms(dense, expert, per_mb, working, in_flight, dense_st, expert_st, col(gather)))
+        pick = np.argmax(stage_total, axis=1)
+        at = np.arange(hi - lo)
+        total[cut] = stage_total[at, pick]
+        worst[cut] = table.index[s, pick]
+        dense_out[cut] = np.broadcast_to(dense, stage_total.shape)[at, pick]
+        expert_out[cut] = np.broadcast_to(expert, stage_total.shape)[at, pick]
+    return Memory(
+        total_bytes=total,
+        worst_stage=worst,
+        dense_params=dense_out,
+        expert_params=expert_out,
+        budget_bytes=budget_bytes(spec),
+    )

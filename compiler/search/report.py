@@ -1,0 +1,325 @@
+"""What `lmspec plan` shows: one row per layout, why it wins, what each rule rejected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lmspec.compiler.search import steptime
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
+from lmspec.compiler.search.search import SearchResult
+
+GIB = 2**30
+TERM_NAMES = {
+    "compute": "compute",
+    "tp_comm": "TP collectives",
+    "ep_comm": "expert all-to-all",
+    "cp_comm": "ring-attention traffic",
+    "pp_comm": "pipeline send/recv",
+    "bubble": "pipeline bubble",
+    "dp_comm": "exposed DP traffic",
+    "optimizer": "optimizer update",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One candidate in plain values."""
+
+    rank: int
+    index: int
+    values: dict[str, Any]  # the searched keys as spec overrides would set them
+    memory_bytes: float
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    terms_s: dict[str, float]
+    why: str
+
+    @property
+    def comm_share(self) -> float:
+        comm = sum(self.terms_s[t] for t in ("tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm"))
+        return comm / self.step_time_s
+
+    @property
+    def bubble_share(self) -> float:
+        return self.terms_s["bubble"] / self.step_time_s
+
+    def layout_text(self) -> str:
+        v = self.values
+        parts = [f"TP{v['parallel.tp']}", f"PP{v['parallel.pp']}", f"DP{v['dp']}"]
+        parts += [f"CP{v['parallel.cp']}"] if v["parallel.cp"] > 1 else []
+        parts += [f"EP{v['parallel.ep']}"] if v["parallel.ep"] > 1 else []
+        parts += ["SP"] if v["parallel.sequence_parallel"] else []
+        return " ".join(parts)
+
+    def sharding_text(self) -> str:
+        v = self.values
+        if v["train.backend"] == "deepspeed":
+            return f"deepspeed ZeRO-{v['parallel.zero_stage']}"
+        return "megatron dist-opt" if v["parallel.distributed_optimizer"] else "megatron"
+
+
+def values_of(result: SearchResult, i: int) -> dict[str, Any]:
+    c = result.priced.feasible
+    return {
+        "hardware.nodes": int(c.nodes[i]),
+        "gpus": int(c.world[i]),
+        "dp": int(c.dp[i]),
+        "parallel.tp": int(c.tp[i]),
+        "parallel.pp": int(c.pp[i]),
+        "parallel.cp": int(c.cp[i]),
+        "parallel.ep": int(c.ep[i]),
+        "parallel.sequence_parallel": bool(c.sequence_parallel[i]),
+        "parallel.zero_stage": int(c.zero_stage[i]),
+        "parallel.distributed_optimizer": bool(c.distributed_optimizer[i]),
+        "train.backend": BACKENDS[int(c.backend[i])],
+        "train.micro_batch_size": int(c.micro_batch_size[i]),
+        "train.recompute": RECOMPUTE[int(c.recompute[i])],
+        "grad_accum_steps": int(c.micro_batches[i]),
+    }
+
+
+def _terms(result: SearchResult, i: int) -> dict[str, float]:
+    t = result.priced.time
+    return {name: float(getattr(t, name)[i]) for name in TERM_NAMES}
+
+
+def _why(result: SearchResult, position: int) -> str:
+    """What this row saves over the next one in the ranking (for the last row too)."""
+    ranked = result.ranked
+    i = int(ranked[position])
+    if position + 1 >= ranked.size:
+        return "the only layout that fits" if result.feasible == 1 else "last that fits"
+    j = int(ranked[position + 1])
+    p = result.priced
+    world = p.feasible.world
+    if result.objective == "min-gpus" and world[i] < world[j]:
+        return f"fewer GPUs ({world[i]} vs {world[j]})"
+    if result.objective == "cost" and world[i] != world[j]:
+        per_gpu = [p.tokens_per_s[k] / world[k] for k in (i, j)]
+        return f"{per_gpu[0] / per_gpu[1] - 1:.1%} more tokens/s per GPU than #{position + 2}"
+    a, b = _terms(result, i), _terms(result, j)
+    saved = {name: b[name] - a[name] for name in TERM_NAMES}
+    term = max(saved, key=lambda k: saved[k])
+    faster = p.step_time_s[j] / p.step_time_s[i] - 1
+    if faster <= 0:
+        return f"same speed as #{position + 2}, less memory"
+    return f"{faster:.1%} faster than #{position + 2}: {saved[term]:.3g} s less {TERM_NAMES[term]}"
+
+
+def rows(result: SearchResult, top: int) -> list[Row]:
+    p = result.priced
+    out = []
+    for position, i in enumerate(result.ranked[:top].tolist()):
+        out.append(
+            Row(
+                rank=position + 1,
+                index=i,
+                values=values_of(result, i),
+                memory_bytes=float(p.feasible.memory_bytes[i]),
+                step_time_s=float(p.step_time_s[i]),
+                tokens_per_s=float(p.tokens_per_s[i]),
+                mfu=float(p.mfu[i]),
+                terms_s=_terms(result, i),
+                why=_why(result, position),
+            )
+        )
+    return out
+
+
+def overrides(values: dict[str, Any]) -> list[str]:
+    """Spec overrides that select this layout (dp derived, stages balanced)."""
+
+    def shown(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    keys = (
+        "hardware.nodes",
+        "parallel.tp",
+        "parallel.pp",
+        "parallel.cp",
+        "parallel.ep",
+        "parallel.sequence_parallel",
+        "parallel.zero_stage",
+        "parallel.distributed_optimizer",
+        "train.backend",
+        "train.micro_batch_size",
+        "train.recompute",
+    )
+    fixed = {
+        "parallel.dp": "auto",
+        "parallel.pp_layout": "auto",
+        "parallel.virtual_stages": "null",
+        "parallel.offload_optimizer": "false",
+        "parallel.offload_params": "false",
+    }
+    return [f"{k}={shown(values[k])}" for k in keys] + [f"{k}={v}" for k, v in fixed.items()]
+
+
+def rejection_lines(result: SearchResult) -> list[tuple[str, int]]:
+    return sorted(((rule, n) for rule, n in result.rejected.items() if n), key=lambda item: -item[1])
+
+
+def constants() -> dict[str, Any]:
+    """The step-time model's named constants, as the JSON output documents them."""
+    return {
+        name: getattr(steptime, name)
+        for name in dir(steptime)
+        if name.isupper() and isinstance(getattr(steptime, name), (int, float, dict))
+    }
+
+
+def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, Any]:
+    table = rows(result, top)
+    return {
+        "objective": result.objective,
+        "gpus": sorted({int(n) * result.spec.hardware.gpus_per_node for n in result.axes.nodes}),
+        "raw_candidates": result.raw_size,
+        "legal_candidates": result.legal,
+        "feasible_candidates": result.feasible,
+        "rejected": dict(sorted(result.rejected.items())),
+        "seconds": round(result.seconds, 4),
+        "candidates_per_s": round(result.raw_size / result.seconds) if result.seconds else None,
+        "budget_bytes": result.priced.budget_bytes,
+        "top": [
+            {
+                "rank": r.rank,
+                **r.values,
+                "memory_bytes": round(r.memory_bytes),
+                "memory_gib": round(r.memory_bytes / GIB, 3),
+                "step_time_s": round(r.step_time_s, 6),
+                "tokens_per_s": round(r.tokens_per_s, 3),
+                "mfu": round(r.mfu, 5),
+                "comm_share": round(r.comm_share, 5),
+                "bubble_share": round(r.bubble_share, 5),
+                "terms_s": {k: round(v, 6) for k, v in r.terms_s.items()},
+                "why": r.why,
+                "overrides": overrides(r.values),
+            }
+            for r in table
+        ],
+        "current_layout": current_layout(result),
+        "step_time_constants": constants(),
+        **extra,
+    }
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:.1f}"
+
+
+def print_table(result: SearchResult, top: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200)
+    g = result.spec.hardware
+    title = (
+        f"{result.spec.model.name} on {g.gpu.name}: best {min(top, result.feasible)} of {result.feasible:,} "
+        f"layouts that fit (objective: {result.objective})"
+    )
+    table = Table(title=title, title_justify="left")
+    for name, justify in (
+        ("#", "right"),
+        ("GPUs", "right"),
+        ("layout", "left"),
+        ("sharding", "left"),
+        ("mbs", "right"),
+        ("recompute", "left"),
+        ("mem/GPU GiB", "right"),
+        ("step s", "right"),
+        ("tokens/s", "right"),
+        ("MFU", "right"),
+        ("comm", "right"),
+        ("bubble", "right"),
+        ("why", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows(result, top):
+        v = r.values
+        table.add_row(
+            str(r.rank),
+            str(v["gpus"]),
+            r.layout_text(),
+            r.sharding_text(),
+            str(v["train.micro_batch_size"]),
+            v["train.recompute"],
+            f"{gib(r.memory_bytes)}/{gib(result.priced.budget_bytes)}",
+            f"{r.step_time_s:.3g}",
+            f"{r.tokens_per_s:,.0f}",
+            f"{r.mfu:.1%}",
+            f"{r.comm_share:.0%}",
+            f"{r.bubble_share:.0%}",
+            r.why,
+        )
+    console.print(table)
+    console.print(
+        f"searched {result.raw_size:,} candidates ({result.legal:,} legal, {result.feasible:,} fit) "
+        f"in {result.seconds:.2f} s; rejected, by the first rule that rejects each:"
+    )
+    for rule, n in rejection_lines(result):
+        console.print(f"  {n:>15,}  {rule}")
+    own = current_layout(result)
+    if own is not None:
+        console.print(own)
+
+
+def current_layout(result: SearchResult) -> str | None:
+    """Where the spec's own layout stands among the candidates, or None when it is outside the
+    searched space (explicit stage list, interleaving, offload, dp not auto)."""
+    s = result.spec
+    p, t = s.parallel, s.train
+    if (
+        p.dp != "auto"
+        or isinstance(p.pp_layout, tuple)
+        or p.virtual_stages is not None
+        or p.offload_optimizer
+        or p.offload_params
+        or (p.pp_layout is None and s.model.num_layers % p.pp)
+    ):
+        return None
+    want = {
+        "nodes": s.hardware.nodes,
+        "tp": p.tp,
+        "pp": p.pp,
+        "cp": p.cp,
+        "ep": p.ep,
+        "micro_batch_size": t.micro_batch_size,
+        "sequence_parallel": p.sequence_parallel,
+        "zero_stage": p.zero_stage,
+        "distributed_optimizer": p.distributed_optimizer,
+        "backend": BACKENDS.index(t.backend),
+        "recompute": RECOMPUTE.index(t.recompute),
+    }
+    shown = (
+        f"TP{p.tp} PP{p.pp} CP{p.cp} EP{p.ep}{' SP' if p.sequence_parallel else ''}, {t.backend}, micro batch "
+        f"{t.micro_batch_size}, recompute {t.recompute}, {s.hardware.nodes} nodes"
+    )
+
+    def match(c: Any) -> np.ndarray:
+        return np.logical_and.reduce([c[k] == v for k, v in want.items()])
+
+    f = result.priced.feasible
+    hit = np.flatnonzero(match(f))
+    if hit.size:
+        i = int(hit[0])
+        tps = result.priced.tokens_per_s
+        better = int(np.count_nonzero(tps > tps[i]))
+        best = float(tps[int(result.ranked[0])])
+        return (
+            f"the spec's own layout ({shown}) fits at {gib(f.memory_bytes[i])} GiB and ranks #{better + 1} "
+            f"by tokens/s: {tps[i]:,.0f} tokens/s, {tps[i] / best:.0%} of the winner"
+        )
+    legal = result.priced.columns
+    hit = np.flatnonzero(match(legal))
+    if hit.size:
+        return (
+            f"the spec's own layout ({shown}) needs {gib(result.priced.memory_bytes[int(hit[0])])} GiB per GPU, "
+            f"over the {gib(result.priced.budget_bytes)} GiB budget"
+        )
+    if s.hardware.nodes not in result.axes.nodes:
+        return None
+    return f"the spec's own layout ({shown}) breaks a rule: run lmspec check for the message"

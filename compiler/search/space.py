@@ -1,0 +1,150 @@
+"""The layout space and its enumeration, stage by stage, keeping only what is legal.
+
+The raw space is the product of every axis below. It is never materialised: each
+stage adds its axes to the survivors of the previous one and drops what a rule
+rejects there, and a candidate dropped at a stage is counted once for each of its
+extensions by the later axes, so the rejection counts add up to the raw space.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmspec.compiler.search.legality import (
+    BACKEND_CHECKS,
+    BACKENDS,
+    BATCH_CHECKS,
+    EXPERT_CHECKS,
+    LAYOUT_CHECKS,
+    RECOMPUTE,
+    Check,
+    Columns,
+)
+from lmspec.compiler.spec.sections import Spec
+
+MAX_CONTEXT_PARALLEL = 16  # ring attention beyond 16 ranks is outside what the step-time model covers
+MAX_MICRO_BATCH = 16  # sequences per micro-batch; beyond this activations dominate at any length
+# (backend, ZeRO stage, distributed optimizer): Megatron shards optimizer states with its distributed
+# optimizer, DeepSpeed with ZeRO stages; the crossed settings are errors of backend.* rules, not choices.
+SHARDINGS = ((0, 0, False), (0, 0, True), (1, 0, False), (1, 1, False), (1, 2, False), (1, 3, False))
+
+
+def powers_of_two(limit: int) -> list[int]:
+    return [2**i for i in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
+
+
+@dataclass(frozen=True)
+class Axes:
+    """Values each searched key may take; the raw space is their product."""
+
+    nodes: tuple[int, ...]
+    tp: tuple[int, ...]
+    pp: tuple[int, ...]
+    cp: tuple[int, ...]
+    ep: tuple[int, ...]
+    micro_batch_size: tuple[int, ...]
+    shardings: tuple[tuple[int, int, bool], ...]
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    recompute: tuple[int, ...] = tuple(range(len(RECOMPUTE)))
+
+    @property
+    def raw_size(self) -> int:
+        return math.prod(
+            len(v)
+            for v in (
+                self.nodes,
+                self.tp,
+                self.pp,
+                self.cp,
+                self.ep,
+                self.micro_batch_size,
+                self.shardings,
+                self.sequence_parallel,
+                self.recompute,
+            )
+        )
+
+
+def default_axes(spec: Spec, nodes: Sequence[int], backends: Sequence[str]) -> Axes:
+    """Every value worth trying for this model and hardware."""
+    m = spec.model
+    experts = [1]
+    if m.moe is not None:
+        experts = sorted(
+            set(powers_of_two(m.moe.num_experts))
+            | {d for d in range(1, m.moe.num_experts + 1) if m.moe.num_experts % d == 0}
+        )
+    allowed = {BACKENDS.index(b) for b in backends}
+    return Axes(
+        nodes=tuple(nodes),
+        tp=tuple(range(1, spec.hardware.gpus_per_node + 1)),
+        pp=tuple(range(1, m.num_layers + 1)),
+        cp=tuple(powers_of_two(MAX_CONTEXT_PARALLEL)),
+        ep=tuple(experts),
+        micro_batch_size=tuple(powers_of_two(MAX_MICRO_BATCH)),
+        shardings=tuple(s for s in SHARDINGS if s[0] in allowed),
+    )
+
+
+def _grid(**axes: Sequence[object]) -> dict[str, np.ndarray]:
+    mesh = np.meshgrid(*[np.asarray(v) for v in axes.values()], indexing="ij")
+    return {name: m.ravel() for name, m in zip(axes, mesh)}
+
+
+@dataclass
+class Enumeration:
+    legal: Columns
+    raw_size: int
+    rejected: dict[str, int]  # rule -> raw candidates it rejected first
+
+
+def _stage(
+    columns: Columns,
+    new: dict[str, np.ndarray],
+    checks: Sequence[Check],
+    spec: Spec,
+    weight: int,
+    rejected: dict[str, int],
+) -> Columns:
+    """Survivors x the stage's new rows, broadcast as a 2-D grid; only legal pairs are gathered."""
+    grid = Columns({k: v[:, None] for k, v in columns.items()})
+    grid.update({k: v[None, :] for k, v in new.items()})
+    alive = np.ones((columns.size, len(next(iter(new.values())))), dtype=bool)
+    for check in checks:
+        ok = np.broadcast_to(np.asarray(check.passes(grid, spec), dtype=bool), alive.shape)
+        rejected[check.rule] = rejected.get(check.rule, 0) + int(np.count_nonzero(alive & ~ok)) * weight
+        alive &= ok
+    rows, picks = np.nonzero(alive)
+    out = Columns({k: v[rows] for k, v in columns.items()})
+    out.update({k: v[picks] for k, v in new.items()})
+    return out
+
+
+def enumerate_legal(spec: Spec, axes: Axes) -> Enumeration:
+    """The legal candidates, as columns, and what each rule rejected of the raw space."""
+    rejected: dict[str, int] = {}
+    n_ep, n_mbs = len(axes.ep), len(axes.micro_batch_size)
+    n_tail = len(axes.shardings) * len(axes.sequence_parallel) * len(axes.recompute)
+    # pp outermost: every later stage keeps row order, so the legal set stays sorted by pp
+    start = Columns(pp=np.asarray(axes.pp))
+    cols = _stage(
+        start, _grid(nodes=axes.nodes, tp=axes.tp, cp=axes.cp), LAYOUT_CHECKS, spec, n_ep * n_mbs * n_tail, rejected
+    )
+    cols = _stage(cols, {"ep": np.asarray(axes.ep)}, EXPERT_CHECKS, spec, n_mbs * n_tail, rejected)
+    cols = _stage(cols, {"micro_batch_size": np.asarray(axes.micro_batch_size)}, BATCH_CHECKS, spec, n_tail, rejected)
+    shard = np.asarray(axes.shardings, dtype=object)
+    tail = _grid(
+        sharding=range(len(axes.shardings)), sequence_parallel=axes.sequence_parallel, recompute=axes.recompute
+    )
+    index = tail.pop("sharding")
+    tail.update(
+        backend=shard[index, 0].astype(np.int64),
+        zero_stage=shard[index, 1].astype(np.int64),
+        distributed_optimizer=shard[index, 2].astype(bool),
+    )
+    cols = _stage(cols, tail, BACKEND_CHECKS, spec, 1, rejected)
+    return Enumeration(legal=cols, raw_size=axes.raw_size, rejected=rejected)

@@ -1,0 +1,1 @@
+"""The spec: typed sections, their schema, compose with provenance (the one Hydra seam), validation."""

@@ -1,0 +1,455 @@
+"""The spec's sections as typed, frozen dataclasses.
+
+This module is the single source of every key's name, type, bounds, description
+and example: `schemas/spec.schema.json` is generated from it (`lmspec schema`),
+validation checks against that schema, and after validation the rest of lmspec
+holds these objects, never raw dicts. The YAML key, the attribute and the
+override prefix are the same word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lmspec.compiler.spec import kinds as K
+from lmspec.compiler.spec.kinds import Kind
+
+
+def key(
+    description: str,
+    *,
+    example: Any = None,
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+    maximum: float | None = None,
+    kind: Kind | None = None,
+    max_items: int | None = None,
+) -> Any:
+    """Declare a spec key: its description, one example, its numeric bounds or its string kind.
+
+    Every number needs a maximum and every string a kind (lmspec.compiler.spec.kinds); lmspec.compiler.spec.schema
+    refuses to generate a schema for a key without one."""
+    meta = {
+        "description": description,
+        "example": example,
+        "minimum": minimum,
+        "exclusiveMinimum": exclusive_minimum,
+        "maximum": maximum,
+        "kind": kind,
+        "maxItems": max_items,
+    }
+    return field(metadata={k: v for k, v in meta.items() if v is not None})
+
+
+Auto = Literal["auto"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed K/V (and Q)."""
+
+    q_lora_rank: int | None = key(
+        "Rank of the query down-projection; null = no query compression (V2-Lite).",
+        example=1536,
+        minimum=1,
+        maximum=K.WIDTH_MAX,
+    )
+    kv_lora_rank: int = key(
+        "Rank of the joint key/value down-projection (the latent cached by vLLM).",
+        example=512,
+        minimum=1,
+        maximum=K.WIDTH_MAX,
+    )
+    qk_nope_head_dim: int = key(
+        "Per-head query/key dimension without rotary embedding.", example=128, minimum=1, maximum=K.WIDTH_MAX
+    )
+    qk_rope_head_dim: int = key(
+        "Per-head query/key dimension carrying rotary embedding (shared key across heads).",
+        example=64,
+        minimum=1,
+        maximum=K.WIDTH_MAX,
+    )
+    v_head_dim: int = key("Per-head value dimension.", example=128, minimum=1, maximum=K.WIDTH_MAX)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoeSpec:
+    """Mixture-of-experts MLP block."""
+
+    num_experts: int = key("Routed experts per MoE layer.", example=256, minimum=1, maximum=K.EXPERTS_MAX)
+    top_k: int = key("Routed experts each token is sent to.", example=8, minimum=1, maximum=K.EXPERTS_MAX)
+    num_shared_experts: int = key(
+        "Always-active shared experts per MoE layer (DeepSeek); 0 for Mixtral.",
+        example=1,
+        minimum=0,
+        maximum=K.EXPERTS_MAX,
+    )
+    ffn_hidden_size: int = key(
+        "Intermediate size of one expert's gated MLP.", example=2048, minimum=1, maximum=K.WIDTH_MAX
+    )
+    first_dense_layers: int = key(
+        "Leading layers that use the dense MLP instead of MoE.", example=3, minimum=0, maximum=K.LAYERS_MAX
+    )
+    router_score_bias: bool = key(
+        "Router keeps a per-expert score-correction bias (DeepSeek-V3 aux-loss-free balancing).", example=True
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Architecture of a decoder-only transformer (pre-norm, RMSNorm, SwiGLU, RoPE)."""
+
+    name: str = key("Preset name; also the default build name.", example="llama3_8b", kind=K.PLAIN_NAME)
+    family: Literal["llama", "mixtral", "deepseek_v2", "deepseek_v3"] = key(
+        "HuggingFace architecture family used for conversion and serving.", example="llama"
+    )
+    num_layers: int = key("Transformer layers.", example=32, minimum=1, maximum=K.LAYERS_MAX)
+    hidden_size: int = key("Model (residual stream) width.", example=4096, minimum=1, maximum=K.WIDTH_MAX)
+    ffn_hidden_size: int = key(
+        "Intermediate size of the dense gated MLP.", example=14336, minimum=1, maximum=K.WIDTH_MAX
+    )
+    num_attention_heads: int = key("Query heads.", example=32, minimum=1, maximum=K.HEADS_MAX)
+    num_kv_heads: int = key(
+        "Key/value heads (GQA); equal to heads for MHA and MLA.", example=8, minimum=1, maximum=K.HEADS_MAX
+    )
+    head_dim: int = key(
+        "Per-head query/key width; for MLA qk_nope_head_dim + qk_rope_head_dim.",
+        example=128,
+        minimum=1,
+        maximum=K.WIDTH_MAX,
+    )
+    vocab_size: int = key(
+        "Vocabulary size (rows of the embedding and output head).", example=128256, minimum=1, maximum=K.VOCAB_MAX
+    )
+    max_position_embeddings: int = key(
+        "Longest sequence the positional encoding is trained for.", example=8192, minimum=1, maximum=K.TOKENS_MAX
+    )
+    attention: Literal["gqa", "mla"] = key(
+        "Attention kind: gqa (covers MHA when kv heads = heads) or mla.", example="gqa"
+    )
+    mla: MlaSpec | None = key("MLA ranks; required when attention is mla, null otherwise.", example=None)
+    moe: MoeSpec | None = key("Mixture-of-experts block; null for a dense model.", example=None)
+    norm_eps: float = key("RMSNorm epsilon.", example=1e-5, exclusive_minimum=0, maximum=K.EPS_MAX)
+    rope_theta: float = key("RoPE base frequency.", example=500000.0, exclusive_minimum=0, maximum=K.ROPE_THETA_MAX)
+    tie_embeddings: bool = key("Output head shares the input embedding matrix.", example=False)
+    mtp_layers: int = key(
+        "Multi-token-prediction modules (DeepSeek-V3: 1); counted apart from the model's size.",
+        example=0,
+        minimum=0,
+        maximum=K.LAYERS_MAX,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """One accelerator, as its vendor datasheet states it (dense, no sparsity)."""
+
+    name: str = key("Accelerator name.", example="H100-SXM-80GB", kind=K.LABEL)
+    memory_gib: float = key(
+        "Device memory in GiB as labelled (usable memory is lower; see the memory model's reserve).",
+        example=80,
+        exclusive_minimum=0,
+        maximum=K.MEMORY_GIB_MAX,
+    )
+    bf16_tflops: float = key("Dense bf16 peak, TFLOP/s.", example=989, minimum=K.RATE_MIN, maximum=K.RATE_MAX)
+    hbm_gb_per_s: float = key("Memory bandwidth, GB/s.", example=3350, minimum=K.RATE_MIN, maximum=K.RATE_MAX)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntraNodeSpec:
+    """Link between the GPUs of one node."""
+
+    link: Literal["nvlink", "pcie", "shm"] = key(
+        "Kind of link: NVLink, PCIe only, or host shared memory (CPU ranks).", example="nvlink"
+    )
+    gb_per_s: float = key(
+        "Per-GPU bandwidth of the link, GB/s, as the datasheet states it.",
+        example=900,
+        minimum=K.RATE_MIN,
+        maximum=K.RATE_MAX,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterNodeSpec:
+    """Network between nodes; drives nccl.env and the communication estimate."""
+
+    fabric: Literal["ib", "roce", "ethernet"] = key("InfiniBand, RoCE, or plain TCP Ethernet.", example="ib")
+    gbit_per_s_per_nic: float = key(
+        "Line rate of one NIC, Gbit/s.", example=400, minimum=K.RATE_MIN, maximum=K.RATE_MAX
+    )
+    nics_per_node: int = key("NICs per node used by NCCL.", example=8, minimum=1, maximum=K.NICS_MAX)
+    hca: list[str] = key(
+        "RDMA devices for NCCL_IB_HCA (empty = let NCCL choose).",
+        example=["mlx5_0", "mlx5_1"],
+        kind=K.RDMA_DEVICE,
+        max_items=K.NICS_MAX,
+    )
+    socket_ifname: str | None = key(
+        "Interface for NCCL/gloo bootstrap and TCP traffic (NCCL_SOCKET_IFNAME); null = auto.",
+        example="eth0",
+        kind=K.INTERFACE,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareSpec:
+    """The machines a job runs on."""
+
+    name: str = key("Hardware preset name.", example="h100_80g", kind=K.PLAIN_NAME)
+    gpu: GpuSpec = key("The accelerator.")
+    gpus_per_node: int = key("Accelerators (ranks) per node.", example=8, minimum=1, maximum=K.GPUS_PER_NODE_MAX)
+    nodes: int = key("Nodes in the job.", example=1, minimum=1, maximum=K.NODES_MAX)
+    intra_node: IntraNodeSpec = key("Link inside a node.")
+    inter_node: InterNodeSpec = key("Network between nodes.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSpec:
+    """Parallel layout: world = tp x pp x dp x cp; experts sharded by ep (x etp) inside it."""
+
+    tp: int = key("Tensor-parallel degree (must stay inside a node).", example=8, minimum=1, maximum=K.RANKS_MAX)
+    pp: int = key("Pipeline-parallel stages.", example=1, minimum=1, maximum=K.RANKS_MAX)
+    dp: int | Auto = key(
+        "Data-parallel degree; auto = world / (tp x pp x cp).", example="auto", minimum=1, maximum=K.RANKS_MAX
+    )
+    cp: int = key("Context-parallel degree (sequence split across ranks).", example=1, minimum=1, maximum=K.RANKS_MAX)
+    ep: int = key("Expert-parallel degree for MoE layers.", example=1, minimum=1, maximum=K.RANKS_MAX)
+    etp: int = key(
+        "Tensor-parallel degree inside each expert (Megatron expert_tensor_parallel_size).",
+        example=1,
+        minimum=1,
+        maximum=K.RANKS_MAX,
+    )
+    sequence_parallel: bool = key(
+        "Megatron sequence parallelism for norms/dropout inside the TP group (needs tp > 1).", example=False
+    )
+    zero_stage: Literal[0, 1, 2, 3] = key("DeepSpeed ZeRO stage (deepspeed backend).", example=1)
+    distributed_optimizer: bool = key(
+        "Megatron distributed optimizer: optimizer states and master weights sharded over DP.", example=False
+    )
+    offload_optimizer: bool = key("DeepSpeed: keep optimizer states in host memory.", example=False)
+    offload_params: bool = key("DeepSpeed ZeRO-3: keep parameters in host memory.", example=False)
+    pp_layout: None | Auto | list[int] = key(
+        "Layers per pipeline stage: null = num_layers must divide "
+        "by pp; auto = balanced uneven split; or an explicit list.",
+        example="auto",
+        maximum=K.LAYERS_MAX,
+        max_items=K.LAYERS_MAX,
+    )
+    virtual_stages: int | None = key(
+        "Interleaved 1F1B: model chunks per pipeline rank; null = plain 1F1B.",
+        example=2,
+        minimum=1,
+        maximum=K.LAYERS_MAX,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerSpec:
+    """Optimizer and its hyper-parameters."""
+
+    name: Literal["adamw", "adam", "sgd"] = key("Optimizer.", example="adamw")
+    lr: float = key("Peak learning rate.", example=3e-4, exclusive_minimum=0, maximum=K.LR_MAX)
+    min_lr: float = key("Learning rate at the end of decay.", example=3e-5, minimum=0, maximum=K.LR_MAX)
+    weight_decay: float = key("Decoupled weight decay.", example=0.1, minimum=0, maximum=K.WEIGHT_DECAY_MAX)
+    beta1: float = key("Adam beta1.", example=0.9, minimum=0, maximum=1)
+    beta2: float = key("Adam beta2.", example=0.95, minimum=0, maximum=1)
+    eps: float = key("Adam epsilon.", example=1e-8, exclusive_minimum=0, maximum=K.EPS_MAX)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LrScheduleSpec:
+    """Learning-rate schedule: linear warm-up, then decay to min_lr at train.steps."""
+
+    decay: Literal["cosine", "linear", "constant"] = key("Decay after warm-up.", example="cosine")
+    warmup_steps: int = key("Linear warm-up steps.", example=100, minimum=0, maximum=K.STEPS_MAX)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSpec:
+    """Where and how often training state is saved."""
+
+    dir: str = key(
+        "Checkpoint directory (relative to the working directory at run time).",
+        example="runs/llama3_8b/checkpoints",
+        kind=K.PATH,
+    )
+    interval: int = key("Save every this many steps.", example=1000, minimum=1, maximum=K.STEPS_MAX)
+    keep_last_k: int = key(
+        "Complete checkpoints kept; older ones are deleted after a new one is complete.",
+        example=3,
+        minimum=1,
+        maximum=K.KEEP_MAX,
+    )
+    resume: Literal["auto", "never"] = key(
+        "auto = load the newest complete checkpoint when one exists.", example="auto"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSpec:
+    """Training data."""
+
+    corpus: str = key(
+        "builtin = the text corpus shipped with lmspec; otherwise a path to a UTF-8 text file.",
+        example="builtin",
+        kind=K.PATH,
+    )
+    tokenizer: Literal["byte"] = key(
+        "Tokenizer; byte = byte-level, built offline (256 ids + specials).", example="byte"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSpec:
+    """Training job."""
+
+    backend: Literal["megatron", "deepspeed"] = key("Training framework.", example="megatron")
+    precision: Literal["bf16", "fp16", "fp32"] = key(
+        "Compute precision (bf16/fp16 keep fp32 master weights).", example="bf16"
+    )
+    seq_length: int = key("Tokens per training sequence.", example=4096, minimum=1, maximum=K.TOKENS_MAX)
+    micro_batch_size: int = key("Sequences per GPU per forward/backward.", example=1, minimum=1, maximum=K.BATCH_MAX)
+    global_batch_size: int = key(
+        "Sequences per optimizer step across all data-parallel ranks.", example=1024, minimum=1, maximum=K.BATCH_MAX
+    )
+    recompute: Literal["none", "selective", "full"] = key("Activation recomputation.", example="selective")
+    flash_attention: bool = key("Fused/flash attention kernel (does not store the s x s score matrix).", example=True)
+    optimizer: OptimizerSpec = key("Optimizer.")
+    lr_schedule: LrScheduleSpec = key("Learning-rate schedule.")
+    grad_clip: float = key("Global gradient-norm clip; 0 = off.", example=1.0, minimum=0, maximum=K.GRAD_CLIP_MAX)
+    steps: int = key("Optimizer steps to train.", example=1000, minimum=1, maximum=K.STEPS_MAX)
+    seed: int = key("Random seed (model init, data order).", example=1234, minimum=0, maximum=K.SEED_MAX)
+    log_interval: int = key("Log one metrics line every this many steps.", example=10, minimum=1, maximum=K.STEPS_MAX)
+    checkpoint: CheckpointSpec = key("Checkpointing.")
+    data: DataSpec = key("Training data.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSpec:
+    """Serving the converted model with vLLM."""
+
+    engine: Literal["vllm"] = key("Serving engine.", example="vllm")
+    tp: int = key("vLLM --tensor-parallel-size.", example=8, minimum=1, maximum=K.RANKS_MAX)
+    pp: int = key("vLLM --pipeline-parallel-size.", example=1, minimum=1, maximum=K.RANKS_MAX)
+    dp: int = key("vLLM --data-parallel-size.", example=1, minimum=1, maximum=K.RANKS_MAX)
+    expert_parallel: bool = key("vLLM --enable-expert-parallel (MoE only).", example=False)
+    max_model_len: int = key(
+        "Longest request (prompt + output) in tokens; sizes the KV cache.",
+        example=8192,
+        minimum=1,
+        maximum=K.TOKENS_MAX,
+    )
+    gpu_memory_utilization: float = key(
+        "Fraction of device memory vLLM may use, in (0, 1].", example=0.9, exclusive_minimum=0, maximum=1
+    )
+    enforce_eager: bool = key("Disable CUDA graphs (debugging, CPU).", example=False)
+    served_model_name: str = key("Model name clients send in requests.", example="llama3-8b", kind=K.LABEL)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = key("Weight and activation dtype.", example="bfloat16")
+    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes"] | None = key(
+        "Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint.", example="fp8"
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = key(
+        "KV cache dtype; auto = model dtype.", example="auto"
+    )
+    max_num_seqs: int = key("Most sequences batched at once.", example=256, minimum=1, maximum=K.SEQS_MAX)
+    max_num_batched_tokens: int | None = key(
+        "Token budget per scheduler step; null = vLLM's default.",
+        example=8192,
+        minimum=1,
+        maximum=K.BATCHED_TOKENS_MAX,
+    )
+    host: str = key("Bind address.", example="127.0.0.1", kind=K.HOST)
+    port: int = key("Port.", example=8000, minimum=1, maximum=K.PORT_MAX)
+    api_key_env: str | None = key(
+        "Name of the environment variable holding the API key (never the key itself); null = no auth.",
+        example="VLLM_API_KEY",
+        kind=K.ENV_NAME,
+    )
+    model_path: str | None = key(
+        "Model directory to serve; null = the conversion output (convert.output).",
+        example="runs/llama3_8b/hf",
+        kind=K.PATH,
+    )
+    cpu_kvcache_space_gib: float = key(
+        "VLLM_CPU_KVCACHE_SPACE for the CPU backend, GiB.", example=1, exclusive_minimum=0, maximum=K.MEMORY_GIB_MAX
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmSpec:
+    """Slurm submission settings."""
+
+    partition: str | None = key("--partition; null = the cluster default.", example="gpu", kind=K.SLURM_NAME)
+    account: str | None = key("--account; null = none.", example="my_team", kind=K.SLURM_NAME)
+    time: str = key("--time limit, [D-]HH:MM:SS.", example="24:00:00", kind=K.SLURM_TIME)
+    cpus_per_task: int = key(
+        "--cpus-per-task (one task per node runs torchrun).", example=64, minimum=1, maximum=K.CPUS_MAX
+    )
+    signal_seconds: int = key(
+        "--signal=USR1@N: seconds before the time limit to checkpoint and requeue.",
+        example=300,
+        minimum=1,
+        maximum=K.SIGNAL_SECONDS_MAX,
+    )
+    requeue: bool = key("--requeue: requeue after preemption or the pre-timeout checkpoint.", example=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NcclSpec:
+    """NCCL settings written to nccl.env."""
+
+    debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = key("NCCL_DEBUG.", example="WARN")
+    timeout_minutes: int = key(
+        "Collective watchdog timeout; must outlast the longest checkpoint save.",
+        example=30,
+        minimum=1,
+        maximum=K.TIMEOUT_MINUTES_MAX,
+    )
+    ib_timeout: int = key("NCCL_IB_TIMEOUT exponent (4.096 us x 2^n).", example=22, minimum=1, maximum=31)
+    ib_retry_cnt: int = key("NCCL_IB_RETRY_CNT.", example=7, minimum=0, maximum=7)
+    ib_gid_index: int | None = key(
+        "NCCL_IB_GID_INDEX for RoCE (3 = RoCEv2 on most NICs); null = NCCL default.",
+        example=3,
+        minimum=0,
+        maximum=K.GID_INDEX_MAX,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """How the job is launched."""
+
+    launcher: Literal["local", "slurm"] = key("local = torchrun on this machine; slurm = sbatch.", example="local")
+    master_port: int = key("Rendezvous port, the same on every node.", example=29500, minimum=1, maximum=K.PORT_MAX)
+    slurm: SlurmSpec = key("Slurm settings (used when launcher is slurm).")
+    nccl: NcclSpec = key("NCCL settings.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertSpec:
+    """Checkpoint conversion for serving."""
+
+    target: Literal["hf"] = key("Target format.", example="hf")
+    dtype: Literal["bfloat16", "float16", "float32"] = key("Dtype of the converted weights.", example="bfloat16")
+    output: str = key("Output directory of the converted model.", example="runs/llama3_8b/hf", kind=K.PATH)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    """A whole lmspec job: model, hardware, layout, training, launch, conversion and serving."""
+
+    name: str = key(
+        "Job name: the build directory build/<name>/ and the Slurm job name.",
+        example="llama3_8b",
+        kind=K.PLAIN_NAME,
+    )
+    model: ModelSpec = key("Model architecture.")
+    hardware: HardwareSpec = key("Hardware.")
+    parallel: ParallelSpec = key("Parallel layout.")
+    train: TrainSpec = key("Training.")
+    cluster: ClusterSpec = key("Launch.")
+    convert: ConvertSpec = key("Conversion.")
+    serve: ServeSpec = key("Serving.")

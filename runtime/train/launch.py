@@ -1,0 +1,170 @@
+"""The train stage of `lmspec run`: start the build's own launch scripts and follow them.
+
+cluster.launcher=local runs launch/torchrun.sh in its own process group (Ctrl-C or SIGTERM
+stops the whole group); slurm submits launch/sbatch.sh with `sbatch --wait` and prints a
+progress line until the job ends. Either way the exit code is the training's. The scripts
+find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset.
+The launcher is the typed spec's (spec.resolved.yaml through the schema), and every launch
+file bash reads is checked against manifest.json before anything starts (compiler/build/reader.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lmspec.compiler.build.reader import Build
+from lmspec.compiler.emit.launch import PYTHON_ENV, SBATCH_SH, TORCHRUN_SH, TRAIN_MODULE
+from lmspec.compiler.emit.nccl import NCCL_ENV
+from lmspec.compiler.errors import UsageError
+from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+
+POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
+LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)
+
+
+def run_train(build: Build, options: argparse.Namespace) -> int:
+    launcher = build.spec.cluster.launcher
+    root = launch_root(build)
+    env = dict(os.environ)
+    env.setdefault(PYTHON_ENV, sys.executable)
+    command = train_command(root, launcher)
+    if options.dry_run:
+        print(shell_line(command, env))
+        if launcher == "slurm":
+            print(
+                "squeue --noheader --jobs <job id> --format '%T %M %R'   # every "
+                f"{POLL_INTERVAL_S:g} s until the job ends"
+            )
+        return 0
+    if options.smoke:
+        return smoke(root, launcher, env)
+    if launcher == "local":
+        return _run_local(command, env)
+    return _run_slurm(command, env, build.spec.name)
+
+
+def launch_root(build: Build) -> Path:
+    """The build's absolute path, after checking every launch file bash will read against the
+    manifest (sbatch.sh runs torchrun.sh, which sources nccl.env): an edited one is refused."""
+    for rel in LAUNCH_FILES:
+        build.script(rel)
+    return build.root.resolve()
+
+
+def train_command(build: Path, launcher: str) -> list[str]:
+    if launcher == "local":
+        return ["bash", str(build / TORCHRUN_SH), str(build)]
+    return ["sbatch", "--parsable", "--wait", str(build / SBATCH_SH), str(build)]
+
+
+def shell_line(command: list[str], env: dict[str, str]) -> str:
+    """The command as one pasteable shell line, with the interpreter it will use."""
+    return f"{PYTHON_ENV}={shlex.quote(env[PYTHON_ENV])} {shlex.join(command)}"
+
+
+def _run_local(command: list[str], env: dict[str, str]) -> int:
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        with sigterm_raises():
+            return proc.wait()
+    except KeyboardInterrupt:
+        print("lmspec run: interrupted; stopping the training processes", file=sys.stderr)
+        stop_group(proc)
+        return EXIT_SIGINT
+    except Terminated:
+        stop_group(proc)
+        return EXIT_SIGTERM
+
+
+def _job_state(job_id: str, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        ["squeue", "--noheader", "--jobs", job_id, "--format", "%T %M %R"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def _run_slurm(command: list[str], env: dict[str, str], name: str) -> int:
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    except FileNotFoundError:
+        raise UsageError("sbatch not found: cluster.launcher=slurm needs Slurm's client commands on PATH") from None
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().strip().split(";")[0]
+    if not job_id:
+        return proc.wait() or 1  # sbatch refused the script; it printed why
+    print(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}", flush=True)
+    try:
+        with sigterm_raises():
+            rc = _follow(proc, job_id, env)
+    except (KeyboardInterrupt, Terminated) as exc:
+        print(f"\nlmspec run: cancelling Slurm job {job_id}", file=sys.stderr)
+        subprocess.run(["scancel", job_id], env=env, check=False)
+        proc.wait()
+        return EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_SIGTERM
+    print(f"Slurm job {job_id} ended with exit code {rc}", flush=True)
+    return rc
+
+
+def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> int:
+    """One progress line (rewritten in place on a terminal) until `sbatch --wait` returns."""
+    tty, shown, started = sys.stdout.isatty(), "", time.monotonic()
+    while proc.poll() is None:
+        state = _job_state(job_id, env)
+        line = f"job {job_id}: {state or 'finishing'} (followed for {time.monotonic() - started:.0f} s)"
+        if tty:
+            print(f"\r{line}\033[K", end="", flush=True)
+        elif state.split(" ")[:1] != shown.split(" ")[:1]:
+            print(line, flush=True)
+        shown = state
+        try:
+            proc.wait(timeout=POLL_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            pass
+    if tty:
+        print()
+    return proc.returncode
+
+
+def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
+    """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
+    on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
+    checks = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
+    checks.append(
+        (
+            f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",
+            [
+                env[PYTHON_ENV],
+                "-c",
+                "import importlib.util, sys, torch.distributed.run; "
+                f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else '{TRAIN_MODULE} not found')",
+            ],
+        )
+    )
+    if launcher == "slurm":
+        checks.append(
+            (
+                "Slurm accepts the job (sbatch --test-only)",
+                ["sbatch", "--test-only", str(build / SBATCH_SH), str(build)],
+            )
+        )
+    for label, check in checks:
+        try:
+            result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            print(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}", file=sys.stderr)
+            return 1
+        if result.returncode != 0:
+            print(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
+            return 1
+        print(f"smoke: ok {label}")
+    return 0

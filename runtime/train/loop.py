@@ -1,0 +1,223 @@
+"""`python -m lmspec.runtime.train <build dir>`: train what was compiled.
+
+Reads `<build dir>/spec.resolved.yaml` (through the schema into the compiler's typed Spec)
+and `plan.json` (layout, batch), each verified against manifest.json, as are the launch
+files; no other arguments. Runs under torchrun (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); nccl on GPU, gloo on CPU.
+Writes into the run directory `runs/<name>/` (relative to the working
+directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`, which
+must not overlap (lmspec.compiler.rules.run_paths, checked again here from the job's
+own working directory). Before the first step the run's identity is decided
+(lmspec.runtime.train.checkpoint.Checkpoints.open_run): resume=auto continues the newest
+usable checkpoint's run, resume=never moves an earlier run's checkpoints aside.
+
+Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss or an
+unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch,
+run directories that overlap from this working directory);
+3 (signals.REQUEUE_EXIT_CODE) stopped by SIGTERM/SIGUSR1 after a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from lmspec.compiler.build.reader import open_build
+from lmspec.compiler.emit.deepspeed_config import DS_CONFIG
+from lmspec.compiler.emit.serve import run_dir
+from lmspec.compiler.errors import UsageError
+from lmspec.compiler.rules.run_paths import require_run_paths_apart
+from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
+from lmspec.runtime.train.data import Batch, TokenStream
+from lmspec.runtime.train.launch import LAUNCH_FILES
+from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
+from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
+
+STATE_DIR = "trainer_state"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class Trainer(Protocol):
+    dp_rank: int
+    dp_size: int
+    num_micro_batches: int
+    micro_batch_size: int
+
+    def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]: ...
+    def save(self, directory: Path) -> None: ...
+    def load(self, directory: Path) -> None: ...
+    def rng_state(self) -> dict[str, Any]: ...
+    def set_rng_state(self, state: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+def load_build(build_dir: Path) -> tuple[Spec, dict[str, Any]]:
+    """The typed spec and plan.json of a build lmspec wrote, verified against its manifest
+    (compiler/build/reader.py), with the launch files that started this process: a build
+    edited by hand is refused here too when its scripts are run directly (torchrun.sh, sbatch)."""
+    build = open_build(build_dir)
+    for rel in LAUNCH_FILES:
+        build.script(rel)
+    spec = build.spec
+    if spec.train.backend == "deepspeed":
+        build.json(DS_CONFIG)  # checked before the ranks meet; the trainer reads it through open_build too
+    return spec, build.plan
+
+
+def lr_at(spec: Spec, step: int) -> float:
+    """Learning rate for optimizer step `step` (1-based): linear warm-up, then decay to min_lr."""
+    opt, sched, total = spec.train.optimizer, spec.train.lr_schedule, spec.train.steps
+    if sched.warmup_steps and step <= sched.warmup_steps:
+        return opt.lr * step / sched.warmup_steps
+    if sched.decay == "constant" or total <= sched.warmup_steps:
+        return opt.lr
+    progress = min(1.0, (step - sched.warmup_steps) / (total - sched.warmup_steps))
+    shape = 0.5 * (1 + math.cos(math.pi * progress)) if sched.decay == "cosine" else 1 - progress
+    return opt.min_lr + (opt.lr - opt.min_lr) * shape
+
+
+def init_distributed(spec: Spec, plan: dict[str, Any]) -> None:
+    expected = plan["layout"]["world_size"]
+    world = int(os.environ.get("WORLD_SIZE", "0"))
+    if world != expected:
+        raise UsageError(
+            f"the launcher started {world or 'no torchrun'} rank(s) but the plan's layout.world_size={expected} "
+            f"(hardware.gpus_per_node={spec.hardware.gpus_per_node} x hardware.nodes={spec.hardware.nodes}); "
+            "start it with the build's launch/torchrun.sh or `lmspec run <build dir>`"
+        )
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(
+        backend="nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=spec.cluster.nccl.timeout_minutes)
+    )
+
+
+def make_trainer(spec: Spec, plan: dict[str, Any], build_dir: Path) -> Trainer:
+    if spec.train.backend == "megatron":
+        from lmspec.runtime.train.megatron.trainer import MegatronTrainer
+
+        return MegatronTrainer(spec, plan)
+    from lmspec.runtime.train.deepspeed.trainer import DeepSpeedTrainer
+
+    return DeepSpeedTrainer(spec, plan, build_dir)
+
+
+def _rng_state(trainer: Trainer) -> dict[str, Any]:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "backend": trainer.rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(trainer: Trainer, state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    trainer.set_rng_state(state["backend"])
+
+
+def save_checkpoint(ckpts: Checkpoints, trainer: Trainer, step: int, consumed_samples: int) -> Path:
+    tmp = ckpts.begin_save(step)
+    trainer.save(tmp)
+    rank = dist.get_rank()
+    (tmp / STATE_DIR).mkdir(exist_ok=True)
+    torch.save(
+        {"step": step, "consumed_samples": consumed_samples, "rng": _rng_state(trainer)},
+        tmp / STATE_DIR / f"rank_{rank}.pt",
+    )
+    return ckpts.commit(step, tmp)
+
+
+def load_checkpoint(path: Path, trainer: Trainer) -> tuple[int, int]:
+    """Restore the trainer from `path`; (step, consumed_samples)."""
+    trainer.load(path)
+    own = path / STATE_DIR / f"rank_{dist.get_rank()}.pt"
+    state = torch.load(own if own.is_file() else path / STATE_DIR / "rank_0.pt", weights_only=False)
+    _set_rng_state(trainer, state["rng"])
+    return int(state["step"]), int(state["consumed_samples"])
+
+
+def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
+    rank0 = dist.get_rank() == 0
+    torch.manual_seed(spec.train.seed)
+    random.seed(spec.train.seed)
+    trainer = make_trainer(spec, plan, build_dir)
+    ckpt_spec = spec.train.checkpoint
+    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k, required=(f"{STATE_DIR}/rank_0.pt",))
+    step, consumed = 0, 0
+    path = ckpts.open_run(ckpt_spec.resume)
+    if path is not None:
+        step, consumed = load_checkpoint(path, trainer)
+        if rank0:
+            print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
+    elif rank0:
+        print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
+    stream = TokenStream(spec.train.data.corpus, spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
+    stop = StopRequest()
+    stop.install()
+    log = MetricsLog(
+        spec, Path(run_dir(spec)), dist.get_world_size(), rank0, spec.train.steps, step, fresh_run=path is None
+    )
+    global_batch = spec.train.global_batch_size
+    try:
+        while step < spec.train.steps:
+            started = time.perf_counter()
+            batches = stream.micro_batches(
+                consumed, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, trainer.num_micro_batches
+            )
+            loss, grad_norm, lr = trainer.train_step(batches, lr_at(spec, step + 1))
+            elapsed = time.perf_counter() - started
+            step, consumed = step + 1, consumed + global_batch
+            log.record(step, loss, lr, grad_norm, elapsed)
+            stopping = stop.agreed()
+            if step % ckpt_spec.interval == 0 or step == spec.train.steps or stopping:
+                saved = save_checkpoint(ckpts, trainer, step, consumed)
+                if rank0:
+                    print(f"lmspec: saved {saved}", flush=True)
+            if stopping:
+                if rank0:
+                    print(
+                        f"lmspec: {stop.signal_name or 'signal'} received: checkpointed at step {step}; "
+                        f"exit {REQUEUE_EXIT_CODE} (requeue)",
+                        flush=True,
+                    )
+                return REQUEUE_EXIT_CODE
+    finally:
+        log.close()
+    trainer.close()
+    return EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m lmspec.runtime.train <build dir>", file=sys.stderr)
+        return EXIT_USAGE
+    build_dir = Path(argv[0])
+    try:
+        spec, plan = load_build(build_dir)
+        require_run_paths_apart(spec)
+        init_distributed(spec, plan)
+    except UsageError as exc:
+        print(f"lmspec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return train(spec, plan, build_dir)
+    except (NonFiniteLoss, CheckpointError, NotImplementedError) as exc:
+        if dist.get_rank() == 0:  # every rank reaches the same verdict
+            print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

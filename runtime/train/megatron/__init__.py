@@ -1,0 +1,1 @@
+"""megatron-core backend: GPTModel from the spec, its pipeline schedule."""

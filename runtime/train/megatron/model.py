@@ -1,0 +1,282 @@
+"""Build megatron-core's GPTModel from a spec, with the pure-PyTorch local layer spec.
+
+The public API (imported by conversion, issue 6) is small and stable:
+
+- `ParallelDegrees(tp, pp, ep, etp, sequence_parallel, stage_layers)`; by default
+  `ParallelDegrees.from_spec(spec, plan_stage_layers)`.
+- `transformer_config(spec, degrees=None)` -> the `TransformerConfig` (or
+  `MLATransformerConfig`) the model is built with; `degrees` overrides the spec's
+  parallel degrees (e.g. build TP=1 to load a TP=2 checkpoint: dist_checkpointing
+  reshards on load).
+- `build_model(spec, pre_process, post_process, degrees=None, pp_rank=None)` -> one
+  `GPTModel` for this pipeline rank. megatron's parallel_state must be initialised
+  with the same degrees, and on CPU `lmspec.runtime.compat.megatron.apply()` called first.
+
+What is built: RMSNorm, SwiGLU, RoPE, no biases, no dropout; GQA via
+`num_query_groups`, or MLA (megatron-core 0.16.1's local spec names
+`MLASelfAttention`, but its local core attention rejects MLA's distinct value
+width, so `LatentCoreAttention` (torch SDPA) stands in, and the q/kv latents get
+RMSNorm as in DeepSeek); MoE with top-k routing, shared experts and the first
+`moe.first_dense_layers` layers dense (`moe_layer_freq`), tokens dispatched
+all-to-all over the expert-parallel group; the pipeline split follows the
+Plan's `stage_layers` (the spec's `pp_layout`) through
+`pipeline_model_parallel_layout`. Interleaved (virtual) stages are not built by
+this runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lmspec.compiler.spec.sections import Spec
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_MOE_AUX_LOSS_COEFF = 1e-3
+
+
+@dataclass(frozen=True)
+class ParallelDegrees:
+    """The degrees a model is built for; by default the spec's own."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    stage_layers: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Spec, stage_layers: tuple[int, ...] | None = None) -> ParallelDegrees:
+        p = spec.parallel
+        return cls(
+            tp=p.tp, pp=p.pp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel, stage_layers=stage_layers
+        )
+
+
+def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
+    """Megatron's per-stage layer list: the embedding on the first stage, the loss on the last."""
+    last = len(stage_layers) - 1
+    return [
+        (["embedding"] if i == 0 else []) + ["decoder"] * n + (["loss"] if i == last else [])
+        for i, n in enumerate(stage_layers)
+    ]
+
+
+def _moe_kwargs(spec: Spec) -> dict[str, Any]:
+    moe = spec.model.moe
+    if moe is None:
+        return {}
+    layers = spec.model.num_layers
+    deepseek_v3 = spec.model.family == "deepseek_v3"
+    kwargs: dict[str, Any] = {
+        "num_moe_experts": moe.num_experts,
+        "moe_router_topk": moe.top_k,
+        "moe_ffn_hidden_size": moe.ffn_hidden_size,
+        "moe_layer_freq": [0] * moe.first_dense_layers + [1] * (layers - moe.first_dense_layers),
+        "moe_token_dispatcher_type": "alltoall",
+        "moe_router_load_balancing_type": "none" if moe.router_score_bias else "aux_loss",
+        "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else _MOE_AUX_LOSS_COEFF,
+        "moe_router_score_function": "sigmoid" if deepseek_v3 else "softmax",
+        "moe_router_enable_expert_bias": moe.router_score_bias,
+        "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
+        "moe_router_dtype": "fp32",
+        "moe_grouped_gemm": False,
+    }
+    if moe.num_shared_experts:
+        kwargs["moe_shared_expert_intermediate_size"] = moe.num_shared_experts * moe.ffn_hidden_size
+    return kwargs
+
+
+def transformer_config(spec: Spec, degrees: ParallelDegrees | None = None):
+    """The TransformerConfig of `spec` for the given parallel degrees (default: the spec's)."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    m, t = spec.model, spec.train
+    d = degrees or ParallelDegrees.from_spec(spec)
+    dtype = _DTYPES[t.precision]
+    cpu = not torch.cuda.is_available()
+    kwargs: dict[str, Any] = dict(
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        ffn_hidden_size=m.ffn_hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        kv_channels=m.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=m.norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        gradient_accumulation_fusion=False,
+        tensor_model_parallel_size=d.tp,
+        pipeline_model_parallel_size=d.pp,
+        expert_model_parallel_size=d.ep,
+        expert_tensor_parallel_size=d.etp,
+        sequence_parallel=d.sequence_parallel and d.tp > 1,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=t.precision == "bf16",
+        fp16=t.precision == "fp16",
+        use_cpu_initialization=cpu,
+        perform_initialization=True,
+        init_method_std=0.02,
+        recompute_granularity=None if t.recompute == "none" else t.recompute,
+        recompute_method="uniform" if t.recompute == "full" else None,
+        recompute_num_layers=1 if t.recompute == "full" else None,
+        **_moe_kwargs(spec),
+    )
+    if d.pp > 1 and d.stage_layers is not None:
+        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers)
+    if m.attention == "mla":
+        assert m.mla is not None, "validate() requires model.mla with attention=mla"
+        kwargs["num_query_groups"] = m.num_attention_heads
+        kwargs["qk_layernorm"] = True  # DeepSeek's RMSNorm on the q and kv latents
+        return MLATransformerConfig(
+            **kwargs,
+            q_lora_rank=m.mla.q_lora_rank,
+            kv_lora_rank=m.mla.kv_lora_rank,
+            qk_head_dim=m.mla.qk_nope_head_dim,
+            qk_pos_emb_head_dim=m.mla.qk_rope_head_dim,
+            v_head_dim=m.mla.v_head_dim,
+            rope_type="rope",
+            rotary_base=m.rope_theta,
+        )
+    return TransformerConfig(**kwargs, num_query_groups=m.num_kv_heads)
+
+
+class SequenceParallelRMSNorm(torch.nn.RMSNorm):
+    """torch's RMSNorm whose weight is tagged for sequence parallelism.
+
+    megatron-core's pure-PyTorch norm (`WrappedTorchNorm`) refuses sequence
+    parallelism only because it does not tag its weight: under SP every norm sees
+    a sequence shard, so its weight gradient must be all-reduced over the TP group,
+    which megatron's `finalize_model_grads` does for parameters tagged
+    `sequence_parallel`.
+    """
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_: Any) -> None:
+        super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
+        # megatron's own tag, an attribute it sets on parameters and reads in finalize_model_grads
+        self.weight.sequence_parallel = config.sequence_parallel  # type: ignore[attr-defined]
+
+
+class LatentCoreAttention(torch.nn.Module):
+    """Causal softmax attention whose value width differs from the query/key width (MLA).
+
+    megatron-core 0.16.1's local layer spec names `DotProductAttention` as MLA's core
+    attention, but that class rejects MLA's `k_channels`/`v_channels` (only Transformer
+    Engine's attention takes them), so the local MLA spec does not build. This is the
+    same computation with torch's scaled_dot_product_attention: [s, b, n, d] in,
+    [s, b, n * v_head_dim] out.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        layer_number: int,
+        attn_mask_type: Any,
+        attention_type: str,
+        softmax_scale: float | None = None,
+        **_: Any,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.softmax_scale = softmax_scale
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: Any = None,
+        attention_bias: Any = None,
+        packed_seq_params: Any = None,
+    ) -> torch.Tensor:
+        assert packed_seq_params is None and attention_bias is None, "not supported by the local MLA attention"
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, n, s, d]
+        mask = None if attention_mask is None else ~attention_mask  # megatron: True = masked
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.softmax_scale)
+        s, b = query.shape[0], query.shape[1]
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+
+def _swap_modules(node: Any, mla: bool, seen: set[int] | None = None) -> None:
+    """In a (nested) module spec: WrappedTorchNorm -> SequenceParallelRMSNorm, and for MLA
+    DotProductAttention -> LatentCoreAttention."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    seen = set() if seen is None else seen
+    if id(node) in seen or not hasattr(node, "__dict__"):
+        return
+    seen.add(id(node))
+    for name, value in vars(node).items():
+        if value is WrappedTorchNorm:
+            setattr(node, name, SequenceParallelRMSNorm)
+        elif name == "core_attention" and value is DotProductAttention and mla:
+            setattr(node, name, LatentCoreAttention)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                _swap_modules(item, mla, seen)
+        elif type(value).__module__.startswith("megatron.core"):
+            _swap_modules(value, mla, seen)
+
+
+def _without_transformer_engine_fixes() -> None:
+    """Two megatron-core 0.16.1 bugs that show only where Transformer Engine is absent
+    (any CPU, and GPUs without TE): MLA sets HAVE_TE from an import that succeeds with
+    mock names, then calls `isinstance(x, <mock>)`; the MoE router reads
+    `te_general_gemm`, which is defined only when TE imports."""
+    from megatron.core.transformer import multi_latent_attention
+    from megatron.core.transformer.moe import moe_utils
+
+    if not isinstance(multi_latent_attention.TELinear, type):
+        multi_latent_attention.HAVE_TE = False
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
+def build_model(
+    spec: Spec,
+    pre_process: bool,
+    post_process: bool,
+    degrees: ParallelDegrees | None = None,
+    pp_rank: int | None = None,
+):
+    """One GPTModel chunk for this pipeline rank, on this process's device."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    m = spec.model
+    config = transformer_config(spec, degrees)
+    block_spec = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False, normalization="RMSNorm", pp_rank=pp_rank
+    )
+    _swap_modules(block_spec, mla=m.attention == "mla")
+    _without_transformer_engine_fixes()
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=block_spec,
+        vocab_size=m.vocab_size,
+        max_sequence_length=spec.train.seq_length,
+        pre_process=pre_process,
+        post_process=post_process,
+        share_embeddings_and_output_weights=m.tie_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(m.rope_theta),
+        pg_collection=None,
+    )
+    if torch.cuda.is_available():
+        model.cuda(torch.cuda.current_device())
+    return model

@@ -1,0 +1,199 @@
+"""megatron-core backend: GPTModel under Megatron DDP, 1F1B via get_forward_backward_func.
+
+One `train_step` = `grad_accum_steps` micro-batches through the pipeline schedule
+megatron picks for the layout (no pipelining, or 1F1B for pp > 1), then megatron's
+optimizer step (grad clip to `train.grad_clip`). The loss reported is the mean
+token loss over the whole global batch. Checkpoints go through
+`dist_checkpointing` (torch_dist), so a TP=2 checkpoint loads into a TP=1 model.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.compat import megatron as cpu_compat
+from lmspec.runtime.train.data import Batch
+from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
+
+DIST_CKPT_DIR = "torch_dist"
+
+
+def _check_cpu_support(spec: Spec) -> None:
+    """What megatron-core 0.16.1 cannot do without CUDA, said before it asserts deep inside."""
+    if spec.train.precision != "fp32":
+        raise NotImplementedError(
+            f"train.precision={spec.train.precision} with train.backend=megatron needs CUDA: megatron-core's "
+            "mixed-precision optimizer accepts only CUDA tensors. On CPU use train.precision=fp32 "
+            "(hardware=cpu sets it), or train.backend=deepspeed"
+        )
+    if spec.parallel.distributed_optimizer:
+        raise NotImplementedError(
+            "parallel.distributed_optimizer=true needs CUDA (megatron-core's distributed optimizer asserts "
+            "CUDA tensors); on CPU set parallel.distributed_optimizer=false"
+        )
+
+
+class MegatronTrainer:
+    def __init__(self, spec: Spec, plan: dict[str, Any]) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.transformer.module import Float16Module
+
+        self.spec = spec
+        layout, batch = plan["layout"], plan["batch"]
+        if layout.get("virtual_stages"):
+            raise NotImplementedError(
+                "parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
+                "set parallel.virtual_stages=null"
+            )
+        self.cpu = cpu_compat.apply()
+        if self.cpu:
+            _check_cpu_support(spec)
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=layout["tp"],
+            pipeline_model_parallel_size=layout["pp"],
+            context_parallel_size=layout["cp"],
+            expert_model_parallel_size=layout["ep"],
+            expert_tensor_parallel_size=layout["etp"],
+        )
+        tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
+        self.ps = ps
+        self.num_micro_batches = batch["grad_accum_steps"]
+        self.micro_batch_size = batch["micro_batch_size"]
+        self.seq_length = batch["seq_length"]
+        self.dp_rank = ps.get_data_parallel_rank()
+        self.dp_size = ps.get_data_parallel_world_size()
+        degrees = ParallelDegrees.from_spec(spec, tuple(layout["stage_layers"]))
+        gpt = build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)
+        self.config = gpt.config
+        if layout["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
+            print(
+                f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout['pp']}: "
+                f"{len(gpt.decoder.layers)} layers",
+                flush=True,
+            )
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=spec.train.precision != "fp32",
+            overlap_grad_reduce=False,
+            use_distributed_optimizer=spec.parallel.distributed_optimizer,
+        )
+        self.gpt = gpt
+        wrapped = Float16Module(gpt.config, gpt) if spec.train.precision != "fp32" else gpt
+        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
+        self.config.finalize_model_grads_func = finalize_model_grads
+        self.config.no_sync_func = self.model.no_sync
+        opt = spec.train.optimizer
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="sgd" if opt.name == "sgd" else "adam",
+                lr=opt.lr,
+                min_lr=opt.min_lr,
+                weight_decay=opt.weight_decay,
+                adam_beta1=opt.beta1,
+                adam_beta2=opt.beta2,
+                adam_eps=opt.eps,
+                clip_grad=spec.train.grad_clip,
+                bf16=spec.train.precision == "bf16",
+                fp16=spec.train.precision == "fp16",
+                params_dtype=gpt.config.params_dtype,
+                use_distributed_optimizer=spec.parallel.distributed_optimizer,
+            ),
+            [self.model],
+        )
+        device = "cpu" if self.cpu else torch.cuda.current_device()
+        s = self.seq_length
+        self.position_ids = torch.arange(s, device=device).unsqueeze(0).expand(self.micro_batch_size, s)
+        self.attention_mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=device), diagonal=1)
+        self.device = device
+        self._reports_loss = ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
+
+    # -- one optimizer step ----------------------------------------------------------------------
+
+    def _forward_step(self, data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
+        batch: Batch = next(data_iterator)
+        tokens = batch.tokens.to(self.device)
+        labels = batch.labels.to(self.device)
+        output = model(tokens, self.position_ids, self.attention_mask, labels=labels)
+        return output, partial(self._loss, labels.numel())
+
+    @staticmethod
+    def _loss(num_tokens: int, output: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss_sum = output.float().sum()
+        return loss_sum / num_tokens, {"loss_sum": loss_sum.detach(), "tokens": torch.tensor(float(num_tokens))}
+
+    def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
+        """Forward/backward over this rank's micro-batches, optimizer step; (loss, grad_norm, lr)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        outputs = get_forward_backward_func()(
+            forward_step_func=self._forward_step,
+            data_iterator=iter(batches),
+            model=[self.model],
+            num_microbatches=self.num_micro_batches,
+            seq_length=self.seq_length,
+            micro_batch_size=self.micro_batch_size,
+            forward_only=False,
+        )
+        _, grad_norm, _ = self.optimizer.step()
+        totals = torch.zeros(2, dtype=torch.float64)
+        if self._reports_loss:
+            for out in outputs:
+                totals[0] += float(out["loss_sum"])
+                totals[1] += float(out["tokens"])
+        if dist.get_backend() == "nccl":
+            totals = totals.cuda()
+        dist.all_reduce(totals)
+        loss = float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
+        return loss, float(grad_norm) if grad_norm is not None else math.nan, lr
+
+    # -- checkpoint ------------------------------------------------------------------------------
+
+    def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
+        model_sd = self.gpt.sharded_state_dict()
+        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
+
+    def save(self, directory: Path) -> None:
+        from megatron.core import dist_checkpointing
+
+        target = directory / DIST_CKPT_DIR
+        if dist.get_rank() == 0:
+            target.mkdir()
+        dist.barrier()
+        dist_checkpointing.save(self._sharded_state(is_loading=False), str(target))
+
+    def load(self, directory: Path) -> None:
+        from megatron.core import dist_checkpointing
+
+        state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(directory / DIST_CKPT_DIR))
+        self.gpt.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def rng_state(self) -> dict[str, Any]:
+        from megatron.core import tensor_parallel
+
+        return {"tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        from megatron.core import tensor_parallel
+
+        tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+    def close(self) -> None:
+        self.ps.destroy_model_parallel()
