@@ -139,7 +139,7 @@ def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
     command = next((word for word in argv if not word.startswith("-")), None)
     if command in BUILTIN_COMMANDS:
         return ()
-    module = f"compiler.{command}_command"
+    module = f"lmspec.compiler.cli.{command}"
     return (module,) if module in COMMAND_MODULES else COMMAND_MODULES
 
 

@@ -25,5 +25,5 @@ def test_help_and_unknown_commands_list_every_command(argv: list[str], capsys) -
         run(argv)
     out = capsys.readouterr()
     listed = out.out + out.err
-    names = [*BUILTIN_COMMANDS, *(m.removeprefix("compiler.").removesuffix("_command") for m in COMMAND_MODULES)]
+    names = [*BUILTIN_COMMANDS, *(m.removeprefix("lmspec.compiler.cli.") for m in COMMAND_MODULES)]
     assert all(name in listed for name in names)
