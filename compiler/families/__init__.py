@@ -3,7 +3,7 @@
 A family is one file here (its conversion rows, HF config.json, Megatron TransformerConfig and
 transformers class; lmspec.compiler.families.family says what each is) plus a model preset under
 specs/model/. This table is the only other line: `model.family`'s allowed values (and so the
-schema's enum, in this order) are its keys.
+schema's enum, in this order) are its keys; `python -m lmspec.compiler.spec.schema` rewrites schemas/.
 """
 
 from __future__ import annotations

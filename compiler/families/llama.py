@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Llama(Family):
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
-        return decoder_layer(m, layer, moe=None)  # Llama has no MoE block: every layer is dense
+        return decoder_layer(m, layer, moe=None)  # Llama has no MoE block: its layers convert as dense
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         return hf.decoder_config(self, m, {"mlp_bias": False})
