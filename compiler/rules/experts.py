@@ -11,7 +11,7 @@ from lmspec.compiler.rules.context import RuleContext, listed
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
-# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/search).
 def expert_parallel_has_moe(is_moe: Any, ep: Any, etp: Any) -> Any:
     return (is_moe != 0) | ((ep == 1) & (etp == 1))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from lmspec.compiler.search import steptime
+from lmspec.compiler.models import steptime
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
 from lmspec.compiler.search.search import SearchResult
 
