@@ -37,6 +37,11 @@ def derived_dp(world: Any, tp: Any, pp: Any, cp: Any) -> Any:
     return (world % mp == 0) * (world // mp)
 
 
+def ranks_per_stage(dp: Any, tp: Any, cp: Any) -> Any:
+    """Ranks of one pipeline stage, dp x tp x cp: the ranks Megatron folds EP x ETP over."""
+    return dp * tp * cp
+
+
 def expert_data_parallel_size(world: Any, ep: Any, etp: Any, pp: Any) -> Any:
     """Replicas of each expert shard: world / (etp x ep x pp), at least 1."""
     edp = world // (etp * ep * pp)
@@ -99,10 +104,6 @@ class ParallelDims:
     @property
     def world(self) -> Any:
         return world_size(self.gpus_per_node, self.nodes)
-
-    @property
-    def model_parallel(self) -> Any:
-        return model_parallel_size(self.tp, self.pp, self.cp)
 
     @property
     def dense_dp(self) -> Any:

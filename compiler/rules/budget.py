@@ -16,7 +16,7 @@ from typing import Any
 
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
-from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, world_size
+from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
 from lmspec.compiler.models.serve_memory import estimate_serve_memory
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
 from lmspec.compiler.models.units import GB, GIB
@@ -103,7 +103,7 @@ def _legal_eps(spec: Spec) -> list[int]:
     dp = data_parallel_size(spec)
     if moe is None or dp is None:
         return []
-    ranks = dp * p.tp * p.cp
+    ranks = ranks_per_stage(dp, p.tp, p.cp)
     return [n for n in divisors(moe.num_experts) if ranks % (n * p.etp) == 0]
 
 

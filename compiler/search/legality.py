@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from lmspec.compiler.models.dims import ParallelDims, derived_dp, world_size
+from lmspec.compiler.models.dims import ParallelDims, derived_dp, ranks_per_stage, world_size
 from lmspec.compiler.rules import backend, batch, experts, layout
 from lmspec.compiler.spec.sections import Spec
 
@@ -83,7 +83,7 @@ def _deepspeed(c: Columns) -> np.ndarray:
 def _expert_group_fits(c: Columns, s: Spec) -> Any:
     if s.model.moe is None:  # the rule checks MoE models only
         return True
-    return experts.expert_group_fits(data_parallel(c, s) * c.tp * c.cp, c.ep, s.parallel.etp)
+    return experts.expert_group_fits(ranks_per_stage(data_parallel(c, s), c.tp, c.cp), c.ep, s.parallel.etp)
 
 
 # pp_layout is `auto` for every candidate: the stages are balanced, so pp need not divide the layers.

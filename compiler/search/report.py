@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 
 from lmspec.compiler.models import steptime
+from lmspec.compiler.models.dims import world_size
+from lmspec.compiler.models.units import GIB
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
 from lmspec.compiler.search.search import SearchResult
 
-GIB = 2**30
 TERM_NAMES = {
     "compute": "compute",
     "tp_comm": "TP collectives",
@@ -176,7 +177,7 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
     table = rows(result, top)
     return {
         "objective": result.objective,
-        "gpus": sorted({int(n) * result.spec.hardware.gpus_per_node for n in result.axes.nodes}),
+        "gpus": sorted({world_size(result.spec.hardware.gpus_per_node, int(n)) for n in result.axes.nodes}),
         "raw_candidates": result.raw_size,
         "legal_candidates": result.legal,
         "feasible_candidates": result.feasible,
