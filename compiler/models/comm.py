@@ -84,7 +84,7 @@ def ring(n: Any) -> Any:
     """Share of a buffer each of n ranks sends in a reduce-scatter, all-gather or all-to-all (0 at n = 1).
 
     This and the volume functions below are plain arithmetic on ints or numpy arrays: `lmspec plan`
-    prices its candidates' traffic with them (compiler/search/steptime.py)."""
+    prices its candidates' traffic with them (compiler/models/steptime.py)."""
     return (n - 1) / n
 
 
