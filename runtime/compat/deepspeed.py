@@ -11,6 +11,7 @@ builds the op, slowly but correctly) rather than guessing at its internals.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,7 +35,8 @@ def no_cpu_shm_op_build() -> Iterator[bool]:
     if torch.cuda.is_available() or not expect(SEAM, "deepspeed", DEEPSPEED, SKIPPED):
         yield False
         return
-    import deepspeed.comm.torch as ds_torch
-
+    # Not `import deepspeed.comm.torch as ...`: `deepspeed.comm` re-exports torch itself under that name,
+    # so the `as` form binds torch (and a patch of it changes nothing, as lmspec's first one did).
+    ds_torch = importlib.import_module("deepspeed.comm.torch")
     with swapped(ds_torch, "build_shm_op", _no_op):
         yield True

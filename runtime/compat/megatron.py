@@ -47,23 +47,17 @@ SEAM = "lmspec.runtime.compat.megatron"
 # (a crash deep in megatron) or change what a replaced function must do (wrong gradients).
 MEGATRON_CORE = "0.16.1"
 
-# megatron-core modules that allocate on a literal "cuda" device on the paths a CPU run takes.
+# megatron-core modules that allocate on a literal "cuda" device on the paths a CPU run takes (those that
+# allocate on `torch.cuda.current_device()` need no proxy: item 2 answers "cpu").
 CUDA_LITERAL_MODULES = (
     "megatron.core.pipeline_parallel.schedules",
-    "megatron.core.pipeline_parallel.p2p_communication",
     "megatron.core.utils",
     "megatron.core.optimizer.optimizer",
     "megatron.core.optimizer.clip_grads",
     "megatron.core.distributed.param_and_grad_buffer",
-    "megatron.core.distributed.distributed_data_parallel",
     "megatron.core.transformer.moe.moe_utils",
-    "megatron.core.transformer.moe.router",
     "megatron.core.transformer.moe.token_dispatcher",
-    "megatron.core.transformer.moe.moe_layer",
     "megatron.core.tensor_parallel.layers",
-    "megatron.core.tensor_parallel.mappings",
-    "megatron.core.tensor_parallel.cross_entropy",
-    "megatron.core.transformer.multi_latent_attention",
 )
 _FACTORIES = (
     "empty",

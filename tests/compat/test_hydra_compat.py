@@ -123,9 +123,7 @@ def test_the_hooks_are_undone_when_the_composition_fails(config_dir: Path) -> No
 
     with (
         pytest.raises(RuntimeError, match="refused"),
-        hydra_compat.composition_hooks(
-            lambda c, p: ({}, ""), refuse, lambda e, t, s: e, lambda d: None
-        ),
+        hydra_compat.composition_hooks(lambda c, p: ({}, ""), refuse, lambda e, t, s: e, lambda d: None),
     ):
         compose("config")
     assert _hooked() == before
