@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tree_state import snapshot
+from helpers.tree import snapshot
 
 from lmspec.compiler import __version__
 from lmspec.compiler.build.reader import MANIFEST, MAX_FILE_BYTES, MAX_MANIFEST_BYTES

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.comm import estimate_comm
-
-from .conftest import spec_of
 
 RTX = [
     "model=llama3_8b",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers.layouts import Layout, enumerate_one, price_one, scalar
 
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.rules import backend, batch, experts, layout
@@ -20,7 +21,6 @@ from lmspec.compiler.search.space import default_axes, enumerate_legal
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
-from tests.plan.conftest import Layout, enumerate_one, price_one, scalar
 
 SEARCHED_RULES = (*layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES)  # validator order
 SAMPLES = 250

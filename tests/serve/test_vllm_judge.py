@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import compile_build, needs_vllm
+from helpers.build import compile_build
+from helpers.marks import needs_vllm
 
 from lmspec.compiler.conversion.mapping import hf_config
 from lmspec.compiler.emit.serve import VLLM_YAML, vllm_options, vllm_serve_args

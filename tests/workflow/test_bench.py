@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "compile_speed.py"
+BENCH = ROOT / "bench" / "compile_speed.py"
 
 
 @pytest.mark.slow

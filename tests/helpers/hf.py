@@ -1,0 +1,66 @@
+"""HuggingFace models built from lmspec's specs (configs only, random weights, nothing downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lmspec.compiler.plan import Plan
+from lmspec.compiler.spec.sections import ModelSpec
+
+MODEL_PRESETS = ("tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3")
+
+
+def hf_config(m: ModelSpec, attn_implementation: str = "eager") -> Any:
+    """The transformers config lmspec emits for this architecture (convert/mapping.json's hf_config,
+    also what the DeepSpeed trainer builds): counting its parameters checks both."""
+    import transformers
+
+    from lmspec.compiler.conversion.mapping import hf_model_config
+
+    config = hf_model_config(m) | {"use_cache": False}
+    config.pop("architectures")
+    return transformers.AutoConfig.for_model(**config, attn_implementation=attn_implementation)
+
+
+def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eager") -> Any:
+    import torch
+    import transformers
+
+    cls = {
+        "llama": transformers.LlamaForCausalLM,
+        "mixtral": transformers.MixtralForCausalLM,
+        "deepseek_v2": transformers.DeepseekV2ForCausalLM,
+        "deepseek_v3": transformers.DeepseekV3ForCausalLM,
+    }
+    with torch.device(device):
+        return cls[m.family](hf_config(m, attn_implementation))
+
+
+def save_random_hf_llama(plan: Plan, directory: Path) -> None:
+    """A HuggingFace Llama directory shaped by the spec, random weights, no tokenizer, no download."""
+    import torch
+    import transformers
+
+    from lmspec.runtime.train.data import EOT_ID, PAD_ID
+
+    m = plan.spec.model
+    config = transformers.LlamaConfig(
+        vocab_size=m.vocab_size,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.ffn_hidden_size,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_attention_heads,
+        num_key_value_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+        max_position_embeddings=m.max_position_embeddings,
+        rms_norm_eps=m.norm_eps,
+        rope_theta=m.rope_theta,
+        tie_word_embeddings=m.tie_embeddings,
+        bos_token_id=None,
+        eos_token_id=EOT_ID,
+        pad_token_id=PAD_ID,
+        torch_dtype=plan.spec.convert.dtype,
+    )
+    torch.manual_seed(plan.spec.train.seed)
+    transformers.LlamaForCausalLM(config).save_pretrained(str(directory))
