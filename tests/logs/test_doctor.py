@@ -132,8 +132,12 @@ def test_signature(lmspec, log: str, signature: str, expected: list[str]) -> Non
 
 @pytest.mark.parametrize("log", sorted(p.name for p in LOG_DATA.glob("healthy_*")))
 def test_healthy_logs_exit_0(lmspec, log: str) -> None:
-    result = lmspec("doctor", str(LOG_DATA / log))
-    assert result.code == 0 and "healthy" in result.out
+    path = LOG_DATA / log
+    result = lmspec("doctor", str(path))
+    lines = len(path.read_text().splitlines())
+    assert (result.code, result.err) == (0, "")
+    assert result.out == f"{path}: healthy — none of {len(SIGNATURES)} known failure signatures in {lines} lines\n"
+    assert _doctor(lmspec, log) == (0, [])
 
 
 def test_every_signature_has_a_golden_case() -> None:
