@@ -28,11 +28,14 @@ STEP_TIMEOUT_S = 240
 TRAIN_STEPS = 3
 # megatron-core refuses to train MoE with TP but without sequence parallelism
 MOE_TP2_EP2 = ["parallel.tp=2", "parallel.sequence_parallel=true"]
-ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _one_thread() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def run(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return run_in_group(cmd, cwd=cwd, timeout_s=timeout_s, env=ONE_THREAD)
+    return run_in_group(cmd, cwd=cwd, timeout_s=timeout_s, env=_one_thread())
 
 
 def lmspec(*args: str, cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
@@ -93,7 +96,7 @@ def peak_rss_bytes(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S)
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env=ONE_THREAD,
+        env=_one_thread(),
     )
     timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
     timer.start()

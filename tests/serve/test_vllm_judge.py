@@ -26,7 +26,7 @@ from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
 from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX
 
-pytestmark = needs_vllm
+pytestmark = [needs_vllm, pytest.mark.slow]  # one vLLM process judges every case: ~65 s
 
 PRESETS = {
     "tiny": (None, []),
