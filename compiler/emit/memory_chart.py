@@ -20,7 +20,8 @@ import re
 from dataclasses import asdict, dataclass
 
 from lmspec.compiler.build.earlier import EarlierBuild
-from lmspec.compiler.models.train_memory import GIB, TERMS
+from lmspec.compiler.models.train_memory import TERMS
+from lmspec.compiler.models.units import GIB
 from lmspec.compiler.plan import Plan
 
 CHART_PATH = "report/memory.svg"

@@ -5,36 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec
 
 MODEL_PRESETS = ("tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3")
 
 
-def hf_config(m: ModelSpec, attn_implementation: str = "eager") -> Any:
-    """The transformers config lmspec emits for this architecture (convert/mapping.json's hf_config,
-    also what the DeepSpeed trainer builds): counting its parameters checks both."""
-    import transformers
-
-    from lmspec.compiler.conversion.mapping import hf_model_config
-
-    config = hf_model_config(m) | {"use_cache": False}
-    config.pop("architectures")
-    return transformers.AutoConfig.for_model(**config, attn_implementation=attn_implementation)
-
-
 def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eager") -> Any:
+    """The family's transformers class built from the config lmspec emits for `m` (convert/mapping.json's
+    hf_config, also what the DeepSpeed trainer builds): counting its parameters checks both."""
     import torch
     import transformers
 
-    cls = {
-        "llama": transformers.LlamaForCausalLM,
-        "mixtral": transformers.MixtralForCausalLM,
-        "deepseek_v2": transformers.DeepseekV2ForCausalLM,
-        "deepseek_v3": transformers.DeepseekV3ForCausalLM,
-    }
+    from lmspec.runtime.train.deepspeed.trainer import transformers_config
+
+    cls = getattr(transformers, FAMILIES[m.family].hf_class)
     with torch.device(device):
-        return cls[m.family](hf_config(m, attn_implementation))
+        return cls(transformers_config(m, attn_implementation))
 
 
 def save_random_hf_llama(plan: Plan, directory: Path) -> None:

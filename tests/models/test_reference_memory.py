@@ -8,7 +8,8 @@ from helpers.specs import spec_of
 
 from lmspec.compiler.models.activations import ActivationSetting, LayerShape, layer_activation_bytes
 from lmspec.compiler.models.params import count_params
-from lmspec.compiler.models.train_memory import GB, estimate_train_memory, state_bytes, zero_state_bytes
+from lmspec.compiler.models.train_memory import estimate_train_memory, state_bytes, zero_state_bytes
+from lmspec.compiler.models.units import GB
 
 
 @pytest.mark.parametrize(("stage", "paper_gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
