@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -80,19 +81,27 @@ def plain_tokens_per_s(build: Path, cwd: Path) -> float:
 
 def plain_worker(build: Path) -> None:
     """The hand-written loop (runs on each rank under torchrun)."""
+    import torch.distributed as dist
+
+    from lmspec.runtime.compat.megatron import megatron_on_cpu
+    from lmspec.runtime.train.loop import load_build
+
+    spec, plan = load_build(build)
+    dist.init_process_group("gloo")
+    with megatron_on_cpu():
+        _plain_loop(spec, plan)
+    dist.destroy_process_group()
+
+
+def _plain_loop(spec: Any, plan: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
-    from lmspec.runtime.compat import megatron as cpu_compat
     from lmspec.runtime.train.data import TokenStream
-    from lmspec.runtime.train.loop import load_build
     from lmspec.runtime.train.megatron.model import build_model
 
-    spec, plan = load_build(build)
-    dist.init_process_group("gloo")
-    cpu_compat.apply()
     ps.initialize_model_parallel()
     torch.manual_seed(spec.train.seed)
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
@@ -124,7 +133,6 @@ def plain_worker(build: Path) -> None:
     tokens_per_s = batch["tokens_per_step"] * len(steady) / sum(steady)
     if rank == 0:
         print(f"plain_tokens_per_s {tokens_per_s:.1f}", flush=True)
-    dist.destroy_process_group()
 
 
 def main(rounds: int) -> None:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
 
 DS_CONFIG = "ds_config.json"
@@ -43,16 +44,6 @@ def transformers_config(m: ModelSpec, attn_implementation: str) -> Any:
     return transformers.AutoConfig.for_model(**config, attn_implementation=attn_implementation)
 
 
-def _skip_cpu_shm_op_build() -> None:
-    """On CPU, `deepspeed.init_distributed` JIT-compiles a shared-memory comm op (40-75 s,
-    ~4 GB RAM); gloo does the same collectives, so the op is skipped. Never on GPU."""
-    if torch.cuda.is_available():
-        return
-    import deepspeed.comm.torch as ds_torch
-
-    ds_torch.build_shm_op = lambda: None
-
-
 class DeepSpeedTrainer:
     def __init__(self, spec: Spec, plan: dict[str, Any], build_dir: Path) -> None:
         import deepspeed
@@ -61,8 +52,8 @@ class DeepSpeedTrainer:
         from lmspec.compiler.build.reader import open_build
 
         ds_config = open_build(build_dir).json(DS_CONFIG)  # as compiled (manifest.json), or a UsageError
-        _skip_cpu_shm_op_build()
-        deepspeed.init_distributed(dist_backend=dist.get_backend())
+        with no_cpu_shm_op_build():
+            deepspeed.init_distributed(dist_backend=dist.get_backend())
         self.spec = spec
         batch = plan["batch"]
         self.micro_batch_size = batch["micro_batch_size"]

@@ -10,7 +10,7 @@ The public API (imported by conversion, issue 6) is small and stable:
   reshards on load).
 - `build_model(spec, pre_process, post_process, degrees=None, pp_rank=None)` -> one
   `GPTModel` for this pipeline rank. megatron's parallel_state must be initialised
-  with the same degrees, and on CPU `lmspec.runtime.compat.megatron.apply()` called first.
+  with the same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
 
 What is built: the family's architecture (lmspec.compiler.families: RMSNorm, SwiGLU,
 RoPE, no biases; GQA, or MLA; MoE), no dropout. For MLA megatron-core 0.16.1's local
