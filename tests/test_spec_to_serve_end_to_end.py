@@ -10,47 +10,26 @@ most of it).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import LMSPEC
+from helpers.marks import needs_vllm
+from helpers.ports import free_port
+from helpers.processes import run_in_group
 
 from lmspec.runtime.serve.stage import SMOKE_MAX_TOKENS
 
 STAGE_TIMEOUT_S = {"compile": 60, "train": 600, "convert": 300, "verify": 300, "serve": 900}
-LMSPEC = str(Path(sys.executable).parent / "lmspec")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _lmspec(cwd: Path, stage: str, *args: str) -> str:
     env = {**os.environ, "VLLM_API_KEY": "e2e-key"}
-    proc = subprocess.Popen(
-        [LMSPEC, *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=STAGE_TIMEOUT_S[stage])
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        pytest.fail(f"{stage} timed out after {STAGE_TIMEOUT_S[stage]} s:\n{out[-3000:]}")
-    assert proc.returncode == 0, f"{stage} failed ({proc.returncode}):\n{out[-3000:]}"
-    return out
+    done = run_in_group([LMSPEC, *args], cwd=cwd, timeout_s=STAGE_TIMEOUT_S[stage], env=env, merge_stderr=True)
+    assert done.returncode == 0, f"{stage} failed ({done.returncode}):\n{done.stdout[-3000:]}"
+    return done.stdout
 
 
 def _reference_completion(model_dir: Path, prompt: str, max_tokens: int) -> str:
@@ -68,9 +47,9 @@ def _reference_completion(model_dir: Path, prompt: str, max_tokens: int) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (pip install '.[serve]')")
+@needs_vllm
 def test_tiny_spec_trains_converts_verifies_and_serves(tmp_path: Path) -> None:
-    overrides = [f"cluster.master_port={_free_port()}", f"serve.port={_free_port()}"]
+    overrides = [f"cluster.master_port={free_port()}", f"serve.port={free_port()}"]
     _lmspec(tmp_path, "compile", "compile", "-o", "build", *overrides)
     train = _lmspec(tmp_path, "train", "run", "build/tiny")
     assert (tmp_path / "runs/tiny/checkpoints/latest").is_file(), train[-2000:]

@@ -1,11 +1,11 @@
-"""Real trained checkpoints for the conversion tests, once per session (see convert_helpers)."""
+"""Real trained checkpoints for the conversion tests, once per session (see helpers.convert)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from convert_helpers import MOE_TP2_EP2, Trained, train
+from helpers.convert import MOE_TP2_EP2, Trained, train
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,11 @@ be byte-identical. Seconds on top of the session's training fixtures.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from convert_helpers import PYTHON, Trained, run
+from helpers.convert import Trained, run
 
 from lmspec.runtime.convert.to_hf import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
 
@@ -79,7 +80,8 @@ def test_the_direct_path_imports_no_torch(tiny_tp2: Trained, tmp_path: Path) -> 
         "print(json.dumps({'torch': [m for m in sys.modules if m == 'torch'], **s}))"
     )
     result = run(
-        [PYTHON, "-c", script, str(tiny_tp2.build / "convert" / "mapping.json"), str(tmp_path / "hf")], tiny_tp2.workdir
+        [sys.executable, "-c", script, str(tiny_tp2.build / "convert" / "mapping.json"), str(tmp_path / "hf")],
+        tiny_tp2.workdir,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from convert_helpers import MOE_TP2_EP2, Trained, compile_build, hf_tensors, lmspec, verify_report
+from helpers.convert import MOE_TP2_EP2, Trained, compile_run_build, hf_tensors, lmspec, verify_report
 
 from lmspec.runtime.verify import MIN_LOGITS_COSINE
 
@@ -46,7 +46,7 @@ def test_round_trip_hf_megatron_tp2_ep2_hf_is_bit_exact(tiny_moe_tp2_ep2: Traine
     source = tiny_moe_tp2_ep2
     if not (source.hf_dir / "config.json").is_file():
         assert lmspec("run", str(source.build), "--stage", "convert", cwd=source.workdir).returncode == 0
-    build = compile_build(source.workdir, "tiny_moe_from_hf", MOE_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")
+    build = compile_run_build(source.workdir, "tiny_moe_from_hf", MOE_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")
     spec_text = (source.workdir / build / "spec.resolved.yaml").read_text()
     assert "ep: 2" in spec_text and "tp: 2" in spec_text
     cwd = Path.cwd()

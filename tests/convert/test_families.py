@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import ROOT
+from helpers.specs import spec_of
 
 from lmspec.compiler.conversion.mapping import shape_table
 from lmspec.compiler.families import FAMILIES
-from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.schema import spec_schema
-from lmspec.compiler.spec.sections import ModelSpec, Spec
-from lmspec.compiler.spec.typed import from_dict
+from lmspec.compiler.spec.sections import ModelSpec
 
-MODELS = Path(__file__).resolve().parents[2] / "specs" / "model"
+MODELS = ROOT / "specs" / "model"
 PRESETS = sorted(path.stem for path in MODELS.glob("*.yaml"))
 
 
@@ -31,7 +30,7 @@ def preset_family(preset: str) -> str:
 
 
 def model_of(preset: str) -> ModelSpec:
-    return from_dict(Spec, compose_spec([f"model={preset}"]).spec).model
+    return spec_of(f"model={preset}").model
 
 
 def test_model_family_takes_exactly_the_registered_names_in_registry_order() -> None:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.paths import ROOT
 
 from lmspec.compiler.conversion.document import tensors
 from lmspec.compiler.emit.conversion import MAPPING_JSON, emit_conversion
 from lmspec.compiler.pipeline import make_plan
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def mapping(overrides: list[str], spec: str | None = None) -> dict:

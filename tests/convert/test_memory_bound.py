@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from convert_helpers import PYTHON, ROOT, compile_build, free_port, lmspec, peak_rss_bytes, run
+from helpers.convert import compile_run_build, lmspec, peak_rss_bytes, run
+from helpers.paths import ROOT
+from helpers.ports import free_port
 
 from lmspec.runtime.dtypes import DTYPE_BYTES
 
@@ -70,10 +73,10 @@ def cast_copy(workdir: Path, build: Path, dtype: str) -> Path:
 
 
 def test_peak_rss_is_bounded_by_the_largest_tensor(tmp_path: Path) -> None:
-    build = compile_build(tmp_path, "synthetic_2gb", SYNTHETIC_2GB)
+    build = compile_run_build(tmp_path, "synthetic_2gb", SYNTHETIC_2GB)
     made = run(
         [
-            PYTHON,
+            sys.executable,
             "-m",
             "torch.distributed.run",
             "--nproc-per-node=2",
@@ -88,7 +91,9 @@ def test_peak_rss_is_bounded_by_the_largest_tensor(tmp_path: Path) -> None:
     assert written["bytes"] >= MIN_CHECKPOINT_BYTES
     try:
         for converted in (build, cast_copy(tmp_path, build, "bfloat16")):
-            code, peak, out = peak_rss_bytes([PYTHON, "-m", "lmspec.runtime.convert.to_hf", str(converted)], tmp_path)
+            code, peak, out = peak_rss_bytes(
+                [sys.executable, "-m", "lmspec.runtime.convert.to_hf", str(converted)], tmp_path
+            )
             assert code == 0, out
             largest = largest_tensor_bytes(json.loads((tmp_path / converted / "convert" / "mapping.json").read_text()))
             bound = 2 * largest + BASE_RSS_ALLOWANCE_BYTES

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from convert_helpers import Trained, verify_report
+from helpers.convert import Trained, verify_report
 
 from lmspec.compiler.conversion.document import TRANSFORMS
 from lmspec.compiler.conversion.kinds import SplitKind

@@ -4,7 +4,7 @@ A tiny build is compiled once; each case copies it into a fresh working director
 file in a stated way, runs a stage's reading entry point (`lmspec run build/tiny --stage S
 --dry-run`, or the `python -m` module an emitted script calls) and checks the exit code, the
 message, that no traceback was printed and that the working directory (build included) is
-exactly as it was before (tests/hostile/tree_state.py). The mechanism under test is
+exactly as it was before (tests/helpers/tree.py). The mechanism under test is
 compiler/build/reader.py's open_build.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tree_state import snapshot
+from helpers.tree import snapshot
 
 from lmspec.compiler import __version__
 from lmspec.compiler.build.reader import MANIFEST, MAX_FILE_BYTES, MAX_MANIFEST_BYTES

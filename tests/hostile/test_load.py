@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tree_state import snapshot
+from helpers.tree import snapshot
 
 from lmspec.compiler.spec.yaml_files import MAX_FILE_BYTES
 

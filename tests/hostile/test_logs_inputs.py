@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.paths import LOG_DATA
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
-MEGATRON = (DATA / "healthy_megatron.log").read_bytes()
-OOM = (DATA / "cuda_oom.log").read_bytes()
-JSONL = (DATA / "healthy_lmspec_metrics.jsonl").read_bytes()
+MEGATRON = (LOG_DATA / "healthy_megatron.log").read_bytes()
+OOM = (LOG_DATA / "cuda_oom.log").read_bytes()
+JSONL = (LOG_DATA / "healthy_lmspec_metrics.jsonl").read_bytes()
 MB = 1024 * 1024
 
 

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tree_state import snapshot
+from helpers.tree import snapshot
 
 from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.pipeline import make_plan
@@ -324,19 +324,22 @@ COMMON = [f"name={NAME}", "train.checkpoint.interval=2", "train.checkpoint.keep_
 
 @pytest.mark.slow
 def test_resume_never_over_an_old_run_end_to_end(tmp_path: Path) -> None:
-    from tests.runtime.torchrun_helpers import compile_build, run
+    from helpers.build import compile_build
+    from helpers.torchrun import run
 
     work = tmp_path / "work"
     work.mkdir()
     ckpt = work / "runs" / NAME / "checkpoints"
-    old_build = compile_build(tmp_path / "old", NAME, [*COMMON, "train.steps=6"])
+    old_build = compile_build(tmp_path / "old" / "build", [*COMMON, "train.steps=6"]).dir
     old = run(old_build, work)
     assert old.code == 0, old.output[-4000:]
     old_id = dir_run_id(ckpt)
     assert old_id and (ckpt / "latest").read_text() == "step_6\n"
     before = snapshot(ckpt)
 
-    fresh_build = compile_build(tmp_path / "fresh", NAME, [*COMMON, "train.steps=4", "train.checkpoint.resume=never"])
+    fresh_build = compile_build(
+        tmp_path / "fresh" / "build", [*COMMON, "train.steps=4", "train.checkpoint.resume=never"]
+    ).dir
     fresh = run(fresh_build, work)
     assert fresh.code == 0, fresh.output[-4000:]
     moved = ckpt / PREVIOUS_RUNS / old_id
@@ -349,7 +352,7 @@ def test_resume_never_over_an_old_run_end_to_end(tmp_path: Path) -> None:
     assert _steps(ckpt) == {"step_2": new_id, "step_4": new_id}  # neither pruned by the old run's higher steps
     assert (ckpt / "latest").read_text() == "step_4\n"
 
-    auto_build = compile_build(tmp_path / "auto", NAME, [*COMMON, "train.steps=6"])
+    auto_build = compile_build(tmp_path / "auto" / "build", [*COMMON, "train.steps=6"]).dir
     resumed = run(auto_build, work)
     assert resumed.code == 0, resumed.output[-4000:]
     assert f"resumed from runs/{NAME}/checkpoints/step_4 (step 4); run {new_id}" in resumed.output

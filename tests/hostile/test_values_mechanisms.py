@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 from jsonschema import Draft202012Validator
 
 from lmspec.compiler.emit.quoting import UnsafeValue, comment, shell, word
@@ -115,7 +116,7 @@ def test_every_kind_accepts_its_example_and_refuses_control_characters(kind) -> 
 @pytest.mark.skipif(not CHECK_JSONSCHEMA.exists(), reason="check-jsonschema is not installed in this environment")
 def test_editors_ecma_patterns_refuse_a_trailing_newline(tmp_path: Path) -> None:
     """check-jsonschema reads `pattern` as ECMA regex (regress): $ does not match before a final newline."""
-    schema = Path(__file__).resolve().parents[2] / "schemas" / "spec-file.schema.json"
+    schema = ROOT / "schemas" / "spec-file.schema.json"
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text('name: tiny\nserve:\n  host: "127.0.0.1"\ncluster:\n  slurm:\n    time: "04:00:00"\n')
     bad.write_text('name: "tiny\\n"\nserve:\n  host: "127.0.0.1\\n"\ncluster:\n  slurm:\n    time: "\u0660:00:00"\n')

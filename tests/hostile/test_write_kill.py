@@ -17,14 +17,15 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tree_state import snapshot
+from helpers.build import compile_build
+from helpers.cli import LMSPEC
+from helpers.tree import snapshot
 
 from lmspec.compiler.build import writer
 from lmspec.compiler.build.writer import build_files, write_build
@@ -33,7 +34,6 @@ from lmspec.compiler.pipeline import make_plan
 # The calls that change what is on disk (os.open only when it creates): a kill before each
 # one is a kill in each state the directory passes through.
 CALLS = ("open", "mkdir", "chmod", "rename", "replace", "unlink", "rmdir")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -142,21 +142,20 @@ def test_a_kill_at_any_point_leaves_the_old_or_the_new_build(
 def test_real_compiles_killed_at_random_moments(tmp_path: Path) -> None:
     """`lmspec compile` processes SIGKILLed at random times never leave the build root without a build."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()", "compile", "-o", str(out)]
-    assert subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0
+    command = [LMSPEC, "compile", "-o", str(out)]
+    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
     states = [snapshot(out / "tiny")]
-    assert subprocess.run(command + ["train.steps=9"], env=env, capture_output=True, timeout=120).returncode == 0
+    assert subprocess.run(command + ["train.steps=9"], capture_output=True, timeout=120).returncode == 0
     states.append(snapshot(out / "tiny"))
     rng = random.Random(14)
     for i in range(12):
-        process = subprocess.Popen(command + ([] if i % 2 else ["train.steps=9"]), env=env, stderr=subprocess.PIPE)
+        process = subprocess.Popen(command + ([] if i % 2 else ["train.steps=9"]), stderr=subprocess.PIPE)
         time.sleep(rng.uniform(0.5, 3.0))
         process.kill()
         _, err = process.communicate(timeout=60)
         assert b"Traceback" not in err
         assert snapshot(out / "tiny") in states, f"round {i}: the build is neither the old nor the new one"
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(out)) == ["tiny"] and snapshot(out / "tiny") == states[0]
 
@@ -165,12 +164,9 @@ def test_real_compiles_killed_at_random_moments(tmp_path: Path) -> None:
 def test_concurrent_compiles_into_one_build_all_succeed(tmp_path: Path) -> None:
     """Six compiles at once into one build root: each waits for the root's lock; one whole build remains."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()", "compile", "-o", str(out)]
+    command = [LMSPEC, "compile", "-o", str(out)]
     processes = [
-        subprocess.Popen(
-            command + [f"train.steps={5 + i % 2}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        subprocess.Popen(command + [f"train.steps={5 + i % 2}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for i in range(6)
     ]
     for process in processes:
@@ -179,6 +175,5 @@ def test_concurrent_compiles_into_one_build_all_succeed(tmp_path: Path) -> None:
     assert sorted(os.listdir(out)) == ["tiny"]
     expected = []
     for steps in (5, 6):
-        write_build(tmp_path / f"ref{steps}" / "tiny", build_files(make_plan([f"train.steps={steps}"])))
-        expected.append(snapshot(tmp_path / f"ref{steps}" / "tiny"))
+        expected.append(snapshot(compile_build(tmp_path / f"ref{steps}", [f"train.steps={steps}"]).dir))
     assert snapshot(out / "tiny") in expected

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tree_state import snapshot
+from helpers.tree import snapshot
 
 from lmspec.compiler.build.writer import CONVERTED, NAME_MAX, build_target, replace_directory, write_file_atomic
 from lmspec.compiler.cli.sweep import sweep_point_name

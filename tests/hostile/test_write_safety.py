@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tree_state import snapshot
-
-from lmspec.compiler.build.writer import build_files, write_build
-from lmspec.compiler.pipeline import make_plan
+from helpers.build import compile_build
+from helpers.tree import snapshot
 
 LONG_NAME = "n" * 246  # the longest `name` whose sweep index (<name>-sweep.md) fits in 255 bytes
 UNCHANGED = "unchanged"
@@ -42,9 +40,7 @@ class Ctx:
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("template") / "tiny"
-    write_build(target, build_files(make_plan([])))
-    return target
+    return compile_build(tmp_path_factory.mktemp("template")).dir
 
 
 _REFERENCES: dict[tuple[str, ...], dict[str, str]] = {}
@@ -57,10 +53,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[str]],
     def get(overrides: list[str]) -> dict[str, str]:
         key = tuple(overrides)
         if key not in _REFERENCES:
-            plan = make_plan(list(overrides))
-            target = tmp_path_factory.mktemp("reference") / plan.name
-            write_build(target, build_files(plan))
-            _REFERENCES[key] = snapshot(target)
+            _REFERENCES[key] = snapshot(compile_build(tmp_path_factory.mktemp("reference"), overrides).dir)
         return _REFERENCES[key]
 
     return get
@@ -219,7 +212,7 @@ def nothing(c: Ctx) -> None:
 
 
 def long_build(c: Ctx) -> None:
-    write_build(c.out / LONG_NAME, build_files(make_plan([f"name={LONG_NAME}", "train.steps=3"])))
+    compile_build(c.out, [f"name={LONG_NAME}", "train.steps=3"])
 
 
 def sparse(path: Path) -> None:

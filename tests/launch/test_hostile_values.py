@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import compile_build
+from helpers.build import compile_build
 
 from lmspec.compiler.cli.main import run as lmspec
 from lmspec.compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
@@ -142,7 +142,7 @@ def _run(script: Path, build: Path, ws: dict[str, Path], extra_env: dict[str, st
 def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[str, Path], shellcheck: str) -> None:
     ws = workspace
     build_root = ws["root"] / f"builds {value.splitlines()[0]}"  # a hostile build path too
-    build = compile_build(build_root, [], _spec_file(ws["root"], value, gpu=False))
+    build = compile_build(build_root, [], _spec_file(ws["root"], value, gpu=False)).dir
     checkpoint_dir = ws["run"] / "runs" / value
     checkpoint_dir.mkdir(parents=True)
     (checkpoint_dir / "latest").write_text("step_3\n")
@@ -175,7 +175,7 @@ def test_multi_node_sbatch_passes_hostile_values_as_data(
     value: str, workspace: dict[str, Path], shellcheck: str
 ) -> None:
     ws = workspace
-    build = compile_build(ws["root"] / "builds", [], _spec_file(ws["root"], value, gpu=True))
+    build = compile_build(ws["root"] / "builds", [], _spec_file(ws["root"], value, gpu=True)).dir
     slurm_env = {
         "SLURM_JOB_ID": "42",
         "SLURM_JOB_NUM_NODES": "2",
@@ -293,7 +293,7 @@ def test_secrets_are_never_written(tmp_path: Path) -> None:
     old = {k: os.environ.get(k) for k in ("HF_TOKEN", "VLLM_API_KEY")}
     os.environ.update(HF_TOKEN=secret, VLLM_API_KEY=secret)
     try:
-        build = compile_build(tmp_path, ["cluster=slurm"])
+        build = compile_build(tmp_path, ["cluster=slurm"]).dir
     finally:
         for k, v in old.items():
             if v is None:

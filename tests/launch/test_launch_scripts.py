@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import compile_build
+from helpers.build import compile_build
 
 from lmspec.compiler.build.writer import build_files
 from lmspec.compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
@@ -69,7 +69,7 @@ class _Builds(dict):
 
     def __missing__(self, variant: str) -> Path:
         overrides, spec = VARIANTS[variant]
-        self[variant] = compile_build(self.root / variant, overrides, spec)
+        self[variant] = compile_build(self.root / variant, overrides, spec).dir
         return self[variant]
 
 

@@ -10,8 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import compile_build, free_port
-from swap_trainer import write_wrapper
+from helpers.build import compile_build
+from helpers.ports import free_port
+from helpers.swap_trainer import write_wrapper
 
 from lmspec.compiler.emit.launch import TORCHRUN_SH
 
@@ -22,7 +23,7 @@ TIMEOUT_S = 180
 def test_two_nodes_rendezvous_into_one_world(tmp_path: Path) -> None:
     build = compile_build(
         tmp_path / "build", ["hardware.nodes=2", "cluster=slurm", f"cluster.master_port={free_port()}"]
-    )
+    ).dir
     out = tmp_path / "ranks"
     out.mkdir()
     env = dict(os.environ, LMSPEC_PYTHON=str(write_wrapper(tmp_path)), ALLREDUCE_OUT=str(out), MASTER_ADDR="127.0.0.1")

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import compile_build
+from helpers.build import compile_build
+from helpers.cli import LMSPEC
 
 from lmspec.compiler.cli.main import run as lmspec
 from lmspec.compiler.cli.run import STAGES
 
-LMSPEC = Path(sys.executable).with_name("lmspec")
 FAKE_TRAINER = """#!/bin/bash
 # stands in for the interpreter: records its pid, then exits or sleeps as told
 echo $$ > "$FAKE_PID"
@@ -29,8 +29,8 @@ exit "${FAKE_EXIT:-0}"
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("run")
     return {
-        "local": compile_build(root / "local", []),
-        "slurm": compile_build(root / "slurm", ["cluster=slurm", "name=tiny_slurm"]),
+        "local": compile_build(root / "local").dir,
+        "slurm": compile_build(root / "slurm", ["cluster=slurm", "name=tiny_slurm"]).dir,
     }
 
 
@@ -74,7 +74,7 @@ def test_not_a_build_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_local_run_returns_the_trainers_exit_code(builds: dict[str, Path], tmp_path: Path) -> None:
     env = dict(os.environ, LMSPEC_PYTHON=str(_fake(tmp_path)), FAKE_PID=str(tmp_path / "pid"), FAKE_EXIT="5")
     result = subprocess.run(
-        [str(LMSPEC), "run", str(builds["local"])],
+        [LMSPEC, "run", str(builds["local"])],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -98,7 +98,7 @@ def test_stopping_lmspec_run_stops_the_whole_group(signum: int, builds: dict[str
     pid_file = tmp_path / "pid"
     env = dict(os.environ, LMSPEC_PYTHON=str(_fake(tmp_path)), FAKE_PID=str(pid_file), FAKE_SLEEP="120")
     proc = subprocess.Popen(
-        [str(LMSPEC), "run", str(builds["local"])],
+        [LMSPEC, "run", str(builds["local"])],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
@@ -126,7 +126,7 @@ def test_stopping_lmspec_run_stops_the_whole_group(signum: int, builds: dict[str
 def test_smoke_checks_without_running(builds: dict[str, Path], tmp_path: Path) -> None:
     env = dict(os.environ, LMSPEC_PYTHON=sys.executable)
     result = subprocess.run(
-        [str(LMSPEC), "run", str(builds["local"]), "--smoke"],
+        [LMSPEC, "run", str(builds["local"]), "--smoke"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -8,15 +8,16 @@ all-reduce by an LMSPEC_PYTHON wrapper, except in the test that runs the real ti
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import compile_build, free_port
-from swap_trainer import write_wrapper
+from helpers.build import compile_build
+from helpers.ports import free_port
+from helpers.processes import run_in_group
+from helpers.swap_trainer import write_wrapper
 
 from lmspec.compiler.emit.launch import SBATCH_SH
 
@@ -27,7 +28,7 @@ JOB_TIMEOUT_S = 300  # the real tiny training takes ~40 s alone, longer on a loa
 
 @pytest.fixture
 def tiny_slurm_build(tmp_path: Path) -> Path:
-    return compile_build(tmp_path / "build", ["cluster=slurm", f"cluster.master_port={free_port()}"])
+    return compile_build(tmp_path / "build", ["cluster=slurm", f"cluster.master_port={free_port()}"]).dir
 
 
 def _env(local_slurm, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -39,17 +40,13 @@ def _env(local_slurm, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run in its own session; on timeout cancel every job of this cluster and kill the group."""
-    proc = subprocess.Popen(
-        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    return run_in_group(
+        command,
+        cwd=cwd,
+        timeout_s=JOB_TIMEOUT_S,
+        env=env,
+        on_timeout=lambda: subprocess.run(["scancel", "--user=root"], env=env, check=False),
     )
-    try:
-        stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        subprocess.run(["scancel", "--user=root"], env=env, check=False)
-        os.killpg(proc.pid, 9)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def _ranks(env: dict[str, str]) -> list[dict]:

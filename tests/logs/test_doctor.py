@@ -13,15 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import LOG_DATA, ROOT
 
 from lmspec.compiler.observe.doctor import SIGNATURES
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _doctor(lmspec, log: str, *argv: str) -> tuple[int, list[dict]]:
-    result = lmspec("doctor", str(DATA / log), *argv, "--format", "json")
+    result = lmspec("doctor", str(LOG_DATA / log), *argv, "--format", "json")
     assert result.err == "" or "warning" in result.err, result.err
     return result.code, json.loads(result.out)
 
@@ -118,7 +116,7 @@ def test_signature(lmspec, log: str, signature: str, expected: list[str]) -> Non
     assert [f["signature"] for f in findings] == [signature]
     finding = findings[0]
     assert finding["cause"] and finding["evidence"] and finding["fixes"]
-    lines = (DATA / log).read_text().splitlines()
+    lines = (LOG_DATA / log).read_text().splitlines()
     for evidence in finding["evidence"]:  # evidence quotes the log's own lines, numbered
         assert evidence["text"].strip(".") in lines[evidence["line"] - 1]
     shown = "\n".join(
@@ -132,10 +130,14 @@ def test_signature(lmspec, log: str, signature: str, expected: list[str]) -> Non
         assert text in shown
 
 
-@pytest.mark.parametrize("log", sorted(p.name for p in DATA.glob("healthy_*")))
+@pytest.mark.parametrize("log", sorted(p.name for p in LOG_DATA.glob("healthy_*")))
 def test_healthy_logs_exit_0(lmspec, log: str) -> None:
-    result = lmspec("doctor", str(DATA / log))
-    assert result.code == 0 and "healthy" in result.out
+    path = LOG_DATA / log
+    result = lmspec("doctor", str(path))
+    lines = len(path.read_text().splitlines())
+    assert (result.code, result.err) == (0, "")
+    assert result.out == f"{path}: healthy — none of {len(SIGNATURES)} known failure signatures in {lines} lines\n"
+    assert _doctor(lmspec, log) == (0, [])
 
 
 def test_every_signature_has_a_golden_case() -> None:
@@ -219,9 +221,11 @@ def test_tp_slowdown_from_plan_comm_estimate(lmspec, build) -> None:
 def test_console_script_exit_codes() -> None:
     """The installed entry point, not only the in-process CLI: 1 on a problem, 0 when healthy."""
     lmspec = [str(Path(sys.executable).parent / "lmspec"), "doctor"]
-    sick = subprocess.run([*lmspec, str(DATA / "cuda_oom.log")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    sick = subprocess.run(
+        [*lmspec, str(LOG_DATA / "cuda_oom.log")], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     well = subprocess.run(
-        [*lmspec, str(DATA / "healthy_megatron.log")], capture_output=True, text=True, timeout=60, cwd=ROOT
+        [*lmspec, str(LOG_DATA / "healthy_megatron.log")], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert (sick.returncode, well.returncode) == (1, 0)
     assert "problem: CUDA out of memory" in sick.stdout and "train.micro_batch_size=" in sick.stdout
@@ -269,7 +273,7 @@ def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
             "train.global_batch_size=64",
         )
     )
-    log = LogText((DATA / "healthy_megatron.log").read_text().splitlines())
+    log = LogText((LOG_DATA / "healthy_megatron.log").read_text().splitlines())
 
     def with_comm(share: float, tp_s: float, dp_s: float):
         comm = {"share_of_step": share, "compute_s": 1.0, "tp_s": tp_s, "dp_s": dp_s, "ep_s": 0.0, "pp_s": 0.0}

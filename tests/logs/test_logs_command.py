@@ -7,12 +7,12 @@ import statistics
 from pathlib import Path
 
 import pytest
+from helpers.paths import LOG_DATA
 
 from lmspec.compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
 from lmspec.compiler.observe.logs.context import load_flags
 from lmspec.compiler.observe.logs.parse import parse_log
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
 # The run the Megatron excerpt stands for: it only fits with the distributed optimizer (the budget rule).
 LLAMA_FLAGS = (
     "--model",
@@ -35,11 +35,11 @@ def _report(lmspec, *argv: str) -> dict:
 
 
 def test_megatron_mfu_from_flops_model(lmspec) -> None:
-    report = _report(lmspec, str(DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
+    report = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
     context = load_flags("llama3_8b", "h100_80g", 64, 4096, ["parallel.distributed_optimizer=true"])
     spec = context.spec
     assert (context.n_gpus, spec.train.global_batch_size, spec.hardware.gpu.bf16_tflops) == (64, 1024, 989)
-    steady = [s for s in parse_log(DATA / "healthy_megatron.log").steps if s.step > 10]
+    steady = [s for s in parse_log(LOG_DATA / "healthy_megatron.log").steps if s.step > 10]
     tokens = [s.global_batch_size * 4096 / s.step_time_s for s in steady]
     per_token = model_flops_per_token(spec.model, 4096)
     hw_per_token = hardware_flops_per_token(spec.model, 4096, spec.train.recompute)
@@ -53,14 +53,14 @@ def test_megatron_mfu_from_flops_model(lmspec) -> None:
     )
     assert report["metrics"]["tokens_per_s_per_gpu"]["mean"] == pytest.approx(statistics.fmean(tokens) / 64)
     assert 0.40 <= report["metrics"]["mfu"]["mean"] <= 0.60 and "healthy" in report["verdict"]
-    assert report["peak_memory_bytes"] == parse_log(DATA / "healthy_megatron.log").peak_memory_bytes
+    assert report["peak_memory_bytes"] == parse_log(LOG_DATA / "healthy_megatron.log").peak_memory_bytes
 
 
 def test_text_report_and_comm_bound_verdict(lmspec) -> None:
     """The same log on 4x the GPUs (same step times) is a 4x lower MFU: the seed's < 20% verdict."""
     result = lmspec(
         "logs",
-        str(DATA / "healthy_megatron.log"),
+        str(LOG_DATA / "healthy_megatron.log"),
         "--model",
         "llama3_8b",
         "--hardware",
@@ -80,7 +80,7 @@ def test_text_report_and_comm_bound_verdict(lmspec) -> None:
 def test_deepspeed_tokens_from_samples_and_seq_length(lmspec) -> None:
     report = _report(
         lmspec,
-        str(DATA / "healthy_deepspeed.log"),
+        str(LOG_DATA / "healthy_deepspeed.log"),
         "--model",
         "llama3_8b",
         "--hardware",
@@ -98,14 +98,14 @@ def test_deepspeed_tokens_from_samples_and_seq_length(lmspec) -> None:
         "--warmup-steps",
         "10",
     )
-    steady = [s for s in parse_log(DATA / "healthy_deepspeed.log").steps if s.step > 10]
+    steady = [s for s in parse_log(LOG_DATA / "healthy_deepspeed.log").steps if s.step > 10]
     assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(
         statistics.fmean(s.samples_per_s * 2048 for s in steady)
     )
 
 
 def test_warmup_steps_flag(lmspec) -> None:
-    log = str(DATA / "healthy_megatron.log")
+    log = str(LOG_DATA / "healthy_megatron.log")
     all_steps = _report(lmspec, log, *LLAMA_FLAGS, "--warmup-steps", "0")
     assert all_steps["steps_used"] == all_steps["steps_logged"]
     # the 31 s first iteration is in the statistics only without warm-up skip
@@ -116,7 +116,7 @@ def test_warmup_steps_flag(lmspec) -> None:
 
 
 def test_jsonl_without_job_uses_logged_mfu(lmspec, tmp_path: Path) -> None:
-    (tmp_path / "metrics.jsonl").write_text((DATA / "healthy_lmspec_metrics.jsonl").read_text())
+    (tmp_path / "metrics.jsonl").write_text((LOG_DATA / "healthy_lmspec_metrics.jsonl").read_text())
     report = _report(lmspec, str(tmp_path))
     steady = [s for s in parse_log(tmp_path).steps if s.step > 10]
     assert report["job"] is None and report["flops_per_token"] is None
@@ -137,10 +137,10 @@ def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
         ).code
         == 0
     )
-    from_build = _report(lmspec, str(DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"))
-    from_flags = _report(lmspec, str(DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
+    from_build = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"))
+    from_flags = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
     assert from_build["metrics"] == from_flags["metrics"] and from_build["job"].endswith(f"[{tmp_path / 'llama3_8b'}]")
-    both = lmspec("logs", str(DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"), "--gpus", "8")
+    both = lmspec("logs", str(LOG_DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"), "--gpus", "8")
     assert both.code == 2 and "--build takes the job from the build" in both.err
 
 
@@ -158,12 +158,12 @@ def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
     ],
 )
 def test_usage_errors_exit_2(lmspec, argv: tuple[str, ...], message: str) -> None:
-    result = lmspec("logs", str(DATA / argv[0]), *argv[1:])
+    result = lmspec("logs", str(LOG_DATA / argv[0]), *argv[1:])
     assert result.code == 2 and message in result.err and "Traceback" not in result.err
 
 
 def test_plot_png_and_deterministic_svg(lmspec, tmp_path: Path) -> None:
-    log = str(DATA / "healthy_megatron.log")
+    log = str(LOG_DATA / "healthy_megatron.log")
     for name in ("a.svg", "b.svg", "c.png"):
         assert lmspec("logs", log, *LLAMA_FLAGS, "--plot", str(tmp_path / name)).code == 0
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -181,7 +181,7 @@ def test_spec_file_and_gpus(lmspec, tmp_path: Path) -> None:
         "  - cluster: local\n  - convert: default\n  - hardware: h100_80g\n  - _self_\nname: myjob\n"
         "hardware:\n  nodes: 8\nparallel:\n  distributed_optimizer: true\n"
     )
-    log = str(DATA / "healthy_megatron.log")
+    log = str(LOG_DATA / "healthy_megatron.log")
     assert _report(lmspec, log, "--spec", str(spec))["metrics"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]
     quarter = _report(lmspec, log, "--spec", str(spec), "--gpus", "16")
     assert quarter["job"].startswith("llama3_8b on 16 x")
@@ -192,7 +192,7 @@ def test_spec_file_and_gpus(lmspec, tmp_path: Path) -> None:
 def test_log_settings_give_tokens_without_a_job_and_flag_a_wrong_job(lmspec) -> None:
     """Megatron prints its arguments at start-up: seq_length gives tokens/s alone, and a job given
     with other numbers is called out."""
-    log = str(DATA / "healthy_megatron.log")
+    log = str(LOG_DATA / "healthy_megatron.log")
     alone = _report(lmspec, log)
     assert alone["job"] is None and "mfu" not in alone["metrics"]
     assert alone["metrics"]["tokens_per_s"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["tokens_per_s"]

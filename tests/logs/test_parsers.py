@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import LOG_DATA
 
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.launcher import strip_prefix
@@ -17,13 +18,12 @@ from lmspec.compiler.observe.logs.parse import parse_lines, parse_log
 from lmspec.compiler.observe.logs.stats import percentile, steady_steps, summarize
 from lmspec.compiler.observe.logs.user_regex import compile_user_regex
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "logs"
 _MIB = 1024 * 1024
 
 
 def test_megatron_iteration_fields_and_memory() -> None:
-    log = parse_log(DATA / "healthy_megatron.log")
-    lines = (DATA / "healthy_megatron.log").read_text().splitlines()
+    log = parse_log(LOG_DATA / "healthy_megatron.log")
+    lines = (LOG_DATA / "healthy_megatron.log").read_text().splitlines()
     iteration_lines = [line for line in lines if " iteration " in line]
     assert log.formats == ["megatron"]
     assert [s.step for s in log.steps] == list(range(1, len(iteration_lines) + 1))
@@ -40,14 +40,14 @@ def test_megatron_iteration_fields_and_memory() -> None:
 
 
 def test_megatron_nan_iterations_counted() -> None:
-    log = parse_log(DATA / "megatron_nan.log")
+    log = parse_log(LOG_DATA / "megatron_nan.log")
     assert log.steps[-1].nan_iterations == 3 and log.steps[-1].loss is None  # Megatron omits a NaN loss
     assert all(s.nan_iterations == 0 for s in log.steps[:-1])
 
 
 def test_deepspeed_step_time_from_samples_per_second() -> None:
-    log = parse_log(DATA / "healthy_deepspeed.log")
-    text = (DATA / "healthy_deepspeed.log").read_text()
+    log = parse_log(LOG_DATA / "healthy_deepspeed.log")
+    text = (LOG_DATA / "healthy_deepspeed.log").read_text()
     batch = int(re.search(r"train_batch_size \.+ (\d+)", text).group(1))
     current = [float(v) for v in re.findall(r"CurrSamplesPerSec=([\d.]+)", text)]
     lrs = [float(v) for v in re.findall(r"lr=\[([\d.e-]+)\]", text)]
@@ -60,8 +60,8 @@ def test_deepspeed_step_time_from_samples_per_second() -> None:
 
 
 def test_lmspec_jsonl_reads_every_key_and_nan() -> None:
-    rows = [json.loads(line) for line in (DATA / "lmspec_metrics_nan.jsonl").read_text().splitlines()]
-    log = parse_log(DATA / "lmspec_metrics_nan.jsonl")
+    rows = [json.loads(line) for line in (LOG_DATA / "lmspec_metrics_nan.jsonl").read_text().splitlines()]
+    log = parse_log(LOG_DATA / "lmspec_metrics_nan.jsonl")
     assert log.formats == ["lmspec-jsonl"]
     for row, record in zip(rows, log.steps, strict=True):
         for key in ("step", "lr", "tokens_per_s", "step_time_s", "mfu", "peak_memory_bytes"):
@@ -70,8 +70,8 @@ def test_lmspec_jsonl_reads_every_key_and_nan() -> None:
 
 
 def test_run_directory_finds_metrics_jsonl(tmp_path: Path) -> None:
-    (tmp_path / "metrics.jsonl").write_text((DATA / "healthy_lmspec_metrics.jsonl").read_text())
-    assert len(parse_log(tmp_path).steps) == len((DATA / "healthy_lmspec_metrics.jsonl").read_text().splitlines())
+    (tmp_path / "metrics.jsonl").write_text((LOG_DATA / "healthy_lmspec_metrics.jsonl").read_text())
+    assert len(parse_log(tmp_path).steps) == len((LOG_DATA / "healthy_lmspec_metrics.jsonl").read_text().splitlines())
     with pytest.raises(UsageError, match="no such log file"):
         parse_log(tmp_path / "nothing")
     (tmp_path / "empty").mkdir()
@@ -94,13 +94,13 @@ def test_launcher_prefixes(line: str, stripped: str) -> None:
 
 
 def test_prefixed_megatron_lines_parse_like_plain_ones() -> None:
-    plain = (DATA / "healthy_megatron.log").read_text().splitlines()
+    plain = (LOG_DATA / "healthy_megatron.log").read_text().splitlines()
     labelled = [f"{i % 3}: [default{i % 8}]:{line}" for i, line in enumerate(plain)]
     assert parse_lines([strip_prefix(line) for line in labelled], "x").steps == parse_lines(plain, "x").steps
 
 
 def test_user_regex_with_and_without_step_group() -> None:
-    lines = (DATA / "custom_trainer.log").read_text().splitlines()
+    lines = (LOG_DATA / "custom_trainer.log").read_text().splitlines()
     with_step = parse_lines(lines, "x", r"step (?P<step>\d+) \| loss (?P<loss>\S+) \| (?P<step_time_ms>[\d.]+) ms")
     without = parse_lines(lines, "x", r"loss (?P<loss>\S+) \| (?P<step_time_ms>[\d.]+) ms")
     losses = [float(v) for v in re.findall(r"loss (\S+)", "\n".join(lines))]
@@ -126,7 +126,7 @@ def test_percentiles_match_numpy() -> None:
 
 
 def test_warmup_skip_falls_back_to_all_steps() -> None:
-    steps = parse_log(DATA / "healthy_lmspec_metrics.jsonl").steps
+    steps = parse_log(LOG_DATA / "healthy_lmspec_metrics.jsonl").steps
     kept, applied = steady_steps(steps, 10)
     assert applied and [s.step for s in kept] == [s.step for s in steps if s.step > 10]
     kept, applied = steady_steps(steps, 1000)
@@ -135,8 +135,8 @@ def test_warmup_skip_falls_back_to_all_steps() -> None:
 
 def test_lmspec_stdout_line() -> None:
     """runtime/train/metrics.py's human line carries the same numbers as its JSON line."""
-    log = parse_log(DATA / "lmspec_train_nan.log")
-    text = (DATA / "lmspec_train_nan.log").read_text()
+    log = parse_log(LOG_DATA / "lmspec_train_nan.log")
+    text = (LOG_DATA / "lmspec_train_nan.log").read_text()
     assert log.formats == ["lmspec-stdout"]
     assert [s.loss for s in log.steps] == [float(v) for v in re.findall(r"\| loss (\S+)", text)]
     tokens = [float(v.replace(",", "")) for v in re.findall(r"([\d,]+) tokens/s", text)]
@@ -146,7 +146,7 @@ def test_lmspec_stdout_line() -> None:
 
 
 def test_start_up_settings_of_megatron_and_deepspeed() -> None:
-    megatron = parse_log(DATA / "healthy_megatron.log").settings
+    megatron = parse_log(LOG_DATA / "healthy_megatron.log").settings
     assert megatron == {
         "global_batch_size": 1024,
         "micro_batch_size": 1,
@@ -155,5 +155,5 @@ def test_start_up_settings_of_megatron_and_deepspeed() -> None:
         "tp": 1,
         "world_size": 64,
     }
-    deepspeed = parse_log(DATA / "healthy_deepspeed.log").settings
+    deepspeed = parse_log(LOG_DATA / "healthy_deepspeed.log").settings
     assert deepspeed == {"global_batch_size": 64, "micro_batch_size": 2}

@@ -4,34 +4,23 @@ on what it wrote. ~45-65 s on 2 cores (most of it torch/megatron start-up)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.cli import LMSPEC
+from helpers.processes import run_in_group
 
 from lmspec.compiler.models.flops import mfu, model_flops_per_token
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
 
-LMSPEC = str(Path(sys.executable).parent / "lmspec")
 RUN_TIMEOUT_S = 300
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = process.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    return run_in_group(argv, cwd=cwd, timeout_s=RUN_TIMEOUT_S)
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import LMSPEC
+from helpers.paths import LOG_DATA, ROOT
 
 from lmspec.compiler.observe.logs import reader, table
 from lmspec.compiler.observe.logs.reader import LogFile
@@ -21,8 +23,6 @@ from lmspec.compiler.observe.logs.records import NUMERIC_FIELDS, StepRecord
 from lmspec.compiler.observe.logs.scout import Needle, Scout
 from lmspec.compiler.observe.logs.table import StepTable
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "logs"
 _MEASURE = """
 import json, resource, subprocess, sys
 proc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -202,10 +202,9 @@ def test_peak_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
     big, small = tmp_path / "big.log", tmp_path / "small.log"
     info = _bench().generate(big, 200 * 1024 * 1024)
     small.write_bytes(big.read_bytes()[: 12 * 1024].rsplit(b"\n", 1)[0] + b"\n")
-    lmspec = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()"]
     for command in ("logs", "doctor"):
-        base = _peak_rss_kib([*lmspec, command, str(small)])
-        peak = _peak_rss_kib([*lmspec, command, str(big)])
+        base = _peak_rss_kib([LMSPEC, command, str(small)])
+        peak = _peak_rss_kib([LMSPEC, command, str(big)])
         growth_mb = (peak - base) / 1024
         assert growth_mb < info["bytes"] / 1e6 / 4, (command, base, peak)  # far below the 210 MB read
 
@@ -238,13 +237,13 @@ def _with_noise(log: Path, out: Path, noise_lines: int) -> list[int]:
 )
 def test_verdicts_unchanged_by_a_million_noise_lines(lmspec, tmp_path: Path, log: str) -> None:
     noisy = tmp_path / log
-    where = _with_noise(DATA / log, noisy, 1_000_000)
-    plain_report = json.loads(lmspec("logs", str(DATA / log), "--format", "json").out or "null")
+    where = _with_noise(LOG_DATA / log, noisy, 1_000_000)
+    plain_report = json.loads(lmspec("logs", str(LOG_DATA / log), "--format", "json").out or "null")
     noisy_report = json.loads(lmspec("logs", str(noisy), "--format", "json").out or "null")
     if plain_report is not None:
         assert {**noisy_report, "log": None} == {**plain_report, "log": None}
     plain, noisy_doctor = (
-        lmspec("doctor", str(DATA / log), "--format", "json"),
+        lmspec("doctor", str(LOG_DATA / log), "--format", "json"),
         lmspec("doctor", str(noisy), "--format", "json"),
     )
     assert noisy_doctor.code == plain.code

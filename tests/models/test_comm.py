@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.comm import CommEstimate, dp_bytes_per_param, estimate_comm
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.spec.sections import Spec
-
-from .conftest import spec_of
 
 RTX = [
     "model=llama3_8b",

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.dims import ParallelDims
-
-from .conftest import spec_of
 
 DEEPSEEK = ["model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "train.global_batch_size=15360"]
 

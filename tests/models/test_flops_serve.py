@@ -4,12 +4,11 @@ megatron-core ships without megatron.training), MFU arithmetic, and vLLM's KV ca
 from __future__ import annotations
 
 import pytest
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
 from lmspec.compiler.models.params import count_params
 from lmspec.compiler.models.serve_memory import estimate_serve_memory, kv_bytes_per_token
-
-from .conftest import spec_of
 
 
 def megatron_flops(m, seq: int) -> float:  # noqa: ANN001

@@ -18,10 +18,10 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from helpers.hf import hf_model
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.train_memory import estimate_train_memory
-
-from .conftest import hf_model, spec_of
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers.hf import MODEL_PRESETS, hf_model
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.params import count_params
-
-from .conftest import MODEL_PRESETS, hf_model, spec_of
 
 pytest.importorskip("transformers")
 

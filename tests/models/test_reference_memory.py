@@ -4,13 +4,12 @@ estimators (imported and run here), Megatron's bytes per parameter, Korthikanti 
 from __future__ import annotations
 
 import pytest
+from helpers.specs import spec_of
 
 from lmspec.compiler.models.activations import ActivationSetting, LayerShape, layer_activation_bytes
 from lmspec.compiler.models.params import count_params
 from lmspec.compiler.models.train_memory import estimate_train_memory, state_bytes, zero_state_bytes
 from lmspec.compiler.models.units import GB
-
-from .conftest import spec_of
 
 
 @pytest.mark.parametrize(("stage", "paper_gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
@@ -83,7 +82,7 @@ def test_zero3_with_the_real_model_side_by_side() -> None:
     """DeepSpeed's `_all_live` estimator reads the model itself: feed it the tiny model built in torch."""
     torch = pytest.importorskip("torch")
     stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
-    from .conftest import hf_model
+    from helpers.hf import hf_model
 
     spec = spec_of(*_deepspeed_backend("tiny", 3, 1, 2))
     model = hf_model(spec.model, device="cpu")

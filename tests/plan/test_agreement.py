@@ -13,6 +13,7 @@ import random
 from typing import Any
 
 import pytest
+from helpers.layouts import Layout, enumerate_one, price_one, scalar
 
 from lmspec.compiler.models import steptime
 from lmspec.compiler.models.comm import (
@@ -36,7 +37,6 @@ from lmspec.compiler.search.space import default_axes, enumerate_legal
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
-from tests.plan.conftest import Layout, enumerate_one, price_one, scalar
 
 SEARCHED_RULES = (*layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES)  # validator order
 SAMPLES = 250

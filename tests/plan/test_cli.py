@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-
-from tests.conftest import ROOT, CliResult
+from helpers.cli import CliResult
+from helpers.paths import ROOT
 
 LLAMA_70B = ["model=llama3_70b", "hardware=h100_80g"]
 Lmspec = Callable[..., CliResult]

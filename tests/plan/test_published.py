@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.layouts import Layout, price_one, scalar
+from helpers.specs import spec_of
 
 from lmspec.compiler.models import steptime
 from lmspec.compiler.search.search import fewest_gpus, search
-from tests.plan.conftest import Layout, price_one, scalar, typed_spec
 
 BACKENDS = ("megatron", "deepspeed")
 
@@ -61,7 +62,7 @@ def test_megatron_mfu_table(
 ) -> None:
     """Megatron-LM's MFU table (22B 41.5%, 175B 51.4%, 530B 56.0%, 1T 56.3%) within 10%.
     (Megatron counts the full s x s attention; lmspec's FLOPs count the causal half, ~1-2% less.)"""
-    spec = typed_spec(*_gpt(layers, hidden, heads, batch, tp * pp // 8))
+    spec = spec_of(*_gpt(layers, hidden, heads, batch, tp * pp // 8))
     priced = price_one(spec, Layout(nodes=tp * pp // 8, tp=tp, pp=pp, sequence_parallel=True))
     assert bool(priced.fits[0])  # mfu below covers the layouts that fit only
     assert scalar(priced.mfu) == pytest.approx(published, rel=MEGATRON_MFU_RELATIVE_ERROR)
@@ -85,7 +86,7 @@ def test_deepseek_v3_gpu_hours(monkeypatch: pytest.MonkeyPatch) -> None:
     """DeepSeek-V3's 2.664M pre-training GPU hours (of 2.788M) within 25%, with the all-to-all
     hidden as DualPipe hides it (lmspec models bf16 GEMMs where DeepSeek ran FP8; the estimate
     is 2.33M, 12.5% under). lmspec's default, Megatron without that overlap, must be slower."""
-    spec = typed_spec(*DEEPSEEK_V3)
+    spec = spec_of(*DEEPSEEK_V3)
     exposed = _gpu_hours(scalar(price_one(spec, PUBLISHED_LAYOUT).tokens_per_s))
     monkeypatch.setattr(steptime, "EP_A2A_EXPOSED_FRACTION", 0.0)
     hidden = _gpu_hours(scalar(price_one(spec, PUBLISHED_LAYOUT).tokens_per_s))
@@ -95,7 +96,7 @@ def test_deepseek_v3_gpu_hours(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_deepseek_v3_on_2048_h800_admits_its_published_layout() -> None:
     """DeepSeek's PP16 / EP64 layout is among the layouts that fit on 2048 H800."""
-    result = search(typed_spec(*DEEPSEEK_V3), [256], BACKENDS, "throughput")
+    result = search(spec_of(*DEEPSEEK_V3), [256], BACKENDS, "throughput")
     c = result.priced.feasible
     assert np.any((c.pp == 16) & (c.ep == 64))
     assert np.any((c.pp == 16) & (c.ep == 64) & (c.tp == 1) & (c.cp == 1))
@@ -105,7 +106,7 @@ def test_deepseek_v3_on_2048_h800_admits_its_published_layout() -> None:
 def test_seed_proposal_of_32_a100_is_rejected_with_the_fewest_gpus_that_fit() -> None:
     """The seed's 671B on 32 x A100-80G: nothing fits (~16 bytes/param of model state alone is
     ~10.7 TB, FACTS.md); the planner names the fewest GPUs that fit, and that count is exact."""
-    spec = typed_spec("model=deepseek_v3", "hardware=a100_80g")
+    spec = spec_of("model=deepseek_v3", "hardware=a100_80g")
     assert search(spec, [4], BACKENDS, "throughput").feasible == 0
     found = fewest_gpus(spec, 4, BACKENDS)
     assert found is not None
@@ -119,9 +120,7 @@ def test_seed_proposal_of_32_a100_is_rejected_with_the_fewest_gpus_that_fit() ->
 def test_llama3_70b_on_64_h100_prefers_tensor_parallel_inside_a_node() -> None:
     """The seed's rule of thumb (TP inside a node): the winner shards with TP over NVLink, and
     beats every layout without TP."""
-    result = search(
-        typed_spec("model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8"), [8], BACKENDS, "throughput"
-    )
+    result = search(spec_of("model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8"), [8], BACKENDS, "throughput")
     c, p = result.priced.feasible, result.priced
     best = int(result.ranked[0])
     assert 1 < int(c.tp[best]) <= 8

@@ -40,6 +40,7 @@ def test_the_installed_megatron_core_is_the_release_patched() -> None:
     assert installed_version("megatron-core") == megatron.MEGATRON_CORE
 
 
+@pytest.mark.slow  # a fresh Python importing megatron-core (and torch, transformers)
 def test_inactive_when_cuda_is_available() -> None:
     _python(f"""
         from unittest import mock
@@ -62,6 +63,7 @@ def test_inactive_when_cuda_is_available() -> None:
     """)
 
 
+@pytest.mark.slow  # a fresh Python importing megatron-core (and torch, transformers)
 def test_active_inside_the_block_and_undone_after_it() -> None:
     _python(f"""
         import importlib
@@ -100,6 +102,7 @@ def test_active_inside_the_block_and_undone_after_it() -> None:
     """)
 
 
+@pytest.mark.slow  # a fresh Python importing megatron-core (and torch, transformers)
 def test_transformers_loads_a_model_after_the_block(tmp_path: Path) -> None:
     """verify runs megatron first, then transformers' from_pretrained: nothing of the block remains."""
     _python(f"""

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.runtime.torchrun_helpers import compile_build, run
+from helpers.build import compile_build
+from helpers.torchrun import run
 
 pytestmark = pytest.mark.slow
 
@@ -18,16 +18,16 @@ NAME = "zero3"
 
 def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
     build = compile_build(
-        tmp_path,
-        NAME,
+        tmp_path / "build",
         [
+            f"name={NAME}",
             "train.backend=deepspeed",
             "parallel.zero_stage=3",
             "train.steps=4",
             "train.checkpoint.interval=2",
             "train.log_interval=1",
         ],
-    )
+    ).dir
     assert (build / "ds_config.json").is_file()
     first = run(build, tmp_path)
     assert first.code == 0, first.output[-4000:]

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.runtime.torchrun_helpers import compile_build, run
+from helpers.build import compile_build
+from helpers.torchrun import run
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,9 @@ LOG_EVERY_STEP = ["train.log_interval=1"]
 def tp2_run(tmp_path_factory: pytest.TempPathFactory):
     """The default tiny job (30 steps, checkpoint every 10, keep 2) at TP=2 + SP."""
     root = tmp_path_factory.mktemp("tp2")
-    build = compile_build(root, "tp2", ["parallel.tp=2", "parallel.sequence_parallel=true", *LOG_EVERY_STEP])
+    build = compile_build(
+        root / "build", ["name=tp2", "parallel.tp=2", "parallel.sequence_parallel=true", *LOG_EVERY_STEP]
+    ).dir
     return run(build, root)
 
 
@@ -50,7 +52,9 @@ def test_tp2_checkpoint_resumes_at_tp1(tp2_run, tmp_path: Path) -> None:
     shutil.copytree(tp2_run.cwd / "runs" / "tp2" / "checkpoints", ckpt)
     shutil.rmtree(ckpt / "step_30")
     (ckpt / "latest").write_text("step_20\n")
-    build = compile_build(tmp_path, "tp1", ["train.checkpoint.dir=runs/tp2/checkpoints", *LOG_EVERY_STEP])
+    build = compile_build(
+        tmp_path / "build", ["name=tp1", "train.checkpoint.dir=runs/tp2/checkpoints", *LOG_EVERY_STEP]
+    ).dir
     resumed = run(build, tmp_path)
     assert resumed.code == 0, resumed.output[-4000:]
     assert "resumed from runs/tp2/checkpoints/step_20 (step 20)" in resumed.output
@@ -62,10 +66,10 @@ def test_tp2_checkpoint_resumes_at_tp1(tp2_run, tmp_path: Path) -> None:
 
 def test_pp2_uneven_layout_1f1b(tmp_path: Path) -> None:
     build = compile_build(
-        tmp_path,
-        "pp2",
-        ["parallel.pp=2", "parallel.pp_layout=[1,3]", "train.steps=4", "train.checkpoint.interval=4", *LOG_EVERY_STEP],
-    )
+        tmp_path / "build",
+        ["name=pp2", "parallel.pp=2", "parallel.pp_layout=[1,3]", "train.steps=4", "train.checkpoint.interval=4"]
+        + LOG_EVERY_STEP,
+    ).dir
     result = run(build, tmp_path)
     assert result.code == 0, result.output[-4000:]
     assert "pipeline stage 0/2: 1 layers" in result.output
@@ -76,10 +80,16 @@ def test_pp2_uneven_layout_1f1b(tmp_path: Path) -> None:
 
 def test_moe_ep2(tmp_path: Path) -> None:
     build = compile_build(
-        tmp_path,
-        "moe",
-        ["model=tiny_moe", "parallel.ep=2", "train.steps=4", "train.checkpoint.interval=4", *LOG_EVERY_STEP],
-    )
+        tmp_path / "build",
+        [
+            "name=moe",
+            "model=tiny_moe",
+            "parallel.ep=2",
+            "train.steps=4",
+            "train.checkpoint.interval=4",
+            *LOG_EVERY_STEP,
+        ],
+    ).dir
     result = run(build, tmp_path)
     assert result.code == 0, result.output[-4000:]
     losses = result.losses("moe")

@@ -10,9 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.build import compile_build
+from helpers.torchrun import run, run_until, workers
 
 from lmspec.runtime.train.checkpoint import verify
-from tests.runtime.torchrun_helpers import compile_build, run, run_until, workers
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ OVERRIDES = [f"name={NAME}", "train.steps=8", "train.checkpoint.interval=2", "tr
 def reference(tmp_path_factory: pytest.TempPathFactory):
     """The uninterrupted run every other run here must reproduce."""
     root = tmp_path_factory.mktemp("reference")
-    build = compile_build(root, NAME, OVERRIDES)
+    build = compile_build(root / "build", OVERRIDES).dir
     result = run(build, root)
     assert result.code == 0, result.output[-4000:]
     return build, result

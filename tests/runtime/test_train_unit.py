@@ -7,18 +7,15 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers.build import compile_build
 
-from lmspec.compiler.build.writer import build_files, write_build
-from lmspec.compiler.pipeline import make_plan
 from lmspec.runtime.train.loop import load_build, lr_at, main
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 
 
 @pytest.fixture(scope="module")
 def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("b") / "build" / "tiny"
-    write_build(target, build_files(make_plan(["train.log_interval=2"])))
-    return target
+    return compile_build(tmp_path_factory.mktemp("b") / "build", ["train.log_interval=2"]).dir
 
 
 def test_missing_build_dir_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import compile_build
+from helpers.build import compile_build
 
 from lmspec.compiler.emit.serve import SERVE_SH, VLLM_YAML
 from lmspec.compiler.plan import Plan

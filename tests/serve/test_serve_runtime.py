@@ -12,26 +12,22 @@ import secrets
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import compile_build, needs_vllm, save_random_hf_llama
+from helpers.build import compile_build
+from helpers.cli import LMSPEC
+from helpers.hf import save_random_hf_llama
+from helpers.marks import needs_vllm
+from helpers.ports import free_port
 
 from lmspec.compiler.plan import Plan
 from lmspec.runtime.serve.stage import ServeFailure, request_json
 
 START_TIMEOUT_S = 600.0  # vLLM start-up on a loaded 2-core machine took up to ~160 s
 STOP_TIMEOUT_S = 60.0
-LMSPEC = [str(Path(sys.executable).parent / "lmspec")]  # the installed console script
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _vllm_processes(cache_root: Path) -> list[int]:
@@ -53,7 +49,7 @@ def _vllm_processes(cache_root: Path) -> list[int]:
 
 def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*LMSPEC, "run", *args],
+        [LMSPEC, "run", *args],
         cwd=cwd,
         env=env or dict(os.environ),
         capture_output=True,
@@ -65,7 +61,7 @@ def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> tuple[Plan, Path]:
-    return compile_build(tmp_path / "build", [f"serve.port={_free_port()}"])
+    return compile_build(tmp_path / "build", [f"serve.port={free_port()}"])
 
 
 def test_dry_run_prints_the_command_and_starts_nothing(tmp_path: Path, tiny: tuple[Plan, Path]) -> None:
@@ -108,12 +104,12 @@ def test_busy_port_is_a_usage_error_naming_the_key(tmp_path: Path, tiny: tuple[P
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """`lmspec run build/tiny --stage serve` on the default model path runs/tiny/hf, up and checked."""
     cwd = tmp_path_factory.mktemp("serve")
-    plan, build = compile_build(cwd / "build", [f"serve.port={_free_port()}"])
+    plan, build = compile_build(cwd / "build", [f"serve.port={free_port()}"])
     save_random_hf_llama(plan, cwd / plan.spec.convert.output)
     key = secrets.token_hex(16)
     out = (cwd / "lmspec.out").open("w")
     proc = subprocess.Popen(
-        [*LMSPEC, "run", str(build), "--stage", "serve"],
+        [LMSPEC, "run", str(build), "--stage", "serve"],
         cwd=cwd,
         env={**os.environ, "VLLM_API_KEY": key},
         stdout=out,

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import compile_build, needs_vllm
+from helpers.build import compile_build
+from helpers.marks import needs_vllm
 
 from lmspec.compiler.conversion.mapping import hf_config
 from lmspec.compiler.emit.serve import VLLM_YAML, vllm_options, vllm_serve_args
@@ -25,7 +26,7 @@ from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
 from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX
 
-pytestmark = needs_vllm
+pytestmark = [needs_vllm, pytest.mark.slow]  # one vLLM process judges every case: ~65 s
 
 PRESETS = {
     "tiny": (None, []),

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from tests.workflow.repo_helpers import tool_env
+from helpers.team_repo import tool_env
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.team_repo import set_tp
 
 from lmspec.compiler.build.compare import arrow, format_value, key_numbers
 from lmspec.compiler.cli.init import STARTER_SPEC
-from tests.workflow.repo_helpers import set_tp
 
 SPEC_ARG = f"specs/{STARTER_SPEC}.yaml"
 

@@ -6,11 +6,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers.doc_runner import matches, run_tutorial, steps
+from helpers.paths import ROOT
+from helpers.team_repo import tool_env
 
-from tests.workflow.doc_runner import matches, run_tutorial, steps
-from tests.workflow.repo_helpers import tool_env
-
-DOCS = sorted((Path(__file__).resolve().parents[2] / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
 def test_docs_exist_and_have_commands() -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
+from helpers.team_repo import VENV_BIN, set_tp
 
 from lmspec.compiler.cli.init import STARTER_SPEC
-from tests.workflow.repo_helpers import VENV_BIN, set_tp
 
-ROOT = Path(__file__).resolve().parents[2]
 PRE_COMMIT = VENV_BIN / "pre-commit"
 pytestmark = [
     pytest.mark.slow,

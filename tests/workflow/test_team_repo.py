@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import yaml
+from helpers.paths import ROOT
+from helpers.team_repo import VENV_BIN, set_tp
 
 from lmspec.compiler.cli.init import STARTER_SPEC, scaffold_files
-from tests.workflow.repo_helpers import VENV_BIN, set_tp
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC_ARG = f"specs/{STARTER_SPEC}.yaml"
 
 

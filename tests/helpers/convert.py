@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
+from helpers.build import compile_build
+from helpers.cli import LMSPEC
+from helpers.ports import free_port
+from helpers.processes import run_in_group
+
 TRAIN_TIMEOUT_S = 300
 STEP_TIMEOUT_S = 240
 TRAIN_STEPS = 3
@@ -29,29 +30,16 @@ TRAIN_STEPS = 3
 MOE_TP2_EP2 = ["parallel.tp=2", "parallel.sequence_parallel=true"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _one_thread() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def run(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """Run in its own process group; on timeout kill the group and fail."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"timed out after {timeout_s} s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_in_group(cmd, cwd=cwd, timeout_s=timeout_s, env=_one_thread())
 
 
 def lmspec(*args: str, cwd: Path, timeout_s: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return run([PYTHON, "-c", "from lmspec.compiler.cli.main import main; main()", *args], cwd, timeout_s)
+    return run([LMSPEC, *args], cwd, timeout_s)
 
 
 @dataclass(frozen=True)
@@ -65,31 +53,24 @@ class Trained:
         return self.workdir / "runs" / self.name / "hf"
 
 
-def compile_build(workdir: Path, name: str, overrides: list[str], spec: str | None = None) -> Path:
-    args = [
-        "compile",
-        *(["--spec", spec] if spec else []),
-        *overrides,
-        f"name={name}",
-        f"cluster.master_port={free_port()}",
-        "-o",
-        "build",
-    ]
-    result = lmspec(*args, cwd=workdir)
-    assert result.returncode == 0, result.stderr
-    return Path("build") / name
+def compile_run_build(workdir: Path, name: str, overrides: list[str], spec: str | None = None) -> Path:
+    """workdir/build/<name> with its own master port; returned relative to workdir, as `lmspec run` takes it."""
+    compiled = compile_build(
+        workdir / "build", [*overrides, f"name={name}", f"cluster.master_port={free_port()}"], spec
+    )
+    return compiled.dir.relative_to(workdir)
 
 
 def train(workdir: Path, name: str, overrides: list[str], spec: str | None = None) -> Trained:
     steps = [f"train.steps={TRAIN_STEPS}", f"train.checkpoint.interval={TRAIN_STEPS}"]
-    build = compile_build(workdir, name, [*steps, *overrides], spec)
+    build = compile_run_build(workdir, name, [*steps, *overrides], spec)
     result = lmspec("run", str(build), cwd=workdir, timeout_s=TRAIN_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-4000:]
     return Trained(workdir, build, name)
 
 
 def verify_report(trained: Trained, hf_dir: Path | None = None) -> tuple[int, dict, str]:
-    cmd = [PYTHON, "-m", "lmspec.runtime.verify", str(trained.build)] + ([str(hf_dir)] if hf_dir else [])
+    cmd = [sys.executable, "-m", "lmspec.runtime.verify", str(trained.build)] + ([str(hf_dir)] if hf_dir else [])
     result = run(cmd, trained.workdir)
     out = result.stdout
     report = json.loads(out[out.index("{\n") : out.rindex("}") + 1]) if "{\n" in out else {}
@@ -115,7 +96,7 @@ def peak_rss_bytes(cmd: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S)
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=_one_thread(),
     )
     timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
     timer.start()

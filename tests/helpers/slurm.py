@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from helpers.ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
 MUNGE_KEY_BYTES = 1024
@@ -29,12 +30,6 @@ def slurm_missing_reason() -> str | None:
             f"Slurm not installed ({', '.join(missing)} missing): apt-get install slurmctld slurmd slurm-client munge"
         )
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalSlurm:
@@ -55,8 +50,8 @@ class LocalSlurm:
                     f"SlurmctldHost={host}(127.0.0.1)",
                     "SlurmUser=root",
                     "SlurmdUser=root",
-                    f"SlurmctldPort={_free_port()}",
-                    f"SlurmdPort={_free_port()}",
+                    f"SlurmctldPort={free_port()}",
+                    f"SlurmdPort={free_port()}",
                     "AuthType=auth/munge",
                     f"AuthInfo=socket={sock}",
                     f"StateSaveLocation={r}/state",

@@ -1,6 +1,6 @@
 """Exact before/after states of directories: proof that nothing else was touched.
 
-Imported by the tests in tests/hostile as `from tree_state import snapshot`.
+Imported as `from helpers.tree import snapshot`.
 """
 
 from __future__ import annotations
