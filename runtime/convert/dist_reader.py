@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lmspec.compiler.models.units import DTYPE_BYTES
 from lmspec.runtime.convert.dist_metadata import StorageInfo, read_metadata
-from lmspec.runtime.dtypes import DTYPE_BYTES, dtype_name, torch_dtype
+from lmspec.runtime.dtypes import dtype_name, torch_dtype
 
 if TYPE_CHECKING:
     import torch

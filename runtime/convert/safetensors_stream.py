@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lmspec.runtime.dtypes import DTYPE_BYTES, dtype_name
+from lmspec.compiler.models.units import DTYPE_BYTES
+from lmspec.runtime.dtypes import dtype_name
 
 log = logging.getLogger(__name__)
 _NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
