@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ MIB_BYTES = 1 << 20
 MAX_DIGITS = 18  # every number of up to 18 digits fits an int64 (a step column)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StepMetrics:
     """One logged step (or one logging interval, as Megatron averages over it); every field but the step is
     optional, as no format states them all."""
@@ -87,26 +88,19 @@ class StepMetrics:
         """The record of a `to_text` line (the inverse, to the precision the line prints); None for any other line."""
         if not text.startswith("step "):
             return None
-        head, *rest = text.rstrip().split(" | ")
-        digits = head[len("step ") :].lstrip(" ")
-        if not (digits.isascii() and digits.isdigit()) or (step := digits_int(digits)) is None:
+        match = _TEXT_LINE.fullmatch(text.rstrip())
+        if match is None:
+            return None
+        step = digits_int(match.group(1))
+        if step is None:
             return None
         values: dict[str, int | float | None] = {}
-        at = 0
-        for piece in rest:
-            while at < len(_TEXT_PARTS) and not _TEXT_PARTS[at].holds(piece):
-                at += 1
-            if at == len(_TEXT_PARTS):
-                return None  # not a part the line has, or out of order
-            part = _TEXT_PARTS[at]
-            shown = piece[len(part.prefix) : len(piece) - len(part.suffix)]
-            if not shown or shown != shown.strip():
-                return None
-            try:  # what float() refuses ("1.2.3") is no number the line prints
-                values[part.field] = part.read(shown)
-            except (ValueError, OverflowError):
-                return None
-            at += 1
+        for part, shown in zip(_TEXT_PARTS, match.groups()[1:], strict=True):
+            if shown is not None:
+                try:  # what float() refuses ("1.2.3") is no number the line prints
+                    values[part.field] = part.read(shown)
+                except (ValueError, OverflowError):
+                    return None
         return cls(step=step, line=line, **values)  # type: ignore[arg-type]
 
 
@@ -120,12 +114,9 @@ class _TextPart:
     show: Callable[[float], str]
     read: Callable[[str], float | int | None]
 
-    def holds(self, piece: str) -> bool:
-        return (
-            piece.startswith(self.prefix)
-            and piece.endswith(self.suffix)
-            and len(piece) > len(self.prefix + self.suffix)
-        )
+    def pattern(self) -> str:
+        """The part as `from_text` matches it, optional: its value is what `show` prints, no space in it."""
+        return rf"(?: \| {re.escape(self.prefix)}(\S+){re.escape(self.suffix)})?"
 
 
 def _grouped(text: str) -> float:
@@ -148,6 +139,9 @@ _TEXT_PARTS: tuple[_TextPart, ...] = (
         lambda t: finite_int(_grouped(t) * MIB_BYTES),
     ),
 )
+
+# what to_text writes, each part optional but in order (the step padded to 6 characters)
+_TEXT_LINE = re.compile(r"step +([0-9]+)" + "".join(part.pattern() for part in _TEXT_PARTS))
 
 # The fields a log may state, apart from the step and where it was found: also the names a `--regex` may capture.
 METRIC_FIELDS: tuple[str, ...] = tuple(
