@@ -4,6 +4,7 @@ written again byte for byte."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -161,3 +162,14 @@ def test_filled_from_keeps_the_first_value_of_each_field() -> None:
     first = StepMetrics(step=4, line=2, lr=1e-3)
     merged = first.filled_from(StepMetrics(step=4, line=9, lr=2e-3, samples_per_s=8.0))
     assert (merged.line, merged.lr, merged.samples_per_s) == (2, 1e-3, 8.0)
+
+
+def test_of_builds_what_init_builds() -> None:
+    """The readers' constructor (no per-field frozen setattr) gives the same record, still frozen."""
+    for record in _records(200, METRIC_FIELDS, seed=3):
+        values = {f: getattr(record, f) for f in METRIC_FIELDS if getattr(record, f) is not None}
+        built = StepMetrics.of(record.step, 5, values)
+        assert built.to_json() == record.to_json() and built.line == 5
+        assert repr(built) == repr(dataclasses.replace(record, line=5))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.loss = 1.0  # type: ignore[misc]

@@ -72,7 +72,7 @@ def parse_megatron_line(text: str, lineno: int) -> StepMetrics | None:
                 continue
             number = count
         values[target[0]] = number
-    return StepMetrics(step=step, line=lineno, **values)  # type: ignore[arg-type]
+    return StepMetrics.of(step, lineno, values)
 
 
 def parse_megatron_memory(text: str) -> int | None:

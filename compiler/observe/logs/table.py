@@ -226,7 +226,7 @@ class StepTable:
             for name in values:
                 if (row, name) in odd:
                     values[name] = odd[(row, name)]
-        return StepMetrics(step=self._steps[row], line=self._lines[row], **values)
+        return StepMetrics.of(self._steps[row], self._lines[row], values)
 
     def records(self) -> Iterator[StepMetrics]:
         """Every kept step, in step order, as a fresh StepMetrics."""

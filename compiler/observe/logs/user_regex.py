@@ -41,4 +41,4 @@ def parse_user_line(pattern: re.Pattern[str], text: str, lineno: int, ordinal: i
             values.setdefault("step_time_s", values.pop("step_time_ms") / 1000)
     except (ValueError, OverflowError):  # not a number, or inf/NaN for a count
         return None
-    return StepMetrics(step=step, line=lineno, **values)  # type: ignore[arg-type]
+    return StepMetrics.of(step, lineno, values)
