@@ -168,7 +168,15 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     stop = StopRequest()
     stop.install()
     log = MetricsLog(
-        spec, Path(run_dir(spec)), dist.get_world_size(), rank0, spec.train.steps, step, fresh_run=path is None
+        spec,
+        Path(run_dir(spec)),
+        dist.get_world_size(),
+        rank0,
+        spec.train.steps,
+        step,
+        fresh_run=path is None,
+        tokens_per_step=plan["batch"]["tokens_per_step"],
+        flops_per_token=plan["flops"]["per_token"],
     )
     global_batch = spec.train.global_batch_size
     try:

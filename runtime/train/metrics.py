@@ -1,26 +1,26 @@
 """One structured metrics line every `train.log_interval` steps, and the NaN/Inf stop.
 
 Fields: step, loss, lr, grad_norm, tokens_per_s, step_time_s, mfu, peak_memory_bytes
-(CUDA max allocated on GPU, this process's peak RSS on CPU). MFU uses the FLOPs
-model (`lmspec.compiler.models.flops`: model FLOPs per token, no recompute) against
-`hardware.gpu.bf16_tflops` per rank. Rank 0 prints a human line on stdout and
-appends JSON lines to `<run dir>/metrics.jsonl`; on a terminal a progress bar
-(rich) shows the step.
+(CUDA max allocated on GPU, this process's peak RSS on CPU), one StepMetrics
+(compiler/observe/metrics_record.py, which `lmspec logs` reads back). Tokens per step and
+model FLOPs per token (no recompute) are the Plan's, never derived here again; MFU is
+`lmspec.compiler.models.flops.mfu` of them against `hardware.gpu.bf16_tflops` per rank.
+Rank 0 prints the record's human line on stdout and appends its JSON line to
+`<run dir>/metrics.jsonl`; on a terminal a progress bar (rich) shows the step.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import resource
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from lmspec.compiler.models.flops import mfu, model_flops_per_token
+from lmspec.compiler.models.flops import mfu
+from lmspec.compiler.observe.metrics_record import StepMetrics
 from lmspec.compiler.spec.sections import Spec
 
 _KIB = 1024
@@ -28,18 +28,6 @@ _KIB = 1024
 
 class NonFiniteLoss(RuntimeError):
     """The loss became NaN or Inf: stop, and say which spec keys to change."""
-
-
-@dataclass(frozen=True)
-class StepMetrics:
-    step: int
-    loss: float
-    lr: float
-    grad_norm: float
-    tokens_per_s: float
-    step_time_s: float
-    mfu: float
-    peak_memory_bytes: int
 
 
 def peak_memory_bytes() -> int:
@@ -72,7 +60,8 @@ def _retire(path: Path) -> None:
 
 
 class MetricsLog:
-    """Collects per-step numbers; writes every `log_interval` steps on rank 0."""
+    """Measures each step; writes every `log_interval` steps on rank 0. `tokens_per_step` and
+    `flops_per_token` are the Plan's (plan.json batch.tokens_per_step, flops.per_token)."""
 
     def __init__(
         self,
@@ -82,15 +71,17 @@ class MetricsLog:
         is_rank0: bool,
         total_steps: int,
         first_step: int,
+        *,
+        tokens_per_step: int,
+        flops_per_token: float,
         fresh_run: bool = False,
     ) -> None:
         self.spec = spec
         self.is_rank0 = is_rank0
         self.world_size = world_size
-        self.tokens_per_step = spec.train.global_batch_size * spec.train.seq_length
-        self.flops_per_token = model_flops_per_token(spec.model, spec.train.seq_length)
+        self.tokens_per_step = tokens_per_step
+        self.flops_per_token = flops_per_token
         self.path = run_dir / "metrics.jsonl"
-        self.history: list[StepMetrics] = []
         self._progress = None
         if is_rank0:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +107,6 @@ class MetricsLog:
             mfu=mfu(tokens_per_s, self.flops_per_token, self.world_size, self.spec.hardware.gpu.bf16_tflops),
             peak_memory_bytes=peak_memory_bytes(),
         )
-        self.history.append(entry)
         if self._progress is not None:
             self._progress.update(self._task, completed=step)
         if self.is_rank0 and step % self.spec.train.log_interval == 0:
@@ -124,17 +114,13 @@ class MetricsLog:
         return entry
 
     def _write(self, m: StepMetrics) -> None:
-        line = (
-            f"step {m.step:>6} | loss {m.loss:.4f} | lr {m.lr:.3e} | grad_norm {m.grad_norm:.3f} | "
-            f"{m.tokens_per_s:,.0f} tokens/s | {m.step_time_s * 1000:.0f} ms/step | "
-            f"MFU {m.mfu * 100:.2f}% | peak mem {m.peak_memory_bytes / 2**20:,.0f} MiB"
-        )
+        line = m.to_text()
         if self._progress is not None:
             self._progress.console.print(line)
         else:
             print(line, flush=True)
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(asdict(m), sort_keys=True) + "\n")
+            fh.write(m.to_json() + "\n")
 
     def close(self) -> None:
         if self._progress is not None:

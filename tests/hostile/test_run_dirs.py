@@ -365,13 +365,14 @@ def test_a_fresh_run_starts_its_own_metrics_file(tmp_path: Path) -> None:
     to metrics.previous-<n>.jsonl, never appended to or deleted. A resumed run appends."""
     from lmspec.runtime.train.metrics import MetricsLog
 
-    spec = make_plan([]).spec
+    plan = make_plan([])
+    spec, numbers = plan.spec, {"tokens_per_step": plan.batch.tokens_per_step, "flops_per_token": plan.flops.per_token}
     (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')
     (tmp_path / "metrics.previous-1.jsonl").write_text('{"step": 5}\n')
-    MetricsLog(spec, tmp_path, 2, True, 30, 0, fresh_run=True).close()
+    MetricsLog(spec, tmp_path, 2, True, 30, 0, fresh_run=True, **numbers).close()
     assert not (tmp_path / "metrics.jsonl").exists()
     assert (tmp_path / "metrics.previous-1.jsonl").read_text() == '{"step": 5}\n'
     assert (tmp_path / "metrics.previous-2.jsonl").read_text() == '{"step": 10}\n'
     (tmp_path / "metrics.jsonl").write_text('{"step": 20}\n')
-    MetricsLog(spec, tmp_path, 2, True, 30, 20, fresh_run=False).close()
+    MetricsLog(spec, tmp_path, 2, True, 30, 20, fresh_run=False, **numbers).close()
     assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 20}\n'

@@ -8,13 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers.cli import LMSPEC
 from helpers.processes import run_in_group
 
-from lmspec.compiler.models.flops import mfu, model_flops_per_token
-from lmspec.compiler.spec.sections import Spec
-from lmspec.compiler.spec.typed import from_dict
+from lmspec.compiler.models.flops import mfu
+from lmspec.compiler.observe.logs.launcher import strip_prefix
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 RUN_TIMEOUT_S = 300
 
@@ -30,8 +29,12 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     trained = _run([LMSPEC, "run", "build/tiny"], tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     (tmp_path / "train.out").write_text(trained.stdout)
-    rows = [json.loads(line) for line in (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()]
+    jsonl = (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in jsonl]
     assert [r["step"] for r in rows] == [5, 10]
+    # one record, two lines: what rank 0 printed is the text of what it wrote to metrics.jsonl
+    printed = [line for line in map(strip_prefix, trained.stdout.splitlines()) if line.startswith("step ")]
+    assert printed == [StepMetrics.from_json(line).to_text() for line in jsonl]  # type: ignore[union-attr]
 
     report = _run(
         [
@@ -51,14 +54,15 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     )
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
-    spec = from_dict(Spec, yaml.safe_load((tmp_path / "build/tiny/spec.resolved.yaml").read_text()))
-    per_token = model_flops_per_token(spec.model, spec.train.seq_length)
-    tokens = [spec.train.global_batch_size * spec.train.seq_length / r["step_time_s"] for r in rows]
+    plan = json.loads((tmp_path / "build/tiny/plan.json").read_text())
+    tokens = [plan["batch"]["tokens_per_step"] / r["step_time_s"] for r in rows]
     assert data["metrics"]["tokens_per_s"]["mean"] == pytest.approx(sum(tokens) / len(tokens))
-    # the runtime's own MFU (same FLOPs model, its own clock) agrees with the one lmspec logs computes
-    expected = [mfu(t, per_token, 2, spec.hardware.gpu.bf16_tflops) for t in tokens]
+    # the runtime's own MFU (the Plan's tokens per step and FLOPs per token, its own clock) is the one lmspec
+    # logs computes from the same Plan
+    flops = plan["flops"]
+    expected = [mfu(t, flops["per_token"], flops["n_gpus"], flops["peak_tflops_per_gpu"]) for t in tokens]
     assert data["metrics"]["mfu"]["mean"] == pytest.approx(sum(expected) / len(expected))
-    assert [r["mfu"] for r in rows] == pytest.approx(expected, rel=1e-6)
+    assert [r["mfu"] for r in rows] == pytest.approx(expected, rel=1e-12)
     assert data["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in rows)
     assert (tmp_path / "runs/tiny/metrics.png").stat().st_size > 0
 

@@ -5,6 +5,7 @@ log, and the same verdicts with a million noise lines inserted."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import random
@@ -19,9 +20,9 @@ from helpers.paths import LOG_DATA, ROOT
 
 from lmspec.compiler.observe.logs import reader, table
 from lmspec.compiler.observe.logs.reader import LogFile
-from lmspec.compiler.observe.logs.records import NUMERIC_FIELDS, StepRecord
 from lmspec.compiler.observe.logs.scout import Needle, Scout
 from lmspec.compiler.observe.logs.table import StepTable
+from lmspec.compiler.observe.metrics_record import INT_FIELDS, METRIC_FIELDS, StepMetrics
 
 _MEASURE = """
 import json, resource, subprocess, sys
@@ -87,35 +88,34 @@ def test_scout_finds_every_line_holding_a_needle(tmp_path: Path, monkeypatch: py
     assert seen > 10_000
 
 
-def _reference(records: list[StepRecord]) -> list[StepRecord]:
+def _reference(records: list[StepMetrics]) -> list[StepMetrics]:
     """parse_lines' merge before the table: a dict by step, the first record of a step kept."""
-    by_step: dict[int, StepRecord] = {}
+    by_step: dict[int, StepMetrics] = {}
     for record in records:
         if record.step in by_step:
-            by_step[record.step].merge(record)
+            by_step[record.step] = by_step[record.step].filled_from(record)
         else:
-            by_step[record.step] = StepRecord(**{f: getattr(record, f) for f in ("step", "line", *NUMERIC_FIELDS)})
+            by_step[record.step] = record
     return [by_step[step] for step in sorted(by_step)]
 
 
-def _records(rng: random.Random, steps: list[int]) -> list[StepRecord]:
+def _records(rng: random.Random, steps: list[int]) -> list[StepMetrics]:
     records = []
     for line, step in enumerate(steps, start=1):
-        record = StepRecord(step=step, line=line)
-        for name in rng.sample(NUMERIC_FIELDS, rng.randrange(len(NUMERIC_FIELDS))):
-            if name in table.INT_FIELDS:
-                value = rng.choice([rng.randrange(10**6), 10**30, float("nan")])
+        values: dict[str, int | float] = {}
+        for name in rng.sample(METRIC_FIELDS, rng.randrange(len(METRIC_FIELDS))):
+            if name in INT_FIELDS:
+                values[name] = rng.choice([rng.randrange(10**6), 10**30])
             else:
-                value = rng.choice([rng.random(), float("inf"), float("nan"), -0.0])
-            setattr(record, name, value)
-        records.append(record)
+                values[name] = rng.choice([rng.random(), float("inf"), float("nan"), -0.0])
+        records.append(StepMetrics(step=step, line=line, **values))  # type: ignore[arg-type]
     return records
 
 
-def _same(a: StepRecord, b: StepRecord) -> bool:
+def _same(a: StepMetrics, b: StepMetrics) -> bool:
     return all(
         x == y or (x != x and y != y)
-        for x, y in ((getattr(a, f), getattr(b, f)) for f in ("step", "line", *NUMERIC_FIELDS))
+        for x, y in ((getattr(a, f), getattr(b, f)) for f in ("step", "line", *METRIC_FIELDS))
     )
 
 
@@ -142,10 +142,10 @@ def test_table_past_its_bound_keeps_every_kth_step_and_exact_counts(monkeypatch:
     monkeypatch.setattr(table, "MAX_EXACT_STEPS", 64)
     rng = random.Random(13)
     steps = [s for s in range(1, 1001) for _ in range(rng.choice([1, 2]))]
-    records = _records(rng, steps)
-    for record in records:
-        record.loss = float(record.step)
-        record.peak_memory_bytes = record.step if record.step != 333 else 10**6
+    records = [
+        dataclasses.replace(r, loss=float(r.step), peak_memory_bytes=r.step if r.step != 333 else 10**6)
+        for r in _records(rng, steps)
+    ]
     t = StepTable(count_above=10)
     for record in records:
         t.add(record)
@@ -164,7 +164,7 @@ def test_thinning_that_leaves_no_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(table, "MAX_EXACT_STEPS", 8)
     t = StepTable()
     for step in [*range(1, 40, 2), 20, 2, 40]:
-        t.add(StepRecord(step=step, loss=1.0))
+        t.add(StepMetrics(step=step, loss=1.0))
     assert t.stride == 2 and [r.step for r in t.records()] == [2, 20, 40] and t.distinct == 23
 
 

@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 from helpers.build import compile_build
 
+from lmspec.compiler.models.flops import mfu
+from lmspec.compiler.observe.metrics_record import StepMetrics
 from lmspec.runtime.train.loop import load_build, lr_at, main
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
+
+RUNTIME_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu", "peak_memory_bytes")
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +47,22 @@ def test_lr_schedule_warmup_then_cosine_to_min(tiny_build: Path) -> None:
     assert opt.min_lr < mid < opt.lr
 
 
+def _metrics_log(build: Path, run_dir: Path) -> MetricsLog:
+    spec, plan = load_build(build)
+    return MetricsLog(
+        spec,
+        run_dir,
+        world_size=2,
+        is_rank0=True,
+        total_steps=30,
+        first_step=0,
+        tokens_per_step=plan["batch"]["tokens_per_step"],
+        flops_per_token=plan["flops"]["per_token"],
+    )
+
+
 def test_nan_loss_stops_naming_step_and_keys(tiny_build: Path, tmp_path: Path) -> None:
-    spec, _ = load_build(tiny_build)
-    log = MetricsLog(spec, tmp_path / "run", world_size=2, is_rank0=True, total_steps=30, first_step=0)
+    log = _metrics_log(tiny_build, tmp_path / "run")
     log.record(1, 6.2, 1e-3, 1.0, 0.5)
     with pytest.raises(NonFiniteLoss) as info:
         log.record(2, math.nan, 1e-3, 1.0, 0.5)
@@ -55,12 +72,20 @@ def test_nan_loss_stops_naming_step_and_keys(tiny_build: Path, tmp_path: Path) -
 
 
 def test_metrics_line_every_log_interval(tiny_build: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec, _ = load_build(tiny_build)
-    log = MetricsLog(spec, tmp_path / "run", world_size=2, is_rank0=True, total_steps=30, first_step=0)
+    """Every log_interval steps one record, written twice: its JSON line and its stdout line, from the Plan's
+    tokens per step and FLOPs per token."""
+    _, plan = load_build(tiny_build)
+    log = _metrics_log(tiny_build, tmp_path / "run")
     for step in range(1, 5):
         log.record(step, 5.0 - step, 1e-3, 0.9, 0.25)
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
     assert [r["step"] for r in rows] == [2, 4]
-    assert rows[0]["tokens_per_s"] == pytest.approx(16 * 128 / 0.25)
-    assert 0 < rows[0]["mfu"] < 1 and rows[0]["peak_memory_bytes"] > 0
-    assert "step      4 | loss 1.0000" in capsys.readouterr().out
+    assert all(list(r) == sorted(RUNTIME_FIELDS) for r in rows)  # keys sorted, as metrics.jsonl always had them
+    assert rows[0]["tokens_per_s"] == plan["batch"]["tokens_per_step"] / 0.25
+    flops = plan["flops"]
+    assert rows[0]["mfu"] == mfu(rows[0]["tokens_per_s"], flops["per_token"], 2, flops["peak_tflops_per_gpu"])
+    assert rows[0]["peak_memory_bytes"] > 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [StepMetrics.from_json(line).to_text() for line in lines]  # type: ignore[union-attr]
+    assert printed[1].startswith("step      4 | loss 1.0000 | lr 1.000e-03 | grad_norm 0.900 | 8,192 tokens/s | ")

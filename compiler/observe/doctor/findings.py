@@ -12,8 +12,8 @@ from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.observe.logs.launcher import strip_prefix
 from lmspec.compiler.observe.logs.reader import LogFile, MemoryLog
-from lmspec.compiler.observe.logs.records import StepRecord
 from lmspec.compiler.observe.logs.scout import Needle, Scout
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 MAX_EVIDENCE_LINES = 4  # per pattern: enough to see ranks and values, not a whole log
 _MAX_LINE_CHARS = 240
@@ -281,7 +281,7 @@ class LogText:
                 last = match or last
         return last
 
-    def steps(self) -> Iterator[StepRecord]:
+    def steps(self) -> Iterator[StepMetrics]:
         """The log's steps as `lmspec logs` reads them: reads the log again."""
         from lmspec.compiler.observe.logs.parse import parse_source
 

@@ -15,7 +15,7 @@ import re
 
 from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
-from lmspec.compiler.observe.logs.records import digits_int
+from lmspec.compiler.observe.metrics_record import digits_int
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"

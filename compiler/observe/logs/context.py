@@ -1,12 +1,13 @@
 """The job a log came from: its spec and derived numbers, from a build directory or from flags.
 
-Model FLOPs, GPU count and peak come from here, never from the log, so MFU uses the
-same numbers as the Plan that launched the run.
+Model FLOPs, tokens per step, GPU count and peak come from here, never from the log, and are the
+Plan's own numbers (plan.json), never derived again, so MFU uses what launched the run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,23 @@ class RunContext:
     def seq_length(self) -> int:
         return self.spec.train.seq_length
 
-    @property
-    def global_batch_size(self) -> int:
-        return self.spec.train.global_batch_size
+    @cached_property
+    def tokens_per_step(self) -> int:
+        return int(self.derived["batch"]["tokens_per_step"])
 
-    @property
+    @cached_property
+    def flops_per_token(self) -> float:
+        """Model FLOPs per token (forward + backward): MFU's numerator."""
+        return float(self.derived["flops"]["per_token"])
+
+    @cached_property
+    def hardware_flops_per_token(self) -> float:
+        """Model FLOPs plus the forward work recompute repeats: HFU's numerator."""
+        return float(self.derived["flops"]["hardware_per_token"])
+
+    @cached_property
     def peak_tflops_per_gpu(self) -> float:
-        return self.spec.hardware.gpu.bf16_tflops
+        return float(self.derived["flops"]["peak_tflops_per_gpu"])
 
 
 def load_build(build_dir: Path) -> RunContext:

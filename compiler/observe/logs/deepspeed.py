@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.logs.records import StepRecord, digits_int, finite_int
+from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, finite_int
 
 _STEP = re.compile(r"\[Rank -?\d+\] step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 _THROUGHPUT = re.compile(
@@ -26,21 +26,21 @@ _GIB_BYTES = 1024**3
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def parse_deepspeed_line(text: str, lineno: int) -> StepRecord | None:
+def parse_deepspeed_line(text: str, lineno: int) -> StepMetrics | None:
     if "step=" not in text:  # both line kinds carry it; most lines of a big log do not
         return None
     match = _STEP.search(text)
     if match:
         step = digits_int(match.group(1))
         lr = _NUMBER.search(match.group(3))
-        return None if step is None else StepRecord(step=step, line=lineno, lr=float(lr.group(0)) if lr else None)
+        return None if step is None else StepMetrics(step=step, line=lineno, lr=float(lr.group(0)) if lr else None)
     match = _THROUGHPUT.search(text)
     if match:
         step = digits_int(match.group(1))
         if step is None:
             return None
         try:  # the format's [^,]+ and [\d.]+ also take what is not a number ("1.2.3")
-            return StepRecord(
+            return StepMetrics(
                 step=step,
                 line=lineno,
                 samples_per_s=float(match.group(3)),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.logs.records import StepRecord, digits_int, finite_int
+from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, finite_int
 
 _ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank \d+\] \(after \d+ iterations\) memory \(MB\) \|(.*)$")
@@ -44,7 +44,7 @@ def _fields(rest: str) -> dict[str, str]:
     return pairs
 
 
-def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
+def parse_megatron_line(text: str, lineno: int) -> StepMetrics | None:
     # _ITERATION.search(text), tried only where "iteration" starts (its leading \b makes search()
     # try every position of the line: 30 us for a Megatron line, against 1 us)
     at = text.find("iteration")
@@ -57,7 +57,7 @@ def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
     step = digits_int(match.group(1))
     if step is None:
         return None
-    record = StepRecord(step=step, line=lineno)
+    values: dict[str, float | int] = {}
     for name, value in _fields(match.group(2)).items():
         target = _FIELDS.get(name)
         if target is None:
@@ -71,8 +71,8 @@ def parse_megatron_line(text: str, lineno: int) -> StepRecord | None:
             if count is None:
                 continue
             number = count
-        setattr(record, target[0], number)
-    return record
+        values[target[0]] = number
+    return StepMetrics.of(step, lineno, values)
 
 
 def parse_megatron_memory(text: str) -> int | None:

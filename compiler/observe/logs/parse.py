@@ -14,17 +14,16 @@ import numpy as np
 
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.deepspeed import parse_deepspeed_line
-from lmspec.compiler.observe.logs.jsonl import parse_jsonl_line
 from lmspec.compiler.observe.logs.launcher import strip_prefix
-from lmspec.compiler.observe.logs.lmspec_text import parse_lmspec_line
 from lmspec.compiler.observe.logs.megatron import parse_megatron_line, parse_megatron_memory
 from lmspec.compiler.observe.logs.reader import MAX_LINE_BYTES, Block, LogFile, MemoryLog
-from lmspec.compiler.observe.logs.records import ParsedLog, StepRecord
+from lmspec.compiler.observe.logs.records import ParsedLog
 from lmspec.compiler.observe.logs.scout import Needle, Scout
 from lmspec.compiler.observe.logs.settings import parse_setting
 from lmspec.compiler.observe.logs.stats import DEFAULT_WARMUP_STEPS
 from lmspec.compiler.observe.logs.table import StepTable
 from lmspec.compiler.observe.logs.user_regex import compile_user_regex, parse_user_line
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 METRICS_FILE = "metrics.jsonl"
 # What a run directory may hold, in the order looked for.
@@ -75,7 +74,7 @@ class LogParser:
                 self._regex_line(block.first_line + i, strip_prefix(line))
             return
         assert self._scout is not None
-        read = parse_jsonl_line if self.kind == "lmspec-jsonl" else None
+        read = StepMetrics.from_json if self.kind == "lmspec-jsonl" else None
         for i in self._scout.lines(block).tolist():
             text = strip_prefix(block.line(i))
             if read is not None:
@@ -105,7 +104,7 @@ class LogParser:
         if record is None:
             record, kind = parse_deepspeed_line(text, lineno), "deepspeed"
         if record is None:
-            record, kind = parse_lmspec_line(text, lineno), "lmspec-stdout"
+            record, kind = StepMetrics.from_text(text, lineno), "lmspec-stdout"
         peak = parse_megatron_memory(text)
         if peak is not None:
             self.log.peak_memory_bytes = max(peak, self.log.peak_memory_bytes or 0)
@@ -115,7 +114,7 @@ class LogParser:
             self.log.settings.setdefault(*setting)
         self._add(record, kind)
 
-    def _add(self, record: StepRecord | None, kind: str) -> None:
+    def _add(self, record: StepMetrics | None, kind: str) -> None:
         if record is not None:
             self.log.add_format(kind)
             self.log.table.add(record)

@@ -11,8 +11,8 @@ import numpy as np
 
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.context import RunContext
-from lmspec.compiler.observe.logs.records import StepRecord
-from lmspec.compiler.observe.logs.throughput import flops_per_token, rates_of
+from lmspec.compiler.observe.logs.throughput import rates_of
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 PLOT_SUFFIXES = (".png", ".svg")
 _LABELS = ("loss", "learning rate", "tokens/s", "MFU (%)")
@@ -33,13 +33,12 @@ class Panels:
             self.ys[label].append(value)
 
 
-def panels_of(records: Iterable[StepRecord], context: RunContext | None, log_seq_length: int | None) -> Panels:
-    flops = flops_per_token(context) if context is not None else None
+def panels_of(records: Iterable[StepMetrics], context: RunContext | None, log_seq_length: int | None) -> Panels:
     panels = Panels()
     for record in records:
         if panels.first_step is None:
             panels.first_step = record.step
-        rate = rates_of(record, context, log_seq_length, flops)
+        rate = rates_of(record, context, log_seq_length)
         panels.add("loss", record.step, record.loss)
         panels.add("learning rate", record.step, record.lr)
         panels.add("tokens/s", record.step, rate.tokens_per_s)

@@ -1,57 +1,16 @@
-"""What one logged step holds, whatever wrote it: every field is optional but the step."""
+"""One log's steps as read (each a StepMetrics, compiler/observe/metrics_record.py) and what else it told."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 if TYPE_CHECKING:
     from lmspec.compiler.observe.logs.table import StepTable
-
-MAX_DIGITS = 18  # every number of up to 18 digits fits an int64 (a step column)
-
-
-def digits_int(text: str) -> int | None:
-    """A regex's ``\\d+`` group as an int; None past MAX_DIGITS (no log counts that far, and
-    int() of a 5,000-digit run raises)."""
-    return int(text) if len(text) <= MAX_DIGITS else None
-
-
-def finite_int(value: float) -> int | None:
-    """int(value) for a finite value; None for NaN/inf (int() of them raises)."""
-    return int(value) if math.isfinite(value) else None
-
-
-@dataclass
-class StepRecord:
-    """One logged step (or one logging interval, as Megatron averages over it)."""
-
-    step: int
-    line: int = 0  # 1-based line number in the log, for evidence
-    loss: float | None = None
-    lr: float | None = None
-    grad_norm: float | None = None
-    step_time_s: float | None = None
-    tokens_per_s: float | None = None
-    samples_per_s: float | None = None
-    global_batch_size: int | None = None
-    mfu: float | None = None  # as the log states it (lmspec's runtime writes one)
-    tflops_per_gpu: float | None = None  # Megatron's own "throughput per GPU (TFLOP/s/GPU)"
-    peak_memory_bytes: int | None = None
-    loss_scale: float | None = None
-    nan_iterations: int | None = None
-
-    def merge(self, other: StepRecord) -> None:
-        """Fill this record's empty fields from another record of the same step."""
-        for f in fields(self):
-            if f.name not in ("step", "line") and getattr(self, f.name) is None:
-                setattr(self, f.name, getattr(other, f.name))
-
-
-# Field names a user regex may capture (plus step_time_ms, converted to seconds).
-NUMERIC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name not in ("step", "line"))
 
 
 @dataclass
@@ -75,13 +34,13 @@ class ParsedLog:
         if name not in self.formats:
             self.formats.append(name)
 
-    def records(self) -> Iterator[StepRecord]:
+    def records(self) -> Iterator[StepMetrics]:
+        settings = self.settings
         for record in self.table.records():
-            fill_batch(record, self.settings)
-            yield record
+            yield fill_batch(record, settings)
 
     @property
-    def steps(self) -> list[StepRecord]:
+    def steps(self) -> list[StepMetrics]:
         return list(self.records())
 
 
@@ -91,10 +50,13 @@ def _new_table() -> StepTable:
     return StepTable()
 
 
-def fill_batch(record: StepRecord, settings: dict[str, int]) -> None:
-    """The batch from the start-up settings when the step does not state it, and DeepSpeed's step
-    time: its CurrSamplesPerSec is train_batch_size / step time."""
-    if record.global_batch_size is None:
-        record.global_batch_size = settings.get("global_batch_size")
-    if record.step_time_s is None and record.samples_per_s and record.global_batch_size:
-        record.step_time_s = record.global_batch_size / record.samples_per_s
+def fill_batch(record: StepMetrics, settings: dict[str, int]) -> StepMetrics:
+    """The record with the batch from the start-up settings when the step does not state it, and DeepSpeed's
+    step time: its CurrSamplesPerSec is train_batch_size / step time."""
+    batch = record.global_batch_size
+    if batch is None and "global_batch_size" in settings:
+        batch = settings["global_batch_size"]
+        record = dataclasses.replace(record, global_batch_size=batch)
+    if record.step_time_s is None and record.samples_per_s and batch:
+        record = dataclasses.replace(record, step_time_s=batch / record.samples_per_s)
+    return record

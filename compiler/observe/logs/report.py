@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.observe.logs.records import ParsedLog
 from lmspec.compiler.observe.logs.stats import Summary, skips_warmup, summarize
-from lmspec.compiler.observe.logs.throughput import flops_per_token, rates_of, verdict
+from lmspec.compiler.observe.logs.throughput import rates_of, verdict
 
 _GIB_BYTES = 1024**3
 # the metrics of a report, in the order they are summarised (tokens_per_s_per_gpu with a job)
@@ -31,7 +31,7 @@ class LogReport:
     hardware_flops_per_token: float | None
     metrics: dict[str, Summary]
     last_loss: float | None
-    peak_memory_bytes: int | float | None  # a float where a log printed one (NaN too)
+    peak_memory_bytes: int | None
     gpu_memory_bytes: int | None
     verdict: str | None
     warnings: list[str]  # where the log's own start-up settings disagree with the job given
@@ -45,11 +45,10 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
     table = parsed.table
     applied = skips_warmup(table.max_step, warmup_steps)  # steady_steps' rule, over every step seen
     seq = parsed.settings.get("seq_length")
-    flops = flops_per_token(context) if context is not None else None
     series: dict[str, array] = {name: array("d") for name in _SERIES}
     appends = [series[name].append for name in _SERIES]
     used = 0
-    peak: int | float | None = None
+    peak: int | None = None
     last_loss: float | None = None
     last_loss_step: int | None = None
     for record in parsed.records():
@@ -60,7 +59,7 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
         if applied and record.step <= warmup_steps:
             continue
         used += 1
-        rate = rates_of(record, context, seq, flops)
+        rate = rates_of(record, context, seq)
         values = (  # in _SERIES order
             record.step_time_s,
             rate.tokens_per_s,
@@ -94,8 +93,8 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
         warmup_steps=warmup_steps,
         warmup_applied=applied,
         job=_job(context),
-        flops_per_token=flops.model if flops else None,
-        hardware_flops_per_token=flops.hardware if flops else None,
+        flops_per_token=context.flops_per_token if context else None,
+        hardware_flops_per_token=context.hardware_flops_per_token if context else None,
         metrics=metrics,
         last_loss=last_loss,
         peak_memory_bytes=peak,
@@ -131,7 +130,7 @@ def _job(context: RunContext | None) -> str | None:
     s = context.spec
     return (
         f"{s.model.name} on {context.n_gpus} x {s.hardware.gpu.name} "
-        f"({s.hardware.gpu.bf16_tflops:g} TFLOP/s bf16 peak), seq {s.train.seq_length}, "
+        f"({context.peak_tflops_per_gpu:g} TFLOP/s bf16 peak), seq {s.train.seq_length}, "
         f"global batch {s.train.global_batch_size}, recompute {s.train.recompute} [{context.origin}]"
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.logs.records import digits_int
+from lmspec.compiler.observe.metrics_record import digits_int
 
 # printed name -> lmspec's name for it
 _NAMES: dict[str, str] = {

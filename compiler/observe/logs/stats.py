@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lmspec.compiler.observe.logs.records import StepRecord
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 DEFAULT_WARMUP_STEPS = 10  # compile, allocator growth, first data loads: not steady state
 
@@ -50,7 +50,7 @@ def skips_warmup(largest_step: int | None, warmup_steps: int) -> bool:
     return largest_step is None or largest_step > warmup_steps
 
 
-def steady_steps(steps: Sequence[StepRecord], warmup_steps: int) -> tuple[list[StepRecord], bool]:
+def steady_steps(steps: Sequence[StepMetrics], warmup_steps: int) -> tuple[list[StepMetrics], bool]:
     """Steps after the first `warmup_steps`; all steps (and False) when none would remain."""
     if skips_warmup(max((s.step for s in steps), default=None), warmup_steps):
         return [s for s in steps if s.step > warmup_steps], True

@@ -26,13 +26,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from lmspec.compiler.observe.logs.records import NUMERIC_FIELDS, StepRecord
+from lmspec.compiler.observe.metrics_record import INT_FIELDS, METRIC_FIELDS, StepMetrics
 
 MAX_EXACT_STEPS = 1 << 19  # 524,288 steps: ~60 MB of columns for Megatron's 8 fields
 PENDING_STEPS = 1 << 14
-INT_FIELDS = frozenset(("global_batch_size", "peak_memory_bytes", "nan_iterations"))
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-_BIT = {name: 1 << i for i, name in enumerate(NUMERIC_FIELDS)}
+_BIT = {name: 1 << i for i, name in enumerate(METRIC_FIELDS)}
 
 
 class StepTable:
@@ -42,15 +41,15 @@ class StepTable:
         self.stride = 1
         self._steps = array("q")
         self._lines = array("q")
-        self._masks = array("H")  # bit i: field NUMERIC_FIELDS[i] is set in this row
+        self._masks = array("H")  # bit i: field METRIC_FIELDS[i] is set in this row
         self._columns: dict[str, array] = {}  # created when a field first appears
-        self._odd: dict[tuple[int, str], int | float] = {}  # int-field values an int64 cannot hold
-        self._pending: dict[int, StepRecord] = {}  # steps below the last one, not in the columns yet
+        self._odd: dict[tuple[int, str], int | float] = {}  # counts an int64 cannot hold
+        self._pending: dict[int, StepMetrics] = {}  # steps below the last one, not in the columns yet
         self._max_step: int | None = None
         # steps left out of a sample (stride > 1): counted, and what the report needs of every step
         self.dropped = 0
         self.dropped_above = 0
-        self.dropped_peak: int | float | None = None
+        self.dropped_peak: int | None = None
         self.dropped_last_loss: tuple[int, float] | None = None  # (step, loss) of the latest step with a loss
 
     @property
@@ -67,7 +66,7 @@ class StepTable:
         """Distinct steps seen, kept or not."""
         return len(self) + self.dropped
 
-    def add(self, record: StepRecord) -> None:
+    def add(self, record: StepMetrics) -> None:
         step = record.step
         if not _INT64[0] <= step <= _INT64[1]:
             return  # not a step number any log writes; an int64 column cannot hold it
@@ -92,19 +91,19 @@ class StepTable:
             if row < len(steps) and steps[row] == step:
                 self._fill(row, record)
             elif step in self._pending:
-                self._pending[step].merge(record)
+                self._pending[step] = self._pending[step].filled_from(record)
             else:
-                self._pending[step] = StepRecord(**{f: getattr(record, f) for f in ("step", "line", *NUMERIC_FIELDS)})
+                self._pending[step] = record
                 if len(self._pending) > PENDING_STEPS:
                     self._flush()
 
-    def _append(self, record: StepRecord) -> None:
+    def _append(self, record: StepMetrics) -> None:
         row = len(self._steps)
         self._steps.append(record.step)
         self._lines.append(record.line)
         mask = 0
         columns = self._columns
-        for name in NUMERIC_FIELDS:
+        for name in METRIC_FIELDS:
             value = getattr(record, name)
             column = columns.get(name)
             if value is None:
@@ -122,17 +121,17 @@ class StepTable:
 
     def _put(self, column: array, row: int, name: str, value: int | float, append: bool) -> None:
         if column.typecode == "q" and not (isinstance(value, int) and _INT64[0] <= value <= _INT64[1]):
-            self._odd[(row, name)] = value  # NaN/inf from metrics.jsonl, or a number past int64
+            self._odd[(row, name)] = value  # a count past int64
             value = 0
         if append:
             column.append(value)
         else:
             column[row] = value
 
-    def _fill(self, row: int, record: StepRecord) -> None:
+    def _fill(self, row: int, record: StepMetrics) -> None:
         """Fields the row does not have yet, from a later record of its step."""
         mask = self._masks[row]
-        for name in NUMERIC_FIELDS:
+        for name in METRIC_FIELDS:
             value = getattr(record, name)
             if value is None or mask & _BIT[name]:
                 continue
@@ -211,7 +210,7 @@ class StepTable:
                 self._columns[name] = kept(column, "<i8" if column.typecode == "q" else "<f8")
             self._odd = {(int(new_row[row]), name): v for (row, name), v in self._odd.items() if new_row[row] >= 0}
 
-    def _drop(self, record: StepRecord) -> None:
+    def _drop(self, record: StepMetrics) -> None:
         """What the report keeps of a step the sample leaves out: peak memory and the last loss."""
         peak = record.peak_memory_bytes
         if peak is not None and (self.dropped_peak is None or peak > self.dropped_peak):
@@ -219,7 +218,7 @@ class StepTable:
         if record.loss is not None and (self.dropped_last_loss is None or record.step > self.dropped_last_loss[0]):
             self.dropped_last_loss = (record.step, record.loss)
 
-    def _record(self, row: int) -> StepRecord:
+    def _record(self, row: int) -> StepMetrics:
         mask = self._masks[row]
         odd = self._odd
         values = {name: column[row] for name, column in self._columns.items() if mask & _BIT[name]}
@@ -227,10 +226,10 @@ class StepTable:
             for name in values:
                 if (row, name) in odd:
                     values[name] = odd[(row, name)]
-        return StepRecord(step=self._steps[row], line=self._lines[row], **values)
+        return StepMetrics.of(self._steps[row], self._lines[row], values)
 
-    def records(self) -> Iterator[StepRecord]:
-        """Every kept step, in step order, as a fresh StepRecord."""
+    def records(self) -> Iterator[StepMetrics]:
+        """Every kept step, in step order, as a fresh StepMetrics."""
         self._flush()
         for row in range(len(self._steps)):
             yield self._record(row)

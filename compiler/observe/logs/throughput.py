@@ -1,5 +1,5 @@
-"""Tokens/s, MFU and HFU per logged step, with FLOPs from lmspec.compiler.models.flops (Megatron's
-`num_floating_point_operations` per token), and the seed's verdicts on MFU."""
+"""Tokens/s, MFU and HFU per logged step, with the Plan's FLOPs per token (lmspec.compiler.models.flops:
+Megatron's `num_floating_point_operations` per token), and the seed's verdicts on MFU."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from lmspec.compiler.observe.logs.context import RunContext
-from lmspec.compiler.observe.logs.records import StepRecord
+from lmspec.compiler.observe.metrics_record import StepMetrics
 
 MFU_COMM_BOUND_BELOW = 0.20  # the seed: < 20% means communication or data loading dominate
 MFU_HEALTHY_LOW, MFU_HEALTHY_HIGH = 0.40, 0.60  # the seed: 40-60% is a healthy large run
@@ -23,25 +23,9 @@ class StepRates:
     hfu: float | None  # fraction of peak, model + recomputed FLOPs
 
 
-@dataclass(frozen=True)
-class FlopsPerToken:
-    model: float
-    hardware: float
-
-
-def flops_per_token(context: RunContext) -> FlopsPerToken:
-    from lmspec.compiler.models.flops import hardware_flops_per_token, model_flops_per_token
-
-    spec = context.spec
-    return FlopsPerToken(
-        model=model_flops_per_token(spec.model, spec.train.seq_length),
-        hardware=hardware_flops_per_token(spec.model, spec.train.seq_length, spec.train.recompute),
-    )
-
-
-def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length: int | None) -> float | None:
-    """As logged, else from samples/s or the step time and the global batch; the job's sequence
-    length (else the one the log printed at start-up)."""
+def tokens_per_s(record: StepMetrics, context: RunContext | None, log_seq_length: int | None) -> float | None:
+    """As logged, else from samples/s or the step time and the global batch the log states (else the
+    job's tokens per step); the job's sequence length (else the one the log printed at start-up)."""
     if record.tokens_per_s is not None:
         return record.tokens_per_s
     seq = context.seq_length if context is not None else log_seq_length
@@ -49,23 +33,23 @@ def tokens_per_s(record: StepRecord, context: RunContext | None, log_seq_length:
         return None
     if record.samples_per_s is not None:
         return record.samples_per_s * seq
-    batch = record.global_batch_size or (context.global_batch_size if context is not None else None)
-    if record.step_time_s and batch:
-        return batch * seq / record.step_time_s
+    if record.step_time_s:
+        if record.global_batch_size:
+            return record.global_batch_size * seq / record.step_time_s
+        if context is not None:
+            return context.tokens_per_step / record.step_time_s
     return None
 
 
-def rates_of(
-    record: StepRecord, context: RunContext | None, log_seq_length: int | None, flops: FlopsPerToken | None
-) -> StepRates:
-    """What one step achieved; `flops` is flops_per_token(context) (computed once per log)."""
+def rates_of(record: StepMetrics, context: RunContext | None, log_seq_length: int | None) -> StepRates:
+    """What one step achieved."""
     tps = tokens_per_s(record, context, log_seq_length)
     mfu = hfu = None
-    if flops is not None and context is not None and tps is not None:
+    if context is not None and tps is not None:
         from lmspec.compiler.models.flops import mfu as mfu_of
 
-        mfu = mfu_of(tps, flops.model, context.n_gpus, context.peak_tflops_per_gpu)
-        hfu = mfu_of(tps, flops.hardware, context.n_gpus, context.peak_tflops_per_gpu)
+        mfu = mfu_of(tps, context.flops_per_token, context.n_gpus, context.peak_tflops_per_gpu)
+        hfu = mfu_of(tps, context.hardware_flops_per_token, context.n_gpus, context.peak_tflops_per_gpu)
     elif record.mfu is not None and math.isfinite(record.mfu):
         mfu = record.mfu  # lmspec's runtime computed it from the same FLOPs model
     return StepRates(step=record.step, tokens_per_s=tps, mfu=mfu, hfu=hfu)

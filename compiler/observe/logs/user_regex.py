@@ -9,10 +9,9 @@ from __future__ import annotations
 import re
 
 from lmspec.compiler.errors import UsageError
-from lmspec.compiler.observe.logs.records import NUMERIC_FIELDS, StepRecord
+from lmspec.compiler.observe.metrics_record import INT_FIELDS, METRIC_FIELDS, StepMetrics
 
-GROUP_NAMES: tuple[str, ...] = ("step", "step_time_ms", *NUMERIC_FIELDS)
-_INT_FIELDS = ("global_batch_size", "peak_memory_bytes", "nan_iterations")
+GROUP_NAMES: tuple[str, ...] = ("step", "step_time_ms", *METRIC_FIELDS)
 
 
 def compile_user_regex(pattern: str) -> re.Pattern[str]:
@@ -29,18 +28,17 @@ def compile_user_regex(pattern: str) -> re.Pattern[str]:
     return compiled
 
 
-def parse_user_line(pattern: re.Pattern[str], text: str, lineno: int, ordinal: int) -> StepRecord | None:
+def parse_user_line(pattern: re.Pattern[str], text: str, lineno: int, ordinal: int) -> StepMetrics | None:
     """ordinal: the step number to use when the regex captures none."""
     match = pattern.search(text)
     if not match:
         return None
     groups = {k: v for k, v in match.groupdict().items() if v is not None}
     try:
-        record = StepRecord(step=int(groups.pop("step", ordinal)), line=lineno)
-        if "step_time_ms" in groups:
-            record.step_time_s = float(groups.pop("step_time_ms")) / 1000
-        for name, value in groups.items():
-            setattr(record, name, int(float(value)) if name in _INT_FIELDS else float(value))
+        step = int(groups.pop("step", ordinal))
+        values = {name: int(float(value)) if name in INT_FIELDS else float(value) for name, value in groups.items()}
+        if "step_time_ms" in values:  # a step_time_s the regex captures too wins
+            values.setdefault("step_time_s", values.pop("step_time_ms") / 1000)
     except (ValueError, OverflowError):  # not a number, or inf/NaN for a count
         return None
-    return record
+    return StepMetrics.of(step, lineno, values)
