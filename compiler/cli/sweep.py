@@ -29,7 +29,6 @@ def _swept_keys(overrides: list[str]) -> set[str]:
 
 def sweep_combinations(overrides: list[str]) -> list[tuple[list[str], str]]:
     """Each combination's overrides and a directory suffix naming only the swept values."""
-    # Imported here: `lmspec compile` without -m loads this module too, and pays nothing for it.
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
