@@ -85,9 +85,11 @@ def main() -> None:
 
     A compile builds ~50k long-lived objects (modules, Hydra's configs) and almost no cycles: at
     CPython's default threshold (700) the collector rescans them a dozen times, and once more at
-    exit. So collect rarely, and freeze what is alive before exiting. Measured with
-    bench/compile_speed.py (CPU medians, each against the Hydra-compose floor of its own run):
-    GC_TUNING_FIGURES
+    exit. So collect rarely, and freeze what is alive before exiting. bench/compile_speed.py
+    (CPU time, medians of 9 cold runs, ratio to the Hydra-compose floor of the same run; load 1.2):
+    rebuild 0.60 s (1.34x) with these two lines, 0.76 s (1.69x) without; check 1.24x against
+    1.46x; first build 3.34x against 4.17x. Under load 7-20 the rebuild ratio was 1.19-1.45x
+    with them and 1.65-1.76x without.
     """
     gc.set_threshold(100_000)
     try:

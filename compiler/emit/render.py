@@ -5,9 +5,10 @@ Scripts and configs (every template but the Markdown report) are rendered strict
 an unquoted string can never reach a shell line, an #SBATCH line, a comment or a YAML value.
 The quoting functions are the templates' filters (`{{ name | shell_comment }}`).
 
-Jinja2 compiles the templates again in every `lmspec compile` (~15 ms CPU of a ~0.5 s
-rebuild, measured). No bytecode cache: it would be a write outside the build a compile was
-asked for (Jinja2's lands in the system temp dir), and that is not worth 3%.
+Jinja2 compiles the templates again in every `lmspec compile`: ~15 ms CPU (the emitters
+timed in fresh processes), within the noise of bench/compile_speed.py (rebuild 1.34x of the
+floor with a bytecode cache and without). No cache, then: it would be a write outside the
+build a compile was asked for (Jinja2's lands in the system temp dir).
 """
 
 from __future__ import annotations
