@@ -8,7 +8,7 @@ Two kinds of compile are timed:
 - rebuild: compiling over the build already on disk, as `compile` and `compile --check`
   do in a team repo whose build/ is committed (the hook's case). Every artifact is
   re-emitted; only the memory chart is kept when it was drawn from the same numbers
-  (compiler/emit/memory_chart.py), so matplotlib is not imported.
+  (compiler/build/writer.py keeps the earlier build's), so matplotlib is not imported.
 - first build: into an empty directory, drawing the chart (matplotlib's import alone is
   ~0.4 s).
 

@@ -1,11 +1,18 @@
-"""Problems found in a spec, and the two ways lmspec fails: invalid spec, or bad usage."""
+"""Problems found in a spec, the two ways lmspec fails (invalid spec, bad usage), and the exit
+codes every lmspec command and runtime stage returns."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 Severity = Literal["error", "warning"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the spec is invalid, a build is stale, or a run or check failed
+EXIT_USAGE = 2  # the command line or the file system is wrong (UsageError)
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,12 @@ class Problem:
 
     def line(self) -> str:
         return f"{self.severity}: {self.message}"
+
+
+def print_problems(problems: Iterable[Problem]) -> None:
+    """One line per problem on stderr: what every command shows a user instead of a traceback."""
+    for problem in problems:
+        print(problem.line(), file=sys.stderr)
 
 
 def error(key: str, message: str) -> Problem:

@@ -1,9 +1,17 @@
-"""spec + overrides -> Plan: the three steps every command shares."""
+"""spec + overrides -> Plan -> build: the steps every command shares.
+
+`make_plan` is the three steps from a spec to a checked Plan. `compile_one` carries one spec
+on to the build it makes; `lmspec compile`, the sweep (`compile -m`), `lmspec hook
+compile-check` and `lmspec init` all compile through it and differ only in what they report.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 
+from lmspec.compiler.errors import print_problems
 from lmspec.compiler.plan import Plan, build_plan
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.validate import validate
@@ -13,3 +21,58 @@ def make_plan(overrides: list[str], spec_file: Path | None = None) -> Plan:
     composed = compose_spec(overrides, spec_file)
     spec, warnings = validate(composed)
     return build_plan(spec, composed, warnings)
+
+
+class Compiled:
+    """One spec compiled in memory: its checked Plan, the build directory it makes, and that build's
+    files, emitted on first use (a plain `check` of the plan never draws the chart)."""
+
+    def __init__(self, plan: Plan, target: Path) -> None:
+        self.plan = plan
+        self.target = target
+
+    @cached_property
+    def files(self) -> dict[str, str]:
+        from lmspec.compiler.build.writer import build_files
+
+        return build_files(self.plan, replacing=self.target)
+
+    def stale(self) -> list[str]:
+        """Each file on disk that differs from this compile, with why (`compile --check`); [] when up to date."""
+        from lmspec.compiler.build.writer import stale_files
+
+        return stale_files(self.target, self.files)
+
+    def write(self) -> None:
+        """Put the build in place, replacing an earlier lmspec build whole."""
+        from lmspec.compiler.build.writer import write_build
+
+        write_build(self.target, self.files)
+
+
+def compile_one(
+    spec_file: Path | None,
+    overrides: Sequence[str],
+    output: Path,
+    *,
+    check: bool,
+    dir_name: Callable[[str], str] | None = None,
+    print_warnings: bool = True,
+) -> Compiled:
+    """spec + overrides -> checked Plan (its warnings printed) -> the build `output/<name>`, for
+    the caller to `write()` or, with `check`, compare (`stale()`). `dir_name` turns the plan's
+    name into another directory name (a sweep point's).
+
+    Raises SpecError when the spec is invalid: each caller labels the problems its own way.
+    Unless `check`, a target that is not an lmspec build is refused (UsageError) before any
+    artifact is emitted; `write()` checks again.
+    """
+    from lmspec.compiler.build.writer import BUILD, build_target, require_replaceable
+
+    plan = make_plan(list(overrides), spec_file)
+    if print_warnings:
+        print_problems(plan.warnings)
+    target = build_target(output, dir_name(plan.name) if dir_name is not None else plan.name)
+    if not check:
+        require_replaceable(target, BUILD)
+    return Compiled(plan, target)

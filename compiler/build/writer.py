@@ -101,9 +101,12 @@ def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
     """
     # Imported here: the converter imports this module for its safe-write primitives, not the emitters.
     from lmspec.compiler.emit import emit_all
+    from lmspec.compiler.emit.memory_chart import CHART_PATH, chart_key, drawn_key
     from lmspec.compiler.emit.spec_files import dump_json
 
-    files = emit_all(plan, EarlierBuild(replacing) if replacing is not None else None)
+    earlier_chart = EarlierBuild(replacing).file(CHART_PATH) if replacing is not None else None
+    kept = earlier_chart is not None and drawn_key(earlier_chart) == chart_key(plan)
+    files = emit_all(plan, chart=earlier_chart if kept else None)
     files[MANIFEST] = dump_json(
         {
             "lmspec_version": plan.lmspec_version,

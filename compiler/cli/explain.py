@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
+from lmspec.compiler.cli.spec_args import add_spec_args
+from lmspec.compiler.errors import EXIT_OK, print_problems
 from lmspec.compiler.models.steptime import estimate_step_time
 from lmspec.compiler.models.summary import step_time_dict
 from lmspec.compiler.models.table import memory_table_text
@@ -43,3 +46,26 @@ def explain_json(plan: Plan, origins: Origins) -> str:
     spec = plan.spec_dict()
     document = {"spec": spec, "origins": {k: origins.of(k) for k, _ in _leaves(spec)}, **_derived(plan)}
     return json.dumps(document, indent=2, sort_keys=True)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="the resolved spec with where each value came from, and derived numbers")
+    add_spec_args(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=_cmd_explain)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from lmspec.compiler.plan import build_plan
+    from lmspec.compiler.spec.load import compose_spec
+    from lmspec.compiler.spec.validate import validate
+
+    composed = compose_spec(list(args.overrides), args.spec)
+    spec, warnings = validate(composed)
+    plan = build_plan(spec, composed, warnings)
+    if args.format == "json":
+        print(explain_json(plan, composed.origins))
+    else:
+        print_problems(plan.warnings)
+        print(explain_text(plan, composed.origins))
+    return EXIT_OK

@@ -12,9 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lmspec.compiler.errors import SpecError
-
-EXIT_OK, EXIT_FAILED = 0, 1
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, SpecError, print_problems
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,29 +47,25 @@ def primary_specs(specs_dir: Path, changed: list[Path]) -> list[Path]:
 
 
 def _check_one(spec: Path, output: Path, compile_check: bool) -> bool:
-    from lmspec.compiler.build.writer import build_files, stale_files
-    from lmspec.compiler.cli.main import _print_problems
-    from lmspec.compiler.pipeline import make_plan
+    from lmspec.compiler.pipeline import compile_one
 
     try:
-        plan = make_plan([], spec)
+        compiled = compile_one(spec, [], output, check=True)
     except SpecError as exc:
-        _print_problems(exc.problems)
+        print_problems(exc.problems)
         print(f"{spec}: invalid", file=sys.stderr)
         return False
-    _print_problems(plan.warnings)
     if not compile_check:
-        print(f"{spec}: valid ({len(plan.warnings)} warnings)")
+        print(f"{spec}: valid ({len(compiled.plan.warnings)} warnings)")
         return True
-    target = output / plan.name
-    stale = stale_files(target, build_files(plan, replacing=target))
+    stale = compiled.stale()
     if stale:
         print(
-            f"{target} is stale ({', '.join(stale)}); refresh it: lmspec compile --spec {spec} -o {output}",
+            f"{compiled.target} is stale ({', '.join(stale)}); refresh it: lmspec compile --spec {spec} -o {output}",
             file=sys.stderr,
         )
         return False
-    print(f"{target}: up to date")
+    print(f"{compiled.target}: up to date")
     return True
 
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_OK, UsageError
 
 SCAFFOLD_DIR = Path(__file__).resolve().parent / "scaffold"
 STARTER_SPEC = "llama3_8b_pretrain_16gpu_our_cluster_bf16"
@@ -67,9 +67,8 @@ def scaffold_files() -> dict[str, str]:
 
 
 def run_init(args: argparse.Namespace) -> int:
-    from lmspec.compiler.build.writer import build_files, write_build
     from lmspec.compiler.cli.diff import working_directory
-    from lmspec.compiler.pipeline import make_plan
+    from lmspec.compiler.pipeline import compile_one
 
     root: Path = args.directory
     files = scaffold_files()
@@ -84,11 +83,11 @@ def run_init(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {root}: {exc.strerror}") from None
     # Compile from the repository root, as CI and the hooks do, so origins read `specs/...`.
     with working_directory(root):
-        plan = make_plan([], Path("specs") / f"{STARTER_SPEC}.yaml")
-        write_build(Path("build") / plan.name, build_files(plan))
+        compiled = compile_one(Path("specs") / f"{STARTER_SPEC}.yaml", [], Path("build"), check=False)
+        compiled.write()
     print(
         f"created {root}: specs/{STARTER_SPEC}.yaml, our groups in specs/hardware and specs/cluster, "
-        f"build/{plan.name}/, CI and pre-commit config\n"
+        f"build/{compiled.plan.name}/, CI and pre-commit config\n"
         f"next: cd {root} && git init && git add -A && git commit -m 'lmspec specs and builds'"
     )
-    return 0
+    return EXIT_OK

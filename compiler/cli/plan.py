@@ -6,7 +6,6 @@ import argparse
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +128,7 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from lmspec.compiler.errors import UsageError
+    from lmspec.compiler.errors import UsageError, print_problems
     from lmspec.compiler.search.report import overrides, print_table, rows, to_json
     from lmspec.compiler.search.search import search
 
@@ -157,8 +156,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(result, args.top, extra), indent=2))
         return 0
     print_table(result, args.top)
-    for problem in problems:
-        print(problem.line(), file=sys.stderr)
+    print_problems(problems)
     print(f"winner: {line}")
     if written is not None:
         print(f"wrote {written}: lmspec compile --spec {written}")

@@ -8,14 +8,15 @@ import json
 import re
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lmspec.compiler.build.earlier import Unreadable, read_regular
-from lmspec.compiler.errors import SpecError, UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, SpecError, UsageError, print_problems
 
 if TYPE_CHECKING:
-    from lmspec.compiler.plan import Plan
+    from lmspec.compiler.pipeline import Compiled
 
 INDEX_HEADER = "# Sweep: "  # the index's first line starts so; an existing file that does not is not replaced
 
@@ -28,7 +29,6 @@ def _swept_keys(overrides: list[str]) -> set[str]:
 
 def sweep_combinations(overrides: list[str]) -> list[tuple[list[str], str]]:
     """Each combination's overrides and a directory suffix naming only the swept values."""
-    # Imported here: `lmspec compile` without -m loads this module too, and pays nothing for it.
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -83,65 +83,55 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     Every build's directory is named by `sweep_point_name`, directly under the build root; all
     targets (and the index) are checked before the first is written, so a refusal writes nothing.
     """
-    from lmspec.compiler.build.writer import (
-        BUILD,
-        build_files,
-        build_target,
-        require_own_file,
-        require_replaceable,
-        stale_files,
-        write_build,
-        write_file_atomic,
-    )
-    from lmspec.compiler.cli.main import EXIT_INVALID, EXIT_OK, _print_problems
-    from lmspec.compiler.pipeline import make_plan
+    from lmspec.compiler.build.writer import require_own_file, write_file_atomic
+    from lmspec.compiler.pipeline import compile_one
 
     status = EXIT_OK
-    points: list[tuple[str, Plan | None, list[str]]] = []  # suffix, plan (None: invalid), problems
+    points: list[tuple[str, Compiled | None, list[str]]] = []  # suffix, build (None: invalid), problems
     for overrides, suffix in combos:
         try:
-            made = make_plan(overrides, args.spec)
+            made = compile_one(
+                args.spec,
+                overrides,
+                args.output,
+                check=args.check,
+                dir_name=partial(sweep_point_name, suffix=suffix),
+                print_warnings=False,  # counted in the index instead
+            )
         except SpecError as exc:
             print(f"[{shown(suffix)}] invalid:", file=sys.stderr)
-            _print_problems(exc.problems)
+            print_problems(exc.problems)
             points.append((suffix, None, [p.message for p in exc.problems if p.severity == "error"]))
-            status = EXIT_INVALID
+            status = EXIT_FAILED
             continue
-        points.append((suffix, made, [p.message for p in made.warnings]))
-    targets: dict[int, Path] = {}
-    for i, (suffix, plan, _) in enumerate(points):
-        if plan is not None:
-            targets[i] = build_target(args.output, sweep_point_name(plan.name, suffix))
-    by_target: dict[Path, int] = {}
-    for i, target in targets.items():
-        if target in by_target:
-            first = points[by_target[target]][0]
+        points.append((suffix, made, [p.message for p in made.plan.warnings]))
+    by_target: dict[Path, str] = {}
+    for suffix, point, _ in points:
+        if point is None:
+            continue
+        if point.target in by_target:
             raise UsageError(
-                f"sweep points {shown(first)!r} and {shown(points[i][0])!r} would both be built as {target}; "
-                "list each combination once"
+                f"sweep points {shown(by_target[point.target])!r} and {shown(suffix)!r} would both be built as "
+                f"{point.target}; list each combination once"
             )
-        by_target[target] = i
+        by_target[point.target] = suffix
     index_name = _sweep_name(points, args)
     index_path = args.output / f"{index_name}-sweep.md"
     if not args.check:
-        for target in targets.values():
-            require_replaceable(target, BUILD)
         require_own_file(index_path, INDEX_HEADER)
     rows: list[SweepRow] = []
-    for i, (suffix, plan, problems) in enumerate(points):
-        if plan is None:
+    for suffix, point, problems in points:
+        if point is None:
             rows.append(SweepRow(suffix, None, None, problems))
             continue
-        target = targets[i]
-        files = build_files(plan, replacing=target)
-        rows.append(SweepRow(suffix, target.name, files["plan.json"], problems))
+        rows.append(SweepRow(suffix, point.target.name, point.files["plan.json"], problems))
         if args.check:
-            stale = stale_files(target, files)
-            print(f"{target}: {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
-            status = EXIT_INVALID if stale else status
+            stale = point.stale()
+            print(f"{point.target}: {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
+            status = EXIT_FAILED if stale else status
         else:
-            write_build(target, files)
-            print(f"compiled {target} ({len(files)} files)")
+            point.write()
+            print(f"compiled {point.target} ({len(point.files)} files)")
     swept = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") in _swept_keys(args.overrides)]
     index = sweep_index(rows, swept)
     if args.check:
@@ -150,7 +140,7 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
         except Unreadable:
             fresh = False
         print(f"{index_path}: {'up to date' if fresh else 'stale'}")
-        return status if fresh else EXIT_INVALID
+        return status if fresh else EXIT_FAILED
     write_file_atomic(index_path, index, owned_prefix=INDEX_HEADER)
     print(f"index {index_path}")
     sys.stdout.write(index)
@@ -168,8 +158,8 @@ class SweepRow:
     problems: list[str]  # warnings of a valid build, errors of an invalid one
 
 
-def _sweep_name(points: list[tuple[str, Plan | None, list[str]]], args: argparse.Namespace) -> str:
-    built = [plan.name for _, plan, _ in points if plan is not None]
+def _sweep_name(points: list[tuple[str, Compiled | None, list[str]]], args: argparse.Namespace) -> str:
+    built = [made.plan.name for _, made, _ in points if made is not None]
     if built:
         return built[0]
     return args.spec.stem if args.spec is not None else "sweep"

@@ -1,19 +1,19 @@
 """Emitters: one pure function per artifact kind, Plan -> {relative path: text}.
 
 EMITTERS is a plain table; `emit_all` runs each and refuses two emitters writing one path.
-The memory chart is the one emitter that may keep a file of the earlier build (its matplotlib
-import costs more than the rest of a compile), so it is called apart with that build.
+The memory chart is called apart: its matplotlib import costs more than the rest of a
+compile, so a caller holding a chart drawn from the same numbers (the writer, from the build
+it replaces) passes it in and it is not drawn again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from lmspec.compiler.build.earlier import EarlierBuild
 from lmspec.compiler.emit.conversion import emit_conversion
 from lmspec.compiler.emit.deepspeed_config import emit_ds_config
 from lmspec.compiler.emit.launch import emit_launch
-from lmspec.compiler.emit.memory_chart import emit_memory_chart
+from lmspec.compiler.emit.memory_chart import CHART_PATH, emit_memory_chart
 from lmspec.compiler.emit.nccl import emit_nccl_env
 from lmspec.compiler.emit.report import emit_report
 from lmspec.compiler.emit.serve import emit_serve
@@ -34,10 +34,10 @@ EMITTERS: tuple[Emitter, ...] = (
 )
 
 
-def emit_all(plan: Plan, earlier: EarlierBuild | None = None) -> dict[str, str]:
-    """Every artifact; `earlier` is the build being replaced, whose unchanged chart may be kept."""
+def emit_all(plan: Plan, chart: str | None = None) -> dict[str, str]:
+    """Every artifact; `chart`, when given, is report/memory.svg already drawn from this plan's numbers."""
     outputs = [(emitter.__name__, emitter(plan)) for emitter in EMITTERS]
-    outputs.append((emit_memory_chart.__name__, emit_memory_chart(plan, earlier)))
+    outputs.append((emit_memory_chart.__name__, {CHART_PATH: chart} if chart is not None else emit_memory_chart(plan)))
     files: dict[str, str] = {}
     for name, produced in outputs:
         clash = files.keys() & produced.keys()

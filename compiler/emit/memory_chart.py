@@ -5,10 +5,11 @@ is needed) and driven for byte-identical output: the Agg-free SVG canvas, a fixe
 salt for element ids, no date in the metadata, text kept as text.
 
 Importing matplotlib costs ~0.4 s, more than the rest of a compile, so the chart is keyed
-by the numbers it draws: the key goes into the SVG's Dublin Core identifier, and when the
-earlier build on disk holds an untouched chart with the same key it is kept, not redrawn
-(as make keeps a target whose inputs did not change). A spec edit that moves no memory
-figure (lr, steps, serving, NCCL) then compiles without matplotlib.
+by the numbers it draws: `chart_key(plan)` goes into the SVG's Dublin Core identifier, where
+`drawn_key(svg)` finds it again. The writer (compiler/build/writer.py) keeps the earlier
+build's untouched chart when the keys match, as make keeps a target whose inputs did not
+change; a spec edit that moves no memory figure (lr, steps, serving, NCCL) then compiles
+without matplotlib. This module reads nothing: the chart is a function of the Plan.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from lmspec.compiler.build.earlier import EarlierBuild
 from lmspec.compiler.models.train_memory import TERMS
 from lmspec.compiler.models.units import GIB
 from lmspec.compiler.plan import Plan
@@ -97,12 +97,16 @@ def memory_chart_svg(data: ChartData) -> str:
     return out.getvalue()
 
 
-def emit_memory_chart(plan: Plan, earlier: EarlierBuild | None = None) -> dict[str, str]:
-    """The chart, kept from `earlier` when that one was drawn from the same numbers."""
-    data = ChartData.of(plan)
-    kept = earlier.file(CHART_PATH) if earlier is not None else None
-    if kept is not None:
-        found = _KEY_IN_SVG.search(kept)
-        if found and found.group(1) == data.key():
-            return {CHART_PATH: kept}
-    return {CHART_PATH: memory_chart_svg(data)}
+def chart_key(plan: Plan) -> str:
+    """What the chart of `plan` would carry as its identifier: equal keys draw equal charts."""
+    return ChartData.of(plan).key()
+
+
+def drawn_key(svg: str) -> str | None:
+    """The key a chart was drawn with, None for an SVG this module did not draw."""
+    found = _KEY_IN_SVG.search(svg)
+    return found.group(1) if found else None
+
+
+def emit_memory_chart(plan: Plan) -> dict[str, str]:
+    return {CHART_PATH: memory_chart_svg(ChartData.of(plan))}

@@ -29,7 +29,7 @@ from typing import Any
 
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.serve import CPU_VLLM_CLI, SERVE_SH, VLLM_CLI_ENV, VLLM_YAML, model_path, run_dir
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_FAILED, UsageError
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
@@ -40,7 +40,6 @@ REQUEST_TIMEOUT_S = 120.0
 SMOKE_PROMPT = "The"
 SMOKE_MAX_TOKENS = 8
 LOG_TAIL_LINES = 30
-EXIT_FAILED = 1
 SERVE_FILES = (SERVE_SH, VLLM_YAML)
 
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.runtime.compat.seam import UpstreamVersionError
 from lmspec.runtime.compat.vllm import (
     dispatch_replaced,
@@ -43,7 +44,6 @@ from lmspec.runtime.compat.vllm import (
 
 CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
 CHECK_RESULT_PREFIX = "vllm-check: "
-EXIT_ACCEPTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
 
 class _Checked(Exception):
@@ -92,17 +92,17 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
         with contextlib.redirect_stderr(stderr):
             _run_vllm(argv)
     except _Checked as checked:
-        return {"exit": EXIT_ACCEPTED, "error": None, "args": checked.parsed}
+        return {"exit": EXIT_OK, "error": None, "args": checked.parsed}
     except SystemExit as exc:  # argparse: unknown flag, bad choice, bad type
         message = stderr.getvalue().strip().splitlines()
         return {
-            "exit": EXIT_USAGE if exc.code else EXIT_ACCEPTED,
+            "exit": EXIT_USAGE if exc.code else EXIT_OK,
             "error": message[-1] if message else str(exc),
             "args": None,
         }
     except (ValueError, TypeError, AssertionError) as exc:  # pydantic's ValidationError is a ValueError
-        return {"exit": EXIT_REFUSED, "error": f"{type(exc).__name__}: {exc}", "args": None}
-    return {"exit": EXIT_REFUSED, "error": "vLLM returned without reaching the serve action", "args": None}
+        return {"exit": EXIT_FAILED, "error": f"{type(exc).__name__}: {exc}", "args": None}
+    return {"exit": EXIT_FAILED, "error": "vLLM returned without reaching the serve action", "args": None}
 
 
 def _config_option(argv: Sequence[str]) -> str | None:
@@ -137,8 +137,6 @@ def check_build_config(argv: Sequence[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (CHECK_FLAG, CHECK_BATCH_FLAG):
-        from lmspec.compiler.errors import UsageError
-
         try:
             check_build_config(argv)
         except UsageError as exc:
@@ -147,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         expect_servable()
         with version_lookup_answered():
             _run_vllm(argv)
-        return 0
+        return EXIT_OK
     try:
         require_checkable()
     except UpstreamVersionError as exc:
@@ -157,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch = [argv[1:]]
     else:
         batch = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    worst = EXIT_ACCEPTED
+    worst = EXIT_OK
     with version_lookup_answered(), dispatch_replaced(_check_instead_of_serving):
         for one in batch:
             result = check(one)

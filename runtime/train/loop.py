@@ -34,7 +34,7 @@ import torch.distributed as dist
 from lmspec.compiler.build.reader import open_build
 from lmspec.compiler.emit.deepspeed_config import DS_CONFIG
 from lmspec.compiler.emit.serve import run_dir
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
@@ -44,7 +44,6 @@ from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
 
 STATE_DIR = "trainer_state"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class Trainer(Protocol):

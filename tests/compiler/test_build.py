@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,35 @@ def test_user_spec_pulls_builtin_groups_and_takes_overrides(lmspec, tmp_path: Pa
 def test_builtin_preset_by_name(lmspec, tmp_path: Path) -> None:
     result = lmspec("compile", "--spec", "config", "-o", str(tmp_path))
     assert result.code == 0 and (tmp_path / "tiny" / "spec.resolved.yaml").is_file()
+
+
+def _entries(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def test_a_compile_writes_nothing_outside_the_build_it_was_asked_for(tmp_path: Path) -> None:
+    """No cache in the temp dir or the working directory: the builds under -o, and only those.
+    The one write elsewhere is matplotlib's own font cache under HOME, kept for every program
+    that draws, when a first build draws the memory chart."""
+    tmp, cwd, home, out = (tmp_path / name for name in ("tmp", "cwd", "home", "out"))
+    for folder in (tmp, cwd, home):
+        folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR")}
+    env |= {"TMPDIR": str(tmp), "HOME": str(home)}
+    lmspec = [sys.executable, "-c", "from lmspec.compiler.cli.main import main; main()"]
+    for argv in (
+        ["compile", "-o", str(out)],  # a first build: draws the chart
+        ["compile", "-o", str(out), "train.steps=3"],  # a rebuild: keeps it
+        ["compile", "--check", "-o", str(out), "train.steps=3"],
+        ["compile", "-m", "-o", str(out), "train.steps=1,2"],
+    ):
+        done = subprocess.run([*lmspec, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert _entries(tmp) == [] and _entries(cwd) == []
+    builds = ["tiny", "tiny-train.steps=1", "tiny-train.steps=2"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*builds, "tiny-sweep.md"])
+    for build in (out / name for name in builds):
+        manifest = json.loads((build / "manifest.json").read_text())
+        assert {p for p in _entries(build) if (build / p).is_file()} == {*manifest["files"], "manifest.json"}
+    font_cache = [p for p in _entries(home) if (home / p).is_file()]
+    assert len(font_cache) == 1 and font_cache[0].startswith(".cache/matplotlib/fontlist-"), font_cache

@@ -1,4 +1,6 @@
-"""The memory chart is redrawn only when what it draws changed (compiler/emit/memory_chart.py)."""
+"""The memory chart is redrawn only when what it draws changed: the emitter
+(compiler/emit/memory_chart.py) is a function of the Plan, and the writer
+(compiler/build/writer.py) keeps the earlier build's chart when its key matches."""
 
 from __future__ import annotations
 
@@ -7,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmspec.compiler.build.writer import build_files, sha256
 from lmspec.compiler.cli.main import run
+from lmspec.compiler.emit.memory_chart import CHART_PATH, chart_key, drawn_key, emit_memory_chart
+from lmspec.compiler.emit.spec_files import dump_json
+from lmspec.compiler.pipeline import make_plan
 
 CHART = Path("tiny") / "report" / "memory.svg"
 PROBE = """
@@ -62,3 +68,20 @@ def test_a_first_build_and_a_rebuild_are_byte_identical(tmp_path: Path) -> None:
     assert run(["compile", "-o", str(tmp_path / "b")]) == 0
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert files and all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+
+
+def test_the_writer_keeps_the_earlier_charts_bytes_and_the_emitter_draws_from_the_plan(tmp_path: Path) -> None:
+    assert run(["compile", "-o", str(tmp_path)]) == 0
+    build = tmp_path / "tiny"
+    plan = make_plan([])
+    drawn = emit_memory_chart(plan)[CHART_PATH]
+    assert drawn_key(drawn) == chart_key(plan) and (build / CHART_PATH).read_text() == drawn
+    # a chart drawn from the same numbers by another lmspec (same key, other bytes), recorded in the manifest
+    earlier = drawn.replace("GiB per GPU", "GiB on each GPU")
+    (build / CHART_PATH).write_text(earlier)
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["files"][CHART_PATH] = sha256(earlier)
+    (build / "manifest.json").write_text(dump_json(manifest))
+    assert build_files(plan, replacing=build)[CHART_PATH] == earlier
+    assert build_files(plan)[CHART_PATH] == drawn == emit_memory_chart(plan)[CHART_PATH]
+    assert run(["compile", "--check", "-o", str(tmp_path)]) == 0  # kept, so the build on disk is up to date
