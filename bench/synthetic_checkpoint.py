@@ -58,15 +58,16 @@ def sharded_state(doc: dict, tp_rank: int) -> dict:
 def main(build_dir: Path) -> None:
     from megatron.core import dist_checkpointing
 
-    from lmspec.compiler.build.reader import open_build
+    from lmspec.compiler.build.files import DIST_CKPT_DIR
+    from lmspec.compiler.build.reader import Build
     from lmspec.runtime.compat import megatron as cpu_compat
     from lmspec.runtime.train.checkpoint import Checkpoints
 
     dist.init_process_group("gloo")
-    build = open_build(build_dir)
-    ckpts = Checkpoints(Path(build.spec.train.checkpoint.dir), keep_last_k=1)
+    build = Build.open(build_dir)
+    ckpts = Checkpoints(Path(build.plan.paths.checkpoint_dir), keep_last_k=1)
     tmp = ckpts.begin_save(1)  # the trainer's own writer: manifest, run id, `latest`
-    target = tmp / "torch_dist"
+    target = tmp / DIST_CKPT_DIR
     if dist.get_rank() == 0:
         target.mkdir()
     dist.barrier()

@@ -20,10 +20,10 @@ import re
 from dataclasses import asdict, dataclass
 
 from lmspec.compiler.build.earlier import EarlierBuild
+from lmspec.compiler.build.files import MEMORY_CHART
 from lmspec.compiler.models.train_memory import GIB, TERMS
 from lmspec.compiler.plan import Plan
 
-CHART_PATH = "report/memory.svg"
 COLORS = {
     "weights": "#4c72b0",
     "gradients": "#55a868",
@@ -99,9 +99,9 @@ def memory_chart_svg(data: ChartData) -> str:
 def emit_memory_chart(plan: Plan, earlier: EarlierBuild | None = None) -> dict[str, str]:
     """The chart, kept from `earlier` when that one was drawn from the same numbers."""
     data = ChartData.of(plan)
-    kept = earlier.file(CHART_PATH) if earlier is not None else None
+    kept = earlier.file(MEMORY_CHART) if earlier is not None else None
     if kept is not None:
         found = _KEY_IN_SVG.search(kept)
         if found and found.group(1) == data.key():
-            return {CHART_PATH: kept}
-    return {CHART_PATH: memory_chart_svg(data)}
+            return {MEMORY_CHART: kept}
+    return {MEMORY_CHART: memory_chart_svg(data)}

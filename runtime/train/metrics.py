@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from lmspec.compiler.build.files import METRICS
 from lmspec.compiler.models.flops import mfu, model_flops_per_token
 from lmspec.compiler.spec.sections import Spec
 
@@ -89,7 +90,7 @@ class MetricsLog:
         self.world_size = world_size
         self.tokens_per_step = spec.train.global_batch_size * spec.train.seq_length
         self.flops_per_token = model_flops_per_token(spec.model, spec.train.seq_length)
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS
         self.history: list[StepMetrics] = []
         self._progress = None
         if is_rank0:

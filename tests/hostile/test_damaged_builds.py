@@ -5,7 +5,7 @@ file in a stated way, runs a stage's reading entry point (`lmspec run build/tiny
 --dry-run`, or the `python -m` module an emitted script calls) and checks the exit code, the
 message, that no traceback was printed and that the working directory (build included) is
 exactly as it was before (tests/hostile/tree_state.py). The mechanism under test is
-compiler/build/reader.py's open_build.
+compiler/build/reader.py's Build.open.
 """
 
 from __future__ import annotations
@@ -21,15 +21,24 @@ import pytest
 from tree_state import snapshot
 
 from lmspec.compiler import __version__
-from lmspec.compiler.build.reader import MANIFEST, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
+from lmspec.compiler.build.files import (
+    MANIFEST,
+    MAPPING,
+    NCCL_ENV,
+    PLAN,
+    SBATCH_SH,
+    SERVE_SH,
+    SPEC,
+    TORCHRUN_SH,
+    VLLM_YAML,
+)
+from lmspec.compiler.build.reader import MAX_FILE_BYTES, MAX_MANIFEST_BYTES
 from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.cli.main import run as lmspec_run
 from lmspec.compiler.pipeline import make_plan
 
 BUILD = Path("build/tiny")
-SPEC, PLAN, MAPPING = "spec.resolved.yaml", "plan.json", "convert/mapping.json"
-TORCHRUN, SBATCH, NCCL = "launch/torchrun.sh", "launch/sbatch.sh", "launch/nccl.env"
-SERVE_SH, VLLM_YAML = "serve/serve.sh", "serve/vllm.yaml"
+TORCHRUN, SBATCH, NCCL = TORCHRUN_SH, SBATCH_SH, NCCL_ENV
 EDITED = "changed since lmspec compiled it"
 RECOMPILE = "recompile it: `lmspec compile -o build`"
 MOVE_ASIDE = "move build/tiny aside and compile again"
@@ -214,7 +223,7 @@ ENTRY: dict[str, Callable[[], int]] = {
     "verify": _cli("verify"),
     "serve": _cli("serve"),
     # what the emitted scripts run when a user starts them by hand
-    "lmspec.runtime.train": _module("lmspec.runtime.train", str(BUILD)),
+    "lmspec.runtime.train.loop": _module("lmspec.runtime.train.loop", str(BUILD)),
     "lmspec.runtime.convert.to_hf": _module("lmspec.runtime.convert.to_hf", str(BUILD)),
     "lmspec.runtime.verify": _module("lmspec.runtime.verify", str(BUILD)),
     "lmspec-vllm": _module("lmspec.runtime.serve.vllm_cli", "serve", "--config", str(BUILD / VLLM_YAML)),
@@ -244,8 +253,8 @@ CASES = [
     ),
     pytest.param("serve", replace_text(SPEC, "port: 8000", "port: 8001"), _edited(SPEC), id="spec-port-serve"),
     pytest.param("verify", edit_byte(SPEC, 0.9), _edited(SPEC), id="spec-one-byte-verify"),
-    pytest.param("lmspec.runtime.train", edit_byte(SPEC), _edited(SPEC), id="spec-one-byte-runtime-train"),
-    pytest.param("lmspec.runtime.train", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-runtime-train"),
+    pytest.param("lmspec.runtime.train.loop", edit_byte(SPEC), _edited(SPEC), id="spec-one-byte-runtime-train"),
+    pytest.param("lmspec.runtime.train.loop", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-runtime-train"),
     pytest.param("convert", edit_byte(MAPPING), _edited(MAPPING), id="mapping-one-byte-convert"),
     pytest.param("verify", edit_byte(MAPPING, 0.2), _edited(MAPPING), id="mapping-one-byte-verify"),
     pytest.param(
@@ -260,7 +269,7 @@ CASES = [
     ),
     pytest.param("train", edit_byte(SBATCH), _edited(SBATCH), id="sbatch-one-byte-train"),
     pytest.param("train", edit_byte(NCCL), _edited(NCCL), id="nccl-env-one-byte-train"),
-    pytest.param("lmspec.runtime.train", edit_byte(NCCL), _edited(NCCL), id="nccl-env-one-byte-runtime-train"),
+    pytest.param("lmspec.runtime.train.loop", edit_byte(NCCL), _edited(NCCL), id="nccl-env-one-byte-runtime-train"),
     pytest.param("serve", edit_byte(SERVE_SH), _edited(SERVE_SH), id="serve-sh-one-byte-serve"),
     pytest.param("serve", edit_byte(VLLM_YAML), _edited(VLLM_YAML), id="vllm-yaml-one-byte-serve"),
     pytest.param("lmspec-vllm", edit_byte(VLLM_YAML), _edited(VLLM_YAML), id="vllm-yaml-one-byte-lmspec-vllm"),
@@ -297,7 +306,7 @@ CASES = [
         "lmspec.runtime.verify", fifo(MAPPING), _refused(MAPPING, "is a FIFO"), id="mapping-fifo-runtime-verify"
     ),
     pytest.param(
-        "lmspec.runtime.train", delete(NCCL), _refused(NCCL, "is missing"), id="nccl-env-deleted-runtime-train"
+        "lmspec.runtime.train.loop", delete(NCCL), _refused(NCCL, "is missing"), id="nccl-env-deleted-runtime-train"
     ),
     # -- manifest.json damaged
     pytest.param(
@@ -320,7 +329,7 @@ CASES = [
         "train", write(MANIFEST, b"null"), _manifest("a JSON null where a mapping belongs"), id="manifest-null"
     ),
     pytest.param(
-        "lmspec.runtime.train",
+        "lmspec.runtime.train.loop",
         write(MANIFEST, b'{"files": NaN}'),
         _manifest("NaN is not a JSON number"),
         id="manifest-nan-runtime-train",
@@ -357,7 +366,7 @@ CASES = [
         id="manifest-spec-hash-edited",
     ),
     pytest.param(
-        "lmspec.runtime.train", edit_json(MANIFEST, _set_file_hash(PLAN)), _edited(PLAN), id="manifest-plan-hash"
+        "lmspec.runtime.train.loop", edit_json(MANIFEST, _set_file_hash(PLAN)), _edited(PLAN), id="manifest-plan-hash"
     ),
     pytest.param(
         "train", edit_json(MANIFEST, _drop_file(NCCL)), _refused(NCCL, "not listed in manifest.json"), id="unlisted"
@@ -376,7 +385,7 @@ CASES = [
         id="forged-spec-launcher-pbs",
     ),
     pytest.param(
-        "lmspec.runtime.train",
+        "lmspec.runtime.train.loop",
         replace_text(SPEC, "steps: 30", "steps: 30.5", rehash=True),
         _refused(SPEC, "train.steps=30.5"),
         id="forged-spec-float-steps",
@@ -442,16 +451,36 @@ CASES = [
         id="forged-mapping-infinity",
     ),
     pytest.param(
-        "lmspec.runtime.train",
+        "lmspec.runtime.train.loop",
         write(PLAN, b"[1, 2]", rehash=True),
         _refused(PLAN, "a JSON list where a mapping belongs"),
         id="forged-plan-list",
     ),
     pytest.param(
-        "lmspec.runtime.train",
+        "lmspec.runtime.train.loop",
         edit_json(PLAN, _pop("layout"), rehash=True),
         _refused(PLAN, "its 'layout' entry is missing or not a dict"),
         id="forged-plan-no-layout",
+    ),
+    pytest.param(
+        "lmspec.runtime.train.loop",
+        edit_json(PLAN, lambda d: d["layout"].__setitem__("world_size", 4), rehash=True),
+        _refused(PLAN, "its 'layout.world_size' is not what lmspec derives from the spec"),
+        id="forged-plan-world-size",
+    ),
+    pytest.param(
+        "serve",
+        edit_json(PLAN, lambda d: d["memory"]["stages"][0].__setitem__("layers", 99), rehash=True),
+        _refused(PLAN, "its 'memory.stages.0.layers' is not what lmspec derives from the spec"),
+        id="forged-plan-stage-layers",
+    ),
+    pytest.param("serve", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-serve"),
+    pytest.param("lmspec.runtime.verify", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-runtime-verify"),
+    pytest.param(
+        "train",
+        replace_text(SPEC, "global_batch_size: 16", "global_batch_size: 12", rehash=True),
+        _refused(SPEC, "breaks lmspec"),
+        id="forged-spec-breaks-a-rule",
     ),
     # -- the build directory itself
     pytest.param(

@@ -13,7 +13,7 @@ import pytest
 from conftest import compile_build, free_port
 from swap_trainer import write_wrapper
 
-from lmspec.compiler.emit.launch import TORCHRUN_SH
+from lmspec.compiler.build.files import TORCHRUN_SH
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 180

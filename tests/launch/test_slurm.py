@@ -18,7 +18,7 @@ import pytest
 from conftest import compile_build, free_port
 from swap_trainer import write_wrapper
 
-from lmspec.compiler.emit.launch import SBATCH_SH
+from lmspec.compiler.build.files import SBATCH_SH
 
 pytestmark = pytest.mark.slow
 CREDENTIAL_REVOKE_GRACE_S = 2.0  # slurmd compares credential and revocation times in whole seconds
