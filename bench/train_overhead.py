@@ -90,7 +90,8 @@ def plain_worker(build: Path) -> None:
     from lmspec.runtime.train.loop import load_build
     from lmspec.runtime.train.megatron.model import build_model
 
-    spec, plan = load_build(build)
+    loaded = load_build(build)
+    spec, batch = loaded.spec, loaded.plan.batch
     dist.init_process_group("gloo")
     cpu_compat.apply()
     ps.initialize_model_parallel()
@@ -101,8 +102,7 @@ def plain_worker(build: Path) -> None:
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
     )
-    batch = plan["batch"]
-    micro, accum, s = batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_length"]
+    micro, accum, s = batch.micro_batch_size, batch.grad_accum_steps, batch.seq_length
     stream = TokenStream(spec.train.data.corpus, s, spec.train.seed, spec.model.vocab_size)
     position_ids = torch.arange(s).unsqueeze(0).expand(micro, s)
     mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
@@ -110,7 +110,7 @@ def plain_worker(build: Path) -> None:
     times = []
     for step in range(STEPS):
         started = time.perf_counter()
-        batches = stream.micro_batches(step * batch["global_batch_size"], micro, rank, world, accum)
+        batches = stream.micro_batches(step * batch.global_batch_size, micro, rank, world, accum)
         optimizer.zero_grad(set_to_none=True)
         for i, b in enumerate(batches):
             context = model.no_sync() if i < accum - 1 else torch.enable_grad()
@@ -121,7 +121,7 @@ def plain_worker(build: Path) -> None:
         optimizer.step()
         times.append(time.perf_counter() - started)
     steady = times[WARMUP_STEPS:]
-    tokens_per_s = batch["tokens_per_step"] * len(steady) / sum(steady)
+    tokens_per_s = batch.tokens_per_step * len(steady) / sum(steady)
     if rank == 0:
         print(f"plain_tokens_per_s {tokens_per_s:.1f}", flush=True)
     dist.destroy_process_group()

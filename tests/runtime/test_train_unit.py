@@ -37,7 +37,7 @@ def test_world_size_mismatch_names_the_keys(
 
 
 def test_lr_schedule_warmup_then_cosine_to_min(tiny_build: Path) -> None:
-    spec, _ = load_build(tiny_build)
+    spec = load_build(tiny_build).spec
     opt, warmup, steps = spec.train.optimizer, spec.train.lr_schedule.warmup_steps, spec.train.steps
     assert lr_at(spec, 1) == pytest.approx(opt.lr / warmup)
     assert lr_at(spec, warmup) == pytest.approx(opt.lr)
@@ -47,7 +47,7 @@ def test_lr_schedule_warmup_then_cosine_to_min(tiny_build: Path) -> None:
 
 
 def test_nan_loss_stops_naming_step_and_keys(tiny_build: Path, tmp_path: Path) -> None:
-    spec, _ = load_build(tiny_build)
+    spec = load_build(tiny_build).spec
     log = MetricsLog(spec, tmp_path / "run", world_size=2, is_rank0=True, total_steps=30, first_step=0)
     log.record(1, 6.2, 1e-3, 1.0, 0.5)
     with pytest.raises(NonFiniteLoss) as info:
@@ -58,7 +58,7 @@ def test_nan_loss_stops_naming_step_and_keys(tiny_build: Path, tmp_path: Path) -
 
 
 def test_metrics_line_every_log_interval(tiny_build: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec, _ = load_build(tiny_build)
+    spec = load_build(tiny_build).spec
     log = MetricsLog(spec, tmp_path / "run", world_size=2, is_rank0=True, total_steps=30, first_step=0)
     for step in range(1, 5):
         log.record(step, 5.0 - step, 1e-3, 0.9, 0.25)
