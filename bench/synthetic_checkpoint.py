@@ -60,7 +60,7 @@ def main(build_dir: Path) -> None:
 
     from lmspec.compiler.build.files import DIST_CKPT_DIR
     from lmspec.compiler.build.reader import Build
-    from lmspec.runtime.compat import megatron as cpu_compat
+    from lmspec.runtime.compat.megatron import megatron_on_cpu
     from lmspec.runtime.train.checkpoint import Checkpoints
 
     dist.init_process_group("gloo")
@@ -71,9 +71,9 @@ def main(build_dir: Path) -> None:
     if dist.get_rank() == 0:
         target.mkdir()
     dist.barrier()
-    cpu_compat.apply()  # dist_checkpointing asks for a CUDA device; on a CPU machine it gets the CPU
-    dist_checkpointing.save(sharded_state(build.mapping, dist.get_rank()), str(target))
-    final = ckpts.commit(1, tmp) / "torch_dist"
+    with megatron_on_cpu():  # dist_checkpointing asks for a CUDA device; on a CPU machine it gets the CPU
+        dist_checkpointing.save(sharded_state(build.mapping, dist.get_rank()), str(target))
+    final = ckpts.commit(1, tmp) / DIST_CKPT_DIR
     if dist.get_rank() == 0:
         size = sum(p.stat().st_size for p in final.iterdir())
         print(json.dumps({"checkpoint": str(final), "bytes": size}), flush=True)

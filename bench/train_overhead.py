@@ -23,6 +23,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lmspec.compiler.plan import Plan
+    from lmspec.compiler.spec.sections import Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -80,20 +85,29 @@ def plain_tokens_per_s(build: Path, cwd: Path) -> float:
 
 def plain_worker(build: Path) -> None:
     """The hand-written loop (runs on each rank under torchrun)."""
+    import torch.distributed as dist
+
+    from lmspec.runtime.compat.megatron import megatron_on_cpu
+    from lmspec.runtime.train.loop import load_build
+
+    loaded = load_build(build)
+    spec, plan = loaded.spec, loaded.plan
+    dist.init_process_group("gloo")
+    with megatron_on_cpu():
+        _plain_loop(spec, plan)
+    dist.destroy_process_group()
+
+
+def _plain_loop(spec: Spec, plan: Plan) -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
-    from lmspec.runtime.compat import megatron as cpu_compat
     from lmspec.runtime.train.data import TokenStream
-    from lmspec.runtime.train.loop import load_build
     from lmspec.runtime.train.megatron.model import build_model
 
-    loaded = load_build(build)
-    spec, batch = loaded.spec, loaded.plan.batch
-    dist.init_process_group("gloo")
-    cpu_compat.apply()
+    batch = plan.batch
     ps.initialize_model_parallel()
     torch.manual_seed(spec.train.seed)
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
@@ -124,7 +138,6 @@ def plain_worker(build: Path) -> None:
     tokens_per_s = batch.tokens_per_step * len(steady) / sum(steady)
     if rank == 0:
         print(f"plain_tokens_per_s {tokens_per_s:.1f}", flush=True)
-    dist.destroy_process_group()
 
 
 def main(rounds: int) -> None:

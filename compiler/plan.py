@@ -15,7 +15,7 @@ from lmspec.compiler import __version__
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import Problem
 from lmspec.compiler.models.comm import CommEstimate, estimate_comm
-from lmspec.compiler.models.dims import data_parallel_size, stage_layers, world_size
+from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
 from lmspec.compiler.models.summary import (
@@ -172,22 +172,20 @@ def _plain(value: Any) -> Any:
 def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
     """Derive every number from a spec that `validate` accepted."""
     p, t = spec.parallel, spec.train
-    dp = data_parallel_size(spec)
-    stages = stage_layers(spec)
-    assert dp is not None and stages is not None, "validate() guarantees a legal layout"
-    world = world_size(spec)
+    dims = ParallelDims.from_spec(spec)
+    assert dims is not None, "validate() guarantees a legal layout"
     layout = Layout(
-        world_size=world,
-        nodes=spec.hardware.nodes,
-        gpus_per_node=spec.hardware.gpus_per_node,
+        world_size=dims.world,
+        nodes=dims.nodes,
+        gpus_per_node=dims.gpus_per_node,
         tp=p.tp,
         pp=p.pp,
-        dp=dp,
+        dp=dims.dp,
         cp=p.cp,
         ep=p.ep,
         etp=p.etp,
-        expert_dp=world // (p.etp * p.ep * p.pp),
-        stage_layers=stages,
+        expert_dp=dims.expert_dp,
+        stage_layers=dims.stage_layers,
         virtual_stages=p.virtual_stages,
         sequence_parallel=p.sequence_parallel,
         zero_stage=p.zero_stage,
@@ -196,12 +194,14 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
     batch = Batch(
         micro_batch_size=t.micro_batch_size,
         global_batch_size=t.global_batch_size,
-        grad_accum_steps=t.global_batch_size // (t.micro_batch_size * dp),
+        grad_accum_steps=dims.micro_batches,
         seq_length=t.seq_length,
         tokens_per_step=t.global_batch_size * t.seq_length,
     )
-    memory, comm = estimate_train_memory(spec), estimate_comm(spec)
-    assert memory is not None and comm is not None, "validate() guarantees a legal layout"
+    memory = estimate_train_memory(spec)
+    assert memory is not None, "validate() guarantees a legal layout"
+    comm = estimate_comm(spec, memory)
+    assert comm is not None, "validate() guarantees a legal layout"
     return Plan(
         lmspec_version=__version__,
         spec=spec,
@@ -209,7 +209,7 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
         batch=batch,
         params=count_params(spec.model),
         memory=memory,
-        flops=flops_summary(spec, batch.tokens_per_step, world),
+        flops=flops_summary(spec, batch.tokens_per_step, dims.world),
         serving=estimate_serve_memory(spec),
         comm=comm,
         overrides=composed.overrides,

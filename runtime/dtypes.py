@@ -1,6 +1,6 @@
 """Tensor dtypes by the names mapping.json and checkpoints use ("bfloat16"), and torch's.
 
-Byte sizes come from the compiler's table (lmspec.compiler.models.serve_memory.DTYPE_BYTES), so
+Byte sizes come from the compiler's table (lmspec.compiler.models.units.DTYPE_BYTES), so
 the compiler's estimates and the runtime's copies agree on them. torch is imported only
 when a torch dtype is asked for: the converter's direct path never needs it.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lmspec.compiler.models.serve_memory import DTYPE_BYTES
+from lmspec.compiler.models.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
     import torch

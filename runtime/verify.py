@@ -94,14 +94,19 @@ def _single_process_group() -> None:
 
 def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Logits [b, s, V] and every decoder layer's output [b, s, h] of the trained checkpoint."""
+    from lmspec.runtime.compat.megatron import megatron_on_cpu
+
+    _single_process_group()
+    with megatron_on_cpu():
+        return _megatron_forward(spec, ckpt_dir, tokens)
+
+
+def _megatron_forward(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     from megatron.core import dist_checkpointing, tensor_parallel
     from megatron.core import parallel_state as ps
 
-    from lmspec.runtime.compat import megatron as cpu_compat
     from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
 
-    _single_process_group()
-    cpu_compat.apply()
     ps.initialize_model_parallel()
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)  # megatron's attention forks this RNG
     try:
@@ -195,12 +200,11 @@ def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     step = latest_checkpoint(Path(paths.checkpoint_dir))
     tokens = token_batch(spec.train.data.corpus, spec.model.vocab_size)
-    converted = hf_outputs(
-        hf_dir, tokens
-    )  # first: lmspec.runtime.compat.megatron's torch.cuda patches break transformers' import
     if spec.train.backend == "deepspeed":
-        return compare(deepspeed_outputs(spec, step, tokens), converted)
-    return compare(megatron_outputs(spec, step / DIST_CKPT_DIR, tokens), converted)
+        reference = deepspeed_outputs(spec, step, tokens)
+    else:
+        reference = megatron_outputs(spec, step / DIST_CKPT_DIR, tokens)
+    return compare(reference, hf_outputs(hf_dir, tokens))
 
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:

@@ -89,6 +89,7 @@ def _spec_words(args: argparse.Namespace) -> list[str]:
 
 def _no_fit(result: Any, args: argparse.Namespace) -> int:
     from lmspec.compiler.errors import SpecError, error
+    from lmspec.compiler.models.dims import world_size
     from lmspec.compiler.search.report import gib
     from lmspec.compiler.search.search import fewest_gpus
 
@@ -97,7 +98,7 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
     largest = max(result.axes.nodes)
     smallest = f"; the smallest needs {gib(p.memory_bytes.min())} GiB" if p.columns.size else ""
     fallback = fewest_gpus(spec, largest, args.backend)
-    counts = sorted(int(n) * spec.hardware.gpus_per_node for n in result.axes.nodes)
+    counts = sorted(world_size(spec.hardware.gpus_per_node, int(n)) for n in result.axes.nodes)
     shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}..{counts[-1]}"
     where = f"{shown} x {spec.hardware.gpu.name}"
     if fallback is None:
@@ -180,6 +181,7 @@ def _validate_winner(args: argparse.Namespace, winner: list[str]) -> list[Any]:
 
 
 def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
+    from lmspec.compiler.models.units import GIB
     from lmspec.compiler.paths import display_path
     from lmspec.compiler.search.report import rows
     from lmspec.compiler.search.write import spec_file_text
@@ -192,7 +194,7 @@ def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
         f"`lmspec plan` (objective {result.objective}): {best.layout_text()}, {best.sharding_text()}, "
         f"micro batch {best.values['train.micro_batch_size']}, recompute {best.values['train.recompute']};\n"
         f"# estimated {best.step_time_s:.3g} s/step, {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}, "
-        f"{best.memory_bytes / 2**30:.1f} GiB per GPU.\n"
+        f"{best.memory_bytes / GIB:.1f} GiB per GPU.\n"
         + f"#   {command}\n"
         + f"#   lmspec compile --spec {display_path(args.write)}\n"
     )

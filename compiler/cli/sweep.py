@@ -29,9 +29,10 @@ def _swept_keys(overrides: list[str]) -> set[str]:
 def sweep_combinations(overrides: list[str]) -> list[tuple[list[str], str]]:
     """Each combination's overrides and a directory suffix naming only the swept values."""
     # Imported here: `lmspec compile` without -m loads this module too, and pays nothing for it.
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
+
+    from lmspec.compiler.spec.hydra_compat import split_sweep
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -41,10 +42,9 @@ def sweep_combinations(overrides: list[str]) -> list[tuple[list[str], str]]:
         raise override_error(exc) from None
     swept = _swept_keys(overrides)
     combos = []
-    for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None):
-        for combo in batch:
-            suffix = ",".join(o for o in combo if o.split("=", 1)[0].lstrip("+~") in swept)
-            combos.append((list(combo), suffix))
+    for combo in split_sweep(parsed):
+        suffix = ",".join(o for o in combo if o.split("=", 1)[0].lstrip("+~") in swept)
+        combos.append((combo, suffix))
     return combos
 
 

@@ -1,9 +1,10 @@
 """Build the conversion mapping of a Plan: every HF tensor, where it comes from, how, at what shape.
 
-The tables (compiler/conversion/tables.py) name tensors; this module gives each one its
-shape from the ModelSpec, its ranks from the Layout, and its place in the checkpoint
-(stacked layer axis or numbered layer, global expert axis) and in the running model
-(pipeline stage, local layer index, expert-parallel rank, local expert id).
+The rows (lmspec.compiler.conversion.rows, and each family's own in lmspec.compiler.families)
+name tensors; this module gives each one its shape from the ModelSpec, its ranks from the
+Layout, and its place in the checkpoint (stacked layer axis or numbered layer, global expert
+axis) and in the running model (pipeline stage, local layer index, expert-parallel rank, local
+expert id).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lmspec.compiler.conversion import tables as T
 from lmspec.compiler.conversion.kinds import SplitKind
+from lmspec.compiler.conversion.rows import EMBEDDING, FINAL_NORM, OUTPUT, Row
 from lmspec.compiler.conversion.transforms import (
     QKV,
     ColumnParallel,
@@ -26,6 +27,7 @@ from lmspec.compiler.conversion.transforms import (
     Shape,
     Transform,
 )
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec
 
@@ -66,7 +68,7 @@ class Entry:
 
 @lru_cache(maxsize=4)
 def shape_table(m: ModelSpec) -> dict[str, Shape]:
-    """Full Megatron shape of every tensor kind of the family (before any sharding); cached, as
+    """Full Megatron shape of every tensor kind of the model (before any sharding); cached, as
     every tensor of a model asks (DeepSeek-V3: ~900 times). Read it, do not mutate it."""
     h, hd = m.hidden_size, m.head_dim
     shapes: dict[str, Shape] = {
@@ -111,7 +113,7 @@ def shape_table(m: ModelSpec) -> dict[str, Shape]:
     return shapes
 
 
-def make_transform(row: T.Row, m: ModelSpec, megatron: str, hf: tuple[str, ...], parts: int) -> Transform:
+def make_transform(row: Row, m: ModelSpec, megatron: str, hf: tuple[str, ...], parts: int) -> Transform:
     shape = shape_table(m)[row.shape]
     kind = row.kind
     if kind is SplitKind.QKV:
@@ -135,34 +137,17 @@ def make_transform(row: T.Row, m: ModelSpec, megatron: str, hf: tuple[str, ...],
     return simple[kind](megatron, hf, shape, parts)
 
 
-def _layer_rows(m: ModelSpec, layer: int) -> tuple[list[T.Row], list[T.Row]]:
-    """(rows of this layer, per-expert rows) for the family."""
-    mla = m.attention == "mla"
-    rows = list(T.MLA_ATTENTION if mla else T.GQA_ATTENTION)
-    if mla:
-        assert m.mla is not None
-        rows[1:1] = T.MLA_Q_COMPRESSED if m.mla.q_lora_rank is not None else T.MLA_Q_DIRECT
-    rows.append(T.MLA_PRE_MLP_NORM if mla else T.GQA_PRE_MLP_NORM)
-    if m.moe is None or layer < m.moe.first_dense_layers:
-        return rows + list(T.DENSE_MLP), []
-    if m.family == "mixtral":
-        return rows + list(T.MIXTRAL_MOE), list(T.MIXTRAL_EXPERT)
-    rows += list(T.DEEPSEEK_MOE if m.moe.num_shared_experts else T.DEEPSEEK_MOE[:1])
-    if m.moe.router_score_bias:
-        rows.append(T.DEEPSEEK_ROUTER_BIAS)
-    return rows, list(T.DEEPSEEK_EXPERT)
-
-
 def build_entries(plan: Plan) -> list[Entry]:
     """Every tensor of the model, in checkpoint order: embedding, layers (experts by id), norm, head."""
     m, lay = plan.spec.model, plan.layout
+    family = FAMILIES[m.family]
     src = PARAM_DTYPES[plan.spec.train.precision]
     dst = plan.spec.convert.dtype
     stacked = m.moe is None  # megatron stacks homogeneous layers on a leading axis; MoE layer lists are not
     last = lay.pp - 1
 
     def entry(
-        row: T.Row,
+        row: Row,
         key: str,
         index: tuple[int, ...],
         pp_rank: int,
@@ -183,12 +168,12 @@ def build_entries(plan: Plan) -> list[Entry]:
             experts,
         )
 
-    entries = [entry(T.EMBEDDING, T.EMBEDDING.checkpoint, (), 0, T.EMBEDDING.model, T.EMBEDDING.hf, lay.tp)]
+    entries = [entry(EMBEDDING, EMBEDDING.checkpoint, (), 0, EMBEDDING.model, EMBEDDING.hf, lay.tp)]
     start = 0
     for stage, count in enumerate(lay.stage_layers):
         for layer in range(start, start + count):
             local = layer - start
-            rows, expert_rows = _layer_rows(m, layer)
+            rows, expert_rows = family.layer_rows(m, layer)
             for row in rows:
                 key = f"decoder.layers.{row.checkpoint}" if stacked else f"decoder.layers.{layer}.{row.checkpoint}"
                 hf = tuple(f"model.layers.{layer}.{name}" for name in row.hf)
@@ -213,82 +198,13 @@ def build_entries(plan: Plan) -> list[Entry]:
                     )
                 )
         start += count
-    entries.append(entry(T.FINAL_NORM, T.FINAL_NORM.checkpoint, (), last, T.FINAL_NORM.model, T.FINAL_NORM.hf, lay.tp))
+    entries.append(entry(FINAL_NORM, FINAL_NORM.checkpoint, (), last, FINAL_NORM.model, FINAL_NORM.hf, lay.tp))
     if not m.tie_embeddings:
-        entries.append(entry(T.OUTPUT, T.OUTPUT.checkpoint, (), last, T.OUTPUT.model, T.OUTPUT.hf, lay.tp))
+        entries.append(entry(OUTPUT, OUTPUT.checkpoint, (), last, OUTPUT.model, OUTPUT.hf, lay.tp))
     return entries
 
 
 def hf_config(plan: Plan) -> dict[str, Any]:
-    """config.json of the converted model, from the spec (transformers' names)."""
-    return dict(sorted({**hf_model_config(plan.spec.model), "torch_dtype": plan.spec.convert.dtype}.items()))
-
-
-def hf_model_config(m: ModelSpec) -> dict[str, Any]:
-    """The transformers architecture of `m`: the one config both the DeepSpeed trainer builds its
-    model from and the converted checkpoint carries, so the two cannot drift apart."""
-    arch, model_type = T.HF_ARCHITECTURES[m.family]
-    config: dict[str, Any] = {
-        "architectures": [arch],
-        "model_type": model_type,
-        "hidden_size": m.hidden_size,
-        "intermediate_size": m.ffn_hidden_size,
-        "num_hidden_layers": m.num_layers,
-        "num_attention_heads": m.num_attention_heads,
-        "num_key_value_heads": m.num_kv_heads,
-        "head_dim": m.head_dim,
-        "vocab_size": m.vocab_size,
-        "max_position_embeddings": m.max_position_embeddings,
-        "rms_norm_eps": m.norm_eps,
-        "rope_theta": m.rope_theta,
-        "rope_scaling": None,
-        "tie_word_embeddings": m.tie_embeddings,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "initializer_range": 0.02,
-        "use_cache": True,
-    }
-    if m.family == "llama":
-        config["mlp_bias"] = False
-    if m.mla is not None:
-        a = m.mla
-        config.update(
-            {
-                "q_lora_rank": a.q_lora_rank,
-                "kv_lora_rank": a.kv_lora_rank,
-                "qk_nope_head_dim": a.qk_nope_head_dim,
-                "qk_rope_head_dim": a.qk_rope_head_dim,
-                "v_head_dim": a.v_head_dim,
-                "head_dim": a.qk_rope_head_dim,
-                "rope_interleave": True,
-            }
-        )
-    if m.moe is not None:
-        moe = m.moe
-        if m.family == "mixtral":
-            config.update(
-                {
-                    "intermediate_size": moe.ffn_hidden_size,
-                    "num_local_experts": moe.num_experts,
-                    "num_experts_per_tok": moe.top_k,
-                    "sliding_window": None,
-                    "router_jitter_noise": 0.0,
-                    "output_router_logits": False,
-                }
-            )
-        else:
-            config.update(
-                {
-                    "moe_intermediate_size": moe.ffn_hidden_size,
-                    "n_routed_experts": moe.num_experts,
-                    "n_shared_experts": moe.num_shared_experts,
-                    "num_experts_per_tok": moe.top_k,
-                    "first_k_dense_replace": moe.first_dense_layers,
-                    "moe_layer_freq": 1,
-                    "n_group": 1,
-                    "topk_group": 1,
-                    "norm_topk_prob": True,
-                    "routed_scaling_factor": 1.0,
-                }
-            )
-    return dict(sorted(config.items()))
+    """config.json of the converted model: the family's, from the spec, with the written dtype."""
+    config = FAMILIES[plan.spec.model.family].hf_config(plan.spec.model)
+    return dict(sorted({**config, "torch_dtype": plan.spec.convert.dtype}.items()))

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 
 from lmspec.compiler.build.earlier import EarlierBuild
 from lmspec.compiler.build.files import MEMORY_CHART
-from lmspec.compiler.models.train_memory import GIB, TERMS
+from lmspec.compiler.models.train_memory import TERMS
+from lmspec.compiler.models.units import GIB
 from lmspec.compiler.plan import Plan
 
 COLORS = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.serve import serve_report_rows
-from lmspec.compiler.models.train_memory import GB, GIB, TERMS
+from lmspec.compiler.models.train_memory import TERMS
+from lmspec.compiler.models.units import GB, GIB
 from lmspec.compiler.plan import Plan
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from lmspec.compiler.models import ArrayOrNumber
+from lmspec.compiler.models.units import FP32_BYTES
 from lmspec.compiler.spec.sections import ModelSpec
 
 Style = Literal["megatron", "hf"]
-FP32_BYTES = 4
 INDEX_BYTES = 8  # int64 token ids / labels / expert indices
 MASK_BYTES = 1  # dropout masks are stored as bytes
 
@@ -54,7 +54,7 @@ class LayerShape:
 @dataclass(frozen=True, kw_only=True)
 class ActivationSetting:
     """What, besides the shape, decides activation bytes. tp, cp and micro_batch_size are arrays
-    when compiler/plan_search prices a grid of them at once."""
+    when compiler/search prices a grid of them at once."""
 
     style: Style
     seq_length: int

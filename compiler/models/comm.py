@@ -6,16 +6,15 @@ all-gather (n-1)/n, an all-to-all (n-1)/n. Traffic per step:
 - TP (Megatron): 2 all-reduces per layer in forward and 2 in backward (SP turns each into a
   reduce-scatter + all-gather of the same volume) of s x b x h activations; full recompute
   repeats the forward ones.
-- DP: one gradient all-reduce per step (fp32 main gradients under Megatron, 16-bit under
-  DeepSpeed); with a sharded optimizer a reduce-scatter plus an all-gather of the updated
-  16-bit weights; ZeRO-3 all-gathers the weights again in forward and backward.
+- DP: `dp_bytes_per_param`, the collectives each backend really runs (see there); dense
+  parameters over dp x cp, routed experts over the expert-data-parallel group.
 - EP: dispatch and combine all-to-alls of the top-k token copies, forward and backward.
 - PP: activations forward and their gradients backward between neighbouring stages.
 
-A group stays on the intra-node link when it fits in one node (Megatron orders ranks
-tp, cp, ep/dp, pp), else it runs at the node's NIC bandwidth shared by its GPUs. Nothing is
-assumed to overlap with compute, so this is an upper bound: it flags layouts where
-communication is large (the seed's TP8 slowdown), it does not predict step time.
+A group stays on the intra-node link when its span fits in one node (`ParallelDims`' spans),
+else it runs at the node's NIC bandwidth shared by its GPUs. Nothing is assumed to overlap with
+compute, so this is an upper bound: it flags layouts where communication is large (the seed's
+TP8 slowdown), it does not predict step time (`steptime.py` does, from the same volumes).
 """
 
 from __future__ import annotations
@@ -23,13 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lmspec.compiler.models.dims import data_parallel_size, stage_layers
-from lmspec.compiler.models.flops import TFLOPS, hardware_flops_per_token
-from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.flops import hardware_flops_per_token
+from lmspec.compiler.models.params import count_params, layer_params
+from lmspec.compiler.models.stages import slowest_stage_work, stage_params
+from lmspec.compiler.models.train_memory import TrainMemory
+from lmspec.compiler.models.units import BITS_PER_BYTE, FP32_BYTES, GB, TFLOPS, precision_bytes
+from lmspec.compiler.spec.sections import HardwareSpec, Spec
 
-GB = 1e9
-BITS_PER_BYTE = 8
 COMPUTE_EFFICIENCY = 0.5  # share of the dense peak large matmuls reach; sets compute time per step
 COMM_SHARE_WARNING = 0.30  # the seed: communication above 30% of compute time is where TP stops paying
 
@@ -57,20 +57,34 @@ class CommEstimate:
         return self.total_s / step if step else 0.0
 
 
-def _bandwidth_gb_s(spec: Spec, group_span: int) -> float:
-    """Per-GPU bandwidth of a group spanning `group_span` consecutive ranks."""
-    hw = spec.hardware
-    if group_span <= hw.gpus_per_node:
-        return hw.intra_node.gb_per_s
+def pick(condition: Any, if_true: Any, if_false: Any) -> Any:
+    """`if_true if condition else if_false`, for a bool or an array of them."""
+    return if_false + condition * (if_true - if_false)
+
+
+@dataclass(frozen=True)
+class Links:
+    """Bytes/s one GPU moves inside its node and towards other nodes."""
+
+    intra_bytes_per_s: float
+    inter_bytes_per_s: float
+
+    def ring_bytes_per_s(self, dims: ParallelDims, span: Any) -> Any:
+        """Per-GPU bandwidth of a group covering `span` consecutive ranks."""
+        return pick(dims.spans_nodes(span), self.inter_bytes_per_s, self.intra_bytes_per_s)
+
+
+def datasheet_links(hw: HardwareSpec) -> Links:
+    """The links as the datasheet states them; the NICs of a node are shared by its GPUs."""
     nic_gb_s = hw.inter_node.gbit_per_s_per_nic * hw.inter_node.nics_per_node / BITS_PER_BYTE
-    return nic_gb_s / hw.gpus_per_node
+    return Links(hw.intra_node.gb_per_s * GB, nic_gb_s / hw.gpus_per_node * GB)
 
 
 def ring(n: Any) -> Any:
     """Share of a buffer each of n ranks sends in a reduce-scatter, all-gather or all-to-all (0 at n = 1).
 
     This and the volume functions below are plain arithmetic on ints or numpy arrays: `lmspec plan`
-    prices its candidates' traffic with them (compiler/search/steptime.py)."""
+    prices its candidates' traffic with them (compiler/models/steptime.py)."""
     return (n - 1) / n
 
 
@@ -93,43 +107,83 @@ def pp_bytes_per_micro_batch(tokens: Any, tp_split: Any, hidden: int, element_by
     return 2 * tokens * hidden * element_bytes / tp_split
 
 
-def estimate_comm(spec: Spec) -> CommEstimate | None:
-    dp, stages = data_parallel_size(spec), stage_layers(spec)
-    if dp is None or stages is None:
+def dp_grad_bytes(deepspeed: Any, precision: str) -> Any:
+    """Bytes per gradient element on the wire: Megatron reduces its fp32 main gradients (lmspec's
+    trainer sets `grad_reduce_in_fp32` under bf16/fp16); DeepSpeed reduces in its
+    `communication_data_type`, which defaults to the model's dtype."""
+    return pick(deepspeed, precision_bytes(precision), FP32_BYTES)
+
+
+def dp_bytes_per_param(
+    zero_stage: Any, distributed_optimizer: Any, grad_bytes: Any, param_bytes: Any
+) -> tuple[Any, Any]:
+    """(bytes sent once per step, bytes sent every micro-batch) per parameter, in units of one
+    reduce-scatter or all-gather ring share (n-1)/n, for the collectives each sharding runs:
+
+    - unsharded (Megatron DDP, DeepSpeed ZeRO-0): one all-reduce of the gradients per step
+      (2 x grad bytes; Megatron bf16: 2 x 4 = 8). No weights travel: every rank updates all of them.
+    - Megatron distributed optimizer, ZeRO-1: a reduce-scatter of the gradients, then an
+      all-gather of the updated weights, once per step (grad + param bytes; Megatron bf16: 4 + 2 = 6).
+    - ZeRO-2: gradients are reduce-scattered in backward on every micro-batch (its partitioned
+      buffers hold no full gradients to accumulate in), weights all-gathered once after the step.
+    - ZeRO-3: every micro-batch gathers the weights for forward and again for backward and
+      reduce-scatters the gradients (grad + 2 x param bytes); nothing is left for the step.
+    """
+    sharded = (distributed_optimizer != 0) | (zero_stage > 0)
+    zero2, zero3 = zero_stage == 2, zero_stage == 3
+    once = pick(zero3, 0, pick(zero2, param_bytes, pick(sharded, grad_bytes + param_bytes, 2 * grad_bytes)))
+    every = pick(zero2, grad_bytes, pick(zero3, grad_bytes + 2 * param_bytes, 0))
+    return once, every
+
+
+def dp_seconds_per_byte(dims: ParallelDims, dense_params: Any, expert_params: Any, links: Links) -> Any:
+    """Seconds of one reduce-scatter (or all-gather) of one byte per parameter a GPU holds: dense
+    parameters over dp x cp (Megatron's data-parallel group with context parallel), routed experts
+    over the expert-data-parallel group (megatron-core gives expert parameters their own buffers on it)."""
+    dense = ring(dims.dense_dp) * dense_params / links.ring_bytes_per_s(dims, dims.dense_dp_span)
+    expert = ring(dims.expert_dp) * expert_params / links.ring_bytes_per_s(dims, dims.expert_dp_span)
+    return dense + expert
+
+
+def worst_gpu_params(spec: Spec, dims: ParallelDims, memory: TrainMemory) -> tuple[float, float]:
+    """(dense, routed-expert) parameters on one GPU of the stage the memory model finds worst, unrounded:
+    the parameters whose gradients the DP collectives move and whose optimizer step the GPU runs."""
+    m, p = spec.model, spec.parallel
+    worst = memory.worst.stage
+    first = sum(dims.stage_layers[:worst])
+    layers = [layer_params(m, i) for i in range(m.num_layers)]
+    stage = stage_params(layers, count_params(m), first, first + dims.stage_layers[worst], p.pp)
+    dense, expert = stage.per_gpu(p.tp, p.ep, p.etp)
+    return float(dense), float(expert)
+
+
+def estimate_comm(spec: Spec, memory: TrainMemory) -> CommEstimate | None:
+    """Per step, on the GPU the memory model finds worst (`memory`): its stage's parameters travel in DP."""
+    dims = ParallelDims.from_spec(spec)
+    if dims is None:
         return None
     m, p, t = spec.model, spec.parallel, spec.train
-    e = 4 if t.precision == "fp32" else 2
-    micro = max(t.global_batch_size // (t.micro_batch_size * dp), 1)
+    e = precision_bytes(t.precision)
+    links = datasheet_links(spec.hardware)
+    micro = dims.micro_batches
     tokens = t.seq_length // p.cp * t.micro_batch_size  # per micro-batch on one GPU's sequence shard
-    layers = max(stages)
+    work = slowest_stage_work(m, t.seq_length, dims.stage_layers, t.recompute)
     # TP: 4 collectives per layer per micro-batch (6 with full recompute), each ~ an all-reduce
-    tp_bytes = micro * tp_bytes_per_micro_batch(layers, t.recompute == "full", p.tp, tokens, m.hidden_size, e)
-    tp_s = tp_bytes / (_bandwidth_gb_s(spec, p.tp) * GB) if p.tp > 1 else 0.0
-    # DP: gradients of the parameters one GPU holds
-    first = sum(stages[: stages.index(layers)])
-    held = [layer_params(m, i) for i in range(first, first + layers)]
-    dense = sum((lp.attention + lp.dense_mlp) / p.tp + lp.attention_norms + lp.layer_norms + lp.router for lp in held)
-    dense += count_params(m).embedding / p.tp if stages.index(layers) == 0 else 0
-    expert = sum(lp.routed_experts for lp in held) / (p.ep * p.etp)
-    grad_e = 4 if t.backend == "megatron" else e
-    sharded = p.distributed_optimizer or (t.backend == "deepspeed" and p.zero_stage >= 1)
-    per_param = (grad_e + e) * (1 if sharded else 2)  # reduce-scatter + all-gather, or all-reduce of grads
-    if t.backend == "deepspeed" and p.zero_stage == 3:
-        per_param += 2 * e  # weights gathered for forward and again for backward
-    expert_dp = max(spec.hardware.gpus_per_node * spec.hardware.nodes // (p.etp * p.ep * p.pp), 1)
-    dp_s = dense * per_param * ring(dp * p.cp) / (
-        _bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB
-    ) + expert * per_param * ring(expert_dp) / (_bandwidth_gb_s(spec, p.tp * p.cp * dp) * GB)
+    tp_bytes = micro * tp_bytes_per_micro_batch(work.layers, t.recompute == "full", p.tp, tokens, m.hidden_size, e)
+    tp_s = tp_bytes / links.ring_bytes_per_s(dims, dims.tp_span) if p.tp > 1 else 0.0
+    # DP: gradients (and weights, when sharded) of the parameters one GPU holds
+    dense, expert = worst_gpu_params(spec, dims, memory)
+    grad_bytes = dp_grad_bytes(t.backend == "deepspeed", t.precision)
+    once, every = dp_bytes_per_param(p.zero_stage, p.distributed_optimizer, grad_bytes, e)
+    dp_s = (once + micro * every) * dp_seconds_per_byte(dims, dense, expert, links)
     # EP: 4 all-to-alls per MoE layer per micro-batch of the top-k token copies
-    moe_layers = sum(is_moe_layer(m, i) for i in range(first, first + layers))
     top_k = m.moe.top_k if m.moe else 0
     tp_split = p.tp if p.sequence_parallel else 1
-    ep_bytes = micro * ep_bytes_per_micro_batch(moe_layers, p.ep, tokens, tp_split, top_k, m.hidden_size, e)
-    ep_s = ep_bytes / (_bandwidth_gb_s(spec, p.tp * p.ep) * GB) if p.ep > 1 else 0.0
+    ep_bytes = micro * ep_bytes_per_micro_batch(work.moe_layers, p.ep, tokens, tp_split, top_k, m.hidden_size, e)
+    ep_s = ep_bytes / links.ring_bytes_per_s(dims, dims.ep_span) if p.ep > 1 else 0.0
     # PP: one activation forward and one gradient backward per micro-batch and stage boundary
     pp_bytes = micro * pp_bytes_per_micro_batch(tokens, tp_split, m.hidden_size, e)
-    pp_s = pp_bytes / (_bandwidth_gb_s(spec, p.tp * p.cp * dp * p.pp) * GB) if p.pp > 1 else 0.0
-    world = spec.hardware.gpus_per_node * spec.hardware.nodes
-    flops = hardware_flops_per_token(m, t.seq_length, t.recompute) * t.global_batch_size * t.seq_length / world
+    pp_s = pp_bytes / links.ring_bytes_per_s(dims, dims.pp_span) if p.pp > 1 else 0.0
+    flops = hardware_flops_per_token(m, t.seq_length, t.recompute) * t.global_batch_size * t.seq_length / dims.world
     compute_s = flops / (spec.hardware.gpu.bf16_tflops * TFLOPS * COMPUTE_EFFICIENCY)
     return CommEstimate(tp_s=tp_s, dp_s=dp_s, ep_s=ep_s, pp_s=pp_s, compute_s=compute_s)

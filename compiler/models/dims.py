@@ -1,25 +1,148 @@
-"""Derived layout numbers that both the rules and the Plan need: dp, layers per stage."""
+"""The parallel degrees of a layout and every number that follows from them: the one owner.
+
+`ParallelDims` plays the part of torchtitan's `ParallelDims`: world size, data-parallel and
+expert-data-parallel sizes, micro-batches per step, the stage split, the device, and the
+size and rank span of each communication group. The Plan, the rules, the memory and
+communication models and `lmspec plan` all read them here, never as `gpus_per_node * nodes`
+inline. Its fields are ints for one spec, or numpy arrays of candidates for the search:
+every property and function below is plain arithmetic (no branches on values), so one
+formula serves both.
+
+Rank order is Megatron's: `tp-cp-ep-dp-pp` for the dense layers and `etp-ep-edp-pp` for the
+experts (MoE parallel folding), so a group's members lie within `span` consecutive ranks and
+the group stays on the intra-node link when the span fits in one node.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Literal
+
 from lmspec.compiler.spec.sections import Spec
 
-
-def world_size(spec: Spec) -> int:
-    return spec.hardware.gpus_per_node * spec.hardware.nodes
+Device = Literal["cpu", "gpu"]
 
 
-def model_parallel_size(spec: Spec) -> int:
-    p = spec.parallel
-    return p.tp * p.pp * p.cp
+def world_size(gpus_per_node: Any, nodes: Any) -> Any:
+    return gpus_per_node * nodes
+
+
+def model_parallel_size(tp: Any, pp: Any, cp: Any) -> Any:
+    return tp * pp * cp
+
+
+def derived_dp(world: Any, tp: Any, pp: Any, cp: Any) -> Any:
+    """dp = world / (tp x pp x cp), as `parallel.dp=auto` derives it; 0 where that does not divide."""
+    mp = model_parallel_size(tp, pp, cp)
+    return (world % mp == 0) * (world // mp)
+
+
+def ranks_per_stage(dp: Any, tp: Any, cp: Any) -> Any:
+    """Ranks of one pipeline stage, dp x tp x cp: the ranks Megatron folds EP x ETP over."""
+    return dp * tp * cp
+
+
+def expert_data_parallel_size(world: Any, ep: Any, etp: Any, pp: Any) -> Any:
+    """Replicas of each expert shard: world / (etp x ep x pp), at least 1."""
+    edp = world // (etp * ep * pp)
+    return edp + (edp < 1) * (1 - edp)
+
+
+def micro_batches_per_step(global_batch_size: Any, micro_batch_size: Any, dp: Any) -> Any:
+    """Micro-batches each DP rank runs per optimizer step (gradient accumulation), at least 1."""
+    n = global_batch_size // (micro_batch_size * dp)
+    return n + (n < 1) * (1 - n)
 
 
 def data_parallel_size(spec: Spec) -> int | None:
-    """dp as given, or world / (tp x pp x cp) for `auto`; None when that does not divide."""
-    if spec.parallel.dp != "auto":
-        return int(spec.parallel.dp)
-    world, mp = world_size(spec), model_parallel_size(spec)
-    return world // mp if world % mp == 0 else None
+    """The spec's dp: as given, or derived for `auto`; None when that does not divide (the rules, which
+    check one factor at a time, need it before the whole layout is known to be legal)."""
+    p = spec.parallel
+    if p.dp != "auto":
+        return int(p.dp)
+    dp = derived_dp(world_size(spec.hardware.gpus_per_node, spec.hardware.nodes), p.tp, p.pp, p.cp)
+    return int(dp) or None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelDims:
+    """Resolved degrees of one layout (ints), or of many candidates (arrays)."""
+
+    gpus_per_node: int
+    nodes: Any
+    tp: Any
+    pp: Any
+    cp: Any
+    ep: Any
+    etp: Any
+    dp: Any  # replicas of the dense layers; their gradients are reduced over dp x cp
+    micro_batches: Any  # per DP rank per optimizer step (gradient accumulation)
+    stage_layers: tuple[int, ...] = ()  # layers per pipeline stage; one spec only (the search balances them)
+    device: Device = "gpu"
+
+    @staticmethod
+    def from_spec(spec: Spec) -> ParallelDims | None:
+        """The spec's degrees, or None when dp or the stage split is not legal (the rules say why)."""
+        hw, p, t = spec.hardware, spec.parallel, spec.train
+        dp, stages = data_parallel_size(spec), stage_layers(spec)
+        if dp is None or stages is None:
+            return None
+        return ParallelDims(
+            gpus_per_node=hw.gpus_per_node,
+            nodes=hw.nodes,
+            tp=p.tp,
+            pp=p.pp,
+            cp=p.cp,
+            ep=p.ep,
+            etp=p.etp,
+            dp=dp,
+            micro_batches=micro_batches_per_step(t.global_batch_size, t.micro_batch_size, dp),
+            stage_layers=stages,
+            device="cpu" if hw.intra_node.link == "shm" else "gpu",
+        )
+
+    @property
+    def world(self) -> Any:
+        return world_size(self.gpus_per_node, self.nodes)
+
+    @property
+    def dense_dp(self) -> Any:
+        """Ranks that reduce (and, sharded, partition) each dense parameter's gradient: dp x cp."""
+        return self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> Any:
+        return expert_data_parallel_size(self.world, self.ep, self.etp, self.pp)
+
+    # spans: how many consecutive ranks a group's members cover
+    @property
+    def tp_span(self) -> Any:
+        return self.tp
+
+    @property
+    def cp_span(self) -> Any:
+        return self.tp * self.cp
+
+    @property
+    def dense_dp_span(self) -> Any:
+        return self.tp * self.cp * self.dp
+
+    @property
+    def ep_span(self) -> Any:
+        return self.etp * self.ep
+
+    @property
+    def expert_dp_span(self) -> Any:
+        return self.etp * self.ep * self.expert_dp
+
+    @property
+    def pp_span(self) -> Any:
+        """Every stage boundary of a multi-node job: some neighbouring pair sits on two nodes."""
+        return self.world
+
+    def spans_nodes(self, span: Any) -> Any:
+        """True where a group covering `span` consecutive ranks leaves one node."""
+        return span > self.gpus_per_node
 
 
 def balanced_stages(num_layers: int, pp: int) -> tuple[int, ...]:

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from lmspec.compiler.models import ArrayOrNumber
 from lmspec.compiler.models.params import is_moe_layer
+from lmspec.compiler.models.units import SECONDS_PER_DAY, TFLOPS
 from lmspec.compiler.spec.sections import ModelSpec
 
 FORWARD_BACKWARD_FACTOR = 3  # forward, backward data-gradient, backward weight-gradient GEMMs
 FLOPS_PER_MAC = 2
 GATED_LINEAR_MULTIPLIER = 1.5  # SwiGLU: three h x ffn matrices instead of two
-TFLOPS = 1e12
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +87,7 @@ def mfu(
     tokens_per_s: ArrayOrNumber, flops_per_token: float, n_gpus: ArrayOrNumber, peak_tflops: float
 ) -> ArrayOrNumber:
     """Achieved FLOP/s over the GPUs' dense peak: model FLOPs give MFU, hardware FLOPs HFU
-    (per candidate, on arrays, in compiler/plan_search)."""
+    (per candidate, on arrays, in compiler/search)."""
     return tokens_per_s * flops_per_token / (n_gpus * peak_tflops * TFLOPS)
 
 
@@ -96,4 +96,4 @@ def tokens_per_s(tokens_per_step: int, step_time_s: float) -> float:
 
 
 def days_for_tokens(tokens: float, tokens_per_second: float) -> float:
-    return tokens / tokens_per_second / 86400
+    return tokens / tokens_per_second / SECONDS_PER_DAY

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmspec.compiler.models.params import count_params
-from lmspec.compiler.models.train_memory import GIB
+from lmspec.compiler.models.units import DTYPE_BYTES, FP32_BYTES, GIB
 from lmspec.compiler.spec.sections import ModelSpec, Spec
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 KV_FP8_BYTES = 1
 # Bytes per weight of the linear layers under each quantization (4-bit packs two per byte).
 QUANT_WEIGHT_BYTES = {"fp8": 1.0, "awq": 0.5, "gptq": 0.5, "bitsandbytes": 0.5}
@@ -24,7 +23,6 @@ BLOCK_TOKENS = 16  # vLLM's default KV block size: the cache is allocated in who
 DEFAULT_BATCHED_TOKENS = 8192  # vLLM's default max_num_batched_tokens with chunked prefill
 # Non-torch memory vLLM keeps outside its profile (CUDA graphs, NCCL, allocator slack).
 SERVE_OVERHEAD_GIB = 1.0
-FP32_BYTES = 4
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,9 @@ from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, 
 from lmspec.compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
 from lmspec.compiler.models.params import ParamCounts
 from lmspec.compiler.models.serve_memory import ServeMemory
+from lmspec.compiler.models.steptime import StepTime
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, TERMS, TrainMemory
+from lmspec.compiler.models.units import TFLOPS
 from lmspec.compiler.spec.sections import Spec
 
 MFU_POINTS = (0.6, 0.5, 0.4, 0.3)  # the step times shown are those that would reach these MFUs
@@ -29,7 +31,7 @@ class FlopsSummary:
     @property
     def ideal_step_time_s(self) -> float:
         """Step time at 100% MFU: measured step time x MFU equals this."""
-        return self.per_step / (self.n_gpus * self.peak_tflops_per_gpu * 1e12)
+        return self.per_step / (self.n_gpus * self.peak_tflops_per_gpu * TFLOPS)
 
     def at(self, step_time_s: float) -> dict[str, float]:
         tokens_per_s = self.tokens_per_step / step_time_s
@@ -126,3 +128,11 @@ def comm_dict(c: CommEstimate) -> dict[str, Any]:
         "compute_efficiency_assumed": COMPUTE_EFFICIENCY,
         "warning_ratio": COMM_SHARE_WARNING,
     }
+
+
+STEP_TERMS = ("compute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "bubble", "dp_comm", "optimizer")
+
+
+def step_time_dict(t: StepTime) -> dict[str, float]:
+    """Seconds per step by term, as `lmspec plan` prices the layout (overlap included)."""
+    return {**{f"{k}_s": _round(getattr(t, k)) for k in STEP_TERMS}, "total_s": _round(t.total)}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 
-from lmspec.compiler.models.train_memory import GB, GIB, TrainMemory
+from lmspec.compiler.models.train_memory import TrainMemory
+from lmspec.compiler.models.units import GB, GIB
 
 TABLE_WIDTH = 100  # fixed, so the text is the same on every terminal
 

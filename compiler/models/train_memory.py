@@ -33,12 +33,12 @@ from lmspec.compiler.models.activations import (
     layer_shape,
     working_layer_bytes,
 )
-from lmspec.compiler.models.dims import data_parallel_size, stage_layers, world_size
+from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.models.stages import stage_params
+from lmspec.compiler.models.units import FP32_BYTES, GIB, precision_bytes
 from lmspec.compiler.spec.sections import Spec
 
-GIB = 2**30
-GB = 10**9
 # Device memory PyTorch cannot allocate: CUDA context, cuBLAS/NCCL workspaces, driver reserve.
 DEVICE_RESERVE_GIB = 1.0
 # Caching-allocator fragmentation and communication buckets, as a share of what is allocated.
@@ -50,7 +50,7 @@ TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 @dataclass(frozen=True, kw_only=True)
 class StateBytes:
-    """Bytes per parameter held on a GPU, by term (per candidate, as arrays, in compiler/plan_search)."""
+    """Bytes per parameter held on a GPU, by term (per candidate, as arrays, in compiler/search)."""
 
     weights: ArrayOrNumber
     gradients: ArrayOrNumber
@@ -141,18 +141,18 @@ def state_bytes(spec: Spec, shards: ArrayOrNumber) -> StateBytes:
     """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
     t, p = spec.train, spec.parallel
     mixed = t.precision != "fp32"
-    low = 2 if mixed else 4
-    moments = optimizer_states(spec) * 4
-    master = 4 if mixed else 0
+    low = precision_bytes(t.precision)
+    moments = optimizer_states(spec) * FP32_BYTES
+    master = FP32_BYTES if mixed else 0
     if t.backend == "megatron":
         shard = shards if p.distributed_optimizer else 1
-        return StateBytes(weights=low, gradients=4, optimizer=(master + moments) / shard)
+        return StateBytes(weights=low, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
     return zero_state_bytes(
         p.zero_stage,
         shards,
         param_bytes=low,
         grad_bytes=low,
-        fp32_grad_bytes=4 if mixed else 0,
+        fp32_grad_bytes=FP32_BYTES if mixed else 0,
         optimizer_bytes=master + moments,
         offload_optimizer=p.offload_optimizer,
         offload_params=p.offload_params,
@@ -165,7 +165,7 @@ def activation_setting(spec: Spec) -> ActivationSetting:
         style="megatron" if t.backend == "megatron" else "hf",
         seq_length=t.seq_length,
         micro_batch_size=t.micro_batch_size,
-        element_bytes=4 if t.precision == "fp32" else 2,
+        element_bytes=precision_bytes(t.precision),
         tp=p.tp,
         cp=p.cp,
         etp=p.etp,
@@ -179,7 +179,7 @@ def gathered_layer_bytes(spec: Spec) -> int:
     """ZeRO-3 gathers one module's 16-bit weights and gradients at a time; 0 otherwise."""
     t, p = spec.train, spec.parallel
     if t.backend == "deepspeed" and p.zero_stage == 3:
-        return 2 * (2 if t.precision != "fp32" else 4) * count_params(spec.model).largest_layer
+        return 2 * precision_bytes(t.precision) * count_params(spec.model).largest_layer
     return 0
 
 
@@ -194,7 +194,7 @@ def stage_terms(
     gather_bytes: Any,
 ) -> tuple[Any, Any, Any, Any, Any]:
     """(weights, gradients, optimizer, activations, buffers) bytes of one stage's GPU. Plain
-    arithmetic: `lmspec plan` calls it on numpy arrays of candidates (compiler/plan_search)."""
+    arithmetic: `lmspec plan` calls it on numpy arrays of candidates (compiler/search)."""
     weights = dense * dense_state.weights + expert * expert_state.weights
     grads = dense * dense_state.gradients + expert * expert_state.gradients
     optim = dense * dense_state.optimizer + expert * expert_state.optimizer
@@ -203,43 +203,39 @@ def stage_terms(
     return weights, grads, optim, activations, buffers
 
 
+def budget_bytes(memory_gib: float) -> int:
+    """Usable device memory: the label minus DEVICE_RESERVE_GIB (the Plan, the budget rule and `lmspec plan`)."""
+    return round((memory_gib - DEVICE_RESERVE_GIB) * GIB)
+
+
 def estimate_train_memory(spec: Spec) -> TrainMemory | None:
     """Per-GPU memory of every pipeline stage; None when the layout itself is illegal."""
-    dp, stages = data_parallel_size(spec), stage_layers(spec)
-    if dp is None or stages is None:
+    dims = ParallelDims.from_spec(spec)
+    if dims is None:
         return None
-    m, p, t = spec.model, spec.parallel, spec.train
+    m, p = spec.model, spec.parallel
     counts = count_params(m)
-    world = world_size(spec)
-    expert_dp = max(world // (p.etp * p.ep * p.pp), 1)
-    grad_accum = max(t.global_batch_size // (t.micro_batch_size * dp), 1)
-    dense_state, expert_state = state_bytes(spec, dp * p.cp), state_bytes(spec, expert_dp)
+    layers = [layer_params(m, i) for i in range(m.num_layers)]
+    dense_state, expert_state = state_bytes(spec, dims.dense_dp), state_bytes(spec, dims.expert_dp)
     act = activation_setting(spec)
     gather_bytes = gathered_layer_bytes(spec)
     interleave = 1 + (p.pp - 1) / (p.pp * p.virtual_stages) if p.virtual_stages else 1.0
     out: list[StageMemory] = []
     first = 0
-    for index, n_layers in enumerate(stages):
-        ids = range(first, first + n_layers)
-        first += n_layers
-        dense = 0.0
-        expert = 0.0
+    for index, n_layers in enumerate(dims.stage_layers):
+        dense, expert = stage_params(layers, counts, first, first + n_layers, p.pp).per_gpu(p.tp, p.ep, p.etp)
         per_mb = 0.0
         working = 0.0
-        for i in ids:
-            lp = layer_params(m, i)
-            dense += (lp.attention + lp.dense_mlp) / p.tp + lp.attention_norms + lp.layer_norms + lp.router
-            expert += lp.routed_experts / (p.ep * p.etp)
+        for i in range(first, first + n_layers):
             shape = layer_shape(m, is_moe_layer(m, i))
             per_mb += layer_activation_bytes(shape, act)
             working = max(working, working_layer_bytes(shape, act))
+        first += n_layers
         if index == 0:
-            dense += counts.embedding / p.tp
             per_mb += embedding_activation_bytes(act)
-        if index == len(stages) - 1:
-            dense += (counts.output_head or (counts.embedding if p.pp > 1 else 0)) / p.tp + counts.final_norm
+        if index == len(dims.stage_layers) - 1:
             per_mb += head_activation_bytes(m, act)
-        in_flight = min(p.pp - index, grad_accum) * interleave
+        in_flight = min(p.pp - index, dims.micro_batches) * interleave
         weights, grads, optim, activations, buffers = stage_terms(
             dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes
         )
@@ -258,5 +254,4 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
                 host_bytes=round(dense * dense_state.host + expert * expert_state.host),
             )
         )
-    budget = round((spec.hardware.gpu.memory_gib - DEVICE_RESERVE_GIB) * GIB)
-    return TrainMemory(stages=tuple(out), budget_bytes=budget)
+    return TrainMemory(stages=tuple(out), budget_bytes=budget_bytes(spec.hardware.gpu.memory_gib))

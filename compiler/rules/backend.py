@@ -10,7 +10,7 @@ from lmspec.compiler.rules.context import RuleContext
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
-# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/search).
 # `deepspeed` is 1 (True) for train.backend=deepspeed, 0 (False) for megatron.
 def zero_matches_backend(deepspeed: Any, zero_stage: Any) -> Any:
     return (deepspeed != 0) | (zero_stage == 0)

@@ -11,7 +11,7 @@ from lmspec.compiler.rules.context import RuleContext
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
-# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/search).
 def global_batch_splits(global_batch_size: Any, micro_batch_size: Any, dp: Any) -> Any:
     return global_batch_size % (micro_batch_size * dp) == 0
 

@@ -16,9 +16,10 @@ from typing import Any
 
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
-from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, stage_layers
+from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
 from lmspec.compiler.models.serve_memory import estimate_serve_memory
-from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, GB, GIB, TERMS, TrainMemory, estimate_train_memory
+from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
+from lmspec.compiler.models.units import GB, GIB
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import Spec
@@ -79,7 +80,7 @@ def candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
     elif not p.distributed_optimizer:
         yield {"parallel.distributed_optimizer": True}
     if t.backend == "megatron":
-        world = spec.hardware.gpus_per_node * spec.hardware.nodes
+        world = world_size(spec.hardware.gpus_per_node, spec.hardware.nodes)
         pps = [n for n in divisors(world) if p.pp < n <= m.num_layers and world % (n * p.tp * p.cp) == 0]
         pp_fix = _first_fitting_or_last(
             spec,
@@ -102,7 +103,7 @@ def _legal_eps(spec: Spec) -> list[int]:
     dp = data_parallel_size(spec)
     if moe is None or dp is None:
         return []
-    ranks = dp * p.tp * p.cp
+    ranks = ranks_per_stage(dp, p.tp, p.cp)
     return [n for n in divisors(moe.num_experts) if ranks % (n * p.etp) == 0]
 
 
@@ -121,9 +122,7 @@ def computable(spec: Spec) -> bool:
 
 
 def estimate(spec: Spec) -> TrainMemory | None:
-    if not computable(spec) or data_parallel_size(spec) is None or stage_layers(spec) is None:
-        return None
-    return estimate_train_memory(spec)
+    return estimate_train_memory(spec) if computable(spec) else None
 
 
 def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
@@ -203,7 +202,7 @@ def _fix_lines(spec: Spec) -> list[str]:
     nodes = _fewest_nodes(stacked_spec if stacked and not any(line.endswith("(fits)") for line in lines) else spec)
     if nodes is not None:
         n, grown, memory = nodes
-        world = n * spec.hardware.gpus_per_node
+        world = world_size(spec.hardware.gpus_per_node, n)
         on_top = (
             " on top of all the above"
             if stacked_spec is not spec and not any(line.endswith("(fits)") for line in lines)
@@ -319,9 +318,8 @@ COMM_KEYS = {"tp": "parallel.tp", "dp": "parallel.dp", "ep": "parallel.ep", "pp"
 
 def communication_within_budget(ctx: RuleContext) -> Iterator[Problem]:
     """A warning: estimated communication above 30% of compute time (the seed's TP8 slowdown)."""
-    if not computable(ctx.spec):
-        return
-    comm = estimate_comm(ctx.spec)
+    memory = estimate(ctx.spec)
+    comm = estimate_comm(ctx.spec, memory) if memory is not None else None
     if comm is None or comm.ratio_to_compute <= COMM_SHARE_WARNING:
         return
     parts = {"tp": comm.tp_s, "dp": comm.dp_s, "ep": comm.ep_s, "pp": comm.pp_s}

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmspec.compiler.errors import Problem, error
-from lmspec.compiler.models.dims import data_parallel_size, divisors
+from lmspec.compiler.models.dims import data_parallel_size, divisors, ranks_per_stage
 from lmspec.compiler.rules.context import RuleContext, listed
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
-# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/search).
 def expert_parallel_has_moe(is_moe: Any, ep: Any, etp: Any) -> Any:
     return (is_moe != 0) | ((ep == 1) & (etp == 1))
 
@@ -53,7 +53,7 @@ def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
     dp = data_parallel_size(ctx.spec)
     if ctx.spec.model.moe is None or dp is None:
         return
-    ranks = dp * p.tp * p.cp
+    ranks = ranks_per_stage(dp, p.tp, p.cp)
     if not expert_group_fits(ranks, p.ep, p.etp):
         valid = [e for e in divisors(ranks) if e % p.etp == 0 and ctx.spec.model.moe.num_experts % (e // p.etp) == 0]
         yield error(

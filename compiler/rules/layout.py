@@ -14,7 +14,7 @@ GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwit
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
-# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/plan_search).
+# arrays alike, so `lmspec plan` drops exactly what these rules reject (compiler/search).
 def world_divides(world: Any, tp: Any, pp: Any, cp: Any) -> Any:
     return world % (tp * pp * cp) == 0
 
@@ -51,9 +51,9 @@ def sequence_parallel_has_tp(sequence_parallel: Any, tp: Any) -> Any:
 
 def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
-    world = world_size(s)
+    world = world_size(s.hardware.gpus_per_node, s.hardware.nodes)
     world_factors = f"{ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {world}"
-    mp = model_parallel_size(s)
+    mp = model_parallel_size(s.parallel.tp, s.parallel.pp, s.parallel.cp)
     mp_factors = f"{ctx.factor('parallel.tp')} x {ctx.factor('parallel.pp')} x {ctx.factor('parallel.cp')}"
     if s.parallel.dp == "auto":
         if not world_divides(world, s.parallel.tp, s.parallel.pp, s.parallel.cp):

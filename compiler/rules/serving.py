@@ -53,7 +53,7 @@ def serve_tp_fits_kv_heads(ctx: RuleContext) -> Iterator[Problem]:
 
 def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
     v = ctx.spec.serve
-    gpus = world_size(ctx.spec)
+    gpus = world_size(ctx.spec.hardware.gpus_per_node, ctx.spec.hardware.nodes)
     used = v.tp * v.pp * v.dp
     if used > gpus:
         yield error(

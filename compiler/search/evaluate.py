@@ -7,20 +7,20 @@ from typing import Any
 
 import numpy as np
 
-from lmspec.compiler.models.dims import balanced_stages
-from lmspec.compiler.models.flops import flops_breakdown, hardware_flops_per_token, mfu
-from lmspec.compiler.models.params import is_moe_layer
-from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, world
+from lmspec.compiler.models.comm import dp_grad_bytes
+from lmspec.compiler.models.dims import balanced_stages, micro_batches_per_step
+from lmspec.compiler.models.flops import flops_breakdown, mfu
+from lmspec.compiler.models.stages import slowest_stage_work
+from lmspec.compiler.models.steptime import StepInputs, StepTime, step_constants, step_time
+from lmspec.compiler.models.units import precision_bytes
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, dims_of, world
 from lmspec.compiler.search.memory import stage_table, worst_stage_memory
-from lmspec.compiler.search.steptime import StepInputs, StepTime, links, step_time
 from lmspec.compiler.spec.sections import Spec
-
-TFLOPS = 1e12
 
 
 @dataclass(frozen=True)
 class PipelineWork:
-    """Per pp (row pp - 1): the slowest stage's work per token and its layers."""
+    """Per pp (row pp - 1): the slowest stage's work per token and its layers (`stages.slowest_stage_work`)."""
 
     stage_flops: np.ndarray  # (pp, recompute) hardware FLOPs per token of the slowest stage
     attention_flops: np.ndarray  # core attention FLOPs per token of the most loaded stage
@@ -29,23 +29,16 @@ class PipelineWork:
 
 
 def pipeline_work(spec: Spec) -> PipelineWork:
-    """Layers cost alike (uniform split of the layer FLOPs); the last stage adds the output head."""
     m, seq = spec.model, spec.train.seq_length
-    f = flops_breakdown(m, seq)
-    per_layer = np.array([(hardware_flops_per_token(m, seq, r) - f.logits) / m.num_layers for r in RECOMPUTE])
-    moe = np.array([is_moe_layer(m, i) for i in range(m.num_layers)])
-    flops, layers, moe_layers = [], [], []
-    for pp in range(1, m.num_layers + 1):
-        stages = np.array(balanced_stages(m.num_layers, pp))
-        ends = np.cumsum(stages)
-        flops.append(np.maximum(stages.max() * per_layer, stages[-1] * per_layer + f.logits))
-        layers.append(stages.max())
-        moe_layers.append(max(int(moe[e - n : e].sum()) for n, e in zip(stages, ends)))
+    work = [
+        [slowest_stage_work(m, seq, balanced_stages(m.num_layers, pp), r) for r in RECOMPUTE]
+        for pp in range(1, m.num_layers + 1)
+    ]
     return PipelineWork(
-        stage_flops=np.array(flops),
-        attention_flops=np.array(layers) * f.core_attention / m.num_layers,
-        stage_layers=np.array(layers),
-        stage_moe_layers=np.array(moe_layers),
+        stage_flops=np.array([[w.hardware_flops for w in row] for row in work]),
+        attention_flops=np.array([row[0].attention_flops for row in work]),
+        stage_layers=np.array([row[0].layers for row in work]),
+        stage_moe_layers=np.array([row[0].moe_layers for row in work]),
     )
 
 
@@ -73,7 +66,7 @@ def derive(spec: Spec, c: Columns) -> Columns:
     out = Columns(c)
     out["world"] = world(c, spec)
     out["dp"] = data_parallel(c, spec)
-    out["micro_batches"] = spec.train.global_batch_size // (c.micro_batch_size * out["dp"])
+    out["micro_batches"] = micro_batches_per_step(spec.train.global_batch_size, c.micro_batch_size, out["dp"])
     return out
 
 
@@ -81,19 +74,14 @@ def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
     """The step-time model's inputs for candidates carrying memory's dense/expert parameter columns."""
     work = pipeline_work(spec)
     s = f.pp - 1
-    seq = spec.train.seq_length
+    deepspeed = f.backend == BACKENDS.index("deepspeed")
     inputs = StepInputs(
-        world=f.world,
-        tp=f.tp,
-        pp=f.pp,
-        cp=f.cp,
-        ep=f.ep,
-        dp=f.dp,
-        etp=spec.parallel.etp,
-        micro_batches=f.micro_batches,
-        tokens_per_micro_batch=f.micro_batch_size * seq,
+        dims=dims_of(f, spec),
+        tokens_per_micro_batch=f.micro_batch_size * spec.train.seq_length,
         sequence_parallel=f.sequence_parallel,
-        deepspeed=f.backend == BACKENDS.index("deepspeed"),
+        deepspeed=deepspeed,
+        grad_bytes=dp_grad_bytes(deepspeed, spec.train.precision),
+        element_bytes=precision_bytes(spec.train.precision),
         zero_stage=f.zero_stage,
         distributed_optimizer=f.distributed_optimizer,
         full_recompute=f.recompute == RECOMPUTE.index("full"),
@@ -104,14 +92,7 @@ def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
         dense_params=f.dense_params,
         expert_params=f.expert_params,
     )
-    hw = spec.hardware
-    return inputs, {
-        "hidden": spec.model.hidden_size,
-        "top_k": spec.model.moe.top_k if spec.model.moe else 0,
-        "peak_flops": hw.gpu.bf16_tflops * TFLOPS,
-        "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * 1e9,
-        "link": links(hw),
-    }
+    return inputs, step_constants(spec)
 
 
 def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lmspec.compiler.models.dims import ParallelDims, derived_dp, ranks_per_stage, world_size
 from lmspec.compiler.rules import backend, batch, experts, layout
 from lmspec.compiler.spec.sections import Spec
 
@@ -52,13 +53,27 @@ class Check:
 
 
 def world(c: Columns, s: Spec) -> np.ndarray:
-    return c.nodes * s.hardware.gpus_per_node
+    return world_size(s.hardware.gpus_per_node, c.nodes)
 
 
 def data_parallel(c: Columns, s: Spec) -> np.ndarray:
     """dp = world / (tp x pp x cp), as `parallel.dp=auto` derives it (0 where it does not divide)."""
-    mp = c.tp * c.pp * c.cp
-    return np.where(world(c, s) % mp == 0, world(c, s) // mp, 0)
+    return derived_dp(world(c, s), c.tp, c.pp, c.cp)
+
+
+def dims_of(c: Columns, s: Spec) -> ParallelDims:
+    """The degrees of candidates that carry dp and micro_batches (`evaluate.derive`), as arrays."""
+    return ParallelDims(
+        gpus_per_node=s.hardware.gpus_per_node,
+        nodes=c.nodes,
+        tp=c.tp,
+        pp=c.pp,
+        cp=c.cp,
+        ep=c.ep,
+        etp=s.parallel.etp,
+        dp=c.dp,
+        micro_batches=c.micro_batches,
+    )
 
 
 def _deepspeed(c: Columns) -> np.ndarray:
@@ -68,7 +83,7 @@ def _deepspeed(c: Columns) -> np.ndarray:
 def _expert_group_fits(c: Columns, s: Spec) -> Any:
     if s.model.moe is None:  # the rule checks MoE models only
         return True
-    return experts.expert_group_fits(data_parallel(c, s) * c.tp * c.cp, c.ep, s.parallel.etp)
+    return experts.expert_group_fits(ranks_per_stage(data_parallel(c, s), c.tp, c.cp), c.ep, s.parallel.etp)
 
 
 # pp_layout is `auto` for every candidate: the stages are balanced, so pp need not divide the layers.

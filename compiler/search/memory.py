@@ -29,16 +29,16 @@ from lmspec.compiler.models.activations import (
 )
 from lmspec.compiler.models.dims import balanced_stages
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.models.stages import StageParams, stage_params
 from lmspec.compiler.models.train_memory import (
-    DEVICE_RESERVE_GIB,
-    GIB,
     StateBytes,
     activation_setting,
+    budget_bytes,
     gathered_layer_bytes,
     stage_terms,
     state_bytes,
 )
-from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, ZERO_STAGES, Columns
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, ZERO_STAGES, Columns, dims_of
 from lmspec.compiler.spec.sections import Spec
 
 
@@ -84,17 +84,8 @@ def stage_table(spec: Spec) -> StageTable:
         ]
         row = []
         for i in _worth_pricing(kinds, m.moe is not None):
-            ids = range(starts[i], starts[i + 1])
-            split = sum(layers[j].attention + layers[j].dense_mlp for j in ids)
-            replicated = sum(layers[j].attention_norms + layers[j].layer_norms + layers[j].router for j in ids)
-            if i == 0:
-                split += counts.embedding
-            if i == pp - 1:
-                split += counts.output_head or (counts.embedding if pp > 1 else 0)
-                replicated += counts.final_norm
-            row.append(
-                (i, *kinds[i], split, replicated, sum(layers[j].routed_experts for j in ids), i == 0, i == pp - 1)
-            )
+            held = stage_params(layers, counts, int(starts[i]), int(starts[i + 1]), pp)
+            row.append((i, *kinds[i], held.split, held.replicated, held.expert, i == 0, i == pp - 1))
         rows.append(row)
     width = max(len(r) for r in rows)
     table = np.zeros((len(rows), width, 8), dtype=np.float64)
@@ -125,11 +116,6 @@ class Memory:
     dense_params: np.ndarray
     expert_params: np.ndarray
     budget_bytes: int
-
-
-def budget_bytes(spec: Spec) -> int:
-    """Usable device memory, as `TrainMemory.budget_bytes` and the budget rule count it."""
-    return round((spec.hardware.gpu.memory_gib - DEVICE_RESERVE_GIB) * GIB)
 
 
 def _group_spec(
@@ -199,7 +185,7 @@ def _state_columns(spec: Spec, c: Columns) -> tuple[StateBytes, StateBytes, np.n
     dense = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
     expert = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
     gather = np.zeros(n)
-    expert_dp = np.maximum(c.world // (spec.parallel.etp * c.ep * c.pp), 1)
+    dims = dims_of(c, spec)
     code = c.backend * 8 + c.zero_stage * 2 + c.distributed_optimizer
     for value in np.flatnonzero(np.bincount(code, minlength=16)).tolist():
         b, z, d = value // 8, value % 8 // 2, bool(value % 2)
@@ -207,7 +193,7 @@ def _state_columns(spec: Spec, c: Columns) -> tuple[StateBytes, StateBytes, np.n
         if rows.size == 0:
             continue
         g = _group_spec(spec, b, zero=z, dopt=d)
-        for out, shards in ((dense, (c.dp * c.cp)[rows]), (expert, expert_dp[rows])):
+        for out, shards in ((dense, dims.dense_dp[rows]), (expert, dims.expert_dp[rows])):
             state = state_bytes(g, shards)
             for f in out:
                 out[f][rows] = getattr(state, f)
@@ -238,8 +224,8 @@ def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: d
         def col(a: np.ndarray, cut: slice = cut) -> np.ndarray:
             return a[cut][:, None]
 
-        dense = row(table.dense_split) / col(c.tp) + row(table.dense_replicated)
-        expert = row(table.expert) / (col(c.ep) * etp)
+        held = StageParams(row(table.dense_split), row(table.dense_replicated), row(table.expert))
+        dense, expert = held.per_gpu(col(c.tp), col(c.ep), etp)
         per_mb = (
             row(table.dense_layers) * col(act["dense_layer"])
             + row(table.moe_layers) * col(act["moe_layer"])
@@ -267,5 +253,5 @@ def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: d
         worst_stage=worst,
         dense_params=dense_out,
         expert_params=expert_out,
-        budget_bytes=budget_bytes(spec),
+        budget_bytes=budget_bytes(spec.hardware.gpu.memory_gib),
     )

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from lmspec.compiler.errors import UsageError
+from lmspec.compiler.models.units import GIB
 from lmspec.compiler.search.search import SearchResult
 
-GIB = 2**30
 MAX_POINTS = 20000  # feasible layouts drawn as the grey cloud (a deterministic stride beyond this)
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from lmspec.compiler.search import steptime
+from lmspec.compiler.models import steptime, units
+from lmspec.compiler.models.dims import world_size
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
 from lmspec.compiler.search.search import SearchResult
 
-GIB = 2**30
 TERM_NAMES = {
     "compute": "compute",
     "tp_comm": "TP collectives",
@@ -164,11 +164,11 @@ def rejection_lines(result: SearchResult) -> list[tuple[str, int]]:
 
 
 def constants() -> dict[str, Any]:
-    """The step-time model's named constants, as the JSON output documents them."""
+    """The step-time model's named constants, as the JSON output documents them (units are not its own)."""
     return {
         name: getattr(steptime, name)
         for name in dir(steptime)
-        if name.isupper() and isinstance(getattr(steptime, name), (int, float, dict))
+        if name.isupper() and isinstance(getattr(steptime, name), (int, float, dict)) and not hasattr(units, name)
     }
 
 
@@ -176,7 +176,7 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
     table = rows(result, top)
     return {
         "objective": result.objective,
-        "gpus": sorted({int(n) * result.spec.hardware.gpus_per_node for n in result.axes.nodes}),
+        "gpus": sorted({world_size(result.spec.hardware.gpus_per_node, int(n)) for n in result.axes.nodes}),
         "raw_candidates": result.raw_size,
         "legal_candidates": result.legal,
         "feasible_candidates": result.feasible,
@@ -189,7 +189,7 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
                 "rank": r.rank,
                 **r.values,
                 "memory_bytes": round(r.memory_bytes),
-                "memory_gib": round(r.memory_bytes / GIB, 3),
+                "memory_gib": round(r.memory_bytes / units.GIB, 3),
                 "step_time_s": round(r.step_time_s, 6),
                 "tokens_per_s": round(r.tokens_per_s, 3),
                 "mfu": round(r.mfu, 5),
@@ -208,7 +208,7 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
 
 
 def gib(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:.1f}"
+    return f"{n_bytes / units.GIB:.1f}"
 
 
 def print_table(result: SearchResult, top: int) -> None:

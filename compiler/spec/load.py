@@ -7,30 +7,25 @@ own exceptions are re-phrased here into problems that name the key and the fix.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra._internal import config_loader_impl, defaults_list
-from hydra._internal.core_plugins import file_config_source
-from hydra._internal.defaults_list import DefaultsList
-from hydra.core.default_element import DefaultsTreeNode, GroupDefault, InputDefault
+from hydra.core.default_element import DefaultsTreeNode, GroupDefault, InputDefault, ResultDefault
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import GrammarParseError, InterpolationResolutionError, OmegaConfBaseException
 
 from lmspec.compiler.errors import Problem, SpecError, UsageError, error
 from lmspec.compiler.paths import SPECS_DIR, display_path
+from lmspec.compiler.spec import hydra_compat
 from lmspec.compiler.spec.provenance import COMMAND_LINE, Origins, replay
 from lmspec.compiler.spec.yaml_files import YamlFile, YamlFiles
 
@@ -99,15 +94,7 @@ def _check_spec_file(spec_file: Path, files: YamlFiles) -> None:
 
 def override_error(exc: OverrideParseException) -> UsageError:
     """Hydra's grammar error, naming the override (quoted) and where in it the parser stopped."""
-    lines = [line for line in exc.message.splitlines() if line.strip() and not line.startswith("See https://")]
-    if lines and lines[0].startswith("LexerNoViableAltException: ") and len(lines) > 1:
-        at = lines[1].index("^") - len("LexerNoViableAltException: ")
-        detail = f"unexpected character {exc.override[at : at + 1]!r} at position {at + 1}"
-    elif lines and lines[0].startswith("Error parsing override"):
-        detail = " ".join(lines[1:])
-    else:
-        detail = " ".join(lines)
-    detail = re.sub(r" expecting \{[^}]*\}", "", detail)  # ANTLR's list of every token it could take
+    detail = hydra_compat.grammar_error_detail(exc)
     return UsageError(
         f"cannot parse override {exc.override!r}: {detail}; {OVERRIDE_FORMS}, and a value holding spaces or "
         "any of ()[]{},=:'\" is quoted: key='a value'"
@@ -211,7 +198,7 @@ class _Reads:
     files: YamlFiles
     parsed: list[Override]
     by_config: dict[str, YamlFile] = field(default_factory=dict)
-    defaults: list[DefaultsList] = field(default_factory=list)
+    defaults: list[list[ResultDefault]] = field(default_factory=list)
 
 
 def _tree_path(node: InputDefault) -> str | None:
@@ -294,7 +281,7 @@ def _defaults_entry(reads: _Reads, parent: str | None, group: str | None, name: 
     return f" ({display_path(files[0].path)})" if parent in reads.by_config else ""
 
 
-def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: _Reads, repo: Any) -> Problem:
+def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: _Reads, searched: list[str]) -> Problem:
     element = tree.node
     missing = exc.missing_cfg_file or str(element)
     parent = tree.parent.node if tree.parent is not None else None
@@ -314,17 +301,15 @@ def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: 
         listed = f"; {group} has: {', '.join(options)}" if options else f"; there is no group {group}"
         return error(group, f"{missing}: no such config{where}{listed}{hint}")
     where = _defaults_entry(reads, parent_path, None, getattr(element, "path", None))
-    looked = [display_path(Path(s.path)) for s in repo.get_sources() if s.scheme() == "file"]
+    looked = [display_path(Path(path)) for path in searched]
     return error(
         "<defaults>",
         f"{missing}: no such config{where}; looked for {missing}.yaml in {', '.join(looked)}",
     )
 
 
-@contextmanager
-def _hydra_hooks(reads: _Reads) -> Iterator[_Reads]:
-    """Hooks into one Hydra composition (hydra-core is pinned to 1.3.x, whose module-level
-    functions these are; each is called by name, so the hook sees every call):
+def _hooks(reads: _Reads) -> AbstractContextManager[None]:
+    """Hydra hooked for one composition (compiler/spec/hydra_compat.py):
 
     - every file a file config source loads is read through `files` (compiler/spec/yaml_files.py):
       checked, parsed once by libyaml, shared with provenance;
@@ -335,53 +320,16 @@ def _hydra_hooks(reads: _Reads) -> Iterator[_Reads]:
     - the defaults list Hydra builds is caught: `compose` computes it but does not return it,
       and asking `compute_defaults_list` again would reload every file.
     """
-    files = reads.files
-    # Looked up now: Hydra's plugin scan re-executes its core plugin modules (new classes) once
-    # a process, on the first initialize.
-    source_class = file_config_source.FileConfigSource
-    load_config = source_class.load_config
-    tree_impl = defaults_list._create_defaults_tree_impl
-    not_found = defaults_list.config_not_found_error
-    create = config_loader_impl.create_defaults_list
 
-    def loading(source: Any, config_path: str) -> ConfigResult:
-        full_path = os.path.realpath(os.path.join(source.path, source._normalize_file_name(config_path)))
-        if not os.path.exists(full_path):
-            raise ConfigLoadError(f"Config not found : {full_path}")
-        read = files.read(Path(full_path))
+    def read(config_path: str, path: Path) -> tuple[dict[str, Any] | None, str]:
+        read = reads.files.read(path)
         reads.by_config[config_path] = read
-        return ConfigResult(
-            config=OmegaConf.create(read.data or {}),
-            path=f"{source.scheme()}://{source.path}",
-            provider=source.provider,
-            header=ConfigSource._get_header_dict(read.text[:512]),
-        )
+        return read.data, read.text
 
-    def guarded(*args: Any, **kwargs: Any) -> DefaultsTreeNode:
-        _refuse_cycle(kwargs["root"] if "root" in kwargs else args[1], reads)
-        return tree_impl(*args, **kwargs)
+    def missing(exc: MissingConfigException, tree: DefaultsTreeNode, searched: list[str]) -> Exception:
+        return SpecError([_missing_config(exc, tree, reads, searched)])
 
-    def missing(repo: Any, tree: DefaultsTreeNode) -> None:
-        try:
-            not_found(repo=repo, tree=tree)
-        except MissingConfigException as exc:
-            raise SpecError([_missing_config(exc, tree, reads, repo)]) from None
-
-    def catching(*args: Any, **kwargs: Any) -> DefaultsList:
-        reads.defaults.append(create(*args, **kwargs))
-        return reads.defaults[-1]
-
-    source_class.load_config = loading  # type: ignore[method-assign,assignment]  # deliberate hook of Hydra's loader
-    defaults_list._create_defaults_tree_impl = guarded
-    defaults_list.config_not_found_error = missing
-    config_loader_impl.create_defaults_list = catching
-    try:
-        yield reads
-    finally:
-        source_class.load_config = load_config  # type: ignore[method-assign]  # restores Hydra's own loader
-        defaults_list._create_defaults_tree_impl = tree_impl
-        defaults_list.config_not_found_error = not_found
-        config_loader_impl.create_defaults_list = create
+    return hydra_compat.composition_hooks(read, lambda root: _refuse_cycle(root, reads), missing, reads.defaults.append)
 
 
 # --- compose ----------------------------------------------------------------------------------
@@ -403,7 +351,7 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
     try:
         with (
             initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"),
-            _hydra_hooks(reads),
+            _hooks(reads),
         ):
             cfg = compose(config_name=config_name, overrides=all_overrides, return_hydra_config=True)
             choices = {
@@ -412,7 +360,7 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
             with open_dict(cfg):
                 del cfg["hydra"]
             sources = []
-            for d in reads.defaults[-1].defaults:
+            for d in reads.defaults[-1]:
                 config_path, package = d.config_path or "", d.package or ""
                 read = reads.by_config.get(config_path)
                 if read is None or config_path.startswith("hydra/") or package.startswith("hydra"):
@@ -625,19 +573,16 @@ def _rephrase(exc: Exception, overrides: list[str], reads: _Reads | None = None)
         return SpecError([error("<defaults>", f"{exc.missing_cfg_file}: no such config{options}")])
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
-        if (
-            f"Could not override '{key}'" in text
-            or f"Could not append to config. An item is already at '{key}'" in text
-        ):
+        if hydra_compat.cannot_override(text, key) or hydra_compat.cannot_append(text, key):
             hint = did_you_mean(key, _known_keys())
             section = key.rpartition(".")[0]
-            if "Could not override" in text and key in _known_keys() and section:
+            if hydra_compat.cannot_override(text, key) and key in _known_keys() and section:
                 message = (
                     f"{key} (command-line override): {section} is not set (null or absent) in this spec, so it "
                     f"has no {key.rpartition('.')[2]} to override; set the section as a whole: "
                     f"{section}={{{key.rpartition('.')[2]}: ..., ...}}, or choose a preset that has one"
                 )
-            elif "Could not override" in text:
+            elif hydra_compat.cannot_override(text, key):
                 message = (
                     f"{key} (command-line override): unknown key{hint} "
                     f"(to add a new key use +{key}=...; lmspec's schema "
@@ -647,7 +592,7 @@ def _rephrase(exc: Exception, overrides: list[str], reads: _Reads | None = None)
                 message = f"{key} (command-line override): already set; drop the '+' to override it"
             return SpecError([error(key, message)])
         group = key.split("@", 1)[0]
-        if override.startswith("+") and text == f"{group} appears more than once in the final defaults list":
+        if override.startswith("+") and hydra_compat.chosen_twice(text, group):
             return SpecError(
                 [
                     error(
@@ -657,14 +602,12 @@ def _rephrase(exc: Exception, overrides: list[str], reads: _Reads | None = None)
                     )
                 ]
             )
-    # Hydra's texts end in its search path (tabs, `provider=hydra, path=pkg://hydra.conf`) or a link
-    text = text.split("Config search path:", 1)[0]
-    text = " ".join(line.strip() for line in text.splitlines() if line.strip() and "https://" not in line)
+    text = hydra_compat.without_search_path(text)
     cause = exc.__cause__ or exc.__context__
-    within = re.match(r"In '([^']+)': ", text)  # the config being merged: its file
-    if within and reads is not None and within.group(1) in reads.by_config:
-        shown = display_path(reads.by_config[within.group(1)].path)
-        what = _omegaconf_detail(cause) if isinstance(cause, OmegaConfBaseException) else text[within.end() :]
+    within = hydra_compat.merging_config(text)  # the config being merged: its file
+    if within and reads is not None and within[0] in reads.by_config:
+        shown = display_path(reads.by_config[within[0]].path)
+        what = _omegaconf_detail(cause) if isinstance(cause, OmegaConfBaseException) else within[1]
         return SpecError([error("<compose>", f"{shown}: {what} (merging it over what comes before it in defaults)")])
     detail = f"{text}: {_omegaconf_detail(cause)}" if cause and text else text or _omegaconf_detail(exc)
     return SpecError([error("<compose>", " ".join(detail.split()))])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lmspec.compiler.families import FamilyName
 from lmspec.compiler.spec import kinds as K
 from lmspec.compiler.spec.kinds import Kind
 
@@ -101,9 +102,7 @@ class ModelSpec:
     """Architecture of a decoder-only transformer (pre-norm, RMSNorm, SwiGLU, RoPE)."""
 
     name: str = key("Preset name; also the default build name.", example="llama3_8b", kind=K.PLAIN_NAME)
-    family: Literal["llama", "mixtral", "deepseek_v2", "deepseek_v3"] = key(
-        "HuggingFace architecture family used for conversion and serving.", example="llama"
-    )
+    family: FamilyName = key("HuggingFace architecture family used for conversion and serving.", example="llama")
     num_layers: int = key("Transformer layers.", example=32, minimum=1, maximum=K.LAYERS_MAX)
     hidden_size: int = key("Model (residual stream) width.", example=4096, minimum=1, maximum=K.WIDTH_MAX)
     ffn_hidden_size: int = key(

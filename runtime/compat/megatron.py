@@ -1,10 +1,11 @@
 """The one CPU compatibility layer for megatron-core 0.16.1 (applied only without CUDA).
 
 megatron-core assumes a CUDA device in a handful of places that a CPU run (gloo,
-fp32, the local layer spec) reaches. `apply()` patches exactly those, and only
-when `torch.cuda.is_available()` is False; on a GPU it does nothing and returns
-False, so GPU runs use megatron-core untouched. Call it after
-`torch.distributed.init_process_group` and before building the model.
+fp32, the local layer spec) reaches. `with megatron_on_cpu():` patches exactly those
+for the block, and only when `torch.cuda.is_available()` is False; on a GPU it
+does nothing and yields False, so GPU runs use megatron-core untouched. After the
+block every patched attribute is the original again, so code run later (transformers
+loading a converted model, say) sees torch and megatron as installed.
 
 What it changes, and why (see ../shared/NOTES-deps.md):
 1. CUDA RNG get/set/seed -> the CPU generator: `model_parallel_cuda_manual_seed`
@@ -24,37 +25,39 @@ What it changes, and why (see ../shared/NOTES-deps.md):
    asserts `torch.cuda.FloatTensor`; on CPU the grads are scaled in place by torch.
 6. Modules that allocate with a literal `device="cuda"` (or `.cuda()`) get a
    `torch` proxy whose tensor factories map a CUDA device to the CPU
-   (`_CUDA_LITERAL_MODULES`); everything else about torch is untouched.
+   (`CUDA_LITERAL_MODULES`); everything else about torch is untouched.
 The trainer also passes an explicit causal mask (megatron's default mask helper
 allocates on "cuda").
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import types
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
 
-# megatron-core modules that allocate on a literal "cuda" device on the paths a CPU run takes.
-_CUDA_LITERAL_MODULES = (
+from lmspec.runtime.compat.seam import require, swapped
+
+SEAM = "lmspec.runtime.compat.megatron"
+# Exact: the patched call sites are this release's; another release may assume CUDA elsewhere
+# (a crash deep in megatron) or change what a replaced function must do (wrong gradients).
+MEGATRON_CORE = "0.16.1"
+
+# megatron-core modules that allocate on a literal "cuda" device on the paths a CPU run takes (those that
+# allocate on `torch.cuda.current_device()` need no proxy: item 2 answers "cpu").
+CUDA_LITERAL_MODULES = (
     "megatron.core.pipeline_parallel.schedules",
-    "megatron.core.pipeline_parallel.p2p_communication",
     "megatron.core.utils",
     "megatron.core.optimizer.optimizer",
     "megatron.core.optimizer.clip_grads",
     "megatron.core.distributed.param_and_grad_buffer",
-    "megatron.core.distributed.distributed_data_parallel",
     "megatron.core.transformer.moe.moe_utils",
-    "megatron.core.transformer.moe.router",
     "megatron.core.transformer.moe.token_dispatcher",
-    "megatron.core.transformer.moe.moe_layer",
     "megatron.core.tensor_parallel.layers",
-    "megatron.core.tensor_parallel.mappings",
-    "megatron.core.tensor_parallel.cross_entropy",
-    "megatron.core.transformer.multi_latent_attention",
 )
 _FACTORIES = (
     "empty",
@@ -70,8 +73,6 @@ _FACTORIES = (
     "ones_like",
     "full_like",
 )
-
-_applied = False
 
 
 def _cpu_device(device: Any) -> Any:
@@ -135,24 +136,10 @@ class _CpuStream:
         return None
 
 
-def _patch_streams() -> None:
-    # CPU stand-ins replace torch.cuda's stream API on purpose (item 3 of the module docstring).
-    torch.cuda.Stream = _CpuStream  # type: ignore[misc, assignment]
-    torch.cuda.Event = _CpuEvent  # type: ignore[misc, assignment]
-    torch.cuda.current_stream = lambda device=None: _CpuStream()  # type: ignore[assignment, return-value]
-    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()  # type: ignore[misc, assignment]
-
-
 def _host_split_sizes(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
     if torch.is_tensor(tensor) and as_numpy:
         return tensor.numpy()
     return tensor
-
-
-def _patch_moe_dispatcher() -> None:
-    from megatron.core.transformer.moe import token_dispatcher
-
-    token_dispatcher.maybe_move_tensor_to_cpu = _host_split_sizes
 
 
 def _clip_grad_by_total_norm(
@@ -169,45 +156,59 @@ def _clip_grad_by_total_norm(
             grad.mul_(clip_coeff)
 
 
-def _patch_clip_grads() -> None:
-    from megatron.core.optimizer import clip_grads, optimizer
-
-    clip_grads.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm
-    optimizer.clip_grad_by_total_norm_fp32 = _clip_grad_by_total_norm
-
-
 def _manual_seed(seed: int) -> None:
     torch.default_generator.manual_seed(int(seed))
 
 
-def _patch_rng() -> None:
+def _patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, CPU stand-in) for every item of the module docstring."""
+    from megatron.core.optimizer import clip_grads, optimizer
     from megatron.core.tensor_parallel import random as mrandom
+    from megatron.core.transformer.moe import token_dispatcher
 
-    torch.cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
-    torch.cuda.set_rng_state = lambda new_state, device="cuda": torch.set_rng_state(new_state)
-    torch.cuda.manual_seed = _manual_seed
-    mrandom._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
-    mrandom._set_cuda_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
-
-
-def apply() -> bool:
-    """Patch megatron-core for a CPU-only process; returns whether anything was patched."""
-    global _applied
-    if torch.cuda.is_available():
-        return False
-    if _applied:
-        return True
-    _patch_rng()
-    _patch_streams()
-    _patch_moe_dispatcher()
-    _patch_clip_grads()
-    # a device, not torch's index, on purpose (item 2 of the module docstring)
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment, return-value]
-    torch.cuda.synchronize = lambda device=None: None
+    cuda = torch.cuda
+    patches: list[tuple[Any, str, Any]] = [
+        (cuda, "get_rng_state", lambda device="cuda": torch.get_rng_state()),  # 1
+        (cuda, "set_rng_state", lambda new_state, device="cuda": torch.set_rng_state(new_state)),
+        (cuda, "manual_seed", _manual_seed),
+        (mrandom, "_get_cuda_rng_state", lambda *args, **kwargs: torch.get_rng_state()),
+        (mrandom, "_set_cuda_rng_state", lambda state, *args, **kwargs: torch.set_rng_state(state)),
+        (cuda, "current_device", lambda: "cpu"),  # 2: a device, not torch's index, on purpose
+        (cuda, "synchronize", lambda device=None: None),  # 3
+        (cuda, "Stream", _CpuStream),
+        (cuda, "Event", _CpuEvent),
+        (cuda, "current_stream", lambda device=None: _CpuStream()),
+        (cuda, "stream", lambda stream=None: nullcontext()),
+        (token_dispatcher, "maybe_move_tensor_to_cpu", _host_split_sizes),  # 4
+        (clip_grads, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm),  # 5
+        (optimizer, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm),
+    ]
     proxy = _CpuTorch()
-    for name in _CUDA_LITERAL_MODULES:
+    for name in CUDA_LITERAL_MODULES:  # 6: each module's own `torch` global
         module = importlib.import_module(name)
         if getattr(module, "torch", None) is torch:
-            module.torch = proxy  # type: ignore[attr-defined]  # the module's own `torch` global, swapped on purpose
-    _applied = True
-    return True
+            patches.append((module, "torch", proxy))
+    return patches
+
+
+_active = False  # inside an outer megatron_on_cpu() block: the outer one restores
+
+
+@contextmanager
+def megatron_on_cpu() -> Iterator[bool]:
+    """megatron-core patched for a CPU-only process inside the block, untouched after it; yields
+    whether anything is patched (False on a machine with CUDA, where nothing is). Enter it after
+    `torch.distributed.init_process_group` and before building the model; blocks may nest."""
+    global _active
+    if torch.cuda.is_available() or _active:
+        yield _active
+        return
+    require(SEAM, "megatron-core", MEGATRON_CORE)
+    with ExitStack() as stack:
+        for owner, name, value in _patches():
+            stack.enter_context(swapped(owner, name, value))
+        _active = True
+        try:
+            yield True
+        finally:
+            _active = False

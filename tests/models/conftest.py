@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import ModelSpec, Spec
 from lmspec.compiler.spec.typed import from_dict
@@ -19,30 +20,17 @@ def spec_of(*overrides: str) -> Spec:
     return from_dict(Spec, compose_spec(list(overrides)).spec)
 
 
-def hf_config(m: ModelSpec, attn_implementation: str = "eager") -> Any:
-    """The transformers config lmspec emits for this architecture (convert/mapping.json's hf_config,
-    also what the DeepSpeed trainer builds): counting its parameters checks both."""
-    import transformers
-
-    from lmspec.compiler.conversion.mapping import hf_model_config
-
-    config = hf_model_config(m) | {"use_cache": False}
-    config.pop("architectures")
-    return transformers.AutoConfig.for_model(**config, attn_implementation=attn_implementation)
-
-
 def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eager") -> Any:
+    """The family's transformers class built from the config lmspec emits for `m` (convert/mapping.json's
+    hf_config, also what the DeepSpeed trainer builds): counting its parameters checks both."""
     import torch
     import transformers
 
-    cls = {
-        "llama": transformers.LlamaForCausalLM,
-        "mixtral": transformers.MixtralForCausalLM,
-        "deepseek_v2": transformers.DeepseekV2ForCausalLM,
-        "deepseek_v3": transformers.DeepseekV3ForCausalLM,
-    }
+    from lmspec.runtime.train.deepspeed.trainer import transformers_config
+
+    cls = getattr(transformers, FAMILIES[m.family].hf_class)
     with torch.device(device):
-        return cls[m.family](hf_config(m, attn_implementation))
+        return cls(transformers_config(m, attn_implementation))
 
 
 @pytest.fixture

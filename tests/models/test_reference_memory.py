@@ -7,7 +7,8 @@ import pytest
 
 from lmspec.compiler.models.activations import ActivationSetting, LayerShape, layer_activation_bytes
 from lmspec.compiler.models.params import count_params
-from lmspec.compiler.models.train_memory import GB, estimate_train_memory, state_bytes, zero_state_bytes
+from lmspec.compiler.models.train_memory import estimate_train_memory, state_bytes, zero_state_bytes
+from lmspec.compiler.models.units import GB
 
 from .conftest import spec_of
 

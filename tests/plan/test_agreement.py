@@ -1,20 +1,36 @@
-"""The search agrees with `lmspec check`: same rules reject the same layouts, same memory per GPU.
+"""The search agrees with `lmspec check` and `lmspec explain`: same rules reject the same layouts,
+same memory per GPU, same communication and step time.
 
-The search evaluates the rules' conditions and the memory model on numpy arrays; these
-tests take layouts at random from the raw space and compare, one by one, against the
-validator's own rule functions and `estimate_train_memory` on the typed spec.
+The search evaluates the rules' conditions and the models on numpy arrays; these tests take
+layouts at random from the raw space, or chosen ones, and compare, one by one, against the
+validator's own rule functions, `estimate_train_memory` and `estimate_step_time` on the typed spec.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from typing import Any
 
 import pytest
 
+from lmspec.compiler.models import steptime
+from lmspec.compiler.models.comm import (
+    datasheet_links,
+    dp_bytes_per_param,
+    dp_grad_bytes,
+    dp_seconds_per_byte,
+    estimate_comm,
+    worst_gpu_params,
+)
+from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.steptime import estimate_step_time
+from lmspec.compiler.models.summary import STEP_TERMS
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.rules import backend, batch, experts, layout
 from lmspec.compiler.rules.budget import training_fits_memory
 from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.search.evaluate import price_inputs
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
 from lmspec.compiler.search.space import default_axes, enumerate_legal
 from lmspec.compiler.spec.load import compose_spec
@@ -170,21 +186,115 @@ def test_worst_stage_memory_is_the_memory_models(overrides: list[str], point: La
 
 def test_step_time_is_the_same_for_one_layout_in_plain_numbers() -> None:
     """The step-time model is plain arithmetic: Python numbers give what the arrays give."""
-    import dataclasses
-
-    from lmspec.compiler.search import steptime
-    from lmspec.compiler.search.evaluate import price_inputs
-
     spec = from_dict(Spec, compose_spec(["model=mixtral_8x7b", "hardware=h100_80g"]).spec)
     point = Layout(nodes=4, tp=2, pp=4, cp=2, ep=4, micro_batch_size=2, sequence_parallel=True)
     priced = price_one(spec, point)
     inputs, kwargs = price_inputs(spec, priced.feasible)
-    plain = dataclasses.replace(
-        inputs,
-        **{
-            f.name: getattr(inputs, f.name)[0].item()
-            for f in dataclasses.fields(inputs)
-            if hasattr(getattr(inputs, f.name), "shape")
-        },
-    )
+    plain = _plain_numbers(inputs)
+    assert not any(hasattr(v, "shape") for v in vars(plain.dims).values())
     assert steptime.step_time(plain, **kwargs).total == pytest.approx(scalar(priced.step_time_s), rel=1e-12)
+
+
+def _plain_numbers(value: Any) -> Any:
+    """A dataclass of one-element arrays (nested ones too) with Python numbers in their place."""
+    changes = {}
+    for f in dataclasses.fields(value):
+        v = getattr(value, f.name)
+        if dataclasses.is_dataclass(v):
+            changes[f.name] = _plain_numbers(v)
+        elif hasattr(v, "shape"):
+            changes[f.name] = v[0].item()
+    return dataclasses.replace(value, **changes)
+
+
+# Layouts that fit, so `lmspec plan` times them; MoE, CP, PP, uneven stages and every sharding among them.
+STEP_CASES = [
+    (
+        "deepseek_v3 PP16 EP64",
+        ["model=deepseek_v3", "hardware=h800_80g", "train.global_batch_size=15360"],
+        Layout(nodes=256, pp=16, ep=64, recompute="full"),
+    ),
+    (
+        "mixtral TP2 PP4 CP2 EP4 SP",
+        ["model=mixtral_8x7b", "hardware=h100_80g"],
+        Layout(nodes=4, tp=2, pp=4, cp=2, ep=4, micro_batch_size=2, sequence_parallel=True),
+    ),
+    (
+        "llama3_70b TP8 PP2 SP over 8 nodes",
+        ["model=llama3_70b", "hardware=h100_80g"],
+        Layout(nodes=8, tp=8, pp=2, sequence_parallel=True),
+    ),
+    (
+        "llama3_70b PP5 uneven, megatron unsharded",
+        ["model=llama3_70b", "hardware=h200_141g", "train.global_batch_size=64"],
+        Layout(nodes=10, tp=8, pp=5, distributed_optimizer=False, sequence_parallel=True, recompute="full"),
+    ),
+    (
+        "tiny ZeRO-0 over 2 nodes",
+        ["model=tiny", "hardware=rtx4090_24g", "train.global_batch_size=16"],
+        Layout(nodes=2, backend="deepspeed", distributed_optimizer=False, recompute="full"),
+    ),
+    (
+        "llama3_8b ZeRO-1 PP4",
+        ["model=llama3_8b", "hardware=a100_40g"],
+        Layout(nodes=2, pp=4, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full"),
+    ),
+    (
+        "mixtral ZeRO-2",
+        ["model=mixtral_8x7b", "hardware=h200_141g"],
+        Layout(nodes=4, backend="deepspeed", zero_stage=2, distributed_optimizer=False, recompute="full"),
+    ),
+    (
+        "llama3_8b ZeRO-3 micro batch 2",
+        ["model=llama3_8b", "hardware=a100_40g"],
+        Layout(
+            nodes=2,
+            backend="deepspeed",
+            zero_stage=3,
+            distributed_optimizer=False,
+            micro_batch_size=2,
+            recompute="full",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "point"), [c[1:] for c in STEP_CASES], ids=[c[0] for c in STEP_CASES])
+def test_explain_gives_the_communication_and_step_time_plan_gives(overrides: list[str], point: Layout) -> None:
+    """`lmspec explain` (the Plan's degrees, the scalar path) and `lmspec plan` (the arrays) agree on the
+    layout's degrees, every communication term and the step time of the same layout."""
+    base = from_dict(Spec, compose_spec(overrides).spec)
+    spec = point.apply(base)
+    memory = estimate_train_memory(spec)
+    dims = ParallelDims.from_spec(spec)
+    assert memory is not None and dims is not None
+    explained = estimate_step_time(spec, memory)
+    assert explained is not None
+    priced = price_one(base, point)
+    assert priced.feasible.size == 1, "a case that does not fit is not timed by lmspec plan"
+    f = priced.feasible
+    assert (dims.world, dims.dp, dims.micro_batches) == (int(f.world[0]), int(f.dp[0]), int(f.micro_batches[0]))
+    for term in STEP_TERMS:
+        assert getattr(explained, term) == pytest.approx(scalar(getattr(priced.time, term)), rel=1e-9, abs=1e-12), term
+    assert explained.comm == pytest.approx(scalar(priced.time.comm), rel=1e-9)
+    assert explained.total == pytest.approx(scalar(priced.step_time_s), rel=1e-9)
+    assert explained.dp_comm + explained.tp_comm + explained.pp_comm > 0
+
+
+def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
+    """plan.json's DP estimate (no overlap, datasheet links) moves the bytes the search's DP term moves:
+    with nothing to hide behind, both are (once + micro-batches x every) x the ring time of a byte."""
+    spec = Layout(nodes=8, tp=8, pp=2, distributed_optimizer=False, sequence_parallel=True).apply(
+        from_dict(Spec, compose_spec(["model=llama3_70b", "hardware=h100_80g"]).spec)
+    )
+    memory = estimate_train_memory(spec)
+    dims = ParallelDims.from_spec(spec)
+    assert memory is not None and dims is not None
+    comm = estimate_comm(spec, memory)
+    assert comm is not None
+    dense, expert = worst_gpu_params(spec, dims, memory)
+    once, every = dp_bytes_per_param(0, False, dp_grad_bytes(False, "bf16"), 2)
+    assert (once, every) == (8, 0)  # one all-reduce of fp32 main gradients, as the search counts it
+    per_byte = dp_seconds_per_byte(dims, dense, expert, datasheet_links(spec.hardware))
+    assert comm.dp_s == pytest.approx(8 * per_byte, rel=1e-12)
+    assert dims.spans_nodes(dims.dense_dp_span)  # dp 4 x tp 8 = 32 ranks: over the NICs

@@ -1,7 +1,7 @@
 """The planner against published layouts and throughput figures.
 
 Each test names the figure it reproduces and the error it allows. The step-time model's
-efficiency constants (`lmspec.compiler.search.steptime`) were fitted once to Megatron's
+efficiency constants (`lmspec.compiler.models.steptime`) were fitted once to Megatron's
 MFU table below; the other figures were not used to fit anything.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmspec.compiler.search import steptime
+from lmspec.compiler.models import steptime
 from lmspec.compiler.search.search import fewest_gpus, search
 from tests.plan.conftest import Layout, price_one, scalar, typed_spec
 

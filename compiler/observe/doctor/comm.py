@@ -53,7 +53,8 @@ def _option(spec: Spec, changes: dict[str, Any]) -> _Option | None:
     from lmspec.compiler.rules.budget import estimate, with_values
 
     changed = with_values(spec, changes)
-    memory, comm = estimate(changed), estimate_comm(changed)
+    memory = estimate(changed)
+    comm = estimate_comm(changed, memory) if memory is not None else None
     if memory is None or comm is None:
         return None
     return _Option(changes, comm.share_of_step, memory.worst.total_bytes, memory.fits)

@@ -34,7 +34,6 @@ _UNIT_BYTES = {
     "GB": 1024**3,
     "TB": 1024**4,
 }  # torch's format_size is binary
-_GIB_BYTES = 1024**3
 
 
 def size_bytes(text: str) -> int:

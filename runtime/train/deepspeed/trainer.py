@@ -1,8 +1,7 @@
 """DeepSpeed backend: a transformers causal LM built from the spec, ZeRO from ds_config.json.
 
-The model is built from `model.*` alone (no download): Llama for `family: llama`,
-Mixtral for `mixtral`, DeepSeek-V2/V3 (MLA, routed + shared experts, dense first
-layers) for `deepseek_v2`/`deepseek_v3`. `deepspeed.initialize` gets the build's
+The model is built from `model.*` alone (no download), as the transformers class of
+`model.family` (lmspec.compiler.families). `deepspeed.initialize` gets the build's
 emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, scheduler,
 gradient accumulation, clipping), so the learning rate follows DeepSpeed's
 scheduler from that file. Checkpoints use DeepSpeed's own save/load under
@@ -20,35 +19,29 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lmspec.compiler.build.files import DEEPSPEED_DIR
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
 
 DS_TAG = "state"
 
 
 def hf_config(spec: Spec) -> Any:
-    """The transformers config the converted checkpoint will carry (lmspec.compiler.conversion), for
-    training: no KV cache, and the attention kernel `train.flash_attention` asks for (eager stores
-    the s x s scores the memory model then counts)."""
+    """The transformers config this trainer builds its model from, with the attention kernel
+    `train.flash_attention` asks for (eager stores the s x s scores the memory model then counts)."""
+    return transformers_config(spec.model, "sdpa" if spec.train.flash_attention else "eager")
+
+
+def transformers_config(m: ModelSpec, attn_implementation: str) -> Any:
+    """The family's config.json (lmspec.compiler.families, what the converted checkpoint carries)
+    as a transformers config for training: no KV cache. Its model_type picks the family's class."""
     import transformers
 
-    from lmspec.compiler.conversion.mapping import hf_model_config
-
-    config = hf_model_config(spec.model) | {"use_cache": False}
+    config = FAMILIES[m.family].hf_config(m) | {"use_cache": False}
     config.pop("architectures")
-    attention = "sdpa" if spec.train.flash_attention else "eager"
-    return transformers.AutoConfig.for_model(**config, attn_implementation=attention)
-
-
-def _skip_cpu_shm_op_build() -> None:
-    """On CPU, `deepspeed.init_distributed` JIT-compiles a shared-memory comm op (40-75 s,
-    ~4 GB RAM); gloo does the same collectives, so the op is skipped. Never on GPU."""
-    if torch.cuda.is_available():
-        return
-    import deepspeed.comm.torch as ds_torch
-
-    ds_torch.build_shm_op = lambda: None
+    return transformers.AutoConfig.for_model(**config, attn_implementation=attn_implementation)
 
 
 class DeepSpeedTrainer:
@@ -57,8 +50,8 @@ class DeepSpeedTrainer:
         import deepspeed
         import transformers
 
-        _skip_cpu_shm_op_build()
-        deepspeed.init_distributed(dist_backend=dist.get_backend())
+        with no_cpu_shm_op_build():
+            deepspeed.init_distributed(dist_backend=dist.get_backend())
         self.spec = spec
         self.micro_batch_size = plan.batch.micro_batch_size
         self.num_micro_batches = plan.batch.grad_accum_steps

@@ -10,14 +10,12 @@ The public API (imported by conversion, issue 6) is small and stable:
   reshards on load).
 - `build_model(spec, pre_process, post_process, degrees=None, pp_rank=None)` -> one
   `GPTModel` for this pipeline rank. megatron's parallel_state must be initialised
-  with the same degrees, and on CPU `lmspec.runtime.compat.megatron.apply()` called first.
+  with the same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
 
-What is built: RMSNorm, SwiGLU, RoPE, no biases, no dropout; GQA via
-`num_query_groups`, or MLA (megatron-core 0.16.1's local spec names
-`MLASelfAttention`, but its local core attention rejects MLA's distinct value
-width, so `LatentCoreAttention` (torch SDPA) stands in, and the q/kv latents get
-RMSNorm as in DeepSeek); MoE with top-k routing, shared experts and the first
-`moe.first_dense_layers` layers dense (`moe_layer_freq`), tokens dispatched
+What is built: the family's architecture (lmspec.compiler.families: RMSNorm, SwiGLU,
+RoPE, no biases; GQA, or MLA; MoE), no dropout. For MLA megatron-core 0.16.1's local
+spec names `MLASelfAttention`, but its local core attention rejects MLA's distinct value
+width, so `LatentCoreAttention` (torch SDPA) stands in; MoE tokens are dispatched
 all-to-all over the expert-parallel group; the pipeline split follows the
 Plan's `stage_layers` (the spec's `pp_layout`) through
 `pipeline_model_parallel_layout`. Interleaved (virtual) stages are not built by
@@ -32,10 +30,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.spec.sections import Spec
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-_MOE_AUX_LOSS_COEFF = 1e-3
 
 
 @dataclass(frozen=True)
@@ -66,51 +64,19 @@ def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
     ]
 
 
-def _moe_kwargs(spec: Spec) -> dict[str, Any]:
-    moe = spec.model.moe
-    if moe is None:
-        return {}
-    layers = spec.model.num_layers
-    deepseek_v3 = spec.model.family == "deepseek_v3"
-    kwargs: dict[str, Any] = {
-        "num_moe_experts": moe.num_experts,
-        "moe_router_topk": moe.top_k,
-        "moe_ffn_hidden_size": moe.ffn_hidden_size,
-        "moe_layer_freq": [0] * moe.first_dense_layers + [1] * (layers - moe.first_dense_layers),
-        "moe_token_dispatcher_type": "alltoall",
-        "moe_router_load_balancing_type": "none" if moe.router_score_bias else "aux_loss",
-        "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else _MOE_AUX_LOSS_COEFF,
-        "moe_router_score_function": "sigmoid" if deepseek_v3 else "softmax",
-        "moe_router_enable_expert_bias": moe.router_score_bias,
-        "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
-        "moe_router_dtype": "fp32",
-        "moe_grouped_gemm": False,
-    }
-    if moe.num_shared_experts:
-        kwargs["moe_shared_expert_intermediate_size"] = moe.num_shared_experts * moe.ffn_hidden_size
-    return kwargs
-
-
 def transformer_config(spec: Spec, degrees: ParallelDegrees | None = None):
-    """The TransformerConfig of `spec` for the given parallel degrees (default: the spec's)."""
-    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+    """The TransformerConfig of `spec` for the given parallel degrees (default: the spec's): the
+    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings."""
+    from megatron.core.transformer import transformer_config as configs
 
-    m, t = spec.model, spec.train
+    t = spec.train
+    architecture = FAMILIES[spec.model.family].megatron(spec.model)
     d = degrees or ParallelDegrees.from_spec(spec)
     dtype = _DTYPES[t.precision]
     cpu = not torch.cuda.is_available()
     kwargs: dict[str, Any] = dict(
-        num_layers=m.num_layers,
-        hidden_size=m.hidden_size,
-        ffn_hidden_size=m.ffn_hidden_size,
-        num_attention_heads=m.num_attention_heads,
-        kv_channels=m.head_dim,
-        normalization="RMSNorm",
-        layernorm_epsilon=m.norm_eps,
-        gated_linear_unit=True,
-        activation_func=F.silu,
-        add_bias_linear=False,
-        add_qkv_bias=False,
+        **architecture.kwargs,
+        activation_func=getattr(F, architecture.activation),
         hidden_dropout=0.0,
         attention_dropout=0.0,
         bias_dropout_fusion=False,
@@ -133,25 +99,10 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees | None = None):
         recompute_granularity=None if t.recompute == "none" else t.recompute,
         recompute_method="uniform" if t.recompute == "full" else None,
         recompute_num_layers=1 if t.recompute == "full" else None,
-        **_moe_kwargs(spec),
     )
     if d.pp > 1 and d.stage_layers is not None:
         kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers)
-    if m.attention == "mla":
-        assert m.mla is not None, "validate() requires model.mla with attention=mla"
-        kwargs["num_query_groups"] = m.num_attention_heads
-        kwargs["qk_layernorm"] = True  # DeepSeek's RMSNorm on the q and kv latents
-        return MLATransformerConfig(
-            **kwargs,
-            q_lora_rank=m.mla.q_lora_rank,
-            kv_lora_rank=m.mla.kv_lora_rank,
-            qk_head_dim=m.mla.qk_nope_head_dim,
-            qk_pos_emb_head_dim=m.mla.qk_rope_head_dim,
-            v_head_dim=m.mla.v_head_dim,
-            rope_type="rope",
-            rotary_base=m.rope_theta,
-        )
-    return TransformerConfig(**kwargs, num_query_groups=m.num_kv_heads)
+    return getattr(configs, architecture.config_class)(**kwargs)
 
 
 class SequenceParallelRMSNorm(torch.nn.RMSNorm):
@@ -261,9 +212,9 @@ def build_model(
     m = spec.model
     config = transformer_config(spec, degrees)
     block_spec = get_gpt_decoder_block_spec(
-        config, use_transformer_engine=False, normalization="RMSNorm", pp_rank=pp_rank
+        config, use_transformer_engine=False, normalization=config.normalization, pp_rank=pp_rank
     )
-    _swap_modules(block_spec, mla=m.attention == "mla")
+    _swap_modules(block_spec, mla=config.multi_latent_attention)
     _without_transformer_engine_fixes()
     model = GPTModel(
         config=config,

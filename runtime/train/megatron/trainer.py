@@ -10,6 +10,7 @@ token loss over the whole global batch. Checkpoints go through
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import torch.distributed as dist
 from lmspec.compiler.build.files import DIST_CKPT_DIR
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
-from lmspec.runtime.compat import megatron as cpu_compat
+from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
 
@@ -59,7 +60,8 @@ class MegatronTrainer:
                 "parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
                 "set parallel.virtual_stages=null"
             )
-        self.cpu = cpu_compat.apply()
+        self._compat = ExitStack()  # megatron-core's CPU patches for the trainer's life; close() undoes them
+        self.cpu = self._compat.enter_context(megatron_on_cpu())
         if self.cpu:
             _check_cpu_support(spec)
         ps.initialize_model_parallel(
@@ -197,3 +199,4 @@ class MegatronTrainer:
 
     def close(self) -> None:
         self.ps.destroy_model_parallel()
+        self._compat.close()

@@ -18,12 +18,11 @@ Overlap assumptions (the settings lmspec's emitted Megatron/DeepSpeed configs us
   traffic issued every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 gathers) behind that
   fraction of all the compute.
 - Pipeline send/recv is exposed (it is small next to the layers' work).
-The TP, EP and PP bytes on the wire are `lmspec.compiler.models.comm`'s volume functions (the
-estimate plan.json reports, which assumes no overlap and datasheet bandwidths); here they
-move at NCCL bus bandwidth, and the DP traffic follows each sharding's schedule. Rings
-send 2(n-1)/n x bytes for an all-reduce, (n-1)/n x bytes for reduce-scatter / all-gather,
-over the NVLink of a node when the group stays inside one, else over the node's NICs
-shared by its GPUs.
+The bytes on the wire (TP, EP, PP volumes and the DP bytes per parameter of each sharding) are
+`lmspec.compiler.models.comm`'s functions, the ones plan.json's estimate uses (with no overlap and
+datasheet bandwidths); here they move at NCCL bus bandwidth. Rings send 2(n-1)/n x bytes for an
+all-reduce, (n-1)/n x bytes for reduce-scatter / all-gather, over the NVLink of a node when the
+group stays inside one (`ParallelDims`' spans), else over the node's NICs shared by its GPUs.
 """
 
 from __future__ import annotations
@@ -31,7 +30,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lmspec.compiler.models.comm import ep_bytes_per_micro_batch, pp_bytes_per_micro_batch, tp_bytes_per_micro_batch
+from lmspec.compiler.models.comm import (
+    Links,
+    dp_bytes_per_param,
+    dp_grad_bytes,
+    dp_seconds_per_byte,
+    ep_bytes_per_micro_batch,
+    pick,
+    pp_bytes_per_micro_batch,
+    tp_bytes_per_micro_batch,
+    worst_gpu_params,
+)
+from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.stages import slowest_stage_work
+from lmspec.compiler.models.train_memory import TrainMemory
+from lmspec.compiler.models.units import GB, GBIT, TFLOPS, precision_bytes
+from lmspec.compiler.spec.sections import Spec
 
 # --- efficiency curve (fitted to Megatron's published MFU, see tests/plan) ---
 # Fraction of the dense bf16 peak the transformer's GEMMs (and the fused kernels around them)
@@ -55,8 +69,6 @@ LINK_DIRECTION_FRACTION = {"nvlink": 0.5, "pcie": 1.0, "shm": 1.0}
 # NVLink, ~40 of 50 GB/s per 400G NIC).
 INTRA_NODE_BUS_EFFICIENCY = 0.8
 INTER_NODE_BUS_EFFICIENCY = 0.8
-GB = 1e9
-GBIT = 1e9 / 8  # bytes per second of one Gbit/s
 
 # --- overlap and bytes on the wire ---
 DP_OVERLAP_FRACTION = 0.8  # of the overlappable compute that DP traffic may hide behind
@@ -64,28 +76,10 @@ TP_COMM_EXPOSED_FRACTION = 1.0  # TP collectives on the critical path (no TP/GEM
 # Expert all-to-alls on the critical path: Megatron's alltoall dispatcher does not overlap them;
 # DeepSeek's DualPipe hides them behind compute (0.0 reproduces its published GPU hours).
 EP_A2A_EXPOSED_FRACTION = 1.0
-ACTIVATION_BYTES = 2  # bf16 activations crossing TP, EP, CP and PP links
-MEGATRON_GRAD_BYTES = 4  # Megatron reduces fp32 main gradients
-DEEPSPEED_GRAD_BYTES = 2  # DeepSpeed reduces 16-bit gradients (communication_data_type = model dtype)
-PARAM_GATHER_BYTES = 2  # sharded weights are gathered in bf16
 # Optimizer update, bytes touched per parameter in the GPU's shard: read+write fp32 master,
 # Adam m and v (24), read the fp32 gradient (4), write the bf16 weight (2).
 OPTIMIZER_BYTES_PER_PARAM = 30
 HBM_EFFICIENCY = 0.8  # of the datasheet HBM bandwidth an elementwise update reaches
-
-
-@dataclass(frozen=True)
-class Links:
-    """Bus bandwidths in bytes/s a GPU sees inside its node and towards other nodes."""
-
-    intra_bytes_per_s: float
-    inter_bytes_per_s: float
-    gpus_per_node: int
-
-
-def _pick(condition: Any, if_true: Any, if_false: Any) -> Any:
-    """`if_true if condition else if_false`, for a bool or an array of them."""
-    return if_false + condition * (if_true - if_false)
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -96,7 +90,8 @@ def _min(a: Any, b: Any) -> Any:
     return (a + b - abs(a - b)) / 2
 
 
-def links(hardware: Any) -> Links:
+def bus_links(hardware: Any) -> Links:
+    """The bandwidths NCCL's rings reach, per GPU, inside a node and towards other nodes."""
     intra = (
         hardware.intra_node.gb_per_s
         * GB
@@ -110,12 +105,7 @@ def links(hardware: Any) -> Links:
         / hardware.gpus_per_node
         * INTER_NODE_BUS_EFFICIENCY
     )
-    return Links(intra, inter, hardware.gpus_per_node)
-
-
-def _ring_bw(link: Links, span: Any) -> Any:
-    """Bus bandwidth of a ring whose consecutive members sit `span` ranks apart in total."""
-    return _pick(span > link.gpus_per_node, link.inter_bytes_per_s, link.intra_bytes_per_s)
+    return Links(intra, inter)
 
 
 def gemm_efficiency(hidden: int, tp: Any, tokens: Any, flops_per_byte: float) -> Any:
@@ -129,17 +119,12 @@ def gemm_efficiency(hidden: int, tp: Any, tokens: Any, flops_per_byte: float) ->
 class StepInputs:
     """Per candidate (scalars or arrays): the layout, and the work and state of its slowest stage."""
 
-    world: Any
-    tp: Any
-    pp: Any
-    cp: Any
-    ep: Any
-    dp: Any
-    etp: Any
-    micro_batches: Any  # per DP rank per step (grad accumulation)
+    dims: ParallelDims
     tokens_per_micro_batch: Any  # micro_batch_size x seq_length (one DP rank, before cp)
     sequence_parallel: Any
     deepspeed: Any  # 1 for the DeepSpeed backend, 0 for Megatron
+    grad_bytes: Any  # per gradient element on the wire (comm.dp_grad_bytes)
+    element_bytes: Any  # per weight or activation element under train.precision
     zero_stage: Any
     distributed_optimizer: Any
     full_recompute: Any
@@ -186,51 +171,47 @@ def step_time(
     x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_bytes_per_s: float, link: Links
 ) -> StepTime:
     """Seconds per training step of each candidate, split by term."""
-    m = x.micro_batches
-    tokens_rank = x.tokens_per_micro_batch / x.cp  # rows of every GEMM on one GPU
-    efficiency = gemm_efficiency(hidden, x.tp, tokens_rank, peak_flops / hbm_bytes_per_s) * _pick(
+    d = x.dims
+    m = d.micro_batches
+    tokens_rank = x.tokens_per_micro_batch / d.cp  # rows of every GEMM on one GPU
+    efficiency = gemm_efficiency(hidden, d.tp, tokens_rank, peak_flops / hbm_bytes_per_s) * pick(
         x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0
     )
-    flops_gpu = x.tokens_per_micro_batch * x.stage_flops_per_token / (x.tp * x.cp)
+    flops_gpu = x.tokens_per_micro_batch * x.stage_flops_per_token / (d.tp * d.cp)
     compute_mb = flops_gpu / (peak_flops * efficiency)
 
     # bytes on the wire per micro-batch: lmspec.compiler.models.comm's volumes, the ones plan.json reports
-    tp_split = _pick(x.sequence_parallel, x.tp, 1)
-    tp_bytes = tp_bytes_per_micro_batch(x.stage_layers, x.full_recompute, x.tp, tokens_rank, hidden, ACTIVATION_BYTES)
+    tp_split = pick(x.sequence_parallel, d.tp, 1)
+    tp_bytes = tp_bytes_per_micro_batch(x.stage_layers, x.full_recompute, d.tp, tokens_rank, hidden, x.element_bytes)
     tp_mb = TP_COMM_EXPOSED_FRACTION * tp_bytes / link.intra_bytes_per_s
 
     # an all-to-all sends to every peer at once: the peers in the node over NVLink, the rest over the NICs
-    ep_bytes = ep_bytes_per_micro_batch(
-        x.stage_moe_layers, x.ep, tokens_rank, tp_split, top_k, hidden, ACTIVATION_BYTES
-    )
-    in_node = _min(x.ep, link.gpus_per_node / x.etp)
-    peers = _max(x.ep - 1, 1)
+    ep_bytes = ep_bytes_per_micro_batch(x.stage_moe_layers, d.ep, tokens_rank, tp_split, top_k, hidden, x.element_bytes)
+    in_node = _min(d.ep, d.gpus_per_node / d.etp)
+    peers = _max(d.ep - 1, 1)
     ep_mb = (
         EP_A2A_EXPOSED_FRACTION
         * ep_bytes
-        * _max((in_node - 1) / peers / link.intra_bytes_per_s, (x.ep - in_node) / peers / link.inter_bytes_per_s)
+        * _max((in_node - 1) / peers / link.intra_bytes_per_s, (d.ep - in_node) / peers / link.inter_bytes_per_s)
     )
-    activation = tokens_rank * hidden * ACTIVATION_BYTES  # one micro-batch's hidden states on a TP group
+    activation = tokens_rank * hidden * x.element_bytes  # one micro-batch's hidden states on a TP group
 
     # ring attention: K and V (taken at the hidden width, as MHA; GQA sends less) of every other
     # CP rank pass once forward and twice backward (K/V again, then dK/dV)
-    kv = 2 * activation / x.tp
-    cp_traffic = x.stage_layers * 3 * (x.cp - 1) * kv / _ring_bw(link, x.tp * x.cp)
-    attention_s = x.tokens_per_micro_batch * x.attention_flops_per_token / (x.tp * x.cp) / (peak_flops * efficiency)
+    kv = 2 * activation / d.tp
+    cp_traffic = x.stage_layers * 3 * (d.cp - 1) * kv / link.ring_bytes_per_s(d, d.cp_span)
+    attention_s = x.tokens_per_micro_batch * x.attention_flops_per_token / (d.tp * d.cp) / (peak_flops * efficiency)
     cp_mb = _max(cp_traffic - attention_s, 0.0)
 
-    stage_span = x.world / x.pp  # ranks between neighbouring stages
-    p2p = (x.pp > 1) * pp_bytes_per_micro_batch(tokens_rank, tp_split, hidden, ACTIVATION_BYTES)
-    pp_mb = p2p / _ring_bw(link, stage_span + 1)
+    p2p = (d.pp > 1) * pp_bytes_per_micro_batch(tokens_rank, tp_split, hidden, x.element_bytes)
+    pp_mb = p2p / link.ring_bytes_per_s(d, d.pp_span)
 
     dp_comm = _dp_exposed(x, link, compute_mb)
-    sharded = x.distributed_optimizer | (x.zero_stage > 0)  # each rank updates its shard only
-    local = x.dense_params / _pick(sharded, x.dp * x.cp, 1) + x.expert_params / _pick(
-        sharded, x.world / (x.ep * x.etp * x.pp), 1
-    )
+    sharded = (x.distributed_optimizer != 0) | (x.zero_stage > 0)  # each rank updates its shard only
+    local = x.dense_params / pick(sharded, d.dense_dp, 1) + x.expert_params / pick(sharded, d.expert_dp, 1)
     update_bytes = local * OPTIMIZER_BYTES_PER_PARAM
     optimizer = update_bytes / (hbm_bytes_per_s * HBM_EFFICIENCY)
-    bubble = (x.pp - 1) * (compute_mb + tp_mb + ep_mb + cp_mb + pp_mb)
+    bubble = (d.pp - 1) * (compute_mb + tp_mb + ep_mb + cp_mb + pp_mb)
     return StepTime(
         compute=m * compute_mb,
         tp_comm=m * tp_mb,
@@ -245,17 +226,48 @@ def step_time(
 
 def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
     """DP gradient/parameter traffic not hidden behind compute, per step."""
-    d = x.dp * x.cp  # dense gradients are reduced over DP x CP
-    edp = x.world / (x.ep * x.etp * x.pp)  # expert gradients over the expert-data-parallel group
-    # seconds of one reduce-scatter (or all-gather) of every local parameter at one byte each
-    per_byte = (d - 1) / d * x.dense_params / _ring_bw(link, x.tp * d) + (edp - 1) / edp * x.expert_params / _ring_bw(
-        link, x.ep * x.etp * edp
-    )
-    grad = _pick(x.deepspeed, DEEPSPEED_GRAD_BYTES, MEGATRON_GRAD_BYTES)
-    gather = PARAM_GATHER_BYTES
-    sharded = x.distributed_optimizer | (x.zero_stage > 0)
-    # bytes per parameter sent once per step, and every micro-batch
-    once = _pick(x.zero_stage == 3, 0, _pick(x.zero_stage == 2, gather, _pick(sharded, grad + gather, 2 * grad)))
-    every = _pick(x.zero_stage == 2, grad, _pick(x.zero_stage == 3, grad + 2 * gather, 0))
+    per_byte = dp_seconds_per_byte(x.dims, x.dense_params, x.expert_params, link)
+    once, every = dp_bytes_per_param(x.zero_stage, x.distributed_optimizer, x.grad_bytes, x.element_bytes)
     hidden_by = DP_OVERLAP_FRACTION * compute_mb
-    return _max(once * per_byte - hidden_by, 0.0) + x.micro_batches * _max(every * per_byte - hidden_by, 0.0)
+    return _max(once * per_byte - hidden_by, 0.0) + x.dims.micro_batches * _max(every * per_byte - hidden_by, 0.0)
+
+
+def step_constants(spec: Spec) -> dict[str, Any]:
+    """The step-time model's keyword arguments that depend on the job, not on the layout."""
+    hw = spec.hardware
+    return {
+        "hidden": spec.model.hidden_size,
+        "top_k": spec.model.moe.top_k if spec.model.moe else 0,
+        "peak_flops": hw.gpu.bf16_tflops * TFLOPS,
+        "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * GB,
+        "link": bus_links(hw),
+    }
+
+
+def estimate_step_time(spec: Spec, memory: TrainMemory) -> StepTime | None:
+    """The step time of the spec's own layout, as `lmspec plan` prices that layout among its candidates;
+    the DP traffic and optimizer update are those of the GPU the memory model finds worst (`memory`)."""
+    dims = ParallelDims.from_spec(spec)
+    if dims is None:
+        return None
+    m, p, t = spec.model, spec.parallel, spec.train
+    work = slowest_stage_work(m, t.seq_length, dims.stage_layers, t.recompute)
+    dense, expert = worst_gpu_params(spec, dims, memory)
+    inputs = StepInputs(
+        dims=dims,
+        tokens_per_micro_batch=t.micro_batch_size * t.seq_length,
+        sequence_parallel=p.sequence_parallel,
+        deepspeed=t.backend == "deepspeed",
+        grad_bytes=dp_grad_bytes(t.backend == "deepspeed", t.precision),
+        element_bytes=precision_bytes(t.precision),
+        zero_stage=p.zero_stage,
+        distributed_optimizer=p.distributed_optimizer,
+        full_recompute=t.recompute == "full",
+        stage_flops_per_token=work.hardware_flops,
+        attention_flops_per_token=work.attention_flops,
+        stage_layers=work.layers,
+        stage_moe_layers=work.moe_layers,
+        dense_params=dense,
+        expert_params=expert,
+    )
+    return step_time(inputs, **step_constants(spec))

@@ -1,4 +1,4 @@
-"""Per-family mapping tables: Megatron checkpoint name -> running-model name -> HF name(s), kind.
+"""Conversion rows every family shares: Megatron checkpoint name -> running-model name -> HF name(s), kind.
 
 Megatron names are megatron-core 0.16.1's, read from real models built with the local
 layer spec (runtime/train/megatron/model.py) and from their dist_checkpointing metadata, not
@@ -7,13 +7,20 @@ conversion copies into) and the checkpoint (what `convert` reads). The GQA layer
 saves its norms under Transformer Engine's names (`linear_qkv.layer_norm_weight`); the
 MLA spec does not rename them. `{e}` is the global expert id, `{i}` the local one.
 HF names are the released checkpoints' (transformers 5 fuses experts at load time).
+
+The attention kind (GQA or MLA) picks megatron-core's modules, hence the rows here; a
+family's module (lmspec.compiler.families) adds the rows of its own MoE block.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
+
+if TYPE_CHECKING:  # sections.py takes its family names from the registry, which reads these rows
+    from lmspec.compiler.spec.sections import ModelSpec
 
 
 class Row(NamedTuple):
@@ -21,7 +28,7 @@ class Row(NamedTuple):
     model: str  # running model state_dict key suffix
     hf: tuple[str, ...]  # HF name suffix(es)
     kind: K
-    shape: str  # key into the family's shape table (compiler/conversion/mapping.py)
+    shape: str  # key into the model's shape table (lmspec.compiler.conversion.mapping)
 
 
 # -- whole-model tensors (every family) -----------------------------------------------------------
@@ -146,65 +153,22 @@ DENSE_MLP = (
     ),
     Row("mlp.linear_fc2.weight", "mlp.linear_fc2.weight", ("mlp.down_proj.weight",), K.ROW, "fc2"),
 )
-DEEPSEEK_MOE = (
-    Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router"),
-    Row(
-        "mlp.shared_experts.linear_fc1.weight",
-        "mlp.shared_experts.linear_fc1.weight",
-        ("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"),
-        K.GATED_MLP,
-        "shared_fc1",
-    ),
-    Row(
-        "mlp.shared_experts.linear_fc2.weight",
-        "mlp.shared_experts.linear_fc2.weight",
-        ("mlp.shared_experts.down_proj.weight",),
-        K.ROW,
-        "shared_fc2",
-    ),
-)
-DEEPSEEK_ROUTER_BIAS = Row(
-    "mlp.router.expert_bias", "mlp.router.expert_bias", ("mlp.gate.e_score_correction_bias",), K.REPLICATED, "experts"
-)
-DEEPSEEK_EXPERT = (
-    Row(
-        "mlp.experts.experts.linear_fc1.weight",
-        "mlp.experts.local_experts.{i}.linear_fc1.weight",
-        ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
-        K.GATED_MLP,
-        "expert_fc1",
-    ),
-    Row(
-        "mlp.experts.experts.linear_fc2.weight",
-        "mlp.experts.local_experts.{i}.linear_fc2.weight",
-        ("mlp.experts.{e}.down_proj.weight",),
-        K.ROW,
-        "expert_fc2",
-    ),
-)
-MIXTRAL_MOE = (
-    Row("mlp.router.weight", "mlp.router.weight", ("block_sparse_moe.gate.weight",), K.REPLICATED, "router"),
-)
-MIXTRAL_EXPERT = (
-    Row(
-        "mlp.experts.experts.linear_fc1.weight",
-        "mlp.experts.local_experts.{i}.linear_fc1.weight",
-        ("block_sparse_moe.experts.{e}.w1.weight", "block_sparse_moe.experts.{e}.w3.weight"),
-        K.GATED_MLP,
-        "expert_fc1",
-    ),
-    Row(
-        "mlp.experts.experts.linear_fc2.weight",
-        "mlp.experts.local_experts.{i}.linear_fc2.weight",
-        ("block_sparse_moe.experts.{e}.w2.weight",),
-        K.ROW,
-        "expert_fc2",
-    ),
-)
 
-HF_ARCHITECTURES = {
-    "llama": ("LlamaForCausalLM", "llama"),
-    "mixtral": ("MixtralForCausalLM", "mixtral"),
-    "deepseek_v2": ("DeepseekV2ForCausalLM", "deepseek_v2"),
-    "deepseek_v3": ("DeepseekV3ForCausalLM", "deepseek_v3"),
-}
+
+LayerRows = tuple[list[Row], list[Row]]
+"""(rows of one layer, its per-expert rows: one row stands for every expert, named with {e} / {i})."""
+
+
+def decoder_layer(m: ModelSpec, layer: int, moe: tuple[Sequence[Row], Sequence[Row]] | None) -> LayerRows:
+    """The rows of decoder layer `layer`: attention by `model.attention`, then the dense MLP, or for
+    an MoE layer the family's `moe` rows (router and shared experts, per-expert rows)."""
+    mla = m.attention == "mla"
+    rows = list(MLA_ATTENTION if mla else GQA_ATTENTION)
+    if mla:
+        assert m.mla is not None
+        rows[1:1] = MLA_Q_COMPRESSED if m.mla.q_lora_rank is not None else MLA_Q_DIRECT
+    rows.append(MLA_PRE_MLP_NORM if mla else GQA_PRE_MLP_NORM)
+    if moe is None or m.moe is None or layer < m.moe.first_dense_layers:
+        return rows + list(DENSE_MLP), []
+    routed, experts = moe
+    return rows + list(routed), list(experts)

@@ -1,0 +1,94 @@
+"""DeepSeek-V2 and V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM): MLA, routed + shared experts,
+the first layers dense. One code path: V3 differs only by its sigmoid router scores (V2: softmax);
+its score-correction bias is the spec's `moe.router_score_bias`, which either may set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from lmspec.compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
+from lmspec.compiler.families import hf, megatron
+from lmspec.compiler.families.family import Family, MegatronConfig
+
+if TYPE_CHECKING:
+    from lmspec.compiler.spec.sections import ModelSpec
+
+ROUTER = Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router")
+SHARED_EXPERTS = (
+    Row(
+        "mlp.shared_experts.linear_fc1.weight",
+        "mlp.shared_experts.linear_fc1.weight",
+        ("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"),
+        K.GATED_MLP,
+        "shared_fc1",
+    ),
+    Row(
+        "mlp.shared_experts.linear_fc2.weight",
+        "mlp.shared_experts.linear_fc2.weight",
+        ("mlp.shared_experts.down_proj.weight",),
+        K.ROW,
+        "shared_fc2",
+    ),
+)
+ROUTER_BIAS = Row(
+    "mlp.router.expert_bias", "mlp.router.expert_bias", ("mlp.gate.e_score_correction_bias",), K.REPLICATED, "experts"
+)
+EXPERT = (
+    Row(
+        "mlp.experts.experts.linear_fc1.weight",
+        "mlp.experts.local_experts.{i}.linear_fc1.weight",
+        ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
+        K.GATED_MLP,
+        "expert_fc1",
+    ),
+    Row(
+        "mlp.experts.experts.linear_fc2.weight",
+        "mlp.experts.local_experts.{i}.linear_fc2.weight",
+        ("mlp.experts.{e}.down_proj.weight",),
+        K.ROW,
+        "expert_fc2",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class DeepSeek(Family):
+    router_score_function: Literal["softmax", "sigmoid"]
+
+    def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
+        if m.moe is None:
+            return decoder_layer(m, layer, moe=None)
+        routed = [ROUTER, *(SHARED_EXPERTS if m.moe.num_shared_experts else ())]
+        if m.moe.router_score_bias:
+            routed.append(ROUTER_BIAS)
+        return decoder_layer(m, layer, moe=(routed, EXPERT))
+
+    def hf_config(self, m: ModelSpec) -> dict[str, Any]:
+        moe = m.moe
+        own = (
+            {}
+            if moe is None
+            else {
+                "moe_intermediate_size": moe.ffn_hidden_size,
+                "n_routed_experts": moe.num_experts,
+                "n_shared_experts": moe.num_shared_experts,
+                "num_experts_per_tok": moe.top_k,
+                "first_k_dense_replace": moe.first_dense_layers,
+                "moe_layer_freq": 1,
+                "n_group": 1,
+                "topk_group": 1,
+                "norm_topk_prob": True,
+                "routed_scaling_factor": 1.0,
+            }
+        )
+        return hf.decoder_config(self, m, own)
+
+    def megatron(self, m: ModelSpec) -> MegatronConfig:
+        return megatron.decoder_config(m, self.router_score_function)
+
+
+DEEPSEEK_V2 = DeepSeek(hf_class="DeepseekV2ForCausalLM", hf_model_type="deepseek_v2", router_score_function="softmax")
+DEEPSEEK_V3 = DeepSeek(hf_class="DeepseekV3ForCausalLM", hf_model_type="deepseek_v3", router_score_function="sigmoid")

@@ -1,0 +1,50 @@
+"""What a model family is: the four things lmspec must know to train, convert and test it.
+
+A family is one HuggingFace architecture (one transformers class). Its module
+(lmspec.compiler.families.<name>) subclasses `Family` once; the registry in
+lmspec.compiler.families names it. Everything here is plain data: the compiler imports
+no torch, and the runtime (runtime/train/megatron/model.py, runtime/train/deepspeed)
+turns it into live objects.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # sections.py takes its family names from the registry
+    from lmspec.compiler.conversion.rows import LayerRows
+    from lmspec.compiler.spec.sections import ModelSpec
+
+
+@dataclass(frozen=True)
+class MegatronConfig:
+    """megatron-core's TransformerConfig of an architecture, as data (the runtime adds the
+    parallel degrees, precision, recompute and its CPU/no-Transformer-Engine settings)."""
+
+    config_class: Literal["TransformerConfig", "MLATransformerConfig"]  # megatron.core.transformer.transformer_config
+    kwargs: Mapping[str, Any]  # its architecture keyword arguments
+    activation: str  # torch.nn.functional.<activation>, passed as activation_func
+
+
+@dataclass(frozen=True)
+class Family(ABC):
+    """One HF architecture: its transformers class and the three builders the compiler and runtime call."""
+
+    hf_class: str  # transformers' causal-LM class, e.g. "LlamaForCausalLM"
+    hf_model_type: str  # its config's model_type (AutoConfig.for_model picks the class by it)
+
+    @abstractmethod
+    def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
+        """Conversion rows of decoder layer `layer` (lmspec.compiler.conversion.rows.decoder_layer)."""
+
+    @abstractmethod
+    def hf_config(self, m: ModelSpec) -> dict[str, Any]:
+        """config.json of the HF model (sorted keys, no dtype): what the conversion writes and the
+        DeepSpeed trainer builds its model from, so the two cannot drift apart."""
+
+    @abstractmethod
+    def megatron(self, m: ModelSpec) -> MegatronConfig:
+        """The TransformerConfig the megatron backend builds this architecture with."""

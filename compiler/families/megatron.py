@@ -1,0 +1,70 @@
+"""The megatron-core TransformerConfig arguments every family shares: RMSNorm, SwiGLU, RoPE, no
+biases; GQA via `num_query_groups` or MLA with RMSNorm on the q/kv latents; MoE with top-k routing,
+shared experts and the first `moe.first_dense_layers` layers dense, dispatched all-to-all."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from lmspec.compiler.families.family import MegatronConfig
+
+if TYPE_CHECKING:
+    from lmspec.compiler.spec.sections import ModelSpec
+
+MOE_AUX_LOSS_COEFF = 1e-3
+
+
+def _moe_kwargs(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid"]) -> dict[str, Any]:
+    moe = m.moe
+    if moe is None:
+        return {}
+    kwargs: dict[str, Any] = {
+        "num_moe_experts": moe.num_experts,
+        "moe_router_topk": moe.top_k,
+        "moe_ffn_hidden_size": moe.ffn_hidden_size,
+        "moe_layer_freq": [0] * moe.first_dense_layers + [1] * (m.num_layers - moe.first_dense_layers),
+        "moe_token_dispatcher_type": "alltoall",
+        "moe_router_load_balancing_type": "none" if moe.router_score_bias else "aux_loss",
+        "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else MOE_AUX_LOSS_COEFF,
+        "moe_router_score_function": router_score_function,
+        "moe_router_enable_expert_bias": moe.router_score_bias,
+        "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
+        "moe_router_dtype": "fp32",
+        "moe_grouped_gemm": False,
+    }
+    if moe.num_shared_experts:
+        kwargs["moe_shared_expert_intermediate_size"] = moe.num_shared_experts * moe.ffn_hidden_size
+    return kwargs
+
+
+def decoder_config(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid"] = "softmax") -> MegatronConfig:
+    """The TransformerConfig arguments of `m`; `router_score_function` is how the family's router
+    scores experts (DeepSeek-V3: sigmoid)."""
+    kwargs: dict[str, Any] = {
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "kv_channels": m.head_dim,
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": m.norm_eps,
+        "gated_linear_unit": True,
+        "add_bias_linear": False,
+        "add_qkv_bias": False,
+        **_moe_kwargs(m, router_score_function),
+    }
+    if m.attention != "mla":
+        return MegatronConfig("TransformerConfig", {**kwargs, "num_query_groups": m.num_kv_heads}, activation="silu")
+    assert m.mla is not None, "validate() requires model.mla with attention=mla"
+    mla = {
+        "num_query_groups": m.num_attention_heads,
+        "qk_layernorm": True,  # DeepSeek's RMSNorm on the q and kv latents
+        "q_lora_rank": m.mla.q_lora_rank,
+        "kv_lora_rank": m.mla.kv_lora_rank,
+        "qk_head_dim": m.mla.qk_nope_head_dim,
+        "qk_pos_emb_head_dim": m.mla.qk_rope_head_dim,
+        "v_head_dim": m.mla.v_head_dim,
+        "rope_type": "rope",
+        "rotary_base": m.rope_theta,
+    }
+    return MegatronConfig("MLATransformerConfig", {**kwargs, **mla}, activation="silu")

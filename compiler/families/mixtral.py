@@ -1,0 +1,64 @@
+"""Mixtral (MixtralForCausalLM): Llama's attention, every MLP a softmax-routed MoE without shared experts.
+
+The rows name Mistral's released checkpoint (`block_sparse_moe`, experts' w1/w3/w2);
+transformers 5 renames and fuses them at load time (tests/convert/test_mixtral_names.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lmspec.compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
+from lmspec.compiler.families import hf, megatron
+from lmspec.compiler.families.family import Family, MegatronConfig
+
+if TYPE_CHECKING:
+    from lmspec.compiler.spec.sections import ModelSpec
+
+ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("block_sparse_moe.gate.weight",), K.REPLICATED, "router"),)
+EXPERT = (
+    Row(
+        "mlp.experts.experts.linear_fc1.weight",
+        "mlp.experts.local_experts.{i}.linear_fc1.weight",
+        ("block_sparse_moe.experts.{e}.w1.weight", "block_sparse_moe.experts.{e}.w3.weight"),
+        K.GATED_MLP,
+        "expert_fc1",
+    ),
+    Row(
+        "mlp.experts.experts.linear_fc2.weight",
+        "mlp.experts.local_experts.{i}.linear_fc2.weight",
+        ("block_sparse_moe.experts.{e}.w2.weight",),
+        K.ROW,
+        "expert_fc2",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Mixtral(Family):
+    def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
+        return decoder_layer(m, layer, moe=(ROUTER, EXPERT))
+
+    def hf_config(self, m: ModelSpec) -> dict[str, Any]:
+        moe = m.moe
+        own = (
+            {}
+            if moe is None
+            else {
+                "intermediate_size": moe.ffn_hidden_size,
+                "num_local_experts": moe.num_experts,
+                "num_experts_per_tok": moe.top_k,
+                "sliding_window": None,
+                "router_jitter_noise": 0.0,
+                "output_router_logits": False,
+            }
+        )
+        return hf.decoder_config(self, m, own)
+
+    def megatron(self, m: ModelSpec) -> MegatronConfig:
+        return megatron.decoder_config(m)
+
+
+MIXTRAL = Mixtral(hf_class="MixtralForCausalLM", hf_model_type="mixtral")

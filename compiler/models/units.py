@@ -1,0 +1,26 @@
+"""Units and element sizes: the one place each is written, so every estimate divides by the same number.
+
+Sources mix binary and decimal units (PyTorch reports GiB, vendors label GB and Gbit/s),
+so both are named, never written inline.
+"""
+
+from __future__ import annotations
+
+GIB = 2**30
+MIB = 2**20
+GB = 10**9
+GBIT = GB / 8  # bytes per second of one Gbit/s
+BITS_PER_BYTE = 8
+TFLOPS = 1e12
+SECONDS_PER_DAY = 86400
+
+# Bytes of one element, by the dtype names mapping.json, checkpoints and vLLM use.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# train.precision -> the dtype its weights, activations and 16-bit gradients are held in.
+PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+FP32_BYTES = DTYPE_BYTES["float32"]
+
+
+def precision_bytes(precision: str) -> int:
+    """Bytes of one weight or activation element under train.precision."""
+    return DTYPE_BYTES[PRECISION_DTYPE[precision]]
