@@ -1,7 +1,7 @@
-"""Compare two builds (their files as text): what changed in the spec, in the key numbers
-of plan.json, in the warnings, and in every artifact. Pure functions over {path: text}, so
-`lmspec diff` can compare build directories or fresh compiles, and a sweep's index can
-tabulate the same key numbers.
+"""Compare two builds: what changed in the spec, in the key numbers of the Plan, in the
+warnings, and in every artifact. Pure functions over {path: text} and the two typed Plans
+(Build.open's, or a fresh compile's), so `lmspec diff` compares build directories or fresh
+compiles alike, and a sweep's index can tabulate the same key numbers (of plan.json's document).
 """
 
 from __future__ import annotations
