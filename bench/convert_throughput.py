@@ -67,7 +67,8 @@ OVERRIDES = [
 ]
 _TIMED_CONVERT = (
     "import json, sys, time; from pathlib import Path; from lmspec.runtime.convert.to_hf import convert_build; "
-    "t = time.perf_counter(); _, s = convert_build(Path(sys.argv[1])); "
+    "from lmspec.compiler.build.reader import Build; "
+    "t = time.perf_counter(); _, s = convert_build(Build.open(Path(sys.argv[1]))); "
     "print(json.dumps({'seconds': time.perf_counter() - t, **s}))"
 )
 

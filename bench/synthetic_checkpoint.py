@@ -58,21 +58,22 @@ def sharded_state(doc: dict, tp_rank: int) -> dict:
 def main(build_dir: Path) -> None:
     from megatron.core import dist_checkpointing
 
-    from lmspec.compiler.build.reader import open_build
+    from lmspec.compiler.build.files import DIST_CKPT_DIR
+    from lmspec.compiler.build.reader import Build
     from lmspec.runtime.compat.megatron import megatron_on_cpu
     from lmspec.runtime.train.checkpoint import Checkpoints
 
     dist.init_process_group("gloo")
-    build = open_build(build_dir)
-    ckpts = Checkpoints(Path(build.spec.train.checkpoint.dir), keep_last_k=1)
+    build = Build.open(build_dir)
+    ckpts = Checkpoints(Path(build.plan.paths.checkpoint_dir), keep_last_k=1)
     tmp = ckpts.begin_save(1)  # the trainer's own writer: manifest, run id, `latest`
-    target = tmp / "torch_dist"
+    target = tmp / DIST_CKPT_DIR
     if dist.get_rank() == 0:
         target.mkdir()
     dist.barrier()
     with megatron_on_cpu():  # dist_checkpointing asks for a CUDA device; on a CPU machine it gets the CPU
         dist_checkpointing.save(sharded_state(build.mapping, dist.get_rank()), str(target))
-    final = ckpts.commit(1, tmp) / "torch_dist"
+    final = ckpts.commit(1, tmp) / DIST_CKPT_DIR
     if dist.get_rank() == 0:
         size = sum(p.stat().st_size for p in final.iterdir())
         print(json.dumps({"checkpoint": str(final), "bytes": size}), flush=True)

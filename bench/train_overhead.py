@@ -23,7 +23,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lmspec.compiler.plan import Plan
+    from lmspec.compiler.spec.sections import Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -86,14 +90,15 @@ def plain_worker(build: Path) -> None:
     from lmspec.runtime.compat.megatron import megatron_on_cpu
     from lmspec.runtime.train.loop import load_build
 
-    spec, plan = load_build(build)
+    loaded = load_build(build)
+    spec, plan = loaded.spec, loaded.plan
     dist.init_process_group("gloo")
     with megatron_on_cpu():
         _plain_loop(spec, plan)
     dist.destroy_process_group()
 
 
-def _plain_loop(spec: Any, plan: dict[str, Any]) -> None:
+def _plain_loop(spec: Spec, plan: Plan) -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
@@ -102,6 +107,7 @@ def _plain_loop(spec: Any, plan: dict[str, Any]) -> None:
     from lmspec.runtime.train.data import TokenStream
     from lmspec.runtime.train.megatron.model import build_model
 
+    batch = plan.batch
     ps.initialize_model_parallel()
     torch.manual_seed(spec.train.seed)
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
@@ -110,8 +116,7 @@ def _plain_loop(spec: Any, plan: dict[str, Any]) -> None:
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
     )
-    batch = plan["batch"]
-    micro, accum, s = batch["micro_batch_size"], batch["grad_accum_steps"], batch["seq_length"]
+    micro, accum, s = batch.micro_batch_size, batch.grad_accum_steps, batch.seq_length
     stream = TokenStream(spec.train.data.corpus, s, spec.train.seed, spec.model.vocab_size)
     position_ids = torch.arange(s).unsqueeze(0).expand(micro, s)
     mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
@@ -119,7 +124,7 @@ def _plain_loop(spec: Any, plan: dict[str, Any]) -> None:
     times = []
     for step in range(STEPS):
         started = time.perf_counter()
-        batches = stream.micro_batches(step * batch["global_batch_size"], micro, rank, world, accum)
+        batches = stream.micro_batches(step * batch.global_batch_size, micro, rank, world, accum)
         optimizer.zero_grad(set_to_none=True)
         for i, b in enumerate(batches):
             context = model.no_sync() if i < accum - 1 else torch.enable_grad()
@@ -130,7 +135,7 @@ def _plain_loop(spec: Any, plan: dict[str, Any]) -> None:
         optimizer.step()
         times.append(time.perf_counter() - started)
     steady = times[WARMUP_STEPS:]
-    tokens_per_s = batch["tokens_per_step"] * len(steady) / sum(steady)
+    tokens_per_s = batch.tokens_per_step * len(steady) / sum(steady)
     if rank == 0:
         print(f"plain_tokens_per_s {tokens_per_s:.1f}", flush=True)
 

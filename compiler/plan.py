@@ -7,10 +7,12 @@ anything and every artifact agrees with every other.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from lmspec.compiler import __version__
+from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import Problem
 from lmspec.compiler.models.comm import CommEstimate, estimate_comm
 from lmspec.compiler.models.dims import ParallelDims
@@ -27,7 +29,10 @@ from lmspec.compiler.models.summary import (
 )
 from lmspec.compiler.models.train_memory import TrainMemory, estimate_train_memory
 from lmspec.compiler.spec.load import Composed
+from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import Spec
+
+Device = Literal["cpu", "gpu"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +66,16 @@ class Batch:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunPaths:
+    """The directories a run writes and reads, relative to the job's working directory."""
+
+    run_dir: str  # runs/<name>/: metrics.jsonl, vllm.log, ... (compiler/build/files.py)
+    checkpoint_dir: str  # train.checkpoint.dir
+    convert_output: str  # convert.output: the HuggingFace model the convert stage writes
+    served_model_dir: str  # what vLLM serves: serve.model_path, else the conversion output
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     lmspec_version: str
     spec: Spec
@@ -74,6 +89,10 @@ class Plan:
     overrides: tuple[str, ...]
     choices: tuple[tuple[str, str], ...]
     warnings: tuple[Problem, ...]
+    # Not in plan.json (its bytes stay what they were): derived from the spec by build_plan wherever a Plan is made.
+    paths: RunPaths
+    device: Device
+    origins: Origins  # where each key of the spec came from: file:line, an override, or the build's spec file
 
     @property
     def name(self) -> str:
@@ -94,6 +113,52 @@ class Plan:
             "serve": serve_dict(self.serving),
             "comm": comm_dict(self.comm),
         }
+
+    def to_document(self) -> dict[str, Any]:
+        """plan.json's document (compiler/emit/spec_files.py writes it)."""
+        return {"lmspec_version": self.lmspec_version, **self.derived_dict()}
+
+    @classmethod
+    def from_json(cls, document: Any, spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
+        """plan.json back into the Plan it was written from. The file rounds FLOPs and times to six
+        digits, so the Plan is derived again from its verified spec by `build_plan` (the one
+        derivation) and the document must be exactly that Plan's: ValueError naming the first
+        entry that differs (a plan edited by hand, or from another derivation)."""
+        plan = build_plan(spec, composed, warnings)
+        expected = json.loads(json.dumps(plan.to_document()))  # tuples as lists, as JSON holds them
+        if document != expected:
+            raise ValueError(f"its {_first_difference(document, expected)!r} is not what lmspec derives from the spec")
+        return plan
+
+
+def _first_difference(found: Any, expected: Any, path: str = "") -> str:
+    """The dotted path of the first entry where `found` is not `expected`."""
+    if isinstance(found, dict) and isinstance(expected, dict):
+        for key in sorted(set(found) | set(expected), key=str):
+            if found.get(key, _MISSING) != expected.get(key, _MISSING):
+                return _first_difference(found.get(key), expected.get(key), f"{path}.{key}" if path else str(key))
+    if isinstance(found, list) and isinstance(expected, list) and len(found) == len(expected):
+        for i, (a, b) in enumerate(zip(found, expected, strict=True)):
+            if a != b:
+                return _first_difference(a, b, f"{path}.{i}" if path else str(i))
+    return path or "<document>"
+
+
+_MISSING = object()
+
+
+def run_paths(spec: Spec) -> RunPaths:
+    return RunPaths(
+        run_dir=run_dir(spec.name),
+        checkpoint_dir=spec.train.checkpoint.dir,
+        convert_output=spec.convert.output,
+        served_model_dir=spec.serve.model_path or spec.convert.output,
+    )
+
+
+def device_kind(spec: Spec) -> Device:
+    """`cpu` for the cpu hardware (ranks are processes on host cores over shared memory and gloo)."""
+    return "cpu" if spec.hardware.intra_node.link == "shm" else "gpu"
 
 
 def _plain(value: Any) -> Any:
@@ -150,4 +215,7 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
         overrides=composed.overrides,
         choices=tuple(sorted(composed.choices.items())),
         warnings=tuple(warnings),
+        paths=run_paths(spec),
+        device=device_kind(spec),
+        origins=composed.origins,
     )

@@ -24,14 +24,14 @@ from typing import Any, cast
 
 import torch
 
-from lmspec.compiler.build.reader import Build, open_build
+from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, MAPPING
+from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import UsageError
 
 MIN_LOGITS_COSINE = 0.99  # what issue 6 requires; fp32 on CPU reaches >= 0.9999
 MIN_LAYER_COSINE = 0.999  # a layer whose outputs fall below this is "diverging"
 VERIFY_SEQUENCES = 2
 VERIFY_TOKENS = 64
-DIST_CKPT_DIR = "torch_dist"
 
 
 @dataclass
@@ -141,7 +141,6 @@ def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[
     import transformers
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from lmspec.runtime.convert.to_hf import DEEPSPEED_DIR
     from lmspec.runtime.train.deepspeed.trainer import hf_config
 
     model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
@@ -190,16 +189,16 @@ def compare(
     return Report(cosine(ref_logits, hf_logits), float((ref_logits - hf_logits).abs().max()), layers)
 
 
-def verify_build(build: Build | Path, hf_dir: Path | None = None) -> Report:
+def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
     """Compare the newest checkpoint of the build with `hf_dir` (default: the build's convert.output)."""
     from lmspec.runtime.convert.to_hf import latest_checkpoint
 
-    build = build if isinstance(build, Build) else open_build(build)
-    spec, doc = build.spec, build.mapping
-    hf_dir = Path(doc["output"]) if hf_dir is None else hf_dir
+    spec, paths = build.spec, build.plan.paths
+    _ = build.mapping  # the table the comparison judges, checked before anything is loaded
+    hf_dir = Path(paths.convert_output) if hf_dir is None else hf_dir
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
-    step = latest_checkpoint(Path(doc["checkpoint_dir"]))
+    step = latest_checkpoint(Path(paths.checkpoint_dir))
     tokens = token_batch(spec.train.data.corpus, spec.model.vocab_size)
     if spec.train.backend == "deepspeed":
         reference = deepspeed_outputs(spec, step, tokens)
@@ -210,10 +209,11 @@ def verify_build(build: Build | Path, hf_dir: Path | None = None) -> Report:
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
     if getattr(options, "dry_run", False):
-        spec, doc = build.spec, build.mapping  # what the comparison reads, checked without running it
+        spec, paths = build.spec, build.plan.paths
+        _ = build.mapping  # what the comparison reads, checked without running it
         print(
             f"would compare the logits of the converted model and the newest checkpoint of {build.root} "
-            f"({doc['output']} against {spec.train.backend} {doc['checkpoint_dir']})"
+            f"({paths.convert_output} against {spec.train.backend} {paths.checkpoint_dir})"
         )
         return 0
     report = verify_build(build, getattr(options, "hf_dir", None))
@@ -227,7 +227,7 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
     print(
         f"verify: FAILED: logits cosine {report.cosine:.6f} (>= {MIN_LOGITS_COSINE} required), max |diff| "
         f"{report.max_abs_diff:.3e}; first diverging: {report.first_divergence()} (layer outputs below "
-        f"{MIN_LAYER_COSINE} cosine); check its entries in convert/mapping.json",
+        f"{MIN_LAYER_COSINE} cosine); check its entries in {MAPPING}",
         file=sys.stderr,
     )
     return 1
@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
         return 2
     hf_dir = Path(argv[1]) if len(argv) > 1 else None
     try:
-        return run_stage(open_build(Path(argv[0])), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
+        return run_stage(Build.open(Path(argv[0])), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
-"""Compare two builds (their files as text): what changed in the spec, in the key numbers
-of plan.json, in the warnings, and in every artifact. Pure functions over {path: text}, so
-`lmspec diff` can compare build directories or fresh compiles, and a sweep's index can
-tabulate the same key numbers.
+"""Compare two builds: what changed in the spec, in the key numbers of the Plan, in the
+warnings, and in every artifact. Pure functions over {path: text} and the two typed Plans
+(Build.open's, or a fresh compile's), so `lmspec diff` compares build directories or fresh
+compiles alike, and a sweep's index can tabulate the same key numbers (of plan.json's document).
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+from lmspec.compiler.build.files import MANIFEST, REPORT
 
-SPEC_FILE, PLAN_FILE, REPORT_FILE, MANIFEST_FILE = "spec.resolved.yaml", "plan.json", "REPORT.md", "manifest.json"
+if TYPE_CHECKING:
+    from lmspec.compiler.plan import Plan
+
 GIB_BYTES, MIB_BYTES = 2**30, 2**20
 REFERENCE_MFU = 0.4  # plan.json lists tokens/s at several MFUs; the key numbers quote this one
 
@@ -135,14 +137,6 @@ class Comparison:
         return f"{spec}: {numbers}"
 
 
-def _load(text: str | None, loader: Any) -> dict[str, Any]:
-    try:
-        data = loader(text) if text else {}
-    except (ValueError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _changes(old: dict[str, Any], new: dict[str, Any], fmt: Any) -> list[tuple[str, str, str]]:
     return [
         (k, fmt(k, old.get(k, "-")), fmt(k, new.get(k, "-")))
@@ -151,20 +145,20 @@ def _changes(old: dict[str, Any], new: dict[str, Any], fmt: Any) -> list[tuple[s
     ]
 
 
-def compare(old: dict[str, str], new: dict[str, str], old_label: str = "a", new_label: str = "b") -> Comparison:
-    """Compare two builds given as {relative path: text}."""
-    old_spec = leaves(_load(old.get(SPEC_FILE), yaml.safe_load))
-    new_spec = leaves(_load(new.get(SPEC_FILE), yaml.safe_load))
-    old_plan, new_plan = _load(old.get(PLAN_FILE), json.loads), _load(new.get(PLAN_FILE), json.loads)
-    numbers = _changes(key_numbers(old_plan), key_numbers(new_plan), lambda _k, v: v)
-    old_warn, new_warn = _warnings(old.get(REPORT_FILE)), _warnings(new.get(REPORT_FILE))
+def compare(
+    old: dict[str, str], new: dict[str, str], old_plan: Plan, new_plan: Plan, old_label: str = "a", new_label: str = "b"
+) -> Comparison:
+    """Compare two builds given as {relative path: text} and the Plans they were compiled from."""
+    old_spec, new_spec = leaves(old_plan.spec_dict()), leaves(new_plan.spec_dict())
+    numbers = _changes(key_numbers(old_plan.to_document()), key_numbers(new_plan.to_document()), lambda _k, v: v)
+    old_warn, new_warn = _warnings(old.get(REPORT)), _warnings(new.get(REPORT))
     files, unified = [], []
     for path in sorted(old.keys() | new.keys()):
         a, b = old.get(path), new.get(path)
         if a == b:
             continue
         files.append(("A" if a is None else "D" if b is None else "M", path))
-        if path != MANIFEST_FILE:
+        if path != MANIFEST:
             unified.append(
                 "".join(
                     difflib.unified_diff(

@@ -13,13 +13,14 @@ with a short reason instead of an exception a user would see as a traceback.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
-MANIFEST = "manifest.json"
+from lmspec.compiler.build.digest import sha256
+from lmspec.compiler.build.files import MANIFEST
+
 READ_LIMIT_BYTES = 64 << 20  # a build's largest file (a chart, REPORT.md) is well under 1 MiB
 
 
@@ -113,7 +114,7 @@ class EarlierBuild:
             data = read_regular(self.root / rel)
         except Unreadable:
             return None
-        if hashlib.sha256(data).hexdigest() != expected:
+        if sha256(data) != expected:
             return None
         try:
             return data.decode("utf-8")

@@ -1,12 +1,13 @@
 """Read a compiled build back: the runtime uses only files that hash to what manifest.json recorded.
 
-`open_build(dir)` reads manifest.json (a regular file of at most MAX_MANIFEST_BYTES, strict
+`Build.open(dir)` reads manifest.json (a regular file of at most MAX_MANIFEST_BYTES, strict
 JSON of the shape compiler/build/writer.py writes, by this lmspec version). From the open `Build`:
 
 - `build.read(rel)` / `text` / `json`: a file's bytes, handed out only when their sha256 is
   the manifest's; each file is read once and what was hashed is what gets parsed;
-- `build.spec`: spec.resolved.yaml through the schema into the typed Spec; `build.plan`,
-  `build.mapping`: plan.json and convert/mapping.json as checked JSON documents;
+- `build.spec`: spec.resolved.yaml through the schema into the typed Spec; `build.plan`: the
+  typed Plan that plan.json serialises (compiler/plan.py, Plan.from_json); `build.mapping`:
+  convert/mapping.json as a checked JSON document;
 - `build.script(rel)`: verifies a file another program reads from disk (bash runs
   launch/torchrun.sh, vLLM reads serve/vllm.yaml) and returns its path.
 
@@ -21,7 +22,6 @@ not a signature) and a script edited between its check and bash reading it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from lmspec.compiler import __version__
+from lmspec.compiler.build.files import MANIFEST, MAPPING, PLAN, SPEC
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.paths import SPECS_DIR, display_path
 from lmspec.compiler.build.safe_read import (
@@ -44,12 +45,12 @@ from lmspec.compiler.build.safe_read import (
     strict_json,
     yaml_document,
 )
+from lmspec.compiler.build.digest import sha256
+from lmspec.compiler.plan import Plan
+from lmspec.compiler.spec.load import Composed
+from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import Spec
 
-MANIFEST = "manifest.json"
-SPEC_FILE = "spec.resolved.yaml"
-PLAN_FILE = "plan.json"
-MAPPING_FILE = "convert/mapping.json"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest lists a dozen files: ~2 KB
 MAX_FILE_BYTES = 64 << 20  # the largest artifact, DeepSeek-V3's mapping, is well under 1 MB
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -74,6 +75,7 @@ class Manifest:
     choices: dict[str, str]
     spec_sha256: str
     files: dict[str, str]
+    text: str  # the file itself, as `lmspec diff` lists it
 
 
 def _shown(path: Path, rel: str | None = None) -> str:
@@ -102,7 +104,7 @@ def recompile_command(root: Path, manifest: Manifest | None) -> str:
     return f"recompile it: `{command}`" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def _manifest_from(doc: Any) -> Manifest:
+def _manifest_from(doc: Any, text: str) -> Manifest:
     """The manifest's fields, each of the type the writer writes; ValueError names the first that is not."""
     if not isinstance(doc, dict):
         raise ValueError(f"a JSON {type(doc).__name__ if doc is not None else 'null'} where a mapping belongs")
@@ -127,12 +129,12 @@ def _manifest_from(doc: Any) -> Manifest:
             raise ValueError(f"'files' names {printable(rel)!r}, not a path inside the build")
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             raise ValueError(f"'files' gives {printable(rel)} no sha256")
-    for required in (SPEC_FILE, PLAN_FILE):
+    for required in (SPEC, PLAN):
         if required not in files:
             raise ValueError(f"'files' does not list {required}")
-    if spec_sha != files[SPEC_FILE]:
-        raise ValueError(f"'spec_sha256' is not the sha256 'files' gives {SPEC_FILE}")
-    return Manifest(version, name, tuple(overrides), dict(choices), spec_sha, dict(files))
+    if spec_sha != files[SPEC]:
+        raise ValueError(f"'spec_sha256' is not the sha256 'files' gives {SPEC}")
+    return Manifest(version, name, tuple(overrides), dict(choices), spec_sha, dict(files), text)
 
 
 def read_manifest(root: Path) -> Manifest:
@@ -157,7 +159,7 @@ def read_manifest(root: Path) -> Manifest:
             ) from None
         raise DamagedBuild(MANIFEST, f"{shown}: {exc}; {recompile_command(root, None)}") from None
     try:
-        return _manifest_from(strict_json(data))
+        return _manifest_from(strict_json(data), data.decode("utf-8"))
     except ValueError as exc:
         raise DamagedBuild(
             MANIFEST, f"{shown}: not a manifest lmspec wrote ({printable(str(exc))}); {recompile_command(root, None)}"
@@ -165,7 +167,11 @@ def read_manifest(root: Path) -> Manifest:
 
 
 class Build:
-    """A compiled build directory whose files are handed out only as the manifest recorded them."""
+    """A compiled build directory whose files are handed out only as the manifest recorded them,
+    with its typed Spec and Plan; made by `Build.open`."""
+
+    spec: Spec  # spec.resolved.yaml through the schema
+    plan: Plan  # plan.json, round-tripped into the Plan
 
     def __init__(self, root: Path, manifest: Manifest) -> None:
         self.root = root
@@ -174,6 +180,8 @@ class Build:
 
     @classmethod
     def open(cls, root: Path) -> Build:
+        """The build at `root`: manifest checked, spec and plan read and verified before any stage
+        reads anything else; a DamagedBuild (exit 2) if it is not what lmspec wrote."""
         manifest = read_manifest(root)
         if manifest.lmspec_version != __version__:
             raise DamagedBuild(
@@ -181,7 +189,11 @@ class Build:
                 f"{_shown(root)} was compiled by lmspec {printable(manifest.lmspec_version)} ({MANIFEST}), this is "
                 f"lmspec {__version__}, whose runtime may read it differently; {recompile_command(root, manifest)}",
             )
-        return cls(root, manifest)
+        build = cls(root, manifest)
+        spec, data, origins = build._read_spec()
+        build.spec = spec
+        build.plan = build._read_plan(spec, data, origins)
+        return build
 
     def refuse(self, rel: str, problem: str, fix: str | None = None) -> DamagedBuild:
         return DamagedBuild(rel, f"{_shown(self.root, rel)}: {printable(problem)}; {fix or self.recompile()}")
@@ -200,9 +212,9 @@ class Build:
             data = read_regular_below(self.root, rel, MAX_FILE_BYTES)
         except Unreadable as exc:
             raise self.refuse(rel, str(exc)) from None
-        if hashlib.sha256(data).hexdigest() != expected:
+        if sha256(data) != expected:
             fix = None
-            if rel == SPEC_FILE:  # an edited resolved spec can be compiled as it stands
+            if rel == SPEC:  # an edited resolved spec can be compiled as it stands
                 fix = (
                     f"lmspec runs only what it compiled: compile your edits with `lmspec compile --spec "
                     f"{shlex.quote(_shown(self.root, rel))} -o {shlex.quote(_shown(self.root.parent))}`, "
@@ -231,36 +243,35 @@ class Build:
         self.read(rel)
         return self.root / rel
 
-    @cached_property
-    def spec(self) -> Spec:
-        """spec.resolved.yaml through the schema (compiler/spec/schema_check.py) into the typed Spec."""
-        from lmspec.compiler.spec.provenance import Origins
+    def _read_spec(self) -> tuple[Spec, dict[str, Any], Origins]:
+        """spec.resolved.yaml through the schema (compiler/spec/schema_check.py) into the typed Spec,
+        with the plain document and its origins (every key from the build's spec file)."""
         from lmspec.compiler.spec.schema_check import schema_problems
         from lmspec.compiler.spec.typed import from_dict
 
-        text = self.text(SPEC_FILE)
+        text = self.text(SPEC)
         try:
             data = yaml_document(text)
         except (yaml.YAMLError, ValueError, RecursionError) as exc:
-            raise self.refuse(SPEC_FILE, f"not a YAML spec ({printable(str(exc)).splitlines()[0]})") from None
+            raise self.refuse(SPEC, f"not a YAML spec ({printable(str(exc)).splitlines()[0]})") from None
         if not isinstance(data, dict):
-            raise self.refuse(SPEC_FILE, f"a YAML {type(data).__name__} where the spec's mapping belongs")
+            raise self.refuse(SPEC, f"a YAML {type(data).__name__} where the spec's mapping belongs")
         problem = plain_problem(data)
         if problem:
-            raise self.refuse(SPEC_FILE, printable(problem))
-        origins = Origins({key: _shown(self.root, SPEC_FILE) for key in data})
+            raise self.refuse(SPEC, printable(problem))
+        origins = Origins({key: _shown(self.root, SPEC) for key in data})
         problems = [p for p in schema_problems(data, origins) if p.severity == "error"]
         if problems:
             listed = "; ".join(printable(p.message) for p in problems[:_LISTED])
             more = f" (+{len(problems) - _LISTED} more)" if len(problems) > _LISTED else ""
-            raise self.refuse(SPEC_FILE, f"does not match lmspec {__version__}'s schema: {listed}{more}")
+            raise self.refuse(SPEC, f"does not match lmspec {__version__}'s schema: {listed}{more}")
         try:
             spec = from_dict(Spec, data)
         except (TypeError, ValueError, KeyError) as exc:
-            raise self.refuse(SPEC_FILE, f"not a spec this lmspec reads ({printable(str(exc))})") from None
+            raise self.refuse(SPEC, f"not a spec this lmspec reads ({printable(str(exc))})") from None
         if spec.name != self.manifest.name:
-            raise self.refuse(SPEC_FILE, f"names the job {spec.name!r}, {MANIFEST} names it {self.manifest.name!r}")
-        return spec
+            raise self.refuse(SPEC, f"names the job {spec.name!r}, {MANIFEST} names it {self.manifest.name!r}")
+        return spec, data, origins
 
     def _document(self, rel: str, sections: dict[str, type]) -> dict[str, Any]:
         doc = self.json(rel)
@@ -272,19 +283,36 @@ class Build:
                 raise self.refuse(rel, f"its {key!r} entry is missing or not a {kind.__name__}")
         return doc
 
-    @cached_property
-    def plan(self) -> dict[str, Any]:
-        """plan.json: what lmspec derived (layout, batch, ...), written by this build's lmspec."""
-        doc = self._document(PLAN_FILE, {"lmspec_version": str, "layout": dict, "batch": dict})
+    def _read_plan(self, spec: Spec, data: dict[str, Any], origins: Origins) -> Plan:
+        """plan.json as the typed Plan (compiler/plan.py): what lmspec derived, written by this build's lmspec.
+        The spec must still pass every rule; the run-path rule depends on the working directory, so it
+        is left to the stages, which repeat it from theirs (rules/run_paths.py require_run_paths_apart)."""
+        from lmspec.compiler.rules import rule_problems
+        from lmspec.compiler.rules.context import RuleContext
+        from lmspec.compiler.rules.run_paths import run_paths_apart
+
+        doc = self._document(PLAN, {"lmspec_version": str, "layout": dict, "batch": dict})
         if doc["lmspec_version"] != self.manifest.lmspec_version:
-            raise self.refuse(PLAN_FILE, f"written by lmspec {doc['lmspec_version']!r}, {MANIFEST} by {__version__}")
-        return doc
+            raise self.refuse(PLAN, f"written by lmspec {doc['lmspec_version']!r}, {MANIFEST} by {__version__}")
+        problems = rule_problems(spec, origins)
+        of_this_directory = list(run_paths_apart(RuleContext(spec, origins)))
+        errors = [p for p in problems if p.severity == "error" and p not in of_this_directory]
+        if errors:
+            listed = "; ".join(printable(p.message) for p in errors[:_LISTED])
+            more = f" (+{len(errors) - _LISTED} more)" if len(errors) > _LISTED else ""
+            raise self.refuse(SPEC, f"breaks lmspec {__version__}'s rules: {listed}{more}")
+        composed = Composed(data, origins, self.manifest.overrides, dict(self.manifest.choices))
+        warnings = [p for p in problems if p.severity == "warning"]
+        try:
+            return Plan.from_json(doc, spec, composed, warnings)
+        except ValueError as exc:
+            raise self.refuse(PLAN, printable(str(exc))) from None
 
     @cached_property
     def mapping(self) -> dict[str, Any]:
         """convert/mapping.json: the reviewed conversion table the convert and verify stages execute."""
         return self._document(
-            MAPPING_FILE,
+            MAPPING,
             {
                 "backend": str,
                 "checkpoint_dir": str,
@@ -295,7 +323,3 @@ class Build:
             },
         )
 
-
-def open_build(root: Path) -> Build:
-    """The build at `root`, its manifest checked; a DamagedBuild (exit 2) if it is not one lmspec wrote."""
-    return Build.open(root)

@@ -42,21 +42,22 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
 import secrets
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmspec.compiler.build.earlier import MANIFEST, EarlierBuild, Unreadable, kind_of, manifest_files, read_regular
+from lmspec.compiler.build.digest import sha256
+from lmspec.compiler.build.files import CONVERTED_MANIFEST, MANIFEST, SPEC
+from lmspec.compiler.build.earlier import EarlierBuild, Unreadable, kind_of, manifest_files, read_regular
 from lmspec.compiler.errors import UsageError
 
 if TYPE_CHECKING:
@@ -81,16 +82,12 @@ class Owner:
 
 BUILD = Owner(MANIFEST, "an lmspec build", "move it away, or compile with another -o or name")
 CONVERTED = Owner(
-    "lmspec-convert.json",
+    CONVERTED_MANIFEST,
     "a model lmspec's converter wrote",
     "set convert.output to a new directory, or move {target} away",
     sealed=True,
 )
 OWNER_MANIFESTS = (BUILD.manifest, CONVERTED.manifest)
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
@@ -101,10 +98,11 @@ def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
     """
     # Imported here: the converter imports this module for its safe-write primitives, not the emitters.
     from lmspec.compiler.emit import emit_all
-    from lmspec.compiler.emit.memory_chart import CHART_PATH, chart_key, drawn_key
+    from lmspec.compiler.build.files import MEMORY_CHART
+    from lmspec.compiler.emit.memory_chart import chart_key, drawn_key
     from lmspec.compiler.emit.spec_files import dump_json
 
-    earlier_chart = EarlierBuild(replacing).file(CHART_PATH) if replacing is not None else None
+    earlier_chart = EarlierBuild(replacing).file(MEMORY_CHART) if replacing is not None else None
     kept = earlier_chart is not None and drawn_key(earlier_chart) == chart_key(plan)
     files = emit_all(plan, chart=earlier_chart if kept else None)
     files[MANIFEST] = dump_json(
@@ -113,7 +111,7 @@ def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
             "name": plan.name,
             "overrides": list(plan.overrides),
             "choices": dict(plan.choices),
-            "spec_sha256": sha256(files["spec.resolved.yaml"]),
+            "spec_sha256": sha256(files[SPEC]),
             "files": {path: sha256(text) for path, text in files.items()},
         }
     )
@@ -225,16 +223,27 @@ def write_file_atomic(path: Path, text: str, *, owned_prefix: str) -> None:
             if exclusive:
                 _clean_leftovers(parent)
             require_own_file(path, owned_prefix)
-            temp = parent / f"{_staging_name()}.part"
-            try:
-                _write_new_file(temp, text.encode("utf-8"), 0o644)
-                require_own_file(path, owned_prefix)
-                os.replace(temp, path)
-            except BaseException:
-                _unlink_quietly(temp)
-                raise
+            replace_file(path, text.encode("utf-8"), parent / f"{_staging_name()}.part", lambda: require_own_file(path, owned_prefix))
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {_why(exc)}") from None
+
+
+def replace_file(path: Path, data: bytes, temp: Path, check: Callable[[], None] = lambda: None) -> None:
+    """Replace the file `path` by `data` so that a reader sees the old bytes or the new, never a part:
+    write and fsync the new sibling `temp`, run `check` (may refuse), rename it over `path`, fsync
+    the directory so the rename survives a crash. `temp` must not exist; it is gone afterwards."""
+    try:
+        _write_new_file(temp, data, 0o644)
+        check()
+        os.replace(temp, path)
+    except BaseException:
+        _unlink_quietly(temp)
+        raise
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- ownership -----------------------------------------------------------------------------

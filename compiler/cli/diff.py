@@ -16,8 +16,12 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmspec.compiler.errors import SpecError, UsageError
+
+if TYPE_CHECKING:
+    from lmspec.compiler.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,18 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_diff)
 
 
-def read_build(path: Path) -> dict[str, str]:
-    """Every file of a build directory as text, by relative path."""
-    if not path.is_dir():
-        raise UsageError(f"{path}: not a build directory (compile one with `lmspec compile`)")
-    files = {
-        p.relative_to(path).as_posix(): p.read_text(encoding="utf-8", errors="replace")
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
-    if "manifest.json" not in files:
-        raise UsageError(f"{path}: no manifest.json, so not an lmspec build directory")
-    return files
+def read_build(path: Path) -> tuple[dict[str, str], Plan]:
+    """Every file of a build directory as text, by relative path, and its Plan: read through
+    Build.open, so a damaged or hand-edited build is refused rather than compared."""
+    from lmspec.compiler.build.files import MANIFEST
+    from lmspec.compiler.build.reader import Build
+
+    build = Build.open(path)
+    files = {rel: build.text(rel) for rel in build.manifest.files}
+    files[MANIFEST] = build.manifest.text
+    return files, build.plan
 
 
 def _git(repo: Path, *argv: str) -> bytes:
@@ -84,16 +86,19 @@ def working_directory(path: Path) -> Iterator[None]:
         os.chdir(before)
 
 
-def _compile(spec_file: Path, overrides: list[str], cwd: Path) -> dict[str, str]:
+def _compile(spec_file: Path, overrides: list[str], cwd: Path) -> tuple[dict[str, str], Plan]:
     from lmspec.compiler.build.writer import build_files
     from lmspec.compiler.pipeline import make_plan
 
     with working_directory(cwd):
-        return build_files(make_plan(overrides, spec_file))
+        plan = make_plan(overrides, spec_file)
+        return build_files(plan), plan
 
 
-def compile_against(rev: str, spec: Path | None, overrides: list[str]) -> tuple[dict[str, str], dict[str, str], str]:
-    """(files at `rev`, files now, build name): the spec's directory at `rev` compiled in a temp dir."""
+def compile_against(
+    rev: str, spec: Path | None, overrides: list[str]
+) -> tuple[tuple[dict[str, str], Plan], tuple[dict[str, str], Plan], str]:
+    """((files, Plan) at `rev`, (files, Plan) now, build name): the spec's directory at `rev` compiled in a temp dir."""
     import io
     import tarfile
     import tempfile
@@ -135,6 +140,6 @@ def run_diff(args: argparse.Namespace) -> int:
             )
         old_label, new_label = args.args
         old, new = read_build(Path(old_label)), read_build(Path(new_label))
-    comparison = compare(old, new, old_label, new_label)
+    comparison = compare(old[0], new[0], old[1], new[1], old_label, new_label)
     sys.stdout.write(render(comparison, old_label=old_label, new_label=new_label, unified=not args.stat))
     return 0

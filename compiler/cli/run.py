@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from lmspec.compiler.build.reader import Build, open_build
+from lmspec.compiler.build.reader import Build
 
 STAGES: dict[str, str] = {
     "train": "lmspec.runtime.train.launch:run_train",
@@ -40,5 +40,5 @@ def stage_function(stage: str) -> Callable[[Build, argparse.Namespace], int]:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    build = open_build(args.build_dir)
+    build = Build.open(args.build_dir)
     return stage_function(args.stage)(build, args)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from lmspec.compiler.build.files import MEMORY_CHART
 from lmspec.compiler.emit.conversion import emit_conversion
 from lmspec.compiler.emit.deepspeed_config import emit_ds_config
 from lmspec.compiler.emit.launch import emit_launch
-from lmspec.compiler.emit.memory_chart import CHART_PATH, emit_memory_chart
+from lmspec.compiler.emit.memory_chart import emit_memory_chart
 from lmspec.compiler.emit.nccl import emit_nccl_env
 from lmspec.compiler.emit.report import emit_report
 from lmspec.compiler.emit.serve import emit_serve
@@ -37,7 +38,9 @@ EMITTERS: tuple[Emitter, ...] = (
 def emit_all(plan: Plan, chart: str | None = None) -> dict[str, str]:
     """Every artifact; `chart`, when given, is report/memory.svg already drawn from this plan's numbers."""
     outputs = [(emitter.__name__, emitter(plan)) for emitter in EMITTERS]
-    outputs.append((emit_memory_chart.__name__, {CHART_PATH: chart} if chart is not None else emit_memory_chart(plan)))
+    outputs.append(
+        (emit_memory_chart.__name__, {MEMORY_CHART: chart} if chart is not None else emit_memory_chart(plan))
+    )
     files: dict[str, str] = {}
     for name, produced in outputs:
         clash = files.keys() & produced.keys()

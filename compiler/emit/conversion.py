@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmspec.compiler.build.files import DIST_CKPT_DIR, MAPPING
 from lmspec.compiler.conversion.mapping import Entry, build_entries, hf_config
 from lmspec.compiler.conversion.transforms import Direct, MappingError
 from lmspec.compiler.emit.spec_files import dump_json, dump_json_line
 from lmspec.compiler.errors import SpecError, error
 from lmspec.compiler.plan import Plan
 
-MAPPING_JSON = "convert/mapping.json"
 FORMAT = "lmspec-convert-mapping/1"
 
 
@@ -59,7 +59,7 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
         "hf_config": hf_config(plan),
     }
     if backend == "megatron":
-        doc["checkpoint_format"] = "torch_dist"
+        doc["checkpoint_format"] = DIST_CKPT_DIR
         doc["tensors"] = [e.describe() for e in entries]
     else:
         doc["checkpoint_format"] = "deepspeed_zero"
@@ -79,14 +79,14 @@ def dump_mapping(doc: dict[str, Any]) -> str:
 
 def emit_conversion(plan: Plan) -> dict[str, str]:
     try:
-        return {MAPPING_JSON: dump_mapping(mapping_document(plan))}
+        return {MAPPING: dump_mapping(mapping_document(plan))}
     except MappingError as exc:  # a size the rules let through but no rank split can hold
         lay = plan.layout
         raise SpecError(
             [
                 error(
                     "parallel.tp",
-                    f"parallel.tp={lay.tp} (ep {lay.ep}, etp {lay.etp}): {MAPPING_JSON} cannot shard the model: {exc}; "
+                    f"parallel.tp={lay.tp} (ep {lay.ep}, etp {lay.etp}): {MAPPING} cannot shard the model: {exc}; "
                     "use a parallel.tp that divides model.ffn_hidden_size, model.vocab_size and "
                     "model.num_kv_heads (and parallel.ep/etp that divide the experts' sizes)",
                 )

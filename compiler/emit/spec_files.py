@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from lmspec.compiler.build.files import PLAN, SPEC
 from lmspec.compiler.plan import Plan
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: same text, 4x faster
@@ -69,8 +70,8 @@ def emit_resolved_spec(plan: Plan) -> dict[str, str]:
         "# The resolved spec this build was compiled from (every default, group choice and\n"
         "# override applied). The runtime reads it; `lmspec compile --spec` accepts it unchanged.\n"
     )
-    return {"spec.resolved.yaml": SCHEMA_HEADER + header + body}
+    return {SPEC: SCHEMA_HEADER + header + body}
 
 
 def emit_plan_json(plan: Plan) -> dict[str, str]:
-    return {"plan.json": dump_json({"lmspec_version": plan.lmspec_version, **plan.derived_dict()})}
+    return {PLAN: dump_json(plan.to_document())}

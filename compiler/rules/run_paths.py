@@ -2,7 +2,7 @@
 
 Three directories are written at run time, relative to the working directory:
 
-- the run directory `runs/<name>/` (lmspec.compiler.emit.serve.run_dir): metrics.jsonl (training),
+- the run directory `runs/<name>/` (lmspec.compiler.build.files.run_dir): metrics.jsonl (training),
   vllm.log, tokenizer/ and vllm_cache/ (serving);
 - `train.checkpoint.dir`: step directories that `keep_last_k` prunes and
   `train.checkpoint.resume=never` moves aside (lmspec.runtime.train.checkpoint);
@@ -34,14 +34,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
-from lmspec.compiler.emit.serve import VLLM_CACHE_DIR, run_dir
+from lmspec.compiler.build.files import RUN_DIR_ENTRIES, run_dir
 from lmspec.compiler.errors import Problem, UsageError, error
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.spec.sections import Spec
 
-# The run directory's own entries and who writes them: lmspec.runtime.train.metrics (metrics.jsonl),
-# lmspec.runtime.serve.stage (vllm.log, the byte tokenizer), lmspec.compiler.emit.serve (vLLM's caches).
-RUN_DIR_ENTRIES = ("metrics.jsonl", "vllm.log", "tokenizer", VLLM_CACHE_DIR)
 RUN_DIR = "the run directory"  # the label of `runs/<name>/` in messages (its key is `name`)
 
 Relation = Literal["same", "inside", "contains"]
@@ -85,7 +82,7 @@ class Clash:
 
 def _defaults(spec: Spec) -> dict[str, str]:
     """The presets' values (specs/train/default.yaml, specs/convert/default.yaml), offered as fixes."""
-    return {"convert.output": f"{run_dir(spec)}/hf", "train.checkpoint.dir": f"{run_dir(spec)}/checkpoints"}
+    return {"convert.output": f"{run_dir(spec.name)}/hf", "train.checkpoint.dir": f"{run_dir(spec.name)}/checkpoints"}
 
 
 _CONVERT_HARM = "`lmspec run BUILD --stage convert` replaces convert.output as a whole and would delete"
@@ -110,7 +107,7 @@ _HARM: dict[tuple[str, str, Relation], str] = {
 
 def overlaps(spec: Spec, cwd: str) -> list[Clash]:
     """Every overlap of the run's directories as seen from working directory `cwd` (no I/O but realpath)."""
-    run = resolve(run_dir(spec), cwd)
+    run = resolve(run_dir(spec.name), cwd)
     paths = {
         "convert.output": resolve(spec.convert.output, cwd),
         "train.checkpoint.dir": resolve(spec.train.checkpoint.dir, cwd),
@@ -202,7 +199,7 @@ def runtime_problems(spec: Spec, cwd: str) -> list[str]:
         "name": spec.name,
     }
     show = {key: f"{key}={json.dumps(value)}" for key, value in values.items()}
-    show[RUN_DIR] = f"{run_dir(spec)}/ of {show['name']}"
+    show[RUN_DIR] = f"{run_dir(spec.name)}/ of {show['name']}"
     return [f"{describe(clash, show)} (working directory {cwd})" for clash in overlaps(spec, cwd)]
 
 
@@ -212,7 +209,7 @@ def run_paths_apart(ctx: RuleContext) -> Iterator[Problem]:
     except OSError:  # the working directory was deleted: compare the paths as written
         cwd = "/"
     show = {key: ctx.show(key) for key in ("convert.output", "train.checkpoint.dir", "serve.model_path")}
-    show[RUN_DIR] = f"{run_dir(ctx.spec)}/ of {ctx.show('name')}"
+    show[RUN_DIR] = f"{run_dir(ctx.spec.name)}/ of {ctx.show('name')}"
     for clash in overlaps(ctx.spec, cwd):
         yield error(clash.key, describe(clash, show))
 

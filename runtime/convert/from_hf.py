@@ -93,20 +93,20 @@ def load_into_model(model: torch.nn.Module, doc: dict[str, Any], hf_dir: Path, p
 def main(argv: list[str]) -> int:
     from megatron.core import parallel_state as ps
 
-    from lmspec.compiler.build.reader import open_build
+    from lmspec.compiler.build.reader import Build
     from lmspec.runtime.train.checkpoint import Checkpoints
     from lmspec.runtime.train.loop import init_distributed, make_trainer, save_checkpoint
 
-    build_dir, hf_dir = Path(argv[0]), Path(argv[1])
-    build = open_build(build_dir)
+    hf_dir = Path(argv[1])
+    build = Build.open(Path(argv[0]))
     spec, plan, doc = build.spec, build.plan, build.mapping
     init_distributed(spec, plan)
-    trainer = make_trainer(spec, plan, build_dir)
+    trainer = make_trainer(build)
     count = load_into_model(trainer.model.module, doc, hf_dir, ps)  # type: ignore[attr-defined]
     reload = getattr(trainer.optimizer, "reload_model_params", None)  # type: ignore[attr-defined]
     if reload is not None:
         reload()  # mixed precision keeps fp32 copies made before the weights arrived
-    ckpts = Checkpoints(Path(spec.train.checkpoint.dir), spec.train.checkpoint.keep_last_k)
+    ckpts = Checkpoints(Path(plan.paths.checkpoint_dir), spec.train.checkpoint.keep_last_k)
     path = save_checkpoint(ckpts, trainer, step=0, consumed_samples=0)
     if torch.distributed.get_rank() == 0:
         print(f"wrote {path} from {hf_dir} ({count} tensors on rank 0)", flush=True)
@@ -117,17 +117,18 @@ def main(argv: list[str]) -> int:
 
 def reverse_build(build_dir: Path, hf_dir: Path, timeout_s: float = LOAD_TIMEOUT_S) -> None:
     """Run the reverse conversion under torchrun with the build's world size (own process group)."""
-    from lmspec.compiler.build.reader import open_build
+    from lmspec.compiler.build.files import LATEST
+    from lmspec.compiler.build.reader import Build
 
-    build = open_build(build_dir)
+    build = Build.open(build_dir)
     spec, plan = build.spec, build.plan
-    root = Path(spec.train.checkpoint.dir)
-    if (root / "latest").exists():
+    root = Path(plan.paths.checkpoint_dir)
+    if (root / LATEST).exists():
         raise UsageError(
             f"{root} already holds checkpoints; refusing to overwrite training state "
             "(remove it or point train.checkpoint.dir elsewhere)"
         )
-    world = plan["layout"]["world_size"]
+    world = plan.layout.world_size
     cmd = [
         sys.executable,
         "-m",

@@ -44,7 +44,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmspec.compiler.build.reader import MAPPING_FILE, Build, open_build
+from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, LATEST, MAPPING
+from lmspec.compiler.build.reader import Build
 from lmspec.compiler.build.writer import CONVERTED, replace_directory, require_replaceable
 from lmspec.compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from lmspec.compiler.conversion.kinds import SplitKind
@@ -59,23 +60,12 @@ if TYPE_CHECKING:
     import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
     from rich.progress import Progress
 
-MAPPING_JSON = MAPPING_FILE
-LATEST = "latest"
-DIST_CKPT_DIR = (
-    "torch_dist"  # lmspec.runtime.train.megatron.trainer.DIST_CKPT_DIR (kept here to avoid importing megatron)
-)
-DEEPSPEED_DIR = "deepspeed"
 _LISTED = 20  # names printed per problem list
 OUTPUT_LABEL = "convert.output="  # how messages about the output directory name it
 
 
 class ConversionError(RuntimeError):
     """The checkpoint does not match the mapping; nothing was written."""
-
-
-def load_mapping(build: Build | Path) -> dict[str, Any]:
-    """convert/mapping.json of the build, verified against its manifest (compiler/build/reader.py)."""
-    return (build if isinstance(build, Build) else open_build(build)).mapping
 
 
 def mapped_tensors(
@@ -85,7 +75,7 @@ def mapped_tensors(
     try:
         return tensors(doc, classes)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise build.refuse(MAPPING_JSON, f"an entry is not one lmspec writes ({type(exc).__name__}: {exc})") from None
+        raise build.refuse(MAPPING, f"an entry is not one lmspec writes ({type(exc).__name__}: {exc})") from None
 
 
 def latest_checkpoint(root: Path) -> Path:
@@ -297,16 +287,16 @@ def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> d
 
 
 def convert_build(
-    build: Build | Path, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
+    build: Build, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
 ) -> tuple[Path, dict[str, Any]]:
-    build = build if isinstance(build, Build) else open_build(build)
     doc = build.mapping
     if doc["backend"] != "deepspeed":
         mapped_tensors(build, doc, classes)  # a malformed entry is refused before any checkpoint is read
-    output = Path(doc["output"])
+    paths = build.plan.paths
+    output = Path(paths.convert_output)
     require_run_paths_apart(build.spec)
     require_replaceable(output, CONVERTED, OUTPUT_LABEL)  # refused before the checkpoint is read
-    step = latest_checkpoint(Path(doc["checkpoint_dir"]))
+    step = latest_checkpoint(Path(paths.checkpoint_dir))
     if doc["backend"] == "deepspeed":
         return output, convert_deepspeed(doc, step, output)
     return output, convert_megatron(doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress)
@@ -317,10 +307,11 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
     if doc["backend"] != "deepspeed":
         mapped_tensors(build, doc)
     if getattr(options, "dry_run", False):
-        step = Path(doc["checkpoint_dir"]) / LATEST
+        paths = build.plan.paths
+        step = Path(paths.checkpoint_dir) / LATEST
         print(
             f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
-            f"{doc['hf_tensor_count']} HF tensors) into {doc['output']}"
+            f"{doc['hf_tensor_count']} HF tensors) into {paths.convert_output}"
         )
         return 0
     start = time.perf_counter()
@@ -343,7 +334,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m lmspec.runtime.convert.to_hf <build dir>", file=sys.stderr)
         return 2
     try:
-        return run_stage(open_build(Path(argv[0])), argparse.Namespace(dry_run=False))
+        return run_stage(Build.open(Path(argv[0])), argparse.Namespace(dry_run=False))
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
         return 2

@@ -27,9 +27,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.build.files import SERVE_SH, TOKENIZER_DIR, VLLM_LOG, VLLM_YAML
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.emit.serve import CPU_VLLM_CLI, SERVE_SH, VLLM_CLI_ENV, VLLM_YAML, model_path, run_dir
+from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
 from lmspec.compiler.errors import EXIT_FAILED, UsageError
+from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
@@ -48,10 +50,10 @@ class ServeFailure(Exception):
 
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
-    spec = build.spec
+    spec, plan = build.spec, build.plan
     for rel in SERVE_FILES:  # serve.sh runs vLLM with vllm.yaml: both as compiled, or nothing starts
         build.script(rel)
-    extra = _tokenizer_flags(spec) if not options.dry_run else []
+    extra = _tokenizer_flags(plan) if not options.dry_run else []
     command = ["bash", str(build.root.resolve() / SERVE_SH), *extra]
     env = dict(os.environ)
     cli = Path(sys.executable).parent / CPU_VLLM_CLI
@@ -61,8 +63,8 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
         prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
         print(prefix + shlex.join(command))
         return 0
-    _preflight(spec, env)
-    log_path = Path(run_dir(spec)) / "vllm.log"
+    _preflight(plan, env)
+    log_path = Path(plan.paths.run_dir) / VLLM_LOG
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -175,22 +177,23 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _tokenizer_flags(spec: Spec) -> list[str]:
+def _tokenizer_flags(plan: Plan) -> list[str]:
     """`--tokenizer DIR` with the byte tokenizer when the model directory has none."""
     from lmspec.runtime.train.hf_tokenizer import has_tokenizer, save_byte_tokenizer
 
-    model = Path(model_path(spec))
-    if not model.is_dir() or has_tokenizer(model) or spec.train.data.tokenizer != "byte":
+    model = Path(plan.paths.served_model_dir)
+    if not model.is_dir() or has_tokenizer(model) or plan.spec.train.data.tokenizer != "byte":
         return []
-    directory = Path(run_dir(spec)) / "tokenizer"
+    directory = Path(plan.paths.run_dir) / TOKENIZER_DIR
     save_byte_tokenizer(directory)
     print(f"serve: {model} has no tokenizer; serving with the training byte tokenizer written to {directory}")
     return ["--tokenizer", str(directory)]
 
 
-def _preflight(spec: Spec, env: dict[str, str]) -> None:
+def _preflight(plan: Plan, env: dict[str, str]) -> None:
     """The mistakes that would otherwise surface as a vLLM traceback minutes later."""
-    v, model = spec.serve, Path(model_path(spec))
+    spec = plan.spec
+    v, model = spec.serve, Path(plan.paths.served_model_dir)
     if not (model / "config.json").is_file():
         source = "serve.model_path" if v.model_path else "convert.output"
         raise UsageError(

@@ -119,8 +119,8 @@ def check_build_config(argv: Sequence[str]) -> None:
     """serve/serve.sh runs `serve --config BUILD/serve/vllm.yaml`: when that file is part of a
     compiled build (BUILD/manifest.json exists), it and serve.sh must be what lmspec compiled
     (compiler/build/reader.py), also when serve.sh is run by hand; UsageError otherwise."""
-    from lmspec.compiler.build.reader import MANIFEST, open_build
-    from lmspec.compiler.emit.serve import SERVE_SH, VLLM_YAML
+    from lmspec.compiler.build.files import MANIFEST, SERVE_SH, VLLM_YAML
+    from lmspec.compiler.build.reader import Build
 
     config = _config_option(argv)
     if config is None:
@@ -129,7 +129,7 @@ def check_build_config(argv: Sequence[str]) -> None:
     root = path.parent.parent
     if f"{path.parent.name}/{path.name}" != VLLM_YAML or not os.path.lexists(root / MANIFEST):
         return  # a vLLM config of the user's own
-    build = open_build(root)
+    build = Build.open(root)
     for rel in (VLLM_YAML, SERVE_SH):
         build.script(rel)
 

@@ -58,7 +58,6 @@ silently starting from scratch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -70,15 +69,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
-LATEST = "latest"
-MANIFEST = "manifest.json"
-PREVIOUS_RUNS = "previous_runs"
+from lmspec.compiler.build.digest import sha256_file
+from lmspec.compiler.build.files import LATEST, LATEST_TEMP, PREVIOUS_RUNS, STEP_MANIFEST, STEP_PREFIX, step_dir
+from lmspec.compiler.build.writer import replace_file
+
 UNIDENTIFIED = "unidentified"
-TMP_PREFIX = ".tmp-step_"
-_STEP_DIR = re.compile(r"step_(0|[1-9][0-9]*)")  # fullmatch; ASCII digits only, no leading zeros
+TMP_PREFIX = f".tmp-{STEP_PREFIX}"
+_STEP_DIR = re.compile(rf"{STEP_PREFIX}(0|[1-9][0-9]*)")  # fullmatch; ASCII digits only, no leading zeros
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_CHUNK_BYTES = 1 << 20
 _LATEST_MAX_BYTES = 256  # "step_<N>\n" with N of any size a run can reach
 _MANIFEST_MAX_BYTES = 64 << 20  # a million listed files; lmspec writes a few per rank
 _SHOWN = 60  # characters of a damaged value quoted in a warning
@@ -88,14 +87,6 @@ Resume = Literal["auto", "never"]
 
 class CheckpointError(RuntimeError):
     """Checkpoints exist but none can be used: the run must not start from scratch."""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def new_run_id() -> str:
@@ -118,18 +109,8 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.rename(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def _files(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != STEP_MANIFEST)
 
 
 def _shown(value: object) -> str:
@@ -213,14 +194,14 @@ def _unsafe_path(rel: str) -> str | None:
     pure = PurePosixPath(rel)
     if pure.is_absolute() or any(part in ("", ".", "..") for part in rel.split("/")):
         return "points outside the step directory"
-    if rel == MANIFEST:
+    if rel == STEP_MANIFEST:
         return "is the manifest itself"
     return None
 
 
 def read_manifest(step_dir: Path) -> tuple[Manifest | None, str | None]:
     """The step directory's manifest, or why it is not usable (one line naming the file)."""
-    path = step_dir / MANIFEST
+    path = step_dir / STEP_MANIFEST
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -277,7 +258,7 @@ def verify(step_dir: Path, required: tuple[str, ...] = (), hashes: bool = True) 
         return why
     absent = [rel for rel in required if rel not in manifest.files]
     if absent:
-        return f"{step_dir / MANIFEST} does not list {', '.join(absent)}"
+        return f"{step_dir / STEP_MANIFEST} does not list {', '.join(absent)}"
     inside = os.path.realpath(step_dir)
     for rel, expected in manifest.files.items():
         path = step_dir / rel
@@ -292,7 +273,7 @@ def verify(step_dir: Path, required: tuple[str, ...] = (), hashes: bool = True) 
         if not stat.S_ISREG(info.st_mode):
             return f"{path} is not a regular file"
         if hashes and sha256_file(path) != expected:
-            return f"{path} does not match its sha256 in {MANIFEST}"
+            return f"{path} does not match its sha256 in {STEP_MANIFEST}"
     return None
 
 
@@ -370,7 +351,7 @@ def _owned_entries(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     names = sorted(os.listdir(root))
-    ordered = [n for n in (LATEST, f"{LATEST}.tmp") if n in names]
+    ordered = [n for n in (LATEST, LATEST_TEMP) if n in names]
     ordered += [p.name for _, p in step_entries(root)]
     ordered += [n for n in names if n.startswith(TMP_PREFIX)]
     return [root / n for n in ordered]
@@ -540,12 +521,12 @@ class Checkpoints:
     def commit(self, step: int, tmp: Path) -> Path:
         """After every rank wrote into `tmp`: manifest, rename, `latest`, prune this run's old steps."""
         _barrier()
-        final = self.root / f"step_{step}"
+        final = self.root / step_dir(step)
         if _is_rank0():
             _fsync_tree(tmp)
             files = {rel: sha256_file(tmp / rel) for rel in _files(tmp)}
             manifest = {"step": step, "run_id": self.run_id, "files": files}
-            manifest_path = tmp / MANIFEST
+            manifest_path = tmp / STEP_MANIFEST
             with open(manifest_path, "w", encoding="utf-8") as fh:
                 json.dump(manifest, fh, indent=2, sort_keys=True)
                 fh.flush()
@@ -555,7 +536,9 @@ class Checkpoints:
             os.rename(tmp, final)
             _fsync_dir(self.root)
             self._clear(self.root / LATEST, only_dirs=True)
-            _write_atomic(self.root / LATEST, f"{final.name}\n")
+            latest, temp = self.root / LATEST, self.root / LATEST_TEMP
+            temp.unlink(missing_ok=True)  # a save killed between writing it and the rename
+            replace_file(latest, f"{final.name}\n".encode(), temp)
             mine = [path for _, path in step_dirs(self.root) if self._is_ours(path)]
             for old in mine[self.keep_last_k :]:
                 shutil.rmtree(old, ignore_errors=True)

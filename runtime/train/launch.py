@@ -18,14 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+from lmspec.compiler.build.files import LAUNCH_FILES, SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.emit.launch import PYTHON_ENV, SBATCH_SH, TORCHRUN_SH, TRAIN_MODULE
-from lmspec.compiler.emit.nccl import NCCL_ENV
+from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import UsageError
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
-LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)
 
 
 def run_train(build: Build, options: argparse.Namespace) -> int:

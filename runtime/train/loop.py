@@ -31,19 +31,16 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from lmspec.compiler.build.reader import open_build
-from lmspec.compiler.emit.deepspeed_config import DS_CONFIG
-from lmspec.compiler.emit.serve import run_dir
+from lmspec.compiler.build.files import DS_CONFIG, LAUNCH_FILES, TRAINER_STATE
+from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, TokenStream
-from lmspec.runtime.train.launch import LAUNCH_FILES
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
-
-STATE_DIR = "trainer_state"
 
 
 class Trainer(Protocol):
@@ -60,17 +57,17 @@ class Trainer(Protocol):
     def close(self) -> None: ...
 
 
-def load_build(build_dir: Path) -> tuple[Spec, dict[str, Any]]:
-    """The typed spec and plan.json of a build lmspec wrote, verified against its manifest
-    (compiler/build/reader.py), with the launch files that started this process: a build
-    edited by hand is refused here too when its scripts are run directly (torchrun.sh, sbatch)."""
-    build = open_build(build_dir)
+def load_build(build_dir: Path) -> Build:
+    """A build lmspec wrote, verified against its manifest (compiler/build/reader.py): its typed
+    Spec and Plan, the launch files that started this process (a build edited by hand is refused
+    here too when its scripts are run directly: torchrun.sh, sbatch) and, for DeepSpeed, ds_config.json,
+    all checked before the ranks meet."""
+    build = Build.open(build_dir)
     for rel in LAUNCH_FILES:
         build.script(rel)
-    spec = build.spec
-    if spec.train.backend == "deepspeed":
-        build.json(DS_CONFIG)  # checked before the ranks meet; the trainer reads it through open_build too
-    return spec, build.plan
+    if build.spec.train.backend == "deepspeed":
+        build.json(DS_CONFIG)
+    return build
 
 
 def lr_at(spec: Spec, step: int) -> float:
@@ -85,8 +82,8 @@ def lr_at(spec: Spec, step: int) -> float:
     return opt.min_lr + (opt.lr - opt.min_lr) * shape
 
 
-def init_distributed(spec: Spec, plan: dict[str, Any]) -> None:
-    expected = plan["layout"]["world_size"]
+def init_distributed(spec: Spec, plan: Plan) -> None:
+    expected = plan.layout.world_size
     world = int(os.environ.get("WORLD_SIZE", "0"))
     if world != expected:
         raise UsageError(
@@ -102,14 +99,15 @@ def init_distributed(spec: Spec, plan: dict[str, Any]) -> None:
     )
 
 
-def make_trainer(spec: Spec, plan: dict[str, Any], build_dir: Path) -> Trainer:
+def make_trainer(build: Build) -> Trainer:
+    spec, plan = build.spec, build.plan
     if spec.train.backend == "megatron":
         from lmspec.runtime.train.megatron.trainer import MegatronTrainer
 
         return MegatronTrainer(spec, plan)
     from lmspec.runtime.train.deepspeed.trainer import DeepSpeedTrainer
 
-    return DeepSpeedTrainer(spec, plan, build_dir)
+    return DeepSpeedTrainer(spec, plan, build.json(DS_CONFIG))
 
 
 def _rng_state(trainer: Trainer) -> dict[str, Any]:
@@ -131,10 +129,10 @@ def save_checkpoint(ckpts: Checkpoints, trainer: Trainer, step: int, consumed_sa
     tmp = ckpts.begin_save(step)
     trainer.save(tmp)
     rank = dist.get_rank()
-    (tmp / STATE_DIR).mkdir(exist_ok=True)
+    (tmp / TRAINER_STATE).mkdir(exist_ok=True)
     torch.save(
         {"step": step, "consumed_samples": consumed_samples, "rng": _rng_state(trainer)},
-        tmp / STATE_DIR / f"rank_{rank}.pt",
+        tmp / TRAINER_STATE / f"rank_{rank}.pt",
     )
     return ckpts.commit(step, tmp)
 
@@ -142,19 +140,22 @@ def save_checkpoint(ckpts: Checkpoints, trainer: Trainer, step: int, consumed_sa
 def load_checkpoint(path: Path, trainer: Trainer) -> tuple[int, int]:
     """Restore the trainer from `path`; (step, consumed_samples)."""
     trainer.load(path)
-    own = path / STATE_DIR / f"rank_{dist.get_rank()}.pt"
-    state = torch.load(own if own.is_file() else path / STATE_DIR / "rank_0.pt", weights_only=False)
+    own = path / TRAINER_STATE / f"rank_{dist.get_rank()}.pt"
+    state = torch.load(own if own.is_file() else path / TRAINER_STATE / "rank_0.pt", weights_only=False)
     _set_rng_state(trainer, state["rng"])
     return int(state["step"]), int(state["consumed_samples"])
 
 
-def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
+def train(build: Build) -> int:
+    spec, plan = build.spec, build.plan
     rank0 = dist.get_rank() == 0
     torch.manual_seed(spec.train.seed)
     random.seed(spec.train.seed)
-    trainer = make_trainer(spec, plan, build_dir)
+    trainer = make_trainer(build)
     ckpt_spec = spec.train.checkpoint
-    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k, required=(f"{STATE_DIR}/rank_0.pt",))
+    ckpts = Checkpoints(
+        Path(plan.paths.checkpoint_dir), ckpt_spec.keep_last_k, required=(f"{TRAINER_STATE}/rank_0.pt",)
+    )
     step, consumed = 0, 0
     path = ckpts.open_run(ckpt_spec.resume)
     if path is not None:
@@ -168,14 +169,14 @@ def train(spec: Spec, plan: dict[str, Any], build_dir: Path) -> int:
     stop.install()
     log = MetricsLog(
         spec,
-        Path(run_dir(spec)),
+        Path(plan.paths.run_dir),
         dist.get_world_size(),
         rank0,
         spec.train.steps,
         step,
         fresh_run=path is None,
-        tokens_per_step=plan["batch"]["tokens_per_step"],
-        flops_per_token=plan["flops"]["per_token"],
+        tokens_per_step=plan.batch.tokens_per_step,
+        flops_per_token=plan.flops.per_token,
     )
     global_batch = spec.train.global_batch_size
     try:
@@ -213,14 +214,14 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     build_dir = Path(argv[0])
     try:
-        spec, plan = load_build(build_dir)
-        require_run_paths_apart(spec)
-        init_distributed(spec, plan)
+        build = load_build(build_dir)
+        require_run_paths_apart(build.spec)
+        init_distributed(build.spec, build.plan)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return train(spec, plan, build_dir)
+        return train(build)
     except (NonFiniteLoss, CheckpointError, NotImplementedError) as exc:
         if dist.get_rank() == 0:  # every rank reaches the same verdict
             print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)

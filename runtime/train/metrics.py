@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from lmspec.compiler.build.files import METRICS
 from lmspec.compiler.models.flops import mfu
 from lmspec.compiler.observe.metrics_record import StepMetrics
 from lmspec.compiler.spec.sections import Spec
@@ -81,7 +82,7 @@ class MetricsLog:
         self.world_size = world_size
         self.tokens_per_step = tokens_per_step
         self.flops_per_token = flops_per_token
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS
         self._progress = None
         if is_rank0:
             run_dir.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lmspec.compiler.build.writer import build_files, sha256, write_build
+from lmspec.compiler.build.digest import sha256
+from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.pipeline import make_plan
 
 DEEPSEEK = [

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmspec.compiler.build.files import MEMORY_CHART
 from lmspec.compiler.build.writer import build_files, sha256
 from lmspec.compiler.cli.main import run
-from lmspec.compiler.emit.memory_chart import CHART_PATH, chart_key, drawn_key, emit_memory_chart
+from lmspec.compiler.emit.memory_chart import chart_key, drawn_key, emit_memory_chart
 from lmspec.compiler.emit.spec_files import dump_json
 from lmspec.compiler.pipeline import make_plan
 
@@ -74,14 +75,14 @@ def test_the_writer_keeps_the_earlier_charts_bytes_and_the_emitter_draws_from_th
     assert run(["compile", "-o", str(tmp_path)]) == 0
     build = tmp_path / "tiny"
     plan = make_plan([])
-    drawn = emit_memory_chart(plan)[CHART_PATH]
-    assert drawn_key(drawn) == chart_key(plan) and (build / CHART_PATH).read_text() == drawn
+    drawn = emit_memory_chart(plan)[MEMORY_CHART]
+    assert drawn_key(drawn) == chart_key(plan) and (build / MEMORY_CHART).read_text() == drawn
     # a chart drawn from the same numbers by another lmspec (same key, other bytes), recorded in the manifest
     earlier = drawn.replace("GiB per GPU", "GiB on each GPU")
-    (build / CHART_PATH).write_text(earlier)
+    (build / MEMORY_CHART).write_text(earlier)
     manifest = json.loads((build / "manifest.json").read_text())
-    manifest["files"][CHART_PATH] = sha256(earlier)
+    manifest["files"][MEMORY_CHART] = sha256(earlier)
     (build / "manifest.json").write_text(dump_json(manifest))
-    assert build_files(plan, replacing=build)[CHART_PATH] == earlier
-    assert build_files(plan)[CHART_PATH] == drawn == emit_memory_chart(plan)[CHART_PATH]
+    assert build_files(plan, replacing=build)[MEMORY_CHART] == earlier
+    assert build_files(plan)[MEMORY_CHART] == drawn == emit_memory_chart(plan)[MEMORY_CHART]
     assert run(["compile", "--check", "-o", str(tmp_path)]) == 0  # kept, so the build on disk is up to date

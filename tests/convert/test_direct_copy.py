@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from helpers.convert import Trained, run
 
-from lmspec.runtime.convert.to_hf import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
+from lmspec.compiler.build.files import DIST_CKPT_DIR
+from lmspec.runtime.convert.to_hf import convert_megatron, latest_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,8 @@ def test_the_direct_path_imports_no_torch(tiny_tp2: Trained, tmp_path: Path) -> 
     """Importing torch costs ~1.9 s with torch.distributed.checkpoint, more than converting 2 GB directly."""
     script = (
         "import json, sys; from pathlib import Path; "
-        "from lmspec.runtime.convert.to_hf import convert_megatron, DIST_CKPT_DIR, latest_checkpoint; "
+        "from lmspec.runtime.convert.to_hf import convert_megatron, latest_checkpoint; "
+        "from lmspec.compiler.build.files import DIST_CKPT_DIR; "
         "doc = json.loads(Path(sys.argv[1]).read_text()); "
         "s = convert_megatron(doc, latest_checkpoint(Path(doc['checkpoint_dir'])) / DIST_CKPT_DIR, Path(sys.argv[2])); "
         "print(json.dumps({'torch': [m for m in sys.modules if m == 'torch'], **s}))"

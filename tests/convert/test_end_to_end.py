@@ -66,7 +66,8 @@ def test_round_trip_hf_megatron_tp2_ep2_hf_is_bit_exact(tiny_moe_tp2_ep2: Traine
 
 
 def test_unknown_and_missing_keys_are_listed_and_nothing_is_written(tiny_tp2: Trained, tmp_path: Path) -> None:
-    from lmspec.runtime.convert.to_hf import DIST_CKPT_DIR, ConversionError, convert_megatron, latest_checkpoint
+    from lmspec.compiler.build.files import DIST_CKPT_DIR
+    from lmspec.runtime.convert.to_hf import ConversionError, convert_megatron, latest_checkpoint
 
     doc = json.loads((tiny_tp2.workdir / tiny_tp2.build / "convert" / "mapping.json").read_text())
     step = latest_checkpoint(tiny_tp2.workdir / doc["checkpoint_dir"])

@@ -9,14 +9,15 @@ import pytest
 import torch
 from helpers.paths import ROOT
 
+from lmspec.compiler.build.files import MAPPING
 from lmspec.compiler.conversion.document import tensors
-from lmspec.compiler.emit.conversion import MAPPING_JSON, emit_conversion
+from lmspec.compiler.emit.conversion import emit_conversion
 from lmspec.compiler.pipeline import make_plan
 
 
 def mapping(overrides: list[str], spec: str | None = None) -> dict:
     plan = make_plan(overrides, ROOT / "specs" / f"{spec}.yaml" if spec else None)
-    return json.loads(emit_conversion(plan)[MAPPING_JSON])
+    return json.loads(emit_conversion(plan)[MAPPING])
 
 
 def hf_names_and_shapes(doc: dict) -> dict[str, tuple[int, ...]]:
@@ -111,6 +112,6 @@ def test_pipeline_stage_and_local_layer_follow_the_plan() -> None:
 def test_mapping_is_deterministic_and_small_for_deepseek_v3() -> None:
     spec = ROOT / "specs" / "deepseek_v3_pretrain_2048gpu_h800_bf16.yaml"
     overrides = ["train.recompute=full", "serve.quantization=fp8"]  # keep it valid whatever the memory rules say
-    first, second = (emit_conversion(make_plan(overrides, spec))[MAPPING_JSON] for _ in range(2))
+    first, second = (emit_conversion(make_plan(overrides, spec))[MAPPING] for _ in range(2))
     assert first == second
     assert len(first) < 2 * 2**20  # one entry per layer stands for its 256 experts

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from lmspec.compiler.build.files import MAPPING
 from lmspec.compiler.conversion.document import tensors
-from lmspec.compiler.emit.conversion import MAPPING_JSON, emit_conversion
+from lmspec.compiler.emit.conversion import emit_conversion
 from lmspec.compiler.pipeline import make_plan
 
 TINY_MIXTRAL = [
@@ -38,7 +39,7 @@ TINY_MIXTRAL = [
 def test_transformers_loads_the_mixtral_names_with_gate_up_down_in_place(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    doc = json.loads(emit_conversion(make_plan(TINY_MIXTRAL))[MAPPING_JSON])
+    doc = json.loads(emit_conversion(make_plan(TINY_MIXTRAL))[MAPPING])
     assert doc["hf_config"]["architectures"] == ["MixtralForCausalLM"]
     generator = torch.Generator().manual_seed(0)
     written = {

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from helpers.convert import Trained, verify_report
 
+from lmspec.compiler.build.files import DIST_CKPT_DIR
 from lmspec.compiler.conversion.document import TRANSFORMS
 from lmspec.compiler.conversion.kinds import SplitKind
 from lmspec.compiler.conversion.transforms import QKV, RowParallel
-from lmspec.runtime.convert.to_hf import DIST_CKPT_DIR, convert_megatron, latest_checkpoint
+from lmspec.runtime.convert.to_hf import convert_megatron, latest_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lmspec.runtime.train.checkpoint import MANIFEST, CheckpointError, Checkpoints, choose
+from lmspec.compiler.build.files import STEP_MANIFEST
+from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, choose
 
 STATE = "trainer_state/rank_0.pt"
 REQUIRED = (STATE,)
@@ -35,11 +36,11 @@ def _write_run(root: Path) -> Checkpoints:
 
 
 def _manifest(root: Path, step: int) -> dict:
-    return json.loads((root / f"step_{step}" / MANIFEST).read_text())
+    return json.loads((root / f"step_{step}" / STEP_MANIFEST).read_text())
 
 
 def _set_manifest(root: Path, step: int, doc: object) -> None:
-    (root / f"step_{step}" / MANIFEST).write_text(json.dumps(doc))
+    (root / f"step_{step}" / STEP_MANIFEST).write_text(json.dumps(doc))
 
 
 def _edit_manifest(step: int, edit: Callable[[dict], None]) -> Callable[[Path], None]:
@@ -90,13 +91,13 @@ def _newer_step_file(root: Path) -> None:
 
 
 def _manifest_dir(root: Path) -> None:
-    (root / "step_6" / MANIFEST).unlink()
-    (root / "step_6" / MANIFEST).mkdir()
+    (root / "step_6" / STEP_MANIFEST).unlink()
+    (root / "step_6" / STEP_MANIFEST).mkdir()
 
 
 def _manifest_fifo(root: Path) -> None:
-    (root / "step_6" / MANIFEST).unlink()
-    os.mkfifo(root / "step_6" / MANIFEST)
+    (root / "step_6" / STEP_MANIFEST).unlink()
+    os.mkfifo(root / "step_6" / STEP_MANIFEST)
 
 
 def _listed_symlink_out(root: Path) -> None:
@@ -129,12 +130,12 @@ def _drop_required(doc: dict) -> None:
 
 def _latest_and_newest_broken(root: Path) -> None:
     (root / "latest").write_bytes(b"\xff\xfe garbage")
-    (root / "step_6" / MANIFEST).write_text("[1, 2]")
+    (root / "step_6" / STEP_MANIFEST).write_text("[1, 2]")
 
 
 def _latest_names_older_broken(root: Path) -> None:
     (root / "latest").write_text("step_4\n")
-    (root / "step_4" / MANIFEST).write_text("{")
+    (root / "step_4" / STEP_MANIFEST).write_text("{")
 
 
 def _case(damage: Callable[[Path], None], step: int, fragments: list[str], id: str):  # noqa: A002
@@ -157,10 +158,10 @@ CASES = [
     # -- a bad step manifest: that step is skipped, the previous one used ------------------------
     _case(lambda r: _set_manifest(r, 6, [1, 2]), 4, ["holds a JSON list, not an object"], "manifest-list"),
     _case(lambda r: _set_manifest(r, 6, "step_6"), 4, ["holds a JSON str, not an object"], "manifest-string"),
-    _case(lambda r: (r / "step_6" / MANIFEST).write_text("{not json"), 4, ["is not JSON"], "manifest-not-json"),
-    _case(lambda r: (r / "step_6" / MANIFEST).write_bytes(b"\xff\xfe{}"), 4, ["is not UTF-8"], "manifest-binary"),
+    _case(lambda r: (r / "step_6" / STEP_MANIFEST).write_text("{not json"), 4, ["is not JSON"], "manifest-not-json"),
+    _case(lambda r: (r / "step_6" / STEP_MANIFEST).write_bytes(b"\xff\xfe{}"), 4, ["is not UTF-8"], "manifest-binary"),
     _case(
-        lambda r: (r / "step_6" / MANIFEST).write_text("[" * 100_000 + "]" * 100_000),
+        lambda r: (r / "step_6" / STEP_MANIFEST).write_text("[" * 100_000 + "]" * 100_000),
         4,
         ["is not JSON"],
         "manifest-nested-100k",
@@ -193,7 +194,7 @@ CASES = [
     _case(_outside_listed("/etc/passwd"), 4, ["lists '/etc/passwd', which points outside"], "listed-absolute"),
     _case(_outside_listed("torch_dist/./x"), 4, ["lists 'torch_dist/./x'"], "listed-dot-component"),
     _case(_outside_listed("a\nb"), 4, ["lists 'a\\nb', which is not a plain relative path"], "listed-newline"),
-    _case(_outside_listed(MANIFEST), 4, ["which is the manifest itself"], "listed-manifest"),
+    _case(_outside_listed(STEP_MANIFEST), 4, ["which is the manifest itself"], "listed-manifest"),
     _case(_listed_symlink_out, 4, ["__0_0.distcp leads outside", "(a symlink)"], "listed-symlink-out"),
     _case(_listed_fifo, 4, ["__0_0.distcp is not a regular file"], "listed-fifo-no-hang"),
     # -- step entries that are not directories ---------------------------------------------------
@@ -227,7 +228,7 @@ def test_damaged_checkpoint_is_skipped_with_one_line_warning(
     ("damage", "fragments"),
     [
         pytest.param(
-            lambda r: [(r / f"step_{s}" / MANIFEST).write_text("[]") for s in STEPS],
+            lambda r: [(r / f"step_{s}" / STEP_MANIFEST).write_text("[]") for s in STEPS],
             ["step_2 is not usable", "none verifies; refusing to start from scratch", "train.checkpoint.resume=never"],
             id="every-manifest-broken",
         ),

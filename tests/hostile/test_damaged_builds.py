@@ -5,7 +5,7 @@ file in a stated way, runs a stage's reading entry point (`lmspec run build/tiny
 --dry-run`, or the `python -m` module an emitted script calls) and checks the exit code, the
 message, that no traceback was printed and that the working directory (build included) is
 exactly as it was before (tests/helpers/tree.py). The mechanism under test is
-compiler/build/reader.py's open_build.
+compiler/build/reader.py's Build.open.
 """
 
 from __future__ import annotations
@@ -21,15 +21,24 @@ import pytest
 from helpers.tree import snapshot
 
 from lmspec.compiler import __version__
-from lmspec.compiler.build.reader import MANIFEST, MAX_FILE_BYTES, MAX_MANIFEST_BYTES
+from lmspec.compiler.build.files import (
+    MANIFEST,
+    MAPPING,
+    NCCL_ENV,
+    PLAN,
+    SBATCH_SH,
+    SERVE_SH,
+    SPEC,
+    TORCHRUN_SH,
+    VLLM_YAML,
+)
+from lmspec.compiler.build.reader import MAX_FILE_BYTES, MAX_MANIFEST_BYTES
 from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.cli.main import run as lmspec_run
 from lmspec.compiler.pipeline import make_plan
 
 BUILD = Path("build/tiny")
-SPEC, PLAN, MAPPING = "spec.resolved.yaml", "plan.json", "convert/mapping.json"
-TORCHRUN, SBATCH, NCCL = "launch/torchrun.sh", "launch/sbatch.sh", "launch/nccl.env"
-SERVE_SH, VLLM_YAML = "serve/serve.sh", "serve/vllm.yaml"
+TORCHRUN, SBATCH, NCCL = TORCHRUN_SH, SBATCH_SH, NCCL_ENV
 EDITED = "changed since lmspec compiled it"
 RECOMPILE = "recompile it: `lmspec compile -o build`"
 MOVE_ASIDE = "move build/tiny aside and compile again"
@@ -452,6 +461,26 @@ CASES = [
         edit_json(PLAN, _pop("layout"), rehash=True),
         _refused(PLAN, "its 'layout' entry is missing or not a dict"),
         id="forged-plan-no-layout",
+    ),
+    pytest.param(
+        "lmspec.runtime.train.loop",
+        edit_json(PLAN, lambda d: d["layout"].__setitem__("world_size", 4), rehash=True),
+        _refused(PLAN, "its 'layout.world_size' is not what lmspec derives from the spec"),
+        id="forged-plan-world-size",
+    ),
+    pytest.param(
+        "serve",
+        edit_json(PLAN, lambda d: d["memory"]["stages"][0].__setitem__("layers", 99), rehash=True),
+        _refused(PLAN, "its 'memory.stages.0.layers' is not what lmspec derives from the spec"),
+        id="forged-plan-stage-layers",
+    ),
+    pytest.param("serve", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-serve"),
+    pytest.param("lmspec.runtime.verify", edit_byte(PLAN), _edited(PLAN), id="plan-one-byte-runtime-verify"),
+    pytest.param(
+        "train",
+        replace_text(SPEC, "global_batch_size: 16", "global_batch_size: 12", rehash=True),
+        _refused(SPEC, "breaks lmspec"),
+        id="forged-spec-breaks-a-rule",
     ),
     # -- the build directory itself
     pytest.param(

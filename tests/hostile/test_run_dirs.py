@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from helpers.tree import snapshot
 
+from lmspec.compiler.build.files import PREVIOUS_RUNS, STEP_MANIFEST
 from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.pipeline import make_plan
-from lmspec.runtime.train.checkpoint import MANIFEST, PREVIOUS_RUNS, CheckpointError, Checkpoints, dir_run_id
+from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, dir_run_id
 from lmspec.runtime.train.loop import main as train_main
 
 CKPT = 'train.checkpoint.dir="runs/tiny/checkpoints" (lmspec:specs/train/default.yaml:27)'
@@ -218,7 +219,7 @@ def _run(root: Path, resume: str, steps: tuple[int, ...], keep: int = 2) -> Chec
 def _steps(root: Path) -> dict[str, str]:
     """step dir -> the run id in its manifest."""
     return {
-        p.name: json.loads((p / MANIFEST).read_text()).get("run_id")
+        p.name: json.loads((p / STEP_MANIFEST).read_text()).get("run_id")
         for p in sorted(root.iterdir())
         if p.name.startswith("step_")
     }
@@ -286,9 +287,9 @@ def test_checkpoints_without_run_id_count_as_the_run_that_resumes_them(tmp_path:
     root = tmp_path / "ck"
     _run(root, "auto", (2, 4, 6), keep=5)
     for step_dir in root.glob("step_*"):
-        doc = json.loads((step_dir / MANIFEST).read_text())
+        doc = json.loads((step_dir / STEP_MANIFEST).read_text())
         del doc["run_id"]
-        (step_dir / MANIFEST).write_text(json.dumps(doc))
+        (step_dir / STEP_MANIFEST).write_text(json.dumps(doc))
     resumed = _run(root, "auto", (8,), keep=2)
     assert resumed.resumed == root / "step_6"
     assert _steps(root) == {"step_6": None, "step_8": resumed.run_id}
@@ -301,9 +302,9 @@ def test_resume_never_twice_and_unidentified_runs_get_their_own_names(tmp_path: 
     _run(root, "never", (2,))
     assert sorted(p.name for p in (root / PREVIOUS_RUNS).iterdir()) == sorted([first.run_id, second.run_id])
     for name in ("unidentified", "unidentified-2"):  # no readable manifest: still never deleted
-        (root / "step_2" / MANIFEST).write_text("garbage")
+        (root / "step_2" / STEP_MANIFEST).write_text("garbage")
         _run(root, "never", (2,))
-        assert (root / PREVIOUS_RUNS / name / "step_2" / MANIFEST).read_text() == "garbage"
+        assert (root / PREVIOUS_RUNS / name / "step_2" / STEP_MANIFEST).read_text() == "garbage"
 
 
 def test_resume_never_that_cannot_move_is_a_clean_error_and_moves_nothing(tmp_path: Path) -> None:

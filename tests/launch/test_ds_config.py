@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from lmspec.compiler.build.files import DS_CONFIG
 from lmspec.compiler.build.writer import build_files
-from lmspec.compiler.emit.deepspeed_config import DS_CONFIG, TOP_LEVEL_KEYS
+from lmspec.compiler.emit.deepspeed_config import TOP_LEVEL_KEYS
 from lmspec.compiler.errors import SpecError
 from lmspec.compiler.pipeline import make_plan
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from helpers.build import compile_build
 
+from lmspec.compiler.build.files import SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.cli.main import run as lmspec
-from lmspec.compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
 
 HOSTILE = {
     "command-substitution": "$(touch pwned)",

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from helpers.build import compile_build
 
+from lmspec.compiler.build.files import NCCL_ENV, SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.build.writer import build_files
-from lmspec.compiler.emit.launch import SBATCH_SH, TORCHRUN_SH
-from lmspec.compiler.emit.nccl import NCCL_ENV
 from lmspec.compiler.pipeline import make_plan
 
 SHELL_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)

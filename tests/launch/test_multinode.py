@@ -14,7 +14,7 @@ from helpers.build import compile_build
 from helpers.ports import free_port
 from helpers.swap_trainer import write_wrapper
 
-from lmspec.compiler.emit.launch import TORCHRUN_SH
+from lmspec.compiler.build.files import TORCHRUN_SH
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 180

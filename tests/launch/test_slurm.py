@@ -19,7 +19,7 @@ from helpers.ports import free_port
 from helpers.processes import run_in_group
 from helpers.swap_trainer import write_wrapper
 
-from lmspec.compiler.emit.launch import SBATCH_SH
+from lmspec.compiler.build.files import SBATCH_SH
 
 pytestmark = pytest.mark.slow
 CREDENTIAL_REVOKE_GRACE_S = 2.0  # slurmd compares credential and revocation times in whole seconds

@@ -38,7 +38,7 @@ def test_world_size_mismatch_names_the_keys(
 
 
 def test_lr_schedule_warmup_then_cosine_to_min(tiny_build: Path) -> None:
-    spec, _ = load_build(tiny_build)
+    spec = load_build(tiny_build).spec
     opt, warmup, steps = spec.train.optimizer, spec.train.lr_schedule.warmup_steps, spec.train.steps
     assert lr_at(spec, 1) == pytest.approx(opt.lr / warmup)
     assert lr_at(spec, warmup) == pytest.approx(opt.lr)
@@ -48,16 +48,16 @@ def test_lr_schedule_warmup_then_cosine_to_min(tiny_build: Path) -> None:
 
 
 def _metrics_log(build: Path, run_dir: Path) -> MetricsLog:
-    spec, plan = load_build(build)
+    opened = load_build(build)
     return MetricsLog(
-        spec,
+        opened.spec,
         run_dir,
         world_size=2,
         is_rank0=True,
         total_steps=30,
         first_step=0,
-        tokens_per_step=plan["batch"]["tokens_per_step"],
-        flops_per_token=plan["flops"]["per_token"],
+        tokens_per_step=opened.plan.batch.tokens_per_step,
+        flops_per_token=opened.plan.flops.per_token,
     )
 
 
@@ -74,7 +74,7 @@ def test_nan_loss_stops_naming_step_and_keys(tiny_build: Path, tmp_path: Path) -
 def test_metrics_line_every_log_interval(tiny_build: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every log_interval steps one record, written twice: its JSON line and its stdout line, from the Plan's
     tokens per step and FLOPs per token."""
-    _, plan = load_build(tiny_build)
+    plan = load_build(tiny_build).plan
     log = _metrics_log(tiny_build, tmp_path / "run")
     for step in range(1, 5):
         log.record(step, 5.0 - step, 1e-3, 0.9, 0.25)
@@ -82,9 +82,9 @@ def test_metrics_line_every_log_interval(tiny_build: Path, tmp_path: Path, capsy
     rows = [json.loads(line) for line in lines]
     assert [r["step"] for r in rows] == [2, 4]
     assert all(list(r) == sorted(RUNTIME_FIELDS) for r in rows)  # keys sorted, as metrics.jsonl always had them
-    assert rows[0]["tokens_per_s"] == plan["batch"]["tokens_per_step"] / 0.25
-    flops = plan["flops"]
-    assert rows[0]["mfu"] == mfu(rows[0]["tokens_per_s"], flops["per_token"], 2, flops["peak_tflops_per_gpu"])
+    assert rows[0]["tokens_per_s"] == plan.batch.tokens_per_step / 0.25
+    flops = plan.flops
+    assert rows[0]["mfu"] == mfu(rows[0]["tokens_per_s"], flops.per_token, 2, flops.peak_tflops_per_gpu)
     assert rows[0]["peak_memory_bytes"] > 0
     printed = capsys.readouterr().out.splitlines()
     assert printed == [StepMetrics.from_json(line).to_text() for line in lines]  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from helpers.build import compile_build
 
-from lmspec.compiler.emit.serve import SERVE_SH, VLLM_YAML
+from lmspec.compiler.build.files import SERVE_SH, VLLM_YAML
 from lmspec.compiler.plan import Plan
 
 PRESETS = {

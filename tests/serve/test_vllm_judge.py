@@ -20,8 +20,9 @@ import pytest
 from helpers.build import compile_build
 from helpers.marks import needs_vllm
 
+from lmspec.compiler.build.files import VLLM_YAML
 from lmspec.compiler.conversion.mapping import hf_config
-from lmspec.compiler.emit.serve import VLLM_YAML, vllm_options, vllm_serve_args
+from lmspec.compiler.emit.serve import vllm_options, vllm_serve_args
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
 from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX

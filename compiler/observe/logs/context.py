@@ -50,10 +50,10 @@ class RunContext:
 
 def load_build(build_dir: Path) -> RunContext:
     """The verified spec and plan of a compiled build (compiler/build/reader.py: refused when damaged)."""
-    from lmspec.compiler.build.reader import open_build
+    from lmspec.compiler.build.reader import Build
 
-    build = open_build(build_dir)
-    return RunContext(spec=build.spec, derived=build.plan, origin=str(build_dir))
+    build = Build.open(build_dir)
+    return RunContext(spec=build.spec, derived=build.plan.derived_dict(), origin=str(build_dir))
 
 
 def flag_overrides(

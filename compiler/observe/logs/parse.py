@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmspec.compiler.build.files import METRICS
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.deepspeed import parse_deepspeed_line
 from lmspec.compiler.observe.logs.launcher import strip_prefix
@@ -25,9 +26,8 @@ from lmspec.compiler.observe.logs.table import StepTable
 from lmspec.compiler.observe.logs.user_regex import compile_user_regex, parse_user_line
 from lmspec.compiler.observe.metrics_record import StepMetrics
 
-METRICS_FILE = "metrics.jsonl"
 # What a run directory may hold, in the order looked for.
-RUN_DIR_LOGS: tuple[str, ...] = (METRICS_FILE, "train.log", "stdout.log", "stderr.log")
+RUN_DIR_LOGS: tuple[str, ...] = (METRICS, "train.log", "stdout.log", "stderr.log")
 
 # A text line yields something only if it holds one of these: Megatron's iteration line
 # ("iteration"), its memory report ("memory (MB)"), lmspec's stdout line (" | loss "), both

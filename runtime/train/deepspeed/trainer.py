@@ -18,13 +18,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from lmspec.compiler.build.files import DEEPSPEED_DIR
 from lmspec.compiler.families import FAMILIES
+from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec, Spec
 from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
 
-DS_CONFIG = "ds_config.json"
-DS_DIR = "deepspeed"
 DS_TAG = "state"
 
 
@@ -45,19 +45,16 @@ def transformers_config(m: ModelSpec, attn_implementation: str) -> Any:
 
 
 class DeepSpeedTrainer:
-    def __init__(self, spec: Spec, plan: dict[str, Any], build_dir: Path) -> None:
+    def __init__(self, spec: Spec, plan: Plan, ds_config: dict[str, Any]) -> None:
+        """`ds_config`: the build's ds_config.json, as compiled (lmspec.runtime.train.loop reads it through Build)."""
         import deepspeed
         import transformers
 
-        from lmspec.compiler.build.reader import open_build
-
-        ds_config = open_build(build_dir).json(DS_CONFIG)  # as compiled (manifest.json), or a UsageError
         with no_cpu_shm_op_build():
             deepspeed.init_distributed(dist_backend=dist.get_backend())
         self.spec = spec
-        batch = plan["batch"]
-        self.micro_batch_size = batch["micro_batch_size"]
-        self.num_micro_batches = batch["grad_accum_steps"]
+        self.micro_batch_size = plan.batch.micro_batch_size
+        self.num_micro_batches = plan.batch.grad_accum_steps
         self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
@@ -80,12 +77,12 @@ class DeepSpeedTrainer:
         return float(totals[0] / totals[1]), float(grad_norm) if grad_norm is not None else math.nan, used_lr
 
     def save(self, directory: Path) -> None:
-        self.engine.save_checkpoint(str(directory / DS_DIR), tag=DS_TAG)
+        self.engine.save_checkpoint(str(directory / DEEPSPEED_DIR), tag=DS_TAG)
 
     def load(self, directory: Path) -> None:
-        path, _ = self.engine.load_checkpoint(str(directory / DS_DIR), tag=DS_TAG)
+        path, _ = self.engine.load_checkpoint(str(directory / DEEPSPEED_DIR), tag=DS_TAG)
         if path is None:
-            raise RuntimeError(f"DeepSpeed could not load {directory / DS_DIR}")
+            raise RuntimeError(f"DeepSpeed could not load {directory / DEEPSPEED_DIR}")
 
     def rng_state(self) -> dict[str, Any]:
         return {}

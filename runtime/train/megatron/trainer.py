@@ -18,12 +18,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lmspec.compiler.build.files import DIST_CKPT_DIR
+from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
-
-DIST_CKPT_DIR = "torch_dist"
 
 
 def _check_cpu_support(spec: Spec) -> None:
@@ -42,7 +42,7 @@ def _check_cpu_support(spec: Spec) -> None:
 
 
 class MegatronTrainer:
-    def __init__(self, spec: Spec, plan: dict[str, Any]) -> None:
+    def __init__(self, spec: Spec, plan: Plan) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
         from megatron.core.distributed import (
@@ -54,8 +54,8 @@ class MegatronTrainer:
         from megatron.core.transformer.module import Float16Module
 
         self.spec = spec
-        layout, batch = plan["layout"], plan["batch"]
-        if layout.get("virtual_stages"):
+        layout, batch = plan.layout, plan.batch
+        if layout.virtual_stages:
             raise NotImplementedError(
                 "parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
                 "set parallel.virtual_stages=null"
@@ -65,25 +65,25 @@ class MegatronTrainer:
         if self.cpu:
             _check_cpu_support(spec)
         ps.initialize_model_parallel(
-            tensor_model_parallel_size=layout["tp"],
-            pipeline_model_parallel_size=layout["pp"],
-            context_parallel_size=layout["cp"],
-            expert_model_parallel_size=layout["ep"],
-            expert_tensor_parallel_size=layout["etp"],
+            tensor_model_parallel_size=layout.tp,
+            pipeline_model_parallel_size=layout.pp,
+            context_parallel_size=layout.cp,
+            expert_model_parallel_size=layout.ep,
+            expert_tensor_parallel_size=layout.etp,
         )
         tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
         self.ps = ps
-        self.num_micro_batches = batch["grad_accum_steps"]
-        self.micro_batch_size = batch["micro_batch_size"]
-        self.seq_length = batch["seq_length"]
+        self.num_micro_batches = batch.grad_accum_steps
+        self.micro_batch_size = batch.micro_batch_size
+        self.seq_length = batch.seq_length
         self.dp_rank = ps.get_data_parallel_rank()
         self.dp_size = ps.get_data_parallel_world_size()
-        degrees = ParallelDegrees.from_spec(spec, tuple(layout["stage_layers"]))
+        degrees = ParallelDegrees.from_spec(spec, layout.stage_layers)
         gpt = build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)
         self.config = gpt.config
-        if layout["pp"] > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
+        if layout.pp > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
             print(
-                f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout['pp']}: "
+                f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout.pp}: "
                 f"{len(gpt.decoder.layers)} layers",
                 flush=True,
             )

@@ -1,0 +1,55 @@
+"""Every file name of a build directory, of a run directory and of a checkpoint directory.
+
+A build is an interface between the compiler that writes it and the runtime, `lmspec logs`,
+`doctor`, `diff` and `run` that read it: each name is spelled here once, so a reader and its
+writer cannot drift apart. Paths inside a build are relative to it, with `/` separators, as
+manifest.json lists them. Run paths are relative to the working directory of the job.
+"""
+
+from __future__ import annotations
+
+# -- a build directory (compiler/build/writer.py writes it, compiler/build/reader.py reads it) ---------------
+MANIFEST = "manifest.json"  # how the build was made and the sha256 of every other file
+SPEC = "spec.resolved.yaml"  # the resolved spec: what was compiled
+PLAN = "plan.json"  # what lmspec derived from it (compiler/plan.py)
+REPORT = "REPORT.md"
+MEMORY_CHART = "report/memory.svg"
+TORCHRUN_SH = "launch/torchrun.sh"
+SBATCH_SH = "launch/sbatch.sh"
+NCCL_ENV = "launch/nccl.env"
+DS_CONFIG = "ds_config.json"  # train.backend=deepspeed only
+MAPPING = "convert/mapping.json"  # the reviewed checkpoint -> HuggingFace table
+VLLM_YAML = "serve/vllm.yaml"
+SERVE_SH = "serve/serve.sh"
+LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)  # what bash reads when a training starts
+
+# -- a converted model (convert.output): the converter's record of what it wrote ----------------------------
+CONVERTED_MANIFEST = "lmspec-convert.json"
+
+# -- the run directory runs/<name>/ and its own entries ------------------------------------------------------
+RUNS = "runs"
+METRICS = "metrics.jsonl"  # lmspec.runtime.train.metrics
+VLLM_LOG = "vllm.log"  # lmspec.runtime.serve.stage
+TOKENIZER_DIR = "tokenizer"  # the byte tokenizer a tiny model is served with
+VLLM_CACHE_DIR = "vllm_cache"  # vLLM's compile and download caches (serve/serve.sh)
+RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR)
+
+# -- train.checkpoint.dir (lmspec.runtime.train.checkpoint) -------------------------------------------------
+LATEST = "latest"  # one line naming the newest complete step directory
+LATEST_TEMP = "latest.tmp"  # the next `latest`, before its rename
+STEP_PREFIX = "step_"  # step_<N>/: one complete checkpoint
+STEP_MANIFEST = "manifest.json"  # in each step directory: its run id and the sha256 of its files
+TRAINER_STATE = "trainer_state"  # in each step directory: rank_<R>.pt
+PREVIOUS_RUNS = "previous_runs"  # checkpoints of earlier runs, moved aside
+DIST_CKPT_DIR = "torch_dist"  # megatron-core dist_checkpointing, in each step directory
+DEEPSPEED_DIR = "deepspeed"  # DeepSpeed's save_checkpoint layout, in each step directory
+
+
+def run_dir(name: str) -> str:
+    """The run directory of job `name`, relative to the working directory."""
+    return f"{RUNS}/{name}"
+
+
+def step_dir(step: int) -> str:
+    """The name of the checkpoint directory of optimizer step `step`."""
+    return f"{STEP_PREFIX}{step}"

@@ -1,0 +1,111 @@
+"""The build as a typed contract: plan.json round-trips into the Plan, Build.open hands out the
+typed Spec and Plan, and every build file name in the code comes from compiler/build/files.py."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from lmspec.compiler.build import files
+from lmspec.compiler.build.reader import Build
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.emit.spec_files import emit_plan_json
+from lmspec.compiler.paths import SPECS_DIR
+from lmspec.compiler.plan import Plan, build_plan
+from lmspec.compiler.spec.load import Composed, compose_spec
+from lmspec.compiler.spec.validate import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted(p for p in SPECS_DIR.glob("*.yaml") if p.name != "config.yaml")
+FILES_MODULE = ROOT / "compiler" / "build" / "files.py"
+# The backend is also called "deepspeed" (train.backend): that word is a name of the spec, not only a directory.
+SHARED_WORDS = {files.DEEPSPEED_DIR}
+NAMES = {
+    value: name
+    for name, value in vars(files).items()
+    if name.isupper() and isinstance(value, str) and value not in SHARED_WORDS
+}
+# Directories a name can sit below; not `runs`: the spec's examples of users' paths start with it.
+PARENTS = [value for value in NAMES if "/" not in value and value != files.RUNS]
+
+
+def _compiled(spec_file: Path) -> tuple[Plan, Composed]:
+    composed = compose_spec([], spec_file)
+    spec, warnings = validate(composed)
+    return build_plan(spec, composed, warnings), composed
+
+
+@pytest.mark.parametrize("spec_file", PRESETS, ids=[p.stem for p in PRESETS])
+def test_plan_json_round_trips_into_an_equal_plan(spec_file: Path) -> None:
+    plan, composed = _compiled(spec_file)
+    document = json.loads(emit_plan_json(plan)[files.PLAN])
+    assert Plan.from_json(document, plan.spec, composed, list(plan.warnings)) == plan
+
+
+@pytest.mark.parametrize("spec_file", PRESETS, ids=[p.stem for p in PRESETS])
+def test_build_open_returns_the_compiled_spec_and_plan(
+    spec_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan, _ = _compiled(spec_file)
+    write_build(tmp_path / plan.name, build_files(plan))
+    build = Build.open(tmp_path / plan.name)
+    assert build.spec == plan.spec
+    # The origins (and the warnings that quote them) are the build's spec file, no longer the preset's lines.
+    assert set(build.plan.origins.where.values()) == {f"{plan.name}/{files.SPEC}"}
+    assert [w.key for w in build.plan.warnings] == [w.key for w in plan.warnings]
+    assert dataclasses.replace(build.plan, origins=plan.origins, warnings=plan.warnings) == plan
+
+
+def test_the_plan_carries_where_the_run_writes() -> None:
+    plan, _ = _compiled(SPECS_DIR / "tiny_moe_pretrain_2rank_cpu_fp32.yaml")
+    assert plan.paths.run_dir == files.run_dir(plan.name) == f"runs/{plan.name}"
+    assert plan.paths.checkpoint_dir == plan.spec.train.checkpoint.dir
+    assert plan.paths.convert_output == plan.spec.convert.output == plan.paths.served_model_dir
+    assert plan.device == "cpu"
+    gpu, _ = _compiled(SPECS_DIR / "llama3_8b_pretrain_8gpu_h100_bf16.yaml")
+    assert gpu.device == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda d: d["layout"].__setitem__("world_size", 4), "layout.world_size"),
+        (lambda d: d["memory"]["stages"][0].__setitem__("layers", 99), "memory.stages.0.layers"),
+        (lambda d: d.pop("comm"), "comm"),
+        (lambda d: d.__setitem__("extra", 1), "extra"),
+    ],
+    ids=["world-size", "stage-layers", "no-comm", "extra-section"],
+)
+def test_a_plan_document_that_is_not_the_plans_is_refused_by_entry(change, named: str) -> None:
+    plan, composed = _compiled(SPECS_DIR / "tiny_moe_pretrain_2rank_cpu_fp32.yaml")
+    document = json.loads(emit_plan_json(plan)[files.PLAN])
+    change(document)
+    with pytest.raises(ValueError, match=f"its '{named}' is not what lmspec derives from the spec"):
+        Plan.from_json(document, plan.spec, composed, list(plan.warnings))
+
+
+def _file_names_in(path: Path) -> list[str]:
+    """`path:line: 'literal'` for each string constant that is a build or run file name (or a path below one)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            value = node.value
+            if value in NAMES or any(value.startswith(f"{name}/") for name in PARENTS):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {value!r} (files.{NAMES.get(value, '...')})")
+    return found
+
+
+def test_every_build_file_name_in_the_code_comes_from_files_py() -> None:
+    sources = sorted(p for pkg in ("compiler", "runtime") for p in (ROOT / pkg).rglob("*.py") if p != FILES_MODULE)
+    assert len(sources) > 100
+    assert [hit for path in sources for hit in _file_names_in(path)] == []
+
+
+def test_the_scan_finds_a_literal() -> None:
+    """The test above is not blind: files.py itself spells every name."""
+    assert len(_file_names_in(FILES_MODULE)) >= len(NAMES)
