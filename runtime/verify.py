@@ -26,7 +26,7 @@ import torch
 
 from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, MAPPING
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
 MIN_LOGITS_COSINE = 0.99  # what issue 6 requires; fp32 on CPU reaches >= 0.9999
 MIN_LAYER_COSINE = 0.999  # a layer whose outputs fall below this is "diverging"
@@ -215,7 +215,7 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
             f"would compare the logits of the converted model and the newest checkpoint of {build.root} "
             f"({paths.convert_output} against {spec.train.backend} {paths.checkpoint_dir})"
         )
-        return 0
+        return EXIT_OK
     report = verify_build(build, getattr(options, "hf_dir", None))
     print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     if report.ok:
@@ -223,27 +223,27 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
             f"verify: ok: logits cosine {report.cosine:.6f} >= {MIN_LOGITS_COSINE}, "
             f"max |diff| {report.max_abs_diff:.3e}"
         )
-        return 0
+        return EXIT_OK
     print(
         f"verify: FAILED: logits cosine {report.cosine:.6f} (>= {MIN_LOGITS_COSINE} required), max |diff| "
         f"{report.max_abs_diff:.3e}; first diverging: {report.first_divergence()} (layer outputs below "
         f"{MIN_LAYER_COSINE} cosine); check its entries in {MAPPING}",
         file=sys.stderr,
     )
-    return 1
+    return EXIT_FAILED
 
 
 def main(argv: list[str]) -> int:
     """`python -m lmspec.runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
     if len(argv) not in (1, 2):
         print("usage: python -m lmspec.runtime.verify <build dir> [<hf dir>]", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     hf_dir = Path(argv[1]) if len(argv) > 1 else None
     try:
         return run_stage(Build.open(Path(argv[0])), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lmspec.compiler.models.units import GIB, MIB
 from lmspec.compiler.build.files import MANIFEST, REPORT
 
 if TYPE_CHECKING:
     from lmspec.compiler.plan import Plan
 
-GIB_BYTES, MIB_BYTES = 2**30, 2**20
 REFERENCE_MFU = 0.4  # plan.json lists tokens/s at several MFUs; the key numbers quote this one
 
 # The numbers a reviewer reads first, by label; each a pattern over plan.json's dotted
@@ -60,7 +60,7 @@ def format_value(path: str, value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (int, float)):
         if path.endswith("_bytes") or "_bytes_" in path:
-            return f"{value / GIB_BYTES:.1f} GiB" if abs(value) >= GIB_BYTES else f"{value / MIB_BYTES:.1f} MiB"
+            return f"{value / GIB:.1f} GiB" if abs(value) >= GIB else f"{value / MIB:.1f} MiB"
         if re.search(r"(share|fraction|mfu|utilization|ratio|ratio_to_\w+|share_of_\w+)$", path):
             return f"{value * 100:.0f}%"
         if path.startswith("params."):

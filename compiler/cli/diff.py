@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lmspec.compiler.errors import SpecError, UsageError
+from lmspec.compiler.errors import EXIT_OK, SpecError, UsageError
 
 if TYPE_CHECKING:
     from lmspec.compiler.plan import Plan
@@ -142,4 +142,4 @@ def run_diff(args: argparse.Namespace) -> int:
         old, new = read_build(Path(old_label)), read_build(Path(new_label))
     comparison = compare(old[0], new[0], old[1], new[1], old_label, new_label)
     sys.stdout.write(render(comparison, old_label=old_label, new_label=new_label, unified=not args.stat))
-    return 0
+    return EXIT_OK

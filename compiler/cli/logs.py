@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmspec.compiler.errors import EXIT_OK
+
 if TYPE_CHECKING:
     from lmspec.compiler.observe.logs.context import RunContext
 
@@ -81,7 +83,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         draw(args.plot, panels, Path(parsed.path).name, args.warmup_steps)
         if args.format == "text":
             print(f"plot: {args.plot}")
-    return 0
+    return EXIT_OK
 
 
 def register(subparsers: Any) -> None:

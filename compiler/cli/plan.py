@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.spec.kinds import NODES_MAX
 
 GPUS = re.compile(r"([0-9]+)(?:\.\.([0-9]+))?")  # matched whole (fullmatch), ASCII digits
@@ -154,7 +155,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             "written": str(written) if written else None,
         }
         print(json.dumps(to_json(result, args.top, extra), indent=2))
-        return 0
+        return EXIT_OK
     print_table(result, args.top)
     print_problems(problems)
     print(f"winner: {line}")
@@ -162,7 +163,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {written}: lmspec compile --spec {written}")
     if args.plot is not None:
         print(f"plot: {args.plot}")
-    return 0
+    return EXIT_OK
 
 
 def _validate_winner(args: argparse.Namespace, winner: list[str]) -> list[Any]:

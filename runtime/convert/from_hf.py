@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from lmspec.compiler.conversion.document import Tensor, tensors
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_OK, UsageError
 
 LOAD_TIMEOUT_S = 600
 
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
         print(f"wrote {path} from {hf_dir} ({count} tensors on rank 0)", flush=True)
     trainer.close()
     torch.distributed.destroy_process_group()
-    return 0
+    return EXIT_OK
 
 
 def reverse_build(build_dir: Path, hf_dir: Path, timeout_s: float = LOAD_TIMEOUT_S) -> None:

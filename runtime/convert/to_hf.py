@@ -50,7 +50,7 @@ from lmspec.compiler.build.writer import CONVERTED, replace_directory, require_r
 from lmspec.compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from lmspec.compiler.conversion.kinds import SplitKind
 from lmspec.compiler.conversion.transforms import Transform
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.runtime.convert.dist_reader import Band, DistCheckpoint
 from lmspec.runtime.convert.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter
@@ -313,31 +313,31 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
             f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
             f"{doc['hf_tensor_count']} HF tensors) into {paths.convert_output}"
         )
-        return 0
+        return EXIT_OK
     start = time.perf_counter()
     try:
         output, summary = convert_build(build, progress=sys.stderr.isatty())
     except ConversionError as exc:
         print(f"lmspec: convert: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     seconds = time.perf_counter() - start
     print(
         f"converted {summary['tensors']} tensors ({summary['bytes'] / 1e9:.3f} GB, {summary['shards']} shard(s)) "
         f"into {output} in {seconds:.1f} s ({summary['bytes'] / 1e9 / seconds:.2f} GB/s)"
     )
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str]) -> int:
     """`python -m lmspec.runtime.convert.to_hf <build dir>` (what the stage runs, also usable alone)."""
     if len(argv) != 1:
         print("usage: python -m lmspec.runtime.convert.to_hf <build dir>", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         return run_stage(Build.open(Path(argv[0])), argparse.Namespace(dry_run=False))
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

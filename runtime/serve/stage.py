@@ -30,7 +30,7 @@ from typing import Any
 from lmspec.compiler.build.files import SERVE_SH, TOKENIZER_DIR, VLLM_LOG, VLLM_YAML
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
-from lmspec.compiler.errors import EXIT_FAILED, UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
@@ -62,7 +62,7 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
     if options.dry_run:
         prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
         print(prefix + shlex.join(command))
-        return 0
+        return EXIT_OK
     _preflight(plan, env)
     log_path = Path(plan.paths.run_dir) / VLLM_LOG
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def _serve(spec: Spec, proc: subprocess.Popen[bytes], env: dict[str, str], log_p
     if smoke:
         stop_group(proc, sweep=True)
         print("serve: smoke checks passed; vLLM stopped")
-        return 0
+        return EXIT_OK
     print("serve: Ctrl-C stops the server", flush=True)
     rc = proc.wait()
     if rc != 0:

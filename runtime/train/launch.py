@@ -21,7 +21,7 @@ from pathlib import Path
 from lmspec.compiler.build.files import LAUNCH_FILES, SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
-from lmspec.compiler.errors import UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
@@ -40,7 +40,7 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
                 "squeue --noheader --jobs <job id> --format '%T %M %R'   # every "
                 f"{POLL_INTERVAL_S:g} s until the job ends"
             )
-        return 0
+        return EXIT_OK
     if options.smoke:
         return smoke(root, launcher, env)
     if launcher == "local":
@@ -161,9 +161,9 @@ def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
             result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
         except FileNotFoundError as exc:
             print(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         if result.returncode != 0:
             print(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         print(f"smoke: ok {label}")
-    return 0
+    return EXIT_OK

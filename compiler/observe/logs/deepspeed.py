@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from lmspec.compiler.models.units import GIB
 from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, finite_int
 
 _STEP = re.compile(r"\[Rank -?\d+\] step=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
@@ -22,7 +23,6 @@ _THROUGHPUT = re.compile(
     r"epoch=\d+/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=([^,]+), "
     r"CurrSamplesPerSec=([^,]+), MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB"
 )
-_GIB_BYTES = 1024**3
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -44,7 +44,7 @@ def parse_deepspeed_line(text: str, lineno: int) -> StepMetrics | None:
                 step=step,
                 line=lineno,
                 samples_per_s=float(match.group(3)),
-                peak_memory_bytes=finite_int(float(match.group(5)) * _GIB_BYTES),
+                peak_memory_bytes=finite_int(float(match.group(5)) * GIB),
             )
         except ValueError:
             return None

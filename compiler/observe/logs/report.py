@@ -8,12 +8,12 @@ import math
 from array import array
 from dataclasses import dataclass
 
+from lmspec.compiler.models.units import GIB
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.observe.logs.records import ParsedLog
 from lmspec.compiler.observe.logs.stats import Summary, skips_warmup, summarize
 from lmspec.compiler.observe.logs.throughput import rates_of, verdict
 
-_GIB_BYTES = 1024**3
 # the metrics of a report, in the order they are summarised (tokens_per_s_per_gpu with a job)
 _SERIES = ("step_time_s", "tokens_per_s", "mfu", "hfu", "loss", "grad_norm", "logged_tflops_per_gpu")
 
@@ -98,7 +98,7 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
         metrics=metrics,
         last_loss=last_loss,
         peak_memory_bytes=peak,
-        gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * _GIB_BYTES) if context else None,
+        gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * GIB) if context else None,
         verdict=verdict(mfu.mean) if mfu else None,
         warnings=_mismatches(parsed.settings, context) + parsed.notes,
     )
@@ -181,8 +181,8 @@ def format_text(report: LogReport) -> str:
     if report.last_loss is not None:
         lines.append(f"last loss: {report.last_loss:.4g}")
     if report.peak_memory_bytes is not None:
-        budget = f" of {report.gpu_memory_bytes / _GIB_BYTES:.0f} GiB" if report.gpu_memory_bytes else ""
-        lines.append(f"peak memory: {report.peak_memory_bytes / _GIB_BYTES:.2f} GiB{budget}")
+        budget = f" of {report.gpu_memory_bytes / GIB:.0f} GiB" if report.gpu_memory_bytes else ""
+        lines.append(f"peak memory: {report.peak_memory_bytes / GIB:.2f} GiB{budget}")
     if report.verdict:
         lines.append(f"verdict: {report.verdict}")
     return "\n".join(lines)
