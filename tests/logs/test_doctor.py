@@ -252,12 +252,13 @@ def test_nccl_fixes_leave_out_what_the_spec_already_has(lmspec, build) -> None:
 
 
 def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
-    """The signature's own logic, fed a Plan whose comm section states the share (the key it reads)."""
+    """The signature's own logic, fed a Plan whose comm estimate puts TP (or DP) over (or under) the limit."""
     import dataclasses
 
     pytest.importorskip(
         "lmspec.compiler.models.comm", reason="the comm model (compiler/models, issue 3) is not here yet"
     )
+    from lmspec.compiler.models.comm import CommEstimate
     from lmspec.compiler.observe.doctor.comm import TpSlowdown
     from lmspec.compiler.observe.doctor.findings import LogText
     from lmspec.compiler.observe.logs.context import load_build
@@ -275,15 +276,13 @@ def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
     )
     log = LogText((LOG_DATA / "healthy_megatron.log").read_text().splitlines())
 
-    def with_comm(share: float, tp_s: float, dp_s: float):
-        comm = {"share_of_step": share, "compute_s": 1.0, "tp_s": tp_s, "dp_s": dp_s, "ep_s": 0.0, "pp_s": 0.0}
-        return dataclasses.replace(context, derived={**context.derived, "comm": comm})
+    def with_comm(tp_s: float, dp_s: float, compute_s: float):
+        comm = CommEstimate(tp_s=tp_s, dp_s=dp_s, ep_s=0.0, pp_s=0.0, compute_s=compute_s)
+        return dataclasses.replace(context, plan=dataclasses.replace(context.plan, comm=comm))
 
-    without = dataclasses.replace(context, derived={k: v for k, v in context.derived.items() if k != "comm"})
-    assert TpSlowdown().detect(log, without) is None  # no comm estimate in the Plan: no claim
-    assert TpSlowdown().detect(log, with_comm(0.25, 0.3, 0.03)) is None  # under the seed's 30%
-    assert TpSlowdown().detect(log, with_comm(0.45, 0.2, 0.6)) is None  # DP traffic dominates, not TP
-    finding = TpSlowdown().detect(log, with_comm(0.45, 0.7, 0.1))
+    assert TpSlowdown().detect(log, with_comm(0.3, 0.03, 1.0)) is None  # 25% of the step: under the seed's 30%
+    assert TpSlowdown().detect(log, with_comm(0.2, 0.6, 1.0)) is None  # DP traffic dominates, not TP
+    finding = TpSlowdown().detect(log, with_comm(0.7, 0.2, 1.1))  # 0.9 s of 2.0: 45% of the step
     assert finding is not None and "45%" in finding.cause and "0.7 s of all-reduces" in finding.cause
     # the fixes are lower-TP layouts scored by the comm and memory models: fitting, lowest comm first
     assert finding.fixes and all(f.key == "parallel.tp" and int(f.value) < 8 for f in finding.fixes)
@@ -291,5 +290,8 @@ def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
     shares = [float(re.search(r"comm (\d+)% of the step", f.why).group(1)) for f in finding.fixes]
     fitting = [share for fix, share in zip(finding.fixes, shares, strict=True) if "(fits)" in fix.why]
     assert shares[0] <= 30 and fitting == sorted(fitting)
-    assert finding.evidence[0].text.startswith("plan.json comm: share_of_step=0.45, compute_s=1, tp_s=0.7")
+    assert (
+        finding.evidence[0].text
+        == "plan.json comm: share_of_step=0.45, compute_s=1.1, tp_s=0.7, dp_s=0.2, ep_s=0, pp_s=0"
+    )
     assert finding.evidence[-1].text in log.lines[finding.evidence[-1].line - 1]

@@ -41,10 +41,10 @@ def test_megatron_mfu_from_flops_model(lmspec) -> None:
     assert (context.n_gpus, spec.train.global_batch_size, spec.hardware.gpu.bf16_tflops) == (64, 1024, 989)
     steady = [s for s in parse_log(LOG_DATA / "healthy_megatron.log").steps if s.step > 10]
     tokens = [s.global_batch_size * 4096 / s.step_time_s for s in steady]
-    # the Plan's numbers (plan.json keeps 6 significant digits of the FLOPs model's), never derived again
-    per_token, hw_per_token = context.derived["flops"]["per_token"], context.derived["flops"]["hardware_per_token"]
-    assert per_token == pytest.approx(model_flops_per_token(spec.model, 4096), rel=1e-5)
-    assert hw_per_token == pytest.approx(hardware_flops_per_token(spec.model, 4096, spec.train.recompute), rel=1e-5)
+    # the typed Plan's numbers (the FLOPs model's, through the Plan), never derived again
+    per_token, hw_per_token = context.plan.flops.per_token, context.plan.flops.hardware_per_token
+    assert per_token == model_flops_per_token(spec.model, 4096)
+    assert hw_per_token == hardware_flops_per_token(spec.model, 4096, spec.train.recompute)
     assert report["steps_used"] == len(steady) and report["flops_per_token"] == per_token
     assert report["hardware_flops_per_token"] == hw_per_token
     assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(tokens))

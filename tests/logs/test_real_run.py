@@ -11,6 +11,7 @@ import pytest
 from helpers.cli import LMSPEC
 from helpers.processes import run_in_group
 
+from lmspec.compiler.build.reader import Build
 from lmspec.compiler.models.flops import mfu
 from lmspec.compiler.observe.logs.launcher import strip_prefix
 from lmspec.compiler.observe.metrics_record import StepMetrics
@@ -54,13 +55,13 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     )
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
-    plan = json.loads((tmp_path / "build/tiny/plan.json").read_text())
-    tokens = [plan["batch"]["tokens_per_step"] / r["step_time_s"] for r in rows]
+    plan = Build.open(tmp_path / "build/tiny").plan
+    tokens = [plan.batch.tokens_per_step / r["step_time_s"] for r in rows]
     assert data["metrics"]["tokens_per_s"]["mean"] == pytest.approx(sum(tokens) / len(tokens))
     # the runtime's own MFU (the Plan's tokens per step and FLOPs per token, its own clock) is the one lmspec
     # logs computes from the same Plan
-    flops = plan["flops"]
-    expected = [mfu(t, flops["per_token"], flops["n_gpus"], flops["peak_tflops_per_gpu"]) for t in tokens]
+    flops = plan.flops
+    expected = [mfu(t, flops.per_token, flops.n_gpus, flops.peak_tflops_per_gpu) for t in tokens]
     assert data["metrics"]["mfu"]["mean"] == pytest.approx(sum(expected) / len(expected))
     assert [r["mfu"] for r in rows] == pytest.approx(expected, rel=1e-12)
     assert data["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in rows)

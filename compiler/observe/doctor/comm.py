@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.spec.sections import Spec
@@ -22,14 +23,9 @@ SHOWN_OPTIONS = 3
 _KINDS = ("tp_s", "dp_s", "ep_s", "pp_s")
 
 
-def tp_bound_comm(derived: dict[str, Any]) -> dict[str, float] | None:
-    """The Plan's comm section when communication passes the limit and TP is its biggest kind."""
-    comm = derived.get("comm")
-    if not isinstance(comm, dict) or not all(
-        isinstance(comm.get(k), (int, float)) for k in ("share_of_step", "compute_s", *_KINDS)
-    ):
-        return None
-    if comm["share_of_step"] <= COMM_SHARE_LIMIT or max(_KINDS, key=lambda k: comm[k]) != "tp_s":
+def tp_bound_comm(comm: CommEstimate) -> CommEstimate | None:
+    """The Plan's comm estimate when communication passes the limit and TP is its biggest kind."""
+    if comm.share_of_step <= COMM_SHARE_LIMIT or max(_KINDS, key=lambda k: getattr(comm, k)) != "tp_s":
         return None
     return comm
 
@@ -98,20 +94,20 @@ class TpSlowdown:
     watches = ()  # reads the Plan, and the log's steps (LogText.steps) only when the Plan says so
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        if context is None or int(context.derived["layout"]["tp"]) <= 1:
+        if context is None or context.plan.layout.tp <= 1:
             return None
-        comm = tp_bound_comm(context.derived)
+        comm = tp_bound_comm(context.plan.comm)
         if comm is None:
             return None
-        tp = context.derived["layout"]["tp"]
+        tp = context.plan.layout.tp
         cause = (
-            f"The Plan estimates communication at {comm['share_of_step']:.0%} of the step (> "
-            f"{COMM_SHARE_LIMIT:.0%}), most of it TP: {comm['tp_s']:.3g} s of all-reduces per step against "
-            f"{comm['compute_s']:.3g} s of compute with tp={tp} on {context.spec.hardware.intra_node.link}. "
+            f"The Plan estimates communication at {comm.share_of_step:.0%} of the step (> "
+            f"{COMM_SHARE_LIMIT:.0%}), most of it TP: {comm.tp_s:.3g} s of all-reduces per step against "
+            f"{comm.compute_s:.3g} s of compute with tp={tp} on {context.spec.hardware.intra_node.link}. "
             "TP all-reduces activations twice per layer in forward and in backward, so more TP adds "
             "traffic faster than it removes compute."
         )
-        shown = ", ".join(f"{k}={comm[k]:.3g}" for k in ("share_of_step", "compute_s", *_KINDS))
+        shown = ", ".join(f"{k}={getattr(comm, k):.3g}" for k in ("share_of_step", "compute_s", *_KINDS))
         evidence = [Evidence(0, f"plan.json comm: {shown}")]
         last_timed = None
         for step in log.steps():

@@ -1,7 +1,7 @@
 """The job a log came from: its spec and derived numbers, from a build directory or from flags.
 
 Model FLOPs, tokens per step, GPU count and peak come from here, never from the log, and are the
-Plan's own numbers (plan.json), never derived again, so MFU uses what launched the run.
+Plan's own numbers (the typed Plan of Build.open), never derived again, so MFU uses what launched the run.
 """
 
 from __future__ import annotations
@@ -9,21 +9,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lmspec.compiler.errors import UsageError
-from lmspec.compiler.spec.sections import Spec
+
+if TYPE_CHECKING:
+    from lmspec.compiler.plan import Plan
+    from lmspec.compiler.spec.sections import Spec
 
 
 @dataclass(frozen=True)
 class RunContext:
-    spec: Spec
-    derived: dict[str, Any]  # plan.json: layout, batch and whatever else the Plan derives
+    plan: Plan  # the typed Plan: of a verified build (Build.open), or built from flags
     origin: str  # where the spec came from, for the report header
 
     @property
+    def spec(self) -> Spec:
+        return self.plan.spec
+
+    @property
     def n_gpus(self) -> int:
-        return int(self.derived["layout"]["world_size"])
+        return self.plan.layout.world_size
 
     @property
     def seq_length(self) -> int:
@@ -31,21 +37,21 @@ class RunContext:
 
     @cached_property
     def tokens_per_step(self) -> int:
-        return int(self.derived["batch"]["tokens_per_step"])
+        return self.plan.batch.tokens_per_step
 
     @cached_property
     def flops_per_token(self) -> float:
         """Model FLOPs per token (forward + backward): MFU's numerator."""
-        return float(self.derived["flops"]["per_token"])
+        return self.plan.flops.per_token
 
     @cached_property
     def hardware_flops_per_token(self) -> float:
         """Model FLOPs plus the forward work recompute repeats: HFU's numerator."""
-        return float(self.derived["flops"]["hardware_per_token"])
+        return self.plan.flops.hardware_per_token
 
     @cached_property
     def peak_tflops_per_gpu(self) -> float:
-        return float(self.derived["flops"]["peak_tflops_per_gpu"])
+        return self.plan.flops.peak_tflops_per_gpu
 
 
 def load_build(build_dir: Path) -> RunContext:
@@ -53,7 +59,7 @@ def load_build(build_dir: Path) -> RunContext:
     from lmspec.compiler.build.reader import Build
 
     build = Build.open(build_dir)
-    return RunContext(spec=build.spec, derived=build.plan.derived_dict(), origin=str(build_dir))
+    return RunContext(plan=build.plan, origin=str(build_dir))
 
 
 def flag_overrides(
@@ -100,4 +106,4 @@ def load_flags(
     overrides = flag_overrides(model, hardware, gpus, seq_length, extra, spec_file)
     plan = make_plan(overrides, spec_file)
     origin = " ".join(([f"--spec {spec_file}"] if spec_file else []) + overrides) or "spec defaults"
-    return RunContext(spec=plan.spec, derived=plan.derived_dict(), origin=origin)
+    return RunContext(plan=plan, origin=origin)

@@ -107,14 +107,14 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
 def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[str]:
     if context is None:
         return []
-    spec, layout = context.spec, context.derived["layout"]
+    spec, layout = context.spec, context.plan.layout
     job = {
         "seq_length": ("train.seq_length", spec.train.seq_length),
         "global_batch_size": ("train.global_batch_size", spec.train.global_batch_size),
         "micro_batch_size": ("train.micro_batch_size", spec.train.micro_batch_size),
         "world_size": ("GPUs", context.n_gpus),
-        "tp": ("parallel.tp", layout["tp"]),
-        "pp": ("parallel.pp", layout["pp"]),
+        "tp": ("parallel.tp", layout.tp),
+        "pp": ("parallel.pp", layout.pp),
     }
     return [
         f"the log ran {name}={value} but the job given has {job[name][0]}={job[name][1]}: "
