@@ -105,13 +105,13 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
     from megatron.core import tensor_parallel
 
     from lmspec.runtime.train.data import TokenStream
-    from lmspec.runtime.train.megatron.model import build_model
+    from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
 
     batch = plan.batch
     ps.initialize_model_parallel()
     torch.manual_seed(spec.train.seed)
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
-    model = torch.nn.parallel.DistributedDataParallel(build_model(spec, True, True))
+    model = torch.nn.parallel.DistributedDataParallel(build_model(spec, True, True, ParallelDegrees()))
     opt = spec.train.optimizer
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay

@@ -2,13 +2,12 @@
 
 The public API (imported by conversion, issue 6) is small and stable:
 
-- `ParallelDegrees(tp, pp, ep, etp, sequence_parallel, stage_layers)`; by default
-  `ParallelDegrees.from_spec(spec, plan_stage_layers)`.
-- `transformer_config(spec, degrees=None)` -> the `TransformerConfig` (or
-  `MLATransformerConfig`) the model is built with; `degrees` overrides the spec's
-  parallel degrees (e.g. build TP=1 to load a TP=2 checkpoint: dist_checkpointing
-  reshards on load).
-- `build_model(spec, pre_process, post_process, degrees=None, pp_rank=None)` -> one
+- `ParallelDegrees(tp, pp, ep, etp, sequence_parallel, stage_layers)`; in training
+  `ParallelDegrees.of(plan.layout)` (the Plan owns every degree, never the spec again).
+- `transformer_config(spec, degrees)` -> the `TransformerConfig` (or
+  `MLATransformerConfig`) the model is built with at those degrees (e.g. verify builds
+  TP=1 to load a TP=2 checkpoint: dist_checkpointing reshards on load).
+- `build_model(spec, pre_process, post_process, degrees, pp_rank=None)` -> one
   `GPTModel` for this pipeline rank. megatron's parallel_state must be initialised
   with the same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
 
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from lmspec.compiler.families import FAMILIES
+from lmspec.compiler.plan import Layout
 from lmspec.compiler.spec.sections import Spec
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -38,7 +38,7 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 @dataclass(frozen=True)
 class ParallelDegrees:
-    """The degrees a model is built for; by default the spec's own."""
+    """The degrees a model is built for: the Plan's layout in training, all ones for one process."""
 
     tp: int = 1
     pp: int = 1
@@ -48,10 +48,14 @@ class ParallelDegrees:
     stage_layers: tuple[int, ...] | None = None
 
     @classmethod
-    def from_spec(cls, spec: Spec, stage_layers: tuple[int, ...] | None = None) -> ParallelDegrees:
-        p = spec.parallel
+    def of(cls, layout: Layout) -> ParallelDegrees:
         return cls(
-            tp=p.tp, pp=p.pp, ep=p.ep, etp=p.etp, sequence_parallel=p.sequence_parallel, stage_layers=stage_layers
+            tp=layout.tp,
+            pp=layout.pp,
+            ep=layout.ep,
+            etp=layout.etp,
+            sequence_parallel=layout.sequence_parallel,
+            stage_layers=layout.stage_layers,
         )
 
 
@@ -64,14 +68,14 @@ def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
     ]
 
 
-def transformer_config(spec: Spec, degrees: ParallelDegrees | None = None):
-    """The TransformerConfig of `spec` for the given parallel degrees (default: the spec's): the
+def transformer_config(spec: Spec, degrees: ParallelDegrees):
+    """The TransformerConfig of `spec` for the given parallel degrees: the
     family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings."""
     from megatron.core.transformer import transformer_config as configs
 
     t = spec.train
     architecture = FAMILIES[spec.model.family].megatron(spec.model)
-    d = degrees or ParallelDegrees.from_spec(spec)
+    d = degrees
     dtype = _DTYPES[t.precision]
     cpu = not torch.cuda.is_available()
     kwargs: dict[str, Any] = dict(
@@ -202,7 +206,7 @@ def build_model(
     spec: Spec,
     pre_process: bool,
     post_process: bool,
-    degrees: ParallelDegrees | None = None,
+    degrees: ParallelDegrees,
     pp_rank: int | None = None,
 ):
     """One GPTModel chunk for this pipeline rank, on this process's device."""

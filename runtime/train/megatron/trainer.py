@@ -78,7 +78,7 @@ class MegatronTrainer:
         self.seq_length = batch.seq_length
         self.dp_rank = ps.get_data_parallel_rank()
         self.dp_size = ps.get_data_parallel_world_size()
-        degrees = ParallelDegrees.from_spec(spec, layout.stage_layers)
+        degrees = ParallelDegrees.of(layout)
         gpt = build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)
         self.config = gpt.config
         if layout.pp > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
