@@ -7,7 +7,6 @@ Plan's own numbers (the typed Plan of Build.open), never derived again, so MFU u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,21 +34,21 @@ class RunContext:
     def seq_length(self) -> int:
         return self.spec.train.seq_length
 
-    @cached_property
+    @property
     def tokens_per_step(self) -> int:
         return self.plan.batch.tokens_per_step
 
-    @cached_property
+    @property
     def flops_per_token(self) -> float:
         """Model FLOPs per token (forward + backward): MFU's numerator."""
         return self.plan.flops.per_token
 
-    @cached_property
+    @property
     def hardware_flops_per_token(self) -> float:
         """Model FLOPs plus the forward work recompute repeats: HFU's numerator."""
         return self.plan.flops.hardware_per_token
 
-    @cached_property
+    @property
     def peak_tflops_per_gpu(self) -> float:
         return self.plan.flops.peak_tflops_per_gpu
 
