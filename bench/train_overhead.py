@@ -117,7 +117,7 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
         model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
     )
     micro, accum, s = batch.micro_batch_size, batch.grad_accum_steps, batch.seq_length
-    stream = TokenStream(spec.train.data.corpus, s, spec.train.seed, spec.model.vocab_size)
+    stream = TokenStream("builtin", s, spec.train.seed, spec.model.vocab_size)
     position_ids = torch.arange(s).unsqueeze(0).expand(micro, s)
     mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
     rank, world = dist.get_rank(), dist.get_world_size()

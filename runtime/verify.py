@@ -199,7 +199,7 @@ def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     step = latest_checkpoint(Path(paths.checkpoint_dir))
-    tokens = token_batch(spec.train.data.corpus, spec.model.vocab_size)
+    tokens = token_batch("builtin", spec.model.vocab_size)
     if spec.train.backend == "deepspeed":
         reference = deepspeed_outputs(spec, step, tokens)
     else:

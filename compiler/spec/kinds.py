@@ -206,8 +206,28 @@ PATH = Kind(
     extra=_path_problem,
 )
 
+_WEIGHT = r"[0-9]+(?:\.[0-9]+)?"
+
+
+def _split_problem(value: str) -> str | None:
+    if float(value.split(",")[0]) == 0:
+        return "its train weight (the first number) is 0: nothing would be trained on"
+    return None
+
+
+SPLIT = Kind(
+    "split",
+    "three train,valid,test weights (Megatron's --split)",
+    rf"{_WEIGHT},{_WEIGHT},{_WEIGHT}",
+    r"[0-9.,]",
+    "949,50,1",
+    64,
+    why="it is Megatron's --split: documents are divided between train, valid and test in these proportions",
+    extra=_split_problem,
+)
+
 KINDS: dict[str, Kind] = {
-    k.name: k for k in (PLAIN_NAME, LABEL, HOST, INTERFACE, RDMA_DEVICE, ENV_NAME, SLURM_NAME, SLURM_TIME, PATH)
+    k.name: k for k in (PLAIN_NAME, LABEL, HOST, INTERFACE, RDMA_DEVICE, ENV_NAME, SLURM_NAME, SLURM_TIME, PATH, SPLIT)
 }
 
 # Upper bounds of spec numbers: far above any real job, low enough that no rule, model or hint
@@ -239,5 +259,7 @@ RATE_MIN = 1e-3  # rates divide: a time per step must stay finite (1e-300 TFLOP/
 LR_MAX = 100.0
 WEIGHT_DECAY_MAX = 10.0
 GRAD_CLIP_MAX = 1e6
+BLEND_WEIGHT_MAX = 1e6  # blend weights are normalised; only their ratios matter
+SOURCES_MAX = 4096  # datasets in one blend (Megatron's --data-path list)
 EPS_MAX = 1.0
 ROPE_THETA_MAX = 1e12

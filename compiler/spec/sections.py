@@ -288,16 +288,44 @@ class CheckpointSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DataSpec:
-    """Training data."""
+class DataSourceSpec:
+    """One dataset of a weighted blend, as a pair of Megatron's --data-path (WEIGHT PREFIX)."""
 
-    corpus: str = key(
-        "builtin = the text corpus shipped with lmspec; otherwise a path to a UTF-8 text file.",
-        example="builtin",
+    path: str = key(
+        "Megatron indexed-dataset prefix: PREFIX.bin and PREFIX.idx exist (written by `lmspec data prepare`).",
+        example="data/web_text_document",
         kind=K.PATH,
     )
-    tokenizer: Literal["byte"] = key(
-        "Tokenizer; byte = byte-level, built offline (256 ids + specials).", example="byte"
+    weight: float = key(
+        "Sampling weight; the blend's weights are normalised to sum to 1.",
+        example=0.7,
+        exclusive_minimum=0,
+        maximum=K.BLEND_WEIGHT_MAX,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSpec:
+    """Training data: tokenizer, datasets and their train/valid/test split."""
+
+    tokenizer: Literal["byte", "hf"] = key(
+        "byte = byte-level, built offline (256 ids + specials); hf = the HuggingFace tokenizer at tokenizer_path.",
+        example="byte",
+    )
+    tokenizer_path: str | None = key(
+        "Local directory holding tokenizer.json (loaded offline, never downloaded); null with tokenizer=byte.",
+        example="tokenizers/my_bpe",
+        kind=K.PATH,
+    )
+    sources: list[DataSourceSpec] | None = key(
+        "Weighted blend of Megatron datasets (Megatron's --data-path); null = the corpus shipped with lmspec.",
+        example=[{"path": "data/web_text_document", "weight": 1.0}],
+        max_items=K.SOURCES_MAX,
+    )
+    split: str = key(
+        "Documents divided train,valid,test in these proportions (Megatron's --split).",
+        example="949,50,1",
+        kind=K.SPLIT,
     )
 
 
@@ -322,6 +350,15 @@ class TrainSpec:
     steps: int = key("Optimizer steps to train.", example=1000, minimum=1, maximum=K.STEPS_MAX)
     seed: int = key("Random seed (model init, data order).", example=1234, minimum=0, maximum=K.SEED_MAX)
     log_interval: int = key("Log one metrics line every this many steps.", example=10, minimum=1, maximum=K.STEPS_MAX)
+    eval_interval: int = key(
+        "Validation loss every this many steps (and after the last).", example=1000, minimum=1, maximum=K.STEPS_MAX
+    )
+    eval_iters: int = key(
+        "Global batches of the valid split per validation; 0 = no validation.",
+        example=10,
+        minimum=0,
+        maximum=K.STEPS_MAX,
+    )
     checkpoint: CheckpointSpec = key("Checkpointing.")
     data: DataSpec = key("Training data.")
 

@@ -21,9 +21,12 @@ def _convert(tp: Any, value: Any) -> Any:
         for arg in typing.get_args(tp):
             if isinstance(arg, type) and dataclasses.is_dataclass(arg) and isinstance(value, dict):
                 return from_dict(arg, value)
-        return tuple(value) if isinstance(value, list) else value
+            if typing.get_origin(arg) is list and isinstance(value, list):
+                return _convert(arg, value)
+        return value
     if origin is list:
-        return tuple(value)
+        (item,) = typing.get_args(tp)
+        return tuple(_convert(item, v) for v in value)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, value)
     if tp is float:

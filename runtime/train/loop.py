@@ -164,7 +164,7 @@ def train(build: Build) -> int:
             print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
     elif rank0:
         print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
-    stream = TokenStream(spec.train.data.corpus, spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
+    stream = TokenStream("builtin", spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
     stop = StopRequest()
     stop.install()
     log = MetricsLog(

@@ -90,7 +90,7 @@ STRINGS = [
     _string("convert.output", "", EMPTY, "empty"),
     _string("convert.output", f"runs/hf{NL}rm -rf ~", "a newline (U+000A) at position 7", "newline-injection"),
     _string("serve.model_path", "/models/x\x00y", "a NUL byte (U+0000)", "nul"),
-    _string("train.data.corpus", f"data{ESC}.txt", CONTROL, "control-in-middle"),
+    _string("train.data.tokenizer_path", f"tok{ESC}/bpe", CONTROL, "control-in-middle"),
     _string("train.checkpoint.dir", "runs/" + "x" * 300, "longer than 255 bytes (NAME_MAX)", "component-too-long"),
 ]
 

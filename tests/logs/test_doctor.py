@@ -71,7 +71,7 @@ GOLDEN = [
             "train.precision=bf16",
             "train.grad_clip=1.0",
             "train.optimizer.lr=6e-05",
-            "train.data.corpus=",
+            "train.data.sources=",
         ],
         id="nan-megatron",
     ),

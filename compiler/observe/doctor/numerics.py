@@ -16,6 +16,7 @@ import re
 from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.observe.metrics_record import digits_int
+from lmspec.compiler.spec.sections import TrainSpec
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
@@ -76,13 +77,18 @@ def _fixes(context: RunContext | None, lr: float | None, first_line: int) -> lis
     )
     fixes.append(
         Fix(
-            "train.data.corpus",
-            train.data.corpus if train else "<unchanged>",
+            "train.data.sources",
+            _sources(train) if train else "<unchanged>",
             f"check the samples fed just before log line {first_line} (empty/garbage documents, "
             "token ids >= vocab_size)",
         )
     )
     return fixes
+
+
+def _sources(train: TrainSpec) -> str:
+    sources = train.data.sources
+    return ",".join(s.path for s in sources) if sources else "null (the built-in corpus)"
 
 
 class NonFiniteLoss:
