@@ -17,6 +17,7 @@ from lmspec.compiler.errors import Problem
 from lmspec.compiler.models.comm import CommEstimate, estimate_comm
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
+from lmspec.compiler.models.samples import SplitSamples, split_samples
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
 from lmspec.compiler.models.summary import (
     FlopsSummary,
@@ -63,6 +64,7 @@ class Batch:
     grad_accum_steps: int
     seq_length: int
     tokens_per_step: int
+    samples: SplitSamples  # what the train and valid splits must supply (Megatron's dataset sizes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +199,7 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
         grad_accum_steps=dims.micro_batches,
         seq_length=t.seq_length,
         tokens_per_step=t.global_batch_size * t.seq_length,
+        samples=split_samples(t),
     )
     memory = estimate_train_memory(spec)
     assert memory is not None, "validate() guarantees a legal layout"

@@ -179,7 +179,7 @@ def _healthy(url: str) -> bool:
 
 def _tokenizer_flags(plan: Plan) -> list[str]:
     """`--tokenizer DIR` with the byte tokenizer when the model directory has none."""
-    from lmspec.runtime.train.hf_tokenizer import has_tokenizer, save_byte_tokenizer
+    from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
 
     model = Path(plan.paths.served_model_dir)
     if not model.is_dir() or has_tokenizer(model) or plan.spec.train.data.tokenizer != "byte":

@@ -1,0 +1,1 @@
+"""Tokenizers and datasets: `lmspec data prepare`, and what training reads through megatron-core."""
