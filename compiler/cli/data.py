@@ -17,8 +17,6 @@ from typing import Any
 
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 
-EXIT_INTERRUPTED = 130  # what a shell reports for Ctrl-C
-
 
 class _Terminated(Exception):
     """SIGTERM, raised in the main thread so the staging directory is removed on the way out."""
@@ -38,7 +36,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(args.tokenizer, key="--tokenizer")
     except TokenizerError as exc:
         raise UsageError(str(exc)) from None
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         sidecar = prepare(
             list(args.inputs),
@@ -54,9 +52,11 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             raise
         print(f"lmspec: error: {exc}; nothing was written", file=sys.stderr)
         return EXIT_FAILED
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, _Terminated) as exc:
         print(f"lmspec: interrupted; nothing was written under --output {str(args.output)!r}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)  # as a shell reports it
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(
         f"prepared {sidecar.documents:,} documents, {sidecar.tokens:,} tokens into {args.output}.bin/.idx "
         f"(tokenizer {sidecar.tokenizer_sha256[:12]}, vocabulary {sidecar.vocab_size})"
