@@ -4,9 +4,9 @@
 
 Both sides run under torchrun with 2 ranks (DP=2, gloo) on this machine, in
 alternating rounds of the same script, on the same megatron-core GPTModel (built
-by lmspec.runtime.train.megatron.model), the same batches (lmspec.runtime.train.data over lmspec.runtime.data.datasets) and the same batch
-shape (micro 4, global 16, seq 128, fp32). The plain loop is what a person would
-write by hand: torch DDP, torch AdamW, clip_grad_norm_, one loss.backward() per
+by lmspec.runtime.train.megatron.model), the same batches (lmspec.runtime.train.data over
+lmspec.runtime.data.datasets) and the same batch shape (micro 4, global 16, seq 128, fp32).
+The plain loop is what a person would write by hand: torch DDP, torch AdamW, clip_grad_norm_, one loss.backward() per
 micro-batch. The runtime's number is its own metrics (step time from data fetch
 to optimizer step, the same span the plain loop times). The first WARMUP_STEPS
 steps of each run are left out. Prints both figures and their ratio (target >= 0.95).

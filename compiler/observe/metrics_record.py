@@ -1,10 +1,12 @@
 """What one logged training step measured: the one record type lmspec's runtime writes and every log reader returns.
 
 The runtime (runtime/train/metrics.py) fills the first eight fields and writes each logged step twice, from
-this record (a validation is a record of the step and `val_loss` alone, in metrics.jsonl): a JSON line of `metrics.jsonl` (`to_json`) and a human line on stdout (`to_text`). `lmspec logs`
+this record: a JSON line of `metrics.jsonl` (`to_json`) and a human line on stdout (`to_text`). `lmspec logs`
 and `lmspec doctor` read both back with the record's own inverses (`from_json`, `from_text`), and the other
 log readers (Megatron, DeepSpeed, a user regex) return the same record with the fields their format states,
-so the writer and the readers cannot drift apart. No torch here: the compiler side imports it too.
+so the writer and the readers cannot drift apart.
+A validation is a record of its own in metrics.jsonl: the step and `val_loss` alone.
+No torch here: the compiler side imports it too.
 """
 
 from __future__ import annotations

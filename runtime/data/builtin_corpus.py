@@ -12,6 +12,11 @@ from pathlib import Path
 CORPUS_DIR = Path(__file__).resolve().parent.parent / "train" / "corpus"
 
 
+def corpus_files() -> list[Path]:
+    """The shipped `.txt` files, in order (lmspec data prepare reads plain text as blank-line documents)."""
+    return sorted(CORPUS_DIR.glob("*.txt"))
+
+
 def builtin_documents() -> list[str]:
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(CORPUS_DIR.glob("*.txt")))
+    text = "\n\n".join(p.read_text(encoding="utf-8") for p in corpus_files())
     return [p.strip() for p in text.split("\n\n") if p.strip()]

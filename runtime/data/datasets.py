@@ -17,8 +17,6 @@ sequence (Megatron drops the last partial validation sequence). So samples are (
 
 from __future__ import annotations
 
-import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ from lmspec.compiler.build.files import DATA_DIR, TOKENIZER_DIR
 from lmspec.compiler.data.sidecar import read_sidecar
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
-from lmspec.runtime.data.builtin_corpus import builtin_documents
+from lmspec.runtime.data.builtin_corpus import corpus_files
 from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
 from lmspec.runtime.data.tokenizer import TextTokenizer, load_tokenizer
 
@@ -100,11 +98,7 @@ def builtin_prefix(tokenizer: TextTokenizer, run_dir: Path) -> Path:
     if _rank0():
         sidecar = read_sidecar(prefix)
         if sidecar is None or sidecar.tokenizer_sha256 != tokenizer.files.sha256:
-            prefix.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=prefix.parent) as temp:
-                documents = Path(temp) / "builtin.jsonl"
-                documents.write_text("".join(json.dumps({"text": d}) + "\n" for d in builtin_documents()))
-                prepare([documents], tokenizer, prefix, text_key="text", workers=1, append_eod=True, progress=False)
+            prepare(corpus_files(), tokenizer, prefix, workers=1, append_eod=True, progress=False)
     _barrier()
     return prefix
 

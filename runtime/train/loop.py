@@ -37,9 +37,9 @@ import torch.distributed as dist
 from lmspec.compiler.build.files import DS_CONFIG, LAUNCH_FILES, TRAINER_STATE
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from lmspec.compiler.models.samples import evaluates_after, evaluation_index
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
-from lmspec.compiler.models.samples import evaluates_after, evaluation_index
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.data.datasets import DataError, build_datasets
 from lmspec.runtime.data.tokenizer import TokenizerError
@@ -199,7 +199,12 @@ def train(build: Build) -> int:
         while step < spec.train.steps:
             started = time.perf_counter()
             batches = micro_batches(
-                data.train, consumed, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, trainer.num_micro_batches
+                data.train,
+                consumed,
+                trainer.micro_batch_size,
+                trainer.dp_rank,
+                trainer.dp_size,
+                trainer.num_micro_batches,
             )
             loss, grad_norm, lr = trainer.train_step(batches, lr_at(spec, step + 1))
             elapsed = time.perf_counter() - started

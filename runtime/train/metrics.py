@@ -118,7 +118,9 @@ class MetricsLog:
 
     def record_validation(self, step: int, val_loss: float) -> None:
         if self.is_rank0:
-            self._write(StepMetrics(step=step, val_loss=val_loss), f"lmspec: validation loss at step {step}: {val_loss:.4f}")
+            self._write(
+                StepMetrics(step=step, val_loss=val_loss), f"lmspec: validation loss at step {step}: {val_loss:.4f}"
+            )
 
     def _write(self, m: StepMetrics, line: str | None = None) -> None:
         line = m.to_text() if line is None else line

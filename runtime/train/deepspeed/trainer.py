@@ -4,8 +4,9 @@ The model is built from `model.*` alone (no download), as the transformers class
 `model.family` (lmspec.compiler.families). `deepspeed.initialize` gets the build's
 emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, scheduler,
 gradient accumulation, clipping), so the learning rate follows DeepSpeed's
-scheduler from that file. `eval_loss` runs the engine in eval mode without gradients. Checkpoints use DeepSpeed's own save/load under
-`<step dir>/deepspeed/` (model, optimizer and scheduler states per ZeRO rank).
+scheduler from that file. `eval_loss` runs the engine in eval mode without gradients.
+Checkpoints use DeepSpeed's own save/load under `<step dir>/deepspeed/` (model, optimizer and
+scheduler states per ZeRO rank).
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ class DeepSpeedTrainer:
                 for batch in batches:
                     tokens, labels = batch.tokens.to(self.device), batch.labels.to(self.device)
                     logits = self.engine(input_ids=tokens).logits
-                    loss_sum = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1), reduction="sum")
+                    loss_sum = F.cross_entropy(
+                        logits.float().view(-1, logits.shape[-1]), labels.view(-1), reduction="sum"
+                    )
                     totals += torch.tensor([float(loss_sum), labels.numel()], dtype=torch.float64)
         finally:
             self.engine.train()
