@@ -41,6 +41,7 @@ OVERRIDES = [
     "train.log_interval=1",
     f"train.checkpoint.interval={STEPS}",
     "train.checkpoint.resume=never",
+    "train.eval_iters=0",  # no validation: the plain loop has none, and only training steps are timed
     "name=bench_overhead",
 ]
 
