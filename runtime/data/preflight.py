@@ -9,8 +9,8 @@ that megatron-core's IndexedDataset reads and that agree (the .bin holds exactly
 tokenizer's sha256 and the same documents and tokens (no sidecar: a warning, the tokenizer cannot
 be checked); and every split the run reads (train; valid when the run validates) gets, in Megatron's
 own division of each source's documents (BlendedMegatronDatasetBuilder over the .idx), at least
-one sample of `train.seq_length + 1` tokens. All problems are returned at once; each names the
-key, the path and the fix. Nothing here writes a file.
+one sample of `train.seq_length + 1` tokens (runtime/data/index_probe.py asks megatron-core). All
+problems are returned at once; each names the key, the path and the fix. Nothing here writes a file.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import os
 import struct
 import sys
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lmspec.compiler.data.sidecar import DatasetSidecar, SidecarError, read_sidecar, sidecar_path
 from lmspec.compiler.data.tokenizer_files import TokenizerFiles, read_tokenizer_files
@@ -31,13 +30,10 @@ from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import DataSourceSpec
 
 if TYPE_CHECKING:
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from lmspec.runtime.data.index_probe import OpenedDataset
 
 TOKENIZER_KEY = "train.data.tokenizer_path"
 SPLIT_KEY = "train.data.split"
-SPLIT_NAMES = ("train", "valid", "test")  # megatron.core.datasets.utils.Split, in order
-# megatron-core warns on import that Transformer Engine and Apex are missing: true, and no news to a preflight
-_MEGATRON_IMPORT_WARNING = "Transformer Engine and Apex are not installed"
 
 
 @dataclass(frozen=True)
@@ -146,12 +142,12 @@ def _check_source(plan: Plan, index: int, source: DataSourceSpec, tokenizer: _To
     return problems
 
 
-def _open(prefix: Path) -> tuple[IndexedDataset | None, str]:
-    """megatron-core's own reader over PREFIX.idx (its header, version, dtype and counts checked); the
-    .bin is not mapped."""
-    IndexedDataset, _, _, _ = _megatron()
+def _open(prefix: Path) -> tuple[OpenedDataset | None, str]:
+    """megatron-core's own reader over PREFIX.idx, or None and why it refused."""
+    from lmspec.runtime.data.index_probe import OpenedDataset
+
     try:
-        return IndexedDataset(str(prefix), mmap=False), ""
+        return OpenedDataset(str(prefix)), ""
     except (AssertionError, ValueError, OSError, IndexError, TypeError, struct.error) as exc:
         return None, str(exc) or type(exc).__name__
 
@@ -237,7 +233,9 @@ def _check_splits(plan: Plan, index: int, path: str, prefix: Path, tokens: int) 
     read = [("train", samples.train, "")]
     if samples.valid:
         read.append(("valid", samples.valid, f", or set train.eval_iters=0 (no validation; {train.eval_iters} now)"))
-    shares = _split_shares(prefix, plan)
+    from lmspec.runtime.data.index_probe import SPLIT_NAMES, split_shares
+
+    shares = split_shares(str(prefix), train.data.split, train.seed, train.seq_length)
     problems = []
     for name, wanted, no_eval in read:
         share = shares[SPLIT_NAMES.index(name)]
@@ -258,51 +256,3 @@ def _check_splits(plan: Plan, index: int, path: str, prefix: Path, tokens: int) 
             )
         )
     return problems
-
-
-class _SplitShare:
-    """Built by Megatron's BlendedMegatronDatasetBuilder in GPTDataset's place: it keeps how many
-    documents and tokens the builder gave one split, and builds no sample index (writes no cache)."""
-
-    def __init__(self, dataset: Any, path: str, indices: Any, samples: Any, split: Any, config: Any) -> None:
-        self.documents = len(indices)
-        self.tokens = int(dataset.sequence_lengths[indices].sum(dtype="int64"))
-
-    def __len__(self) -> int:
-        return self.documents
-
-    @staticmethod
-    def build_low_level_dataset(path: str, config: Any) -> Any:
-        IndexedDataset, _, _, _ = _megatron()
-        return IndexedDataset(path, mmap=config.mmap_bin_files)
-
-    @staticmethod
-    def numel_low_level_dataset(dataset: Any) -> int:
-        _, _, _, GPTDataset = _megatron()
-        return int(GPTDataset.numel_low_level_dataset(dataset))
-
-
-def _split_shares(prefix: Path, plan: Plan) -> list[_SplitShare | None]:
-    """Megatron's division of one source between train, valid and test (None: a split of weight 0), as
-    its builder makes it for every source of a blend."""
-    _, Builder, Config, _ = _megatron()
-    train = plan.spec.train
-    config = Config(
-        random_seed=train.seed,
-        sequence_length=train.seq_length,
-        blend=([str(prefix)], None),
-        split=train.data.split,
-        mmap_bin_files=False,
-    )
-    return list(Builder(_SplitShare, [None] * len(SPLIT_NAMES), lambda: True, config).build())
-
-
-def _megatron() -> tuple[Any, Any, Any, Any]:
-    """megatron-core's dataset classes, imported on first use (~6 s: only a run with sources pays it)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_MEGATRON_IMPORT_WARNING)
-        from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-        from megatron.core.datasets.blended_megatron_dataset_config import BlendedMegatronDatasetConfig
-        from megatron.core.datasets.gpt_dataset import GPTDataset
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
-    return IndexedDataset, BlendedMegatronDatasetBuilder, BlendedMegatronDatasetConfig, GPTDataset
