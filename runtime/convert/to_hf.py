@@ -31,8 +31,9 @@ files the converter wrote; an existing `convert.output` without it (a run direct
 checkpoints, a user's directory) or with files it does not name is refused (exit 2), never
 deleted.
 DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32.
-Beside config.json the output carries the training tokenizer (runtime/data/training_tokenizer.py),
-so transformers and vLLM load the model with the ids it was trained on.
+Beside config.json the output carries the training tokenizer (runtime/data/training_tokenizer.py)
+and a generation_config.json with its bos/eos/pad ids, so transformers and vLLM load the model with
+the ids it was trained on and stop at its end of text.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.runtime.convert.dist_reader import Band, DistCheckpoint
 from lmspec.runtime.convert.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter
-from lmspec.runtime.data.training_tokenizer import TrainingTokenizer, training_tokenizer
+from lmspec.runtime.data.training_tokenizer import (
+    GENERATION_CONFIG,
+    TrainingTokenizer,
+    generation_config,
+    training_tokenizer,
+)
 from lmspec.runtime.dtypes import DTYPE_BYTES, torch_dtype
 
 if TYPE_CHECKING:
@@ -267,10 +273,11 @@ def convert_megatron(
 
 
 def _write_configs(doc: Mapping[str, Any], staging: Path, tokenizer: TrainingTokenizer | None) -> None:
-    """config.json as the mapping declares it, and the training tokenizer beside it."""
+    """config.json as the mapping declares it; the training tokenizer beside it, with its special ids."""
     (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
     if tokenizer is not None:
         tokenizer.write(staging)
+        (staging / GENERATION_CONFIG).write_text(generation_config(staging))
 
 
 def convert_deepspeed(

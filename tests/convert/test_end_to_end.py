@@ -99,7 +99,7 @@ def test_converted_models_carry_the_training_tokenizer(tiny_tp2: Trained, tmp_pa
     the training ids: the byte tokenizer for tiny_tp2, and the user's BPE for a build that names one.
     The tokenizer comes from train.data, not from the checkpoint, so the second build converts
     tiny_tp2's checkpoint (same model and layout) rather than training again."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, GenerationConfig
 
     from lmspec.runtime.data.tokenizer import load_tokenizer
     from lmspec.runtime.train.data import EOT_ID, encode
@@ -109,7 +109,7 @@ def test_converted_models_carry_the_training_tokenizer(tiny_tp2: Trained, tmp_pa
         assert lmspec("run", str(tiny_tp2.build), "--stage", "convert", cwd=tiny_tp2.workdir).returncode == 0
     byte = AutoTokenizer.from_pretrained(str(tiny_tp2.hf_dir))
     assert [byte(t, add_special_tokens=False).input_ids for t in texts] == [encode(t) for t in texts]
-    assert byte.eos_token_id == EOT_ID
+    assert byte.eos_token_id == EOT_ID == GenerationConfig.from_pretrained(str(tiny_tp2.hf_dir)).eos_token_id
 
     tok = train_bpe_tokenizer(tmp_path / "bpe")
     overrides = [
@@ -132,5 +132,5 @@ def test_converted_models_carry_the_training_tokenizer(tiny_tp2: Trained, tmp_pa
     served = AutoTokenizer.from_pretrained(str(output))
     training = load_tokenizer(tok)
     assert [served(t).input_ids for t in texts] == training.encode_batch(texts)
-    assert served.eos_token_id == training.eod_id
+    assert served.eos_token_id == training.eod_id == GenerationConfig.from_pretrained(str(output)).eos_token_id
     assert hf_tensors(output).keys() == hf_tensors(tiny_tp2.hf_dir).keys()
