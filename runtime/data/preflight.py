@@ -15,6 +15,7 @@ problems are returned at once; each names the key, the path and the fix. Nothing
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import sys
@@ -93,6 +94,7 @@ def _check_tokenizer(plan: Plan, problems: list[Problem]) -> _Tokenizer:
     return _Tokenizer(files, data.tokenizer_path)
 
 
+@functools.cache
 def _byte_tokenizer_files() -> TokenizerFiles:
     """The identity a dataset prepared with the byte tokenizer's HF files records (save_byte_tokenizer)."""
     from lmspec.runtime.data.byte_tokenizer import save_byte_tokenizer

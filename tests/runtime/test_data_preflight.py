@@ -168,6 +168,16 @@ def test_dataset_of_another_tokenizer(
     assert "sources[0]" not in result.err
 
 
+def test_byte_tokenizer_refuses_a_dataset_of_an_hf_tokenizer(
+    lmspec: Callable[..., CliResult], data: dict[str, Path], tmp_path: Path, cwd: Path
+) -> None:
+    blend = f"train.data.sources=[{{path:{data['good']},weight:1.0}}]"
+    build = compile_build(tmp_path / "build", ["hardware=cpu", "train.data.tokenizer=byte", blend]).dir
+    _refused(
+        lmspec, build, cwd, [SOURCE0, "made with another tokenizer", "the byte tokenizer (train.data.tokenizer=byte)"]
+    )
+
+
 def test_train_split_too_small_for_one_sequence(
     lmspec: Callable[..., CliResult], data: dict[str, Path], tmp_path: Path, cwd: Path
 ) -> None:
