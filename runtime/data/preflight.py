@@ -3,7 +3,7 @@
 Compile cannot check the data (CI may not hold it); a run that finds it wrong only after torchrun
 started, or after Megatron's builder wrote its index cache, wastes the allocation and leaves
 files behind. So, for the typed Plan of a build: the tokenizer loads and its ids fit
-`model.vocab_size`; every `train.data.sources[i]` has PREFIX.bin and PREFIX.idx as regular files
+`model.vocab_size`; every `train.data.sources.N` has PREFIX.bin and PREFIX.idx as regular files
 that megatron-core's IndexedDataset reads and that agree (the .bin holds exactly the tokens the
 .idx describes); its sidecar (PREFIX.lmspec.json, written by `lmspec data prepare`) records this
 tokenizer's sha256 and the same documents and tokens (no sidecar: a warning, the tokenizer cannot
@@ -105,7 +105,7 @@ def _byte_tokenizer_files() -> TokenizerFiles:
 
 
 def _check_source(plan: Plan, index: int, source: DataSourceSpec, tokenizer: _Tokenizer) -> list[Problem]:
-    key = f"train.data.sources[{index}].path"
+    key = f"train.data.sources.{index}.path"
     prefix = Path(source.path)
     named = f"{key}={source.path!r}"
     where = "" if prefix.is_absolute() else f" (relative to {Path.cwd()})"
@@ -252,7 +252,7 @@ def _check_splits(plan: Plan, index: int, path: str, prefix: Path, tokens: int) 
             error(
                 SPLIT_KEY,
                 f"{SPLIT_KEY}={train.data.split!r}: Megatron's division gives the {name} split of "
-                f"train.data.sources[{index}] ({path!r}, {tokens} tokens in all) {got}, but "
+                f"train.data.sources.{index} ({path!r}, {tokens} tokens in all) {got}, but "
                 f"one {name} sample takes train.seq_length+1={need} tokens (the run reads {wanted}); give "
                 f"{name} a larger share of {SPLIT_KEY}, prepare more documents, or lower train.seq_length{no_eval}",
             )

@@ -20,7 +20,7 @@ from helpers.tokenizers import builtin_documents, train_bpe_tokenizer
 
 PREPARE = "run `lmspec data prepare FILE... --tokenizer"
 NOT_READY = "the training data is not ready"
-SOURCE0 = "train.data.sources[0].path"
+SOURCE0 = "train.data.sources.0.path"
 SPLIT = "train.data.split"
 
 
@@ -160,12 +160,12 @@ def test_dataset_of_another_tokenizer(
         build,
         cwd,
         [
-            f"train.data.sources[1].path='{data['other']}': made with another tokenizer",
+            f"train.data.sources.1.path='{data['other']}': made with another tokenizer",
             f"--tokenizer {data['tok']} --output {data['other']}` with this tokenizer",
             "or set train.data.tokenizer_path to the one it was made with",
         ],
     )
-    assert "sources[0]" not in result.err
+    assert "sources.0" not in result.err
 
 
 def test_byte_tokenizer_refuses_a_dataset_of_an_hf_tokenizer(
@@ -186,7 +186,7 @@ def test_train_split_too_small_for_one_sequence(
         lmspec,
         build,
         cwd,
-        [f"{SPLIT}='949,50,1'", "the train split of train.data.sources[0]", "train.seq_length+1=129 tokens"],
+        [f"{SPLIT}='949,50,1'", "the train split of train.data.sources.0", "train.seq_length+1=129 tokens"],
     )
 
 
@@ -199,7 +199,7 @@ def test_split_giving_valid_no_documents_while_the_run_validates(
         lmspec,
         build,
         cwd,
-        [f"{SPLIT}='999,1,0'", "the valid split of train.data.sources[0]", "no documents", "train.eval_iters=0"],
+        [f"{SPLIT}='999,1,0'", "the valid split of train.data.sources.0", "no documents", "train.eval_iters=0"],
     )
     assert "the train split" not in result.err
     fixed = compile_build(
@@ -239,12 +239,12 @@ def test_every_problem_of_a_blend_in_one_run(
         build,
         cwd,
         [
-            "train.data.sources[1].path=",
+            "train.data.sources.1.path=",
             "absent.bin and",
             "absent.idx do not exist",
-            "train.data.sources[2].path=",
+            "train.data.sources.2.path=",
             "holds 8 bytes",
-            "train.data.sources[3].path=",
+            "train.data.sources.3.path=",
             "made with another tokenizer",
             "(3 error(s))",
         ],
