@@ -172,10 +172,12 @@ def test_byte_tokenizer_refuses_a_dataset_of_an_hf_tokenizer(
     lmspec: Callable[..., CliResult], data: dict[str, Path], tmp_path: Path, cwd: Path
 ) -> None:
     blend = f"train.data.sources=[{{path:{data['good']},weight:1.0}}]"
-    build = compile_build(tmp_path / "build", ["hardware=cpu", "train.data.tokenizer=byte", blend]).dir
-    _refused(
-        lmspec, build, cwd, [SOURCE0, "made with another tokenizer", "the byte tokenizer (train.data.tokenizer=byte)"]
-    )
+    overrides = ["hardware=cpu", "train.data.tokenizer=byte", "model.vocab_size=320", blend]
+    build = compile_build(tmp_path / "build", overrides).dir
+    byte = "the byte tokenizer (train.data.tokenizer=byte)"
+    # 320 rows hold the byte tokenizer's 258 ids but not the 384 of the BPE the dataset was made with
+    fragments = [SOURCE0, "made with another tokenizer", byte, "has 384 ids", "set model.vocab_size>=384"]
+    _refused(lmspec, build, cwd, fragments)
 
 
 def test_train_split_too_small_for_one_sequence(
