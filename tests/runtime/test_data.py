@@ -106,26 +106,3 @@ def test_tokenizer_larger_than_the_vocabulary_is_refused(
     message = str(info.value)
     assert "train.data.tokenizer_path=" in message and "384 ids" in message
     assert "model.vocab_size=300" in message and "model.vocab_size>=384" in message
-
-
-@pytest.mark.slow
-def test_run_refuses_a_tokenizer_larger_than_the_vocabulary_found_only_at_run_time(tmp_path: Path) -> None:
-    """Compile time could not read the tokenizer (not there yet); the ranks refuse it before any step, exit 1
-    (torchrun itself prints a traceback of the failed launch; the workers do not)."""
-    from helpers.tokenizers import train_bpe_tokenizer
-    from helpers.torchrun import run
-
-    tokenizer = tmp_path / "tokenizer"
-    overrides = [
-        "name=vocab",
-        "model.vocab_size=300",
-        "train.data.tokenizer=hf",
-        f"train.data.tokenizer_path={tokenizer}",
-    ]
-    build = compile_build(tmp_path / "build", overrides).dir
-    train_bpe_tokenizer(tokenizer)
-    result = run(build, tmp_path)
-    assert result.code != 0
-    assert "exitcode  : 1" in result.output
-    assert f"lmspec: error: train.data.tokenizer_path={str(tokenizer)!r}: the tokenizer has 384 ids" in result.output
-    assert "]: Traceback" not in result.output and not (tmp_path / "runs" / "vocab" / "metrics.jsonl").exists()
