@@ -59,7 +59,7 @@ def data_section(plan: Plan) -> DataSection:
     )
     tokenizer, files = _tokenizer(plan)
     rows = [
-        ("tokenizer", tokenizer),
+        ("training tokenizer", tokenizer),
         (
             "split (train, valid, test)",
             f"{code(t.data.split)}: {', '.join(f'{s:.1%}' for s in shares)} of each source's documents",

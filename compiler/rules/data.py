@@ -24,6 +24,7 @@ from lmspec.compiler.data.sidecar import SIDECAR_SUFFIX
 from lmspec.compiler.data.tokenizer_files import TokenizerFiles, TokenizerFilesError, read_tokenizer_files
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.params import count_params
+from lmspec.compiler.rules.budget import computable
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.rules.run_paths import resolve
 
@@ -200,12 +201,12 @@ def validation_has_a_split(ctx: RuleContext) -> Iterator[Problem]:
 
 def real_data_at_scale(ctx: RuleContext) -> Iterator[Problem]:
     s = ctx.spec
-    params = count_params(s.model).total
+    params = count_params(s.model).total if computable(s) else 0  # else the model rules report it
     scale = []
     if s.hardware.nodes > 1:
         scale.append(ctx.show("hardware.nodes"))
     if params >= LARGE_MODEL_PARAMS:
-        scale.append(f"a {params / 1e9:,.1f} B-parameter model")
+        scale.append(f"a model of {params / 1e9:,.1f} B parameters")
     if not scale:
         return
     job = f"a job on {' with '.join(scale)}" if s.hardware.nodes > 1 else f"a job of {scale[0]}"
