@@ -43,7 +43,8 @@ def code(text: str) -> str:
     """`text` as a Markdown code span inside a table cell: backticks fenced, `|` escaped."""
     fence = "``" if "`" in text else "`"
     pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+    escaped = text.replace("|", "\\|")
+    return f"{fence}{pad}{escaped}{pad}{fence}"
 
 
 def data_section(plan: Plan) -> DataSection:

@@ -106,7 +106,9 @@ def _raw_corpus(path: str) -> str | None:
 
 def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
     data = ctx.spec.train.data
-    tokenizer = data.tokenizer_path if data.tokenizer == "hf" and data.tokenizer_path else "DIR"
+    hf = data.tokenizer == "hf" and data.tokenizer_path is not None
+    tokenizer = data.tokenizer_path if hf else "DIR"
+    also = "" if hf else " with train.data.tokenizer=hf train.data.tokenizer_path=DIR"
     for index, source in enumerate(data.sources or ()):
         if (prefix := _prefix_of(source.path)) is not None:
             yield error(
@@ -122,7 +124,7 @@ def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
                 (
                     f"{show_source(ctx, index)} is a raw corpus, not a Megatron dataset prefix: run "
                     f"`{PREPARE} {source.path} --tokenizer {tokenizer} --output {stem}` and pass "
-                    f"{source_key(index)}={stem}"
+                    f"{source_key(index)}={stem}{also}"
                 ),
             )
 

@@ -55,7 +55,11 @@ ERRORS = [
     ),
     pytest.param(
         ["train.data.sources=[{path:web.jsonl.gz,weight:1.0}]"],
-        ["is a raw corpus", "`lmspec data prepare web.jsonl.gz --tokenizer DIR --output web`"],
+        [
+            "is a raw corpus",
+            "`lmspec data prepare web.jsonl.gz --tokenizer DIR --output web`",
+            "pass train.data.sources.0.path=web with train.data.tokenizer=hf train.data.tokenizer_path=DIR",
+        ],
         id="jsonl-gz-corpus",
     ),
     pytest.param(
