@@ -30,7 +30,7 @@ CONVERTED_MANIFEST = "lmspec-convert.json"
 RUNS = "runs"
 METRICS = "metrics.jsonl"  # lmspec.runtime.train.metrics
 VLLM_LOG = "vllm.log"  # lmspec.runtime.serve.stage
-TOKENIZER_DIR = "tokenizer"  # the byte tokenizer a tiny model is served with
+TOKENIZER_DIR = "tokenizer"  # the training tokenizer a served model without one gets
 VLLM_CACHE_DIR = "vllm_cache"  # vLLM's compile and download caches (serve/serve.sh)
 RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR)
 

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lmspec.compiler.cli.diff",
     "lmspec.compiler.cli.hook",
     "lmspec.compiler.cli.plan",
+    "lmspec.compiler.cli.data",
 )
 
 

@@ -31,6 +31,9 @@ files the converter wrote; an existing `convert.output` without it (a run direct
 checkpoints, a user's directory) or with files it does not name is refused (exit 2), never
 deleted.
 DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32.
+Beside config.json the output carries the training tokenizer (runtime/data/training_tokenizer.py)
+and a generation_config.json with its bos/eos/pad ids, so transformers and vLLM load the model with
+the ids it was trained on and stop at its end of text.
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.runtime.convert.dist_reader import Band, DistCheckpoint
 from lmspec.runtime.convert.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter
+from lmspec.runtime.data.training_tokenizer import (
+    GENERATION_CONFIG,
+    TrainingTokenizer,
+    generation_config,
+    training_tokenizer,
+)
 from lmspec.runtime.dtypes import DTYPE_BYTES, torch_dtype
 
 if TYPE_CHECKING:
@@ -222,8 +231,9 @@ def convert_megatron(
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     progress: bool = False,
     direct: bool = True,
+    tokenizer: TrainingTokenizer | None = None,
 ) -> dict[str, Any]:
-    """Convert one torch_dist directory into an HF directory; returns a summary.
+    """Convert one torch_dist directory into an HF directory (with `tokenizer`'s files); returns a summary.
 
     `direct=False` sends every tensor through the buffered path (the tests compare both).
     """
@@ -250,7 +260,7 @@ def convert_megatron(
                             writer.write_bands(name, found[name], ckpt.fileno)
                     bar.update(task, completed=writer.bytes_written, tensor=t.label)
             writer.finish()
-            (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
+            _write_configs(doc, staging, tokenizer)
     finally:
         ckpt.close()
     return {
@@ -262,7 +272,17 @@ def convert_megatron(
     }
 
 
-def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> dict[str, Any]:
+def _write_configs(doc: Mapping[str, Any], staging: Path, tokenizer: TrainingTokenizer | None) -> None:
+    """config.json as the mapping declares it; the training tokenizer beside it, with its special ids."""
+    (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
+    if tokenizer is not None:
+        tokenizer.write(staging)
+        (staging / GENERATION_CONFIG).write_text(generation_config(staging))
+
+
+def convert_deepspeed(
+    doc: Mapping[str, Any], step_dir: Path, output: Path, tokenizer: TrainingTokenizer | None = None
+) -> dict[str, Any]:
     """ZeRO shards -> full fp32 tensors (DeepSpeed's zero_to_fp32) -> HF names as mapped."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
@@ -282,7 +302,7 @@ def convert_deepspeed(doc: Mapping[str, Any], step_dir: Path, output: Path) -> d
         for p in plan:
             writer.write(p.name, state.pop(p.name).to(torch_dtype(p.dtype)))
         writer.finish()
-        (staging / "config.json").write_text(json.dumps(doc["hf_config"], indent=2, sort_keys=True) + "\n")
+        _write_configs(doc, staging, tokenizer)
     return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards)}
 
 
@@ -296,10 +316,13 @@ def convert_build(
     output = Path(paths.convert_output)
     require_run_paths_apart(build.spec)
     require_replaceable(output, CONVERTED, OUTPUT_LABEL)  # refused before the checkpoint is read
+    tokenizer = training_tokenizer(build.spec.train.data)  # likewise: a tokenizer gone is known before the work
     step = latest_checkpoint(Path(paths.checkpoint_dir))
     if doc["backend"] == "deepspeed":
-        return output, convert_deepspeed(doc, step, output)
-    return output, convert_megatron(doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress)
+        return output, convert_deepspeed(doc, step, output, tokenizer)
+    return output, convert_megatron(
+        doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress, tokenizer=tokenizer
+    )
 
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:

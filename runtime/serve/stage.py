@@ -6,8 +6,9 @@ needs: /v1/models lists the served name, a request without the key is refused wh
 set, and one /v1/completions answers. Then it prints the endpoint and keeps serving until
 Ctrl-C or SIGTERM, which stop the whole group; `--smoke` stops right after the checks.
 
-A converted model without tokenizer files gets the training byte tokenizer written to
-runs/<name>/tokenizer and passed as `--tokenizer` (vLLM needs one to take text prompts).
+A model without tokenizer files (serve.model_path naming one; the converter writes the tokenizer
+beside every model) gets the training tokenizer written to runs/<name>/tokenizer and passed as
+`--tokenizer` (vLLM needs one to take text prompts).
 The spec is the typed one of compiler/build/reader.py, and serve.sh and vllm.yaml are checked
 against manifest.json before anything starts.
 """
@@ -178,15 +179,18 @@ def _healthy(url: str) -> bool:
 
 
 def _tokenizer_flags(plan: Plan) -> list[str]:
-    """`--tokenizer DIR` with the byte tokenizer when the model directory has none."""
-    from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
+    """`--tokenizer DIR` with the training tokenizer when the served model directory has none (a model
+    from serve.model_path; the converter puts the tokenizer beside every model it writes)."""
+    from lmspec.runtime.data.byte_tokenizer import has_tokenizer
+    from lmspec.runtime.data.training_tokenizer import training_tokenizer
 
     model = Path(plan.paths.served_model_dir)
-    if not model.is_dir() or has_tokenizer(model) or plan.spec.train.data.tokenizer != "byte":
+    if not model.is_dir() or has_tokenizer(model):
         return []
     directory = Path(plan.paths.run_dir) / TOKENIZER_DIR
-    save_byte_tokenizer(directory)
-    print(f"serve: {model} has no tokenizer; serving with the training byte tokenizer written to {directory}")
+    directory.mkdir(parents=True, exist_ok=True)
+    training_tokenizer(plan.spec.train.data).write(directory)
+    print(f"serve: {model} has no tokenizer; serving with the training tokenizer written to {directory}")
     return ["--tokenizer", str(directory)]
 
 

@@ -5,7 +5,9 @@ stops the whole group); slurm submits launch/sbatch.sh with `sbatch --wait` and 
 progress line until the job ends. Either way the exit code is the training's. The scripts
 find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset.
 The launcher is the typed spec's (spec.resolved.yaml through the schema), and every launch
-file bash reads is checked against manifest.json before anything starts (compiler/build/reader.py).
+file bash reads is checked against manifest.json before anything starts (compiler/build/reader.py);
+then the training data (runtime/data/preflight.py): a dataset or tokenizer that is missing or
+wrong exits 1 with every problem named, before torchrun or sbatch starts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from lmspec.compiler.build.files import LAUNCH_FILES, SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
+from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
@@ -41,6 +44,8 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
                 f"{POLL_INTERVAL_S:g} s until the job ends"
             )
         return EXIT_OK
+    if not data_ready(build.plan):  # before any worker starts or anything is written (--smoke too)
+        return EXIT_FAILED
     if options.smoke:
         return smoke(root, launcher, env)
     if launcher == "local":

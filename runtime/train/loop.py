@@ -37,6 +37,7 @@ from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, TokenStream
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
@@ -216,6 +217,8 @@ def main(argv: list[str]) -> int:
     try:
         build = load_build(build_dir)
         require_run_paths_apart(build.spec)
+        if not data_ready(build.plan, report=os.environ.get("LOCAL_RANK", "0") == "0"):  # one report per node
+            return EXIT_FAILED
         init_distributed(build.spec, build.plan)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)

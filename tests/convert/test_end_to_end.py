@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.convert import MOE_TP2_EP2, Trained, compile_run_build, hf_tensors, lmspec, verify_report
+from helpers.convert import (
+    MOE_TP2_EP2,
+    TRAIN_STEPS,
+    Trained,
+    compile_run_build,
+    hf_tensors,
+    lmspec,
+    verify_report,
+)
+from helpers.tokenizers import builtin_documents, train_bpe_tokenizer
 
 from lmspec.runtime.verify import MIN_LOGITS_COSINE
 
@@ -83,3 +92,45 @@ def test_unknown_and_missing_keys_are_listed_and_nothing_is_written(tiny_tp2: Tr
     assert "not in the mapping" in message and "missing from the checkpoint: embedding.typo" in message
     assert sorted(p.name for p in output.iterdir()) == ["previous"]
     assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no temp directory left behind
+
+
+def test_converted_models_carry_the_training_tokenizer(tiny_tp2: Trained, tmp_path: Path) -> None:
+    """The converter writes the spec's tokenizer beside the weights, so AutoTokenizer on the output gives
+    the training ids: the byte tokenizer for tiny_tp2, and the user's BPE for a build that names one.
+    The tokenizer comes from train.data, not from the checkpoint, so the second build converts
+    tiny_tp2's checkpoint (same model and layout) rather than training again."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from lmspec.runtime.data.tokenizer import load_tokenizer
+    from lmspec.runtime.train.data import EOT_ID, encode
+
+    texts = builtin_documents()[:3] + ["Grüße, 東京"]
+    if not (tiny_tp2.hf_dir / "config.json").is_file():
+        assert lmspec("run", str(tiny_tp2.build), "--stage", "convert", cwd=tiny_tp2.workdir).returncode == 0
+    byte = AutoTokenizer.from_pretrained(str(tiny_tp2.hf_dir))
+    assert [byte(t, add_special_tokens=False).input_ids for t in texts] == [encode(t) for t in texts]
+    assert byte.eos_token_id == EOT_ID == GenerationConfig.from_pretrained(str(tiny_tp2.hf_dir)).eos_token_id
+
+    tok = train_bpe_tokenizer(tmp_path / "bpe")
+    overrides = [
+        "hardware=cpu",
+        "parallel.tp=2",
+        f"train.steps={TRAIN_STEPS}",
+        f"train.checkpoint.interval={TRAIN_STEPS}",
+    ]
+    hf_data = [
+        "train.data.tokenizer=hf",
+        f"train.data.tokenizer_path={tok}",
+        "train.checkpoint.dir=runs/tiny_tp2/checkpoints",
+    ]
+    build = compile_run_build(tiny_tp2.workdir, "tiny_tp2_bpe", [*overrides, *hf_data])
+    result = lmspec("run", str(build), "--stage", "convert", cwd=tiny_tp2.workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = tiny_tp2.workdir / "runs" / "tiny_tp2_bpe" / "hf"
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in output.iterdir()}
+    assert (output / "tokenizer.json").read_bytes() == (tok / "tokenizer.json").read_bytes()
+    served = AutoTokenizer.from_pretrained(str(output))
+    training = load_tokenizer(tok)
+    assert [served(t).input_ids for t in texts] == training.encode_batch(texts)
+    assert served.eos_token_id == training.eod_id == GenerationConfig.from_pretrained(str(output)).eos_token_id
+    assert hf_tensors(output).keys() == hf_tensors(tiny_tp2.hf_dir).keys()

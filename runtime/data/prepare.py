@@ -1,0 +1,250 @@
+"""Text in, a Megatron indexed dataset out: what `lmspec data prepare` does (and training, for the built-in corpus).
+
+The files are written by megatron-core's own `IndexedDatasetBuilder` (token dtype from its
+`DType.optimal_dtype`), one Megatron document per input document, so Megatron-LM reads them
+unchanged. Memory stays bounded whatever the input: files stream a batch at a time and at most
+two batches per worker are in flight; only the index (two ints per document) grows. Output is
+atomic: everything is written in a hidden staging directory beside PREFIX and hard-linked into
+place (never replacing a file) only when complete; any failure or interrupt removes the staging
+directory, so no PREFIX.* file is left half-written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmspec.compiler.data.sidecar import DatasetSidecar, sidecar_path
+from lmspec.compiler.errors import UsageError
+from lmspec.runtime.data.readers import INPUT_KINDS, Batch, batch_texts, is_parquet, read_batches
+from lmspec.runtime.data.tokenizer import TextTokenizer
+
+IN_FLIGHT_PER_WORKER = 2
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A batch's token ids, concatenated in the dataset's dtype, and each document's length."""
+
+    tokens: np.ndarray
+    lengths: list[int]
+
+
+@dataclass(frozen=True)
+class Encoder:
+    tokenizer: TextTokenizer
+    dtype: type[np.number]
+    eod_id: int | None  # appended to every document when set
+
+    def __call__(self, batch: Batch) -> Encoded:
+        ids = self.tokenizer.encode_batch(batch_texts(batch))
+        if self.eod_id is not None:
+            for doc in ids:
+                doc.append(self.eod_id)
+        lengths = [len(doc) for doc in ids]
+        tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=sum(lengths))
+        return Encoded(tokens, lengths)
+
+
+def dataset_files(prefix: Path) -> tuple[Path, Path, Path]:
+    """PREFIX.bin, PREFIX.idx and the sidecar: what a prepared dataset is made of."""
+    return prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx"), sidecar_path(prefix)
+
+
+def prepare(
+    inputs: list[Path],
+    tokenizer: TextTokenizer,
+    output: Path,
+    *,
+    text_key: str = "text",
+    workers: int = 1,
+    append_eod: bool = False,
+    progress: bool = False,
+) -> DatasetSidecar:
+    """Tokenize `inputs` into the Megatron dataset `output` (a prefix) and its sidecar.
+
+    UsageError for a wrong call (missing input, existing output, no eos for `append_eod`),
+    DataInputError (lmspec.runtime.data.readers) for content that cannot be prepared.
+    """
+    _check_call(inputs, tokenizer, output, workers, append_eod)
+    with warnings.catch_warnings():  # megatron.core's import warns that the GPU-only Transformer Engine/Apex are absent
+        warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+        from megatron.core.datasets.indexed_dataset import DType
+
+    encoder = Encoder(
+        tokenizer, DType.optimal_dtype(tokenizer.files.vocab_size), tokenizer.eod_id if append_eod else None
+    )
+    created = _make_parents(output.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
+    try:
+        documents, tokens = _write_dataset(staging / output.name, inputs, text_key, encoder, workers, progress)
+        sidecar = DatasetSidecar(
+            tokenizer_sha256=tokenizer.files.sha256,
+            vocab_size=tokenizer.files.vocab_size,
+            eod_id=encoder.eod_id,
+            documents=documents,
+            tokens=tokens,
+        )
+        sidecar_path(staging / output.name).write_text(sidecar.text(), encoding="utf-8")
+        _publish(staging / output.name, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for directory in reversed(created):
+            _remove_if_empty(directory)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return sidecar
+
+
+def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, workers: int, append_eod: bool) -> None:
+    if not inputs:
+        raise UsageError(f"INPUT: no input files; give one or more {INPUT_KINDS} files")
+    for path in inputs:
+        if not path.is_file():
+            what = "a directory" if path.is_dir() else "no such file"
+            raise UsageError(f"INPUT {str(path)!r}: {what}; give existing {INPUT_KINDS} files")
+        if is_parquet(path):
+            try:
+                import pyarrow.parquet  # noqa: F401
+            except ImportError:
+                raise UsageError(
+                    f"INPUT {str(path)!r}: reading parquet needs pyarrow, which is not installed; "
+                    "`pip install pyarrow`, or convert the file to .jsonl"
+                ) from None
+    if workers < 1:
+        raise UsageError(f"--workers {workers}: give a number of processes >= 1")
+    if append_eod and tokenizer.eod_id is None:
+        raise UsageError(
+            f"--append-eod: the tokenizer in {str(tokenizer.directory)!r} declares no eos token to append; "
+            "set eos_token in its tokenizer_config.json, or drop --append-eod"
+        )
+    existing = [str(path) for path in dataset_files(output) if path.exists() or path.is_symlink()]
+    if existing:
+        raise UsageError(
+            f"--output {str(output)!r}: {', '.join(existing)} already exist(s) and is never overwritten; "
+            "give another prefix, or remove those files first"
+        )
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    """Create `directory` and its missing parents; the ones created, outermost first."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    directory.mkdir(parents=True, exist_ok=True)
+    return list(reversed(missing))
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def _write_dataset(
+    staged: Path, inputs: list[Path], text_key: str, encoder: Encoder, workers: int, progress: bool
+) -> tuple[int, int]:
+    """Write staged.bin/.idx with Megatron's builder; the documents and tokens written."""
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+    from tqdm import tqdm
+
+    bin_path, idx_path, _ = dataset_files(staged)
+    builder = IndexedDatasetBuilder(str(bin_path), dtype=encoder.dtype)
+    bar = tqdm(unit=" docs", file=sys.stderr, disable=not progress, mininterval=0.5, dynamic_ncols=True)
+    start = time.perf_counter()
+    documents = tokens = 0
+
+    def write(encoded: Encoded) -> None:
+        nonlocal documents, tokens
+        offset = 0
+        for length in encoded.lengths:
+            builder.add_document(encoded.tokens[offset : offset + length], [length])
+            offset += length
+        documents += len(encoded.lengths)
+        tokens += offset
+        bar.update(len(encoded.lengths))
+        bar.set_postfix_str(f"{tokens / max(time.perf_counter() - start, 1e-9):,.0f} tokens/s", refresh=False)
+
+    batches = (batch for path in inputs for batch in read_batches(path, text_key))
+    try:
+        if workers == 1:
+            for batch in batches:
+                write(encoder(batch))
+        else:
+            _encode_in_workers(batches, encoder, workers, write)
+        builder.finalize(str(idx_path))
+    finally:
+        builder.data_file.close()
+        bar.close()
+    return documents, tokens
+
+
+def _encode_in_workers(
+    batches: Iterator[Batch], encoder: Encoder, workers: int, write: Callable[[Encoded], None]
+) -> None:
+    """Encode on `workers` processes, results written in input order (so output is the same for any N)."""
+    context = multiprocessing.get_context("fork")  # the loaded tokenizer is inherited, not pickled
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(encoder,))
+    pending: deque[Future[Encoded]] = deque()
+    try:
+        for batch in batches:
+            pending.append(pool.submit(_encode_in_worker, batch))
+            if len(pending) >= IN_FLIGHT_PER_WORKER * workers:
+                write(pending.popleft().result())
+        while pending:
+            write(pending.popleft().result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_WORKER_ENCODER: Encoder | None = None
+
+
+def _start_worker(encoder: Encoder) -> None:
+    """A worker leaves Ctrl-C to the parent, which stops the pool and removes the staging directory."""
+    global _WORKER_ENCODER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_ENCODER = encoder
+
+
+def _encode_in_worker(batch: Batch) -> Encoded:
+    assert _WORKER_ENCODER is not None, "the pool's initializer sets the encoder"
+    return _WORKER_ENCODER(batch)
+
+
+def _publish(staged: Path, output: Path) -> None:
+    """Hard-link the staged files to PREFIX.*, all or none, never replacing a file; signals wait meanwhile."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    linked: list[Path] = []
+    try:
+        for source, target in zip(dataset_files(staged), dataset_files(output)):
+            try:
+                os.link(source, target)
+            except FileExistsError:
+                for path in linked:
+                    path.unlink()
+                raise UsageError(
+                    f"--output {str(output)!r}: {target} appeared while preparing and is never overwritten; "
+                    "give another prefix"
+                ) from None
+            linked.append(target)
+    except BaseException:
+        for path in linked:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
