@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +38,7 @@ LARGE_MODEL_PARAMS = 10**9  # from here on a model is trained for real, not as a
 DATASET_FILE_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)  # files of a prefix, never the prefix itself
 RAW_CORPUS_SUFFIXES = (".jsonl.gz", ".jsonl", ".json", ".parquet", ".txt")  # `lmspec data prepare` inputs
 PREPARE = "lmspec data prepare"
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./-]+")  # a path Hydra reads as itself, unquoted
 
 
 def padded_vocab_size(ids: int) -> int:
@@ -53,6 +56,13 @@ def show_source(ctx: RuleContext, index: int) -> str:
     sources = ctx.spec.train.data.sources or ()
     key = source_key(index)
     return f"{key}={json.dumps(sources[index].path)} ({ctx.origins.of(key)})"
+
+
+def override(key: str, value: str) -> str:
+    """`key=value` as typed on the command line: a value Hydra would not read plain is quoted."""
+    if PLAIN_VALUE.fullmatch(value):
+        return f"{key}={value}"
+    return shlex.quote(f"{key}={json.dumps(value)}")
 
 
 def local_tokenizer(path: str) -> TokenizerFiles | TokenizerFilesError:
@@ -107,7 +117,7 @@ def _raw_corpus(path: str) -> str | None:
 def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
     data = ctx.spec.train.data
     hf = data.tokenizer == "hf" and data.tokenizer_path is not None
-    tokenizer = data.tokenizer_path if hf else "DIR"
+    tokenizer = shlex.quote(data.tokenizer_path) if hf and data.tokenizer_path else "DIR"
     also = "" if hf else " with train.data.tokenizer=hf train.data.tokenizer_path=DIR"
     for index, source in enumerate(data.sources or ()):
         if (prefix := _prefix_of(source.path)) is not None:
@@ -115,7 +125,7 @@ def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
                 source_key(index),
                 (
                     f"{show_source(ctx, index)} names one file of a Megatron dataset; sources are given by the "
-                    f"prefix PREFIX.bin and PREFIX.idx share: pass the prefix: {source_key(index)}={prefix}"
+                    f"prefix PREFIX.bin and PREFIX.idx share: pass the prefix: {override(source_key(index), prefix)}"
                 ),
             )
         elif (stem := _raw_corpus(source.path)) is not None:
@@ -123,8 +133,9 @@ def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
                 source_key(index),
                 (
                     f"{show_source(ctx, index)} is a raw corpus, not a Megatron dataset prefix: run "
-                    f"`{PREPARE} {source.path} --tokenizer {tokenizer} --output {stem}` and pass "
-                    f"{source_key(index)}={stem}{also}"
+                    f"`{PREPARE} {shlex.quote(source.path)} --tokenizer {tokenizer} --output {shlex.quote(stem)}` "
+                    "and pass "
+                    f"{override(source_key(index), stem)}{also}"
                 ),
             )
 
