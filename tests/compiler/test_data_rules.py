@@ -73,6 +73,14 @@ ERRORS = [
         id="json-corpus",
     ),
     pytest.param(
+        ["train.data.sources=[{path:'my corpus.jsonl',weight:1.0}]"],
+        [
+            "`lmspec data prepare 'my corpus.jsonl' --tokenizer DIR --output 'my corpus'`",
+            "and pass 'train.data.sources.0.path=\"my corpus\"'",
+        ],
+        id="corpus-path-quoted",
+    ),
+    pytest.param(
         ["train.data.sources=[{path:a,weight:0}]"],
         ["train.data.sources.0.weight=0 (command-line override): expected a number > 0"],
         id="weight-positive",
