@@ -4,9 +4,9 @@
 
 Both sides run under torchrun with 2 ranks (DP=2, gloo) on this machine, in
 alternating rounds of the same script, on the same megatron-core GPTModel (built
-by lmspec.runtime.train.megatron.model), the same batches (lmspec.runtime.train.data) and the same batch
-shape (micro 4, global 16, seq 128, fp32). The plain loop is what a person would
-write by hand: torch DDP, torch AdamW, clip_grad_norm_, one loss.backward() per
+by lmspec.runtime.train.megatron.model), the same batches (lmspec.runtime.train.data over
+lmspec.runtime.data.datasets) and the same batch shape (micro 4, global 16, seq 128, fp32).
+The plain loop is what a person would write by hand: torch DDP, torch AdamW, clip_grad_norm_, one loss.backward() per
 micro-batch. The runtime's number is its own metrics (step time from data fetch
 to optimizer step, the same span the plain loop times). The first WARMUP_STEPS
 steps of each run are left out. Prints both figures and their ratio (target >= 0.95).
@@ -104,7 +104,8 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
-    from lmspec.runtime.train.data import TokenStream
+    from lmspec.runtime.data.datasets import build_datasets
+    from lmspec.runtime.train.data import micro_batches
     from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
 
     batch = plan.batch
@@ -117,14 +118,14 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
         model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
     )
     micro, accum, s = batch.micro_batch_size, batch.grad_accum_steps, batch.seq_length
-    stream = TokenStream("builtin", s, spec.train.seed, spec.model.vocab_size)
+    train_data = build_datasets(spec, plan).train
     position_ids = torch.arange(s).unsqueeze(0).expand(micro, s)
     mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)
     rank, world = dist.get_rank(), dist.get_world_size()
     times = []
     for step in range(STEPS):
         started = time.perf_counter()
-        batches = stream.micro_batches(step * batch.global_batch_size, micro, rank, world, accum)
+        batches = micro_batches(train_data, step * batch.global_batch_size, micro, rank, world, accum)
         optimizer.zero_grad(set_to_none=True)
         for i, b in enumerate(batches):
             context = model.no_sync() if i < accum - 1 else torch.enable_grad()

@@ -69,12 +69,16 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(a, b, dim=0))
 
 
-def token_batch(corpus: str, vocab_size: int) -> torch.Tensor:
-    """The first VERIFY_SEQUENCES x VERIFY_TOKENS tokens of the training corpus."""
-    from lmspec.runtime.train.data import corpus_text, tokenize_corpus
+def token_batch(spec: Any, run_dir: Path) -> torch.Tensor:
+    """The first VERIFY_SEQUENCES x VERIFY_TOKENS tokens of the shipped corpus in the training tokenizer
+    (ids the model was trained to take, whatever train.data.sources holds)."""
+    from lmspec.runtime.data.builtin_corpus import builtin_documents
+    from lmspec.runtime.data.datasets import training_tokenizer
 
-    ids = tokenize_corpus(corpus_text(corpus))[: VERIFY_SEQUENCES * VERIFY_TOKENS]
-    return (ids % vocab_size).reshape(VERIFY_SEQUENCES, VERIFY_TOKENS)
+    tokenizer = training_tokenizer(spec, run_dir)
+    eod = [] if tokenizer.eod_id is None else [tokenizer.eod_id]
+    ids = [i for doc in tokenizer.encode_batch(builtin_documents()) for i in [*doc, *eod]]
+    return torch.tensor(ids[: VERIFY_SEQUENCES * VERIFY_TOKENS]).reshape(VERIFY_SEQUENCES, VERIFY_TOKENS)
 
 
 def _free_port() -> int:
@@ -199,7 +203,7 @@ def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     step = latest_checkpoint(Path(paths.checkpoint_dir))
-    tokens = token_batch("builtin", spec.model.vocab_size)
+    tokens = token_batch(spec, Path(paths.run_dir))
     if spec.train.backend == "deepspeed":
         reference = deepspeed_outputs(spec, step, tokens)
     else:

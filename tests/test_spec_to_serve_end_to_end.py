@@ -37,7 +37,7 @@ def _reference_completion(model_dir: Path, prompt: str, max_tokens: int) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lmspec.runtime.train.data import EOT_ID, decode, encode
+    from lmspec.runtime.data.byte_tokenizer import EOT_ID, decode, encode
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
     ids = torch.tensor([encode(prompt)])

@@ -4,7 +4,9 @@ The runtime (runtime/train/metrics.py) fills the first eight fields and writes e
 this record: a JSON line of `metrics.jsonl` (`to_json`) and a human line on stdout (`to_text`). `lmspec logs`
 and `lmspec doctor` read both back with the record's own inverses (`from_json`, `from_text`), and the other
 log readers (Megatron, DeepSpeed, a user regex) return the same record with the fields their format states,
-so the writer and the readers cannot drift apart. No torch here: the compiler side imports it too.
+so the writer and the readers cannot drift apart.
+A validation is a record of its own in metrics.jsonl: the step and `val_loss` alone.
+No torch here: the compiler side imports it too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class StepMetrics:
     peak_memory_bytes: int | None = None
     loss_scale: float | None = None
     nan_iterations: int | None = None
+    val_loss: float | None = None  # lmspec's runtime: the validation loss after this step (a record of its own)
 
     @classmethod
     def of(cls, step: int, line: int, values: Mapping[str, int | float | None]) -> StepMetrics:

@@ -1,20 +1,30 @@
-"""The training byte tokenizer (lmspec.runtime.train.data) as HuggingFace tokenizer files, for serving.
+"""The byte tokenizer (`train.data.tokenizer=byte`): its ids, and the same ids as HuggingFace tokenizer files.
 
-vLLM and transformers load a tokenizer from `tokenizer.json`; this writes one whose ids are
-exactly lmspec.runtime.train.data's: byte b -> id b, end-of-text 256, pad 257. It is a byte-level BPE with
-no merges, so every byte is one token and decoding gives the bytes back. Built offline with
-the `tokenizers` library: nothing is downloaded.
+Byte b -> id b, end-of-text 256, pad 257 (the model's vocabulary is larger, padded; the extra rows
+are never seen). Training writes it with `save_byte_tokenizer` into the run directory and reads the
+built-in corpus through it like any HF tokenizer; vLLM and transformers serve with the same files.
+It is a byte-level BPE with no merges, so every byte is one token and decoding gives the bytes back.
+Built offline with the `tokenizers` library: nothing is downloaded.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lmspec.runtime.train.data import BYTE_VOCAB, EOT_ID, PAD_ID
-
+BYTE_VOCAB = 256
+EOT_ID = 256
+PAD_ID = 257
 EOT_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def encode(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def decode(ids: list[int]) -> str:
+    return bytes(i for i in ids if i < BYTE_VOCAB).decode("utf-8", errors="replace")
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -45,5 +55,5 @@ def save_byte_tokenizer(directory: Path) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOT_TOKEN, pad_token=PAD_TOKEN)
     ids = fast.convert_tokens_to_ids([EOT_TOKEN, PAD_TOKEN])
     if ids != [EOT_ID, PAD_ID]:
-        raise RuntimeError(f"byte tokenizer special ids {ids} != lmspec.runtime.train.data's {[EOT_ID, PAD_ID]}")
+        raise RuntimeError(f"byte tokenizer special ids {ids} != {[EOT_ID, PAD_ID]}")
     fast.save_pretrained(str(directory))

@@ -11,8 +11,6 @@ directory, so no PREFIX.* file is left half-written.
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
 import os
 import shutil
 import signal
@@ -20,44 +18,13 @@ import sys
 import tempfile
 import time
 import warnings
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from lmspec.compiler.data.sidecar import DatasetSidecar, sidecar_path
 from lmspec.compiler.errors import UsageError
-from lmspec.runtime.data.readers import INPUT_KINDS, Batch, batch_texts, is_parquet, read_batches
+from lmspec.runtime.data.encode import Encoded, Encoder, encode_in_workers
+from lmspec.runtime.data.readers import INPUT_KINDS, is_parquet, read_batches
 from lmspec.runtime.data.tokenizer import TextTokenizer
-
-IN_FLIGHT_PER_WORKER = 2
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """A batch's token ids, concatenated in the dataset's dtype, and each document's length."""
-
-    tokens: np.ndarray
-    lengths: list[int]
-
-
-@dataclass(frozen=True)
-class Encoder:
-    tokenizer: TextTokenizer
-    dtype: type[np.number]
-    eod_id: int | None  # appended to every document when set
-
-    def __call__(self, batch: Batch) -> Encoded:
-        ids = self.tokenizer.encode_batch(batch_texts(batch))
-        if self.eod_id is not None:
-            for doc in ids:
-                doc.append(self.eod_id)
-        lengths = [len(doc) for doc in ids]
-        tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=sum(lengths))
-        return Encoded(tokens, lengths)
 
 
 def dataset_files(prefix: Path) -> tuple[Path, Path, Path]:
@@ -184,45 +151,12 @@ def _write_dataset(
             for batch in batches:
                 write(encoder(batch))
         else:
-            _encode_in_workers(batches, encoder, workers, write)
+            encode_in_workers(batches, encoder, workers, write)
         builder.finalize(str(idx_path))
     finally:
         builder.data_file.close()
         bar.close()
     return documents, tokens
-
-
-def _encode_in_workers(
-    batches: Iterator[Batch], encoder: Encoder, workers: int, write: Callable[[Encoded], None]
-) -> None:
-    """Encode on `workers` processes, results written in input order (so output is the same for any N)."""
-    context = multiprocessing.get_context("fork")  # the loaded tokenizer is inherited, not pickled
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(encoder,))
-    pending: deque[Future[Encoded]] = deque()
-    try:
-        for batch in batches:
-            pending.append(pool.submit(_encode_in_worker, batch))
-            if len(pending) >= IN_FLIGHT_PER_WORKER * workers:
-                write(pending.popleft().result())
-        while pending:
-            write(pending.popleft().result())
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-_WORKER_ENCODER: Encoder | None = None
-
-
-def _start_worker(encoder: Encoder) -> None:
-    """A worker leaves Ctrl-C to the parent, which stops the pool and removes the staging directory."""
-    global _WORKER_ENCODER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER_ENCODER = encoder
-
-
-def _encode_in_worker(batch: Batch) -> Encoded:
-    assert _WORKER_ENCODER is not None, "the pool's initializer sets the encoder"
-    return _WORKER_ENCODER(batch)
 
 
 def _publish(staged: Path, output: Path) -> None:

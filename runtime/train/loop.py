@@ -11,8 +11,11 @@ own working directory). Before the first step the run's identity is decided
 (lmspec.runtime.train.checkpoint.Checkpoints.open_run): resume=auto continues the newest
 usable checkpoint's run, resume=never moves an earlier run's checkpoints aside.
 
-Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss or an
-unusable checkpoint directory; 2 usage (bad build dir, world-size mismatch,
+Data: the train and valid splits of train.data through megatron-core (lmspec.runtime.data.datasets);
+after each step `evaluates_after` names, the validation loss over that evaluation's valid samples.
+
+Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss, an
+unusable checkpoint directory or training data the model cannot take; 2 usage (bad build dir, world-size mismatch,
 run directories that overlap from this working directory);
 3 (signals.REQUEUE_EXIT_CODE) stopped by SIGTERM/SIGUSR1 after a final checkpoint.
 """
@@ -34,12 +37,15 @@ import torch.distributed as dist
 from lmspec.compiler.build.files import DS_CONFIG, LAUNCH_FILES, TRAINER_STATE
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from lmspec.compiler.models.samples import evaluates_after, evaluation_index
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
 from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.data.datasets import DataError, build_datasets
 from lmspec.runtime.data.preflight import data_ready
+from lmspec.runtime.data.tokenizer import TokenizerError
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
-from lmspec.runtime.train.data import Batch, TokenStream
+from lmspec.runtime.train.data import Batch, micro_batches
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
 
@@ -51,6 +57,7 @@ class Trainer(Protocol):
     micro_batch_size: int
 
     def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]: ...
+    def eval_loss(self, batches: list[Batch]) -> float: ...
     def save(self, directory: Path) -> None: ...
     def load(self, directory: Path) -> None: ...
     def rng_state(self) -> dict[str, Any]: ...
@@ -147,11 +154,21 @@ def load_checkpoint(path: Path, trainer: Trainer) -> tuple[int, int]:
     return int(state["step"]), int(state["consumed_samples"])
 
 
+def validate(spec: Spec, plan: Plan, trainer: Trainer, valid: Any, step: int) -> float:
+    """The loss over the valid samples of the evaluation after `step` (eval_iters global batches)."""
+    first = evaluation_index(spec.train, step) * plan.batch.samples.samples_per_evaluation
+    count = spec.train.eval_iters * trainer.num_micro_batches
+    return trainer.eval_loss(
+        micro_batches(valid, first, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, count)
+    )
+
+
 def train(build: Build) -> int:
     spec, plan = build.spec, build.plan
     rank0 = dist.get_rank() == 0
     torch.manual_seed(spec.train.seed)
     random.seed(spec.train.seed)
+    data = build_datasets(spec, plan)
     trainer = make_trainer(build)
     ckpt_spec = spec.train.checkpoint
     ckpts = Checkpoints(
@@ -165,7 +182,6 @@ def train(build: Build) -> int:
             print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
     elif rank0:
         print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
-    stream = TokenStream("builtin", spec.train.seq_length, spec.train.seed, spec.model.vocab_size)
     stop = StopRequest()
     stop.install()
     log = MetricsLog(
@@ -183,13 +199,20 @@ def train(build: Build) -> int:
     try:
         while step < spec.train.steps:
             started = time.perf_counter()
-            batches = stream.micro_batches(
-                consumed, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, trainer.num_micro_batches
+            batches = micro_batches(
+                data.train,
+                consumed,
+                trainer.micro_batch_size,
+                trainer.dp_rank,
+                trainer.dp_size,
+                trainer.num_micro_batches,
             )
             loss, grad_norm, lr = trainer.train_step(batches, lr_at(spec, step + 1))
             elapsed = time.perf_counter() - started
             step, consumed = step + 1, consumed + global_batch
             log.record(step, loss, lr, grad_norm, elapsed)
+            if evaluates_after(spec.train, step):
+                log.record_validation(step, validate(spec, plan, trainer, data.valid, step))
             stopping = stop.agreed()
             if step % ckpt_spec.interval == 0 or step == spec.train.steps or stopping:
                 saved = save_checkpoint(ckpts, trainer, step, consumed)
@@ -225,7 +248,7 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     try:
         return train(build)
-    except (NonFiniteLoss, CheckpointError, NotImplementedError) as exc:
+    except (NonFiniteLoss, CheckpointError, NotImplementedError, DataError, TokenizerError) as exc:
         if dist.get_rank() == 0:  # every rank reaches the same verdict
             print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_FAILED

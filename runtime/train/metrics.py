@@ -7,6 +7,8 @@ model FLOPs per token (no recompute) are the Plan's, never derived here again; M
 `lmspec.compiler.models.flops.mfu` of them against `hardware.gpu.bf16_tflops` per rank.
 Rank 0 prints the record's human line on stdout and appends its JSON line to
 `<run dir>/metrics.jsonl`; on a terminal a progress bar (rich) shows the step.
+A validation is a record of its own, {"step", "val_loss"}, written whatever the log interval, and the
+line `lmspec: validation loss at step N: X`.
 """
 
 from __future__ import annotations
@@ -114,8 +116,14 @@ class MetricsLog:
             self._write(entry)
         return entry
 
-    def _write(self, m: StepMetrics) -> None:
-        line = m.to_text()
+    def record_validation(self, step: int, val_loss: float) -> None:
+        if self.is_rank0:
+            self._write(
+                StepMetrics(step=step, val_loss=val_loss), f"lmspec: validation loss at step {step}: {val_loss:.4f}"
+            )
+
+    def _write(self, m: StepMetrics, line: str | None = None) -> None:
+        line = m.to_text() if line is None else line
         if self._progress is not None:
             self._progress.console.print(line)
         else:

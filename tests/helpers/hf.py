@@ -30,7 +30,7 @@ def save_random_hf_llama(plan: Plan, directory: Path) -> None:
     import torch
     import transformers
 
-    from lmspec.runtime.train.data import EOT_ID, PAD_ID
+    from lmspec.runtime.data.byte_tokenizer import EOT_ID, PAD_ID
 
     m = plan.spec.model
     config = transformers.LlamaConfig(

@@ -10,16 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmspec.runtime.train.data import CORPUS_DIR
+from lmspec.runtime.data.builtin_corpus import builtin_documents
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
-
-
-def builtin_documents() -> list[str]:
-    """The shipped corpus' paragraphs: the documents the tests' datasets are made of."""
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(CORPUS_DIR.glob("*.txt")))
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
 def train_bpe_tokenizer(directory: Path, vocab_size: int = 384) -> Path:

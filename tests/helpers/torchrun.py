@@ -33,7 +33,10 @@ class Run:
         return [json.loads(line) for line in path.read_text().splitlines()]
 
     def losses(self, name: str) -> dict[int, float]:
-        return {m["step"]: m["loss"] for m in self.metrics(name)}
+        return {m["step"]: m["loss"] for m in self.metrics(name) if "loss" in m}
+
+    def val_losses(self, name: str) -> dict[int, float]:
+        return {m["step"]: m["val_loss"] for m in self.metrics(name) if "val_loss" in m}
 
 
 def _command(build: Path) -> list[str]:

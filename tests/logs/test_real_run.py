@@ -30,9 +30,14 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     trained = _run([LMSPEC, "run", "build/tiny"], tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     (tmp_path / "train.out").write_text(trained.stdout)
-    jsonl = (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()
+    lines = (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()
+    jsonl = [line for line in lines if "val_loss" not in json.loads(line)]
     rows = [json.loads(line) for line in jsonl]
     assert [r["step"] for r in rows] == [5, 10]
+    # validation after the last step (hardware=cpu: every 10 steps), a record of its own, and its line
+    (validation,) = (json.loads(line) for line in lines if "val_loss" in json.loads(line))
+    assert set(validation) == {"step", "val_loss"} and validation["step"] == 10
+    assert f"lmspec: validation loss at step 10: {validation['val_loss']:.4f}" in trained.stdout
     # one record, two lines: what rank 0 printed is the text of what it wrote to metrics.jsonl
     printed = [line for line in map(strip_prefix, trained.stdout.splitlines()) if line.startswith("step ")]
     assert printed == [StepMetrics.from_json(line).to_text() for line in jsonl]  # type: ignore[union-attr]

@@ -1,4 +1,5 @@
-"""DeepSpeed ZeRO-3 on 2 CPU ranks with the build's emitted ds_config.json; its own checkpoints
+"""DeepSpeed ZeRO-3 on 2 CPU ranks with the build's emitted ds_config.json, on the same megatron-core
+datasets as the megatron backend (an HF tokenizer, a 0.7/0.3 blend) with validation; its own checkpoints
 resume bitwise-equal."""
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.blend import blend_overrides
 from helpers.build import compile_build
 from helpers.torchrun import run
 
 pytestmark = pytest.mark.slow
 
+PRESET = "tiny_deepspeed_zero3_2rank_cpu_fp32"
 NAME = "zero3"
 
 
@@ -21,12 +24,14 @@ def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
         tmp_path / "build",
         [
             f"name={NAME}",
-            "train.backend=deepspeed",
-            "parallel.zero_stage=3",
             "train.steps=4",
             "train.checkpoint.interval=2",
             "train.log_interval=1",
+            "train.eval_interval=2",
+            "train.eval_iters=1",
+            *blend_overrides(tmp_path / "user"),
         ],
+        spec=PRESET,
     ).dir
     assert (build / "ds_config.json").is_file()
     first = run(build, tmp_path)
@@ -34,6 +39,8 @@ def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
     losses = first.losses(NAME)
     assert sorted(losses) == list(range(1, 5)) and all(math.isfinite(v) for v in losses.values())
     assert losses[4] < losses[1]
+    val = first.val_losses(NAME)
+    assert sorted(val) == [2, 4] and all(math.isfinite(v) for v in val.values())
     ckpt = tmp_path / "runs" / NAME / "checkpoints"
     assert (ckpt / "step_4" / "deepspeed" / "state").is_dir()
 
@@ -47,3 +54,4 @@ def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
     assert sorted(again) == [3, 4]
     for step in again:
         assert again[step] == losses[step], step
+    assert resumed.val_losses(NAME) == {4: val[4]}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
-from lmspec.runtime.train.data import EOT_ID, PAD_ID, decode, encode
+from lmspec.runtime.data.byte_tokenizer import EOT_ID, PAD_ID, decode, encode, has_tokenizer, save_byte_tokenizer
 
 TEXTS = ["Hello, world!", "  leading spaces\nand\ttabs", "Grüße, 東京 🚀", "".join(map(chr, range(1, 128)))]
 

@@ -4,8 +4,9 @@ The model is built from `model.*` alone (no download), as the transformers class
 `model.family` (lmspec.compiler.families). `deepspeed.initialize` gets the build's
 emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, scheduler,
 gradient accumulation, clipping), so the learning rate follows DeepSpeed's
-scheduler from that file. Checkpoints use DeepSpeed's own save/load under
-`<step dir>/deepspeed/` (model, optimizer and scheduler states per ZeRO rank).
+scheduler from that file. `eval_loss` runs the engine in eval mode without gradients.
+Checkpoints use DeepSpeed's own save/load under `<step dir>/deepspeed/` (model, optimizer and
+scheduler states per ZeRO rank).
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ class DeepSpeedTrainer:
         grad_norm = self.engine.get_global_grad_norm()
         used_lr = self.engine.get_lr()[0]
         return float(totals[0] / totals[1]), float(grad_norm) if grad_norm is not None else math.nan, used_lr
+
+    def eval_loss(self, batches: list[Batch]) -> float:
+        """The mean token loss of these micro-batches over all DP ranks, no gradients, dropout off."""
+        totals = torch.zeros(2, dtype=torch.float64)
+        self.engine.eval()
+        try:
+            with torch.no_grad():
+                for batch in batches:
+                    tokens, labels = batch.tokens.to(self.device), batch.labels.to(self.device)
+                    logits = self.engine(input_ids=tokens).logits
+                    loss_sum = F.cross_entropy(
+                        logits.float().view(-1, logits.shape[-1]), labels.view(-1), reduction="sum"
+                    )
+                    totals += torch.tensor([float(loss_sum), labels.numel()], dtype=torch.float64)
+        finally:
+            self.engine.train()
+        totals = totals.to(self.device)
+        dist.all_reduce(totals)
+        return float(totals[0] / totals[1])
 
     def save(self, directory: Path) -> None:
         self.engine.save_checkpoint(str(directory / DEEPSPEED_DIR), tag=DS_TAG)

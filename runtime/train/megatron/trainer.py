@@ -3,7 +3,8 @@
 One `train_step` = `grad_accum_steps` micro-batches through the pipeline schedule
 megatron picks for the layout (no pipelining, or 1F1B for pp > 1), then megatron's
 optimizer step (grad clip to `train.grad_clip`). The loss reported is the mean
-token loss over the whole global batch. Checkpoints go through
+token loss over the whole global batch. `eval_loss` runs the same schedule forward only,
+the model in eval mode, as Megatron-LM's `evaluate`. Checkpoints go through
 `dist_checkpointing` (torch_dist), so a TP=2 checkpoint loads into a TP=1 model.
 """
 
@@ -138,22 +139,38 @@ class MegatronTrainer:
 
     def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
         """Forward/backward over this rank's micro-batches, optimizer step; (loss, grad_norm, lr)."""
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        outputs = get_forward_backward_func()(
+        outputs = self._schedule(batches, forward_only=False)
+        _, grad_norm, _ = self.optimizer.step()
+        return self._mean_loss(outputs), float(grad_norm) if grad_norm is not None else math.nan, lr
+
+    def eval_loss(self, batches: list[Batch]) -> float:
+        """The mean token loss of these micro-batches over all DP ranks, no gradients, dropout off."""
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return self._mean_loss(self._schedule(batches, forward_only=True))
+        finally:
+            self.model.train()
+
+    def _schedule(self, batches: list[Batch], forward_only: bool) -> list[dict[str, torch.Tensor]]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        return get_forward_backward_func()(
             forward_step_func=self._forward_step,
             data_iterator=iter(batches),
             model=[self.model],
-            num_microbatches=self.num_micro_batches,
+            num_microbatches=len(batches),
             seq_length=self.seq_length,
             micro_batch_size=self.micro_batch_size,
-            forward_only=False,
+            forward_only=forward_only,
         )
-        _, grad_norm, _ = self.optimizer.step()
+
+    def _mean_loss(self, outputs: list[dict[str, torch.Tensor]]) -> float:
+        """Token-weighted mean of the last stage's losses, summed over the DP ranks."""
         totals = torch.zeros(2, dtype=torch.float64)
         if self._reports_loss:
             for out in outputs:
@@ -162,8 +179,7 @@ class MegatronTrainer:
         if dist.get_backend() == "nccl":
             totals = totals.cuda()
         dist.all_reduce(totals)
-        loss = float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
-        return loss, float(grad_norm) if grad_norm is not None else math.nan, lr
+        return float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
 
     # -- checkpoint ------------------------------------------------------------------------------
 
