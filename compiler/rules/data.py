@@ -30,8 +30,8 @@ from lmspec.compiler.rules.budget import computable
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.rules.run_paths import resolve
 
-# lmspec.runtime.train.data.TOKENIZER_VOCAB (the runtime imports torch; tests pin the two equal):
-# 256 byte ids, end-of-text, pad.
+# The ids of lmspec.runtime.data.byte_tokenizer (256 bytes, end-of-text, pad), which the compiler
+# cannot import; tests count them in the tokenizer.json it writes.
 BYTE_TOKENIZER_IDS = 258
 MEGATRON_VOCAB_MULTIPLE = 128  # Megatron-LM's --make-vocab-size-divisible-by default
 LARGE_MODEL_PARAMS = 10**9  # from here on a model is trained for real, not as a smoke test

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from helpers.tokenizers import train_bpe_tokenizer
 
+from lmspec.compiler.data.tokenizer_files import read_tokenizer_files
 from lmspec.compiler.rules.data import BYTE_TOKENIZER_IDS
 
 HF = ["train.data.tokenizer=hf"]
@@ -175,7 +176,8 @@ def test_a_multi_node_tiny_job_warns_and_the_cpu_preset_does_not(lmspec) -> None
     assert "warning: train.data.sources=null" in result.err and "a job on hardware.nodes=2" in result.err
 
 
-def test_the_byte_ids_are_the_runtime_tokenizer_s() -> None:
-    from lmspec.runtime.train.data import TOKENIZER_VOCAB
+def test_the_byte_ids_are_the_runtime_tokenizer_s(tmp_path: Path) -> None:
+    from lmspec.runtime.data.byte_tokenizer import save_byte_tokenizer
 
-    assert BYTE_TOKENIZER_IDS == TOKENIZER_VOCAB
+    save_byte_tokenizer(tmp_path)
+    assert read_tokenizer_files(tmp_path).vocab_size == BYTE_TOKENIZER_IDS
