@@ -1,9 +1,16 @@
-"""REPORT.md: the human summary reviewed in pull requests. Small and stable on purpose."""
+"""REPORT.md: the human summary reviewed in pull requests. Small and stable on purpose.
+
+Every section but one is a function of the Plan alone. The data section
+(lmspec.compiler.emit.report_data) also reads the tokenizer directory and the datasets' sidecars
+where the compile runs: the one part of a build that depends on files outside the spec, so a
+compile without the data (CI) reports less.
+"""
 
 from __future__ import annotations
 
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.emit.render import render
+from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.models.train_memory import TERMS
 from lmspec.compiler.models.units import GB, GIB
@@ -39,6 +46,8 @@ def emit_report(plan: Plan) -> dict[str, str]:
             precision=s.train.precision,
             layout_rows=rows,
             batch_rows=batch_rows,
+            data=data_section(plan),
+            source_columns=SOURCE_COLUMNS,
             params_rows=_params_rows(plan),
             memory_rows=_memory_rows(plan),
             memory_note=_memory_note(plan),

@@ -6,7 +6,7 @@ RULES is a plain table; a rule reads the typed spec and origins and never writes
 from __future__ import annotations
 
 from lmspec.compiler.errors import Problem
-from lmspec.compiler.rules import backend, batch, budget, experts, launch, layout, model, run_paths, serving
+from lmspec.compiler.rules import backend, batch, budget, data, experts, launch, layout, model, run_paths, serving
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import Spec
@@ -20,6 +20,7 @@ RULES = (
     *serving.RULES,
     *launch.RULES,
     *run_paths.RULES,
+    *data.RULES,
     *budget.RULES,
 )
 

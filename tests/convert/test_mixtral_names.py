@@ -30,7 +30,7 @@ TINY_MIXTRAL = [
     "model.num_attention_heads=4",
     "model.num_kv_heads=2",
     "model.head_dim=16",
-    "model.vocab_size=256",
+    "model.vocab_size=384",  # the byte tokenizer has 258 ids (lmspec.compiler.rules.data)
     "model.max_position_embeddings=256",
     "model.moe.num_experts=4",
 ]
