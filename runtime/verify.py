@@ -73,9 +73,9 @@ def token_batch(spec: Any, run_dir: Path) -> torch.Tensor:
     """The first VERIFY_SEQUENCES x VERIFY_TOKENS tokens of the shipped corpus in the training tokenizer
     (ids the model was trained to take, whatever train.data.sources holds)."""
     from lmspec.runtime.data.builtin_corpus import builtin_documents
-    from lmspec.runtime.data.datasets import training_tokenizer
+    from lmspec.runtime.data.datasets import run_tokenizer
 
-    tokenizer = training_tokenizer(spec, run_dir)
+    tokenizer = run_tokenizer(spec, run_dir)
     eod = [] if tokenizer.eod_id is None else [tokenizer.eod_id]
     ids = [i for doc in tokenizer.encode_batch(builtin_documents()) for i in [*doc, *eod]]
     return torch.tensor(ids[: VERIFY_SEQUENCES * VERIFY_TOKENS]).reshape(VERIFY_SEQUENCES, VERIFY_TOKENS)

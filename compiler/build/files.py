@@ -32,7 +32,7 @@ METRICS = "metrics.jsonl"  # lmspec.runtime.train.metrics
 VLLM_LOG = "vllm.log"  # lmspec.runtime.serve.stage
 TOKENIZER_DIR = "tokenizer"  # the training tokenizer a served model without one gets
 VLLM_CACHE_DIR = "vllm_cache"  # vLLM's compile and download caches (serve/serve.sh)
-DATA_DIR = "data"  # the built-in corpus prepared for the run's tokenizer, megatron-core's index cache
+DATA_DIR = "datasets"  # the built-in corpus prepared for the run's tokenizer, megatron-core's index cache
 RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR, DATA_DIR)
 
 # -- train.checkpoint.dir (lmspec.runtime.train.checkpoint) -------------------------------------------------

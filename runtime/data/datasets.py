@@ -26,6 +26,7 @@ import torch.distributed as dist
 from lmspec.compiler.build.files import DATA_DIR, TOKENIZER_DIR
 from lmspec.compiler.data.sidecar import read_sidecar
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.rules.data import padded_vocab_size
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.data.builtin_corpus import corpus_files
 from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
@@ -66,7 +67,7 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def training_tokenizer(spec: Spec, run_dir: Path) -> TextTokenizer:
+def run_tokenizer(spec: Spec, run_dir: Path) -> TextTokenizer:
     """The spec's tokenizer: train.data.tokenizer_path, or the byte tokenizer written into the run directory
     (by rank 0, the others wait). DataError when its ids do not fit the model's embedding."""
     data = spec.train.data
@@ -84,7 +85,7 @@ def training_tokenizer(spec: Spec, run_dir: Path) -> TextTokenizer:
     if tokenizer.files.vocab_size > spec.model.vocab_size:
         raise DataError(
             f"{key}: the tokenizer has {tokenizer.files.vocab_size} ids but model.vocab_size="
-            f"{spec.model.vocab_size}; compile with model.vocab_size>={tokenizer.files.vocab_size} "
+            f"{spec.model.vocab_size}; compile with model.vocab_size={padded_vocab_size(tokenizer.files.vocab_size)} "
             "or a tokenizer whose ids fit"
         )
     return tokenizer
@@ -110,7 +111,7 @@ def build_datasets(spec: Spec, plan: Plan) -> TrainingData:
 
     run_dir = Path(plan.paths.run_dir)
     data, samples = spec.train.data, plan.batch.samples
-    tokenizer = training_tokenizer(spec, run_dir)
+    tokenizer = run_tokenizer(spec, run_dir)
     if data.sources is None:
         prefixes, weights = [str(builtin_prefix(tokenizer, run_dir))], [1.0]
     else:

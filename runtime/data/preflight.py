@@ -28,6 +28,7 @@ from lmspec.compiler.data.sidecar import DatasetSidecar, SidecarError, read_side
 from lmspec.compiler.data.tokenizer_files import TokenizerFiles, read_tokenizer_files
 from lmspec.compiler.errors import Problem, error, print_problems, warning
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.rules.data import padded_vocab_size
 from lmspec.compiler.spec.sections import DataSourceSpec
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def _check_tokenizer(plan: Plan, problems: list[Problem]) -> _Tokenizer:
             error(
                 "model.vocab_size",
                 f"{TOKENIZER_KEY}={data.tokenizer_path!r}: its ids need {files.vocab_size} embedding rows but "
-                f"model.vocab_size={vocab}; set model.vocab_size>={files.vocab_size} or use a smaller tokenizer",
+                f"model.vocab_size={vocab}; set model.vocab_size={padded_vocab_size(files.vocab_size)} "
+                "or use a smaller tokenizer",
             )
         )
     return _Tokenizer(files, data.tokenizer_path)
@@ -193,7 +195,7 @@ def _check_sidecar(
             error(
                 "model.vocab_size",
                 f"{named}: its tokenizer has {sidecar.vocab_size} ids ({sidecar_file.name}) but "
-                f"model.vocab_size={vocab}; set model.vocab_size>={sidecar.vocab_size}",
+                f"model.vocab_size={vocab}; set model.vocab_size={padded_vocab_size(sidecar.vocab_size)}",
             )
         )
     return problems

@@ -15,7 +15,7 @@ from helpers.ports import free_port
 
 from lmspec.compiler.build.files import DATA_DIR, TOKENIZER_DIR
 from lmspec.compiler.data.sidecar import read_sidecar
-from lmspec.runtime.data.datasets import DataError, build_datasets, training_tokenizer
+from lmspec.runtime.data.datasets import DataError, build_datasets, run_tokenizer
 from lmspec.runtime.train.data import micro_batches
 
 
@@ -102,7 +102,7 @@ def test_tokenizer_larger_than_the_vocabulary_is_refused(
     plan = compile_build(tmp_path / "build", blend[1]).plan
     small = dataclasses.replace(plan.spec, model=dataclasses.replace(plan.spec.model, vocab_size=300))
     with pytest.raises(DataError) as info:
-        training_tokenizer(small, Path(plan.paths.run_dir))
+        run_tokenizer(small, Path(plan.paths.run_dir))
     message = str(info.value)
     assert "train.data.tokenizer_path=" in message and "384 ids" in message
-    assert "model.vocab_size=300" in message and "model.vocab_size>=384" in message
+    assert "model.vocab_size=300" in message and "model.vocab_size=384" in message

@@ -176,7 +176,7 @@ def test_byte_tokenizer_refuses_a_dataset_of_an_hf_tokenizer(
     build = compile_build(tmp_path / "build", overrides).dir
     byte = "the byte tokenizer (train.data.tokenizer=byte)"
     # 320 rows hold the byte tokenizer's 258 ids but not the 384 of the BPE the dataset was made with
-    fragments = [SOURCE0, "made with another tokenizer", byte, "has 384 ids", "set model.vocab_size>=384"]
+    fragments = [SOURCE0, "made with another tokenizer", byte, "has 384 ids", "set model.vocab_size=384"]
     _refused(lmspec, build, cwd, fragments)
 
 
