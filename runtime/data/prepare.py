@@ -55,8 +55,11 @@ def prepare(
     encoder = Encoder(
         tokenizer, DType.optimal_dtype(tokenizer.files.vocab_size), tokenizer.eod_id if append_eod else None
     )
-    created = _make_parents(output.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
+    try:
+        created = _make_parents(output.parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
+    except OSError as exc:
+        raise UsageError(f"--output {str(output)!r}: cannot write there ({exc}); give a writable prefix") from None
     try:
         documents, tokens = _write_dataset(staging / output.name, inputs, text_key, encoder, workers, progress)
         sidecar = DatasetSidecar(
@@ -68,10 +71,12 @@ def prepare(
         )
         sidecar_path(staging / output.name).write_text(sidecar.text(), encoding="utf-8")
         _publish(staging / output.name, output)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         for directory in reversed(created):
             _remove_if_empty(directory)
+        if isinstance(exc, OSError):  # the disk filled, or a file went away mid-run
+            raise UsageError(f"--output {str(output)!r}: preparing failed ({exc}); nothing was written") from None
         raise
     shutil.rmtree(staging, ignore_errors=True)
     return sidecar
@@ -84,6 +89,10 @@ def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, work
         if not path.is_file():
             what = "a directory" if path.is_dir() else "no such file"
             raise UsageError(f"INPUT {str(path)!r}: {what}; give existing {INPUT_KINDS} files")
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise UsageError(f"INPUT {str(path)!r}: cannot be read ({exc.strerror}); fix its permissions") from None
         if is_parquet(path):
             try:
                 import pyarrow.parquet  # noqa: F401
@@ -98,6 +107,11 @@ def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, work
         raise UsageError(
             f"--append-eod: the tokenizer in {str(tokenizer.directory)!r} declares no eos token to append; "
             "set eos_token in its tokenizer_config.json, or drop --append-eod"
+        )
+    if output.is_dir():
+        raise UsageError(
+            f"--output {str(output)!r} is a directory; give a dataset prefix, e.g. {str(output / 'corpus')!r} "
+            "for corpus.bin/.idx inside it"
         )
     existing = [str(path) for path in dataset_files(output) if path.exists() or path.is_symlink()]
     if existing:

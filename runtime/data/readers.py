@@ -54,7 +54,7 @@ def read_batches(path: Path, text_key: str) -> Iterator[Batch]:
         empty = False
         yield batch
     if empty:
-        raise DataInputError(f"{path}: no documents (the file is empty); fill it or leave it out of INPUT")
+        raise DataInputError(f"{path}: no documents (the file is empty or blank); fill it or leave it out of INPUT")
 
 
 def batch_texts(batch: Batch) -> list[str]:
