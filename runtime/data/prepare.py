@@ -20,6 +20,8 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from lmspec.compiler.data.sidecar import DatasetSidecar, sidecar_path
 from lmspec.compiler.errors import UsageError
 from lmspec.runtime.data.encode import Encoded, Encoder, encode_in_workers
@@ -52,9 +54,8 @@ def prepare(
         warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
         from megatron.core.datasets.indexed_dataset import DType
 
-    encoder = Encoder(
-        tokenizer, DType.optimal_dtype(tokenizer.files.vocab_size), tokenizer.eod_id if append_eod else None
-    )
+    typecode = np.dtype(DType.optimal_dtype(tokenizer.files.vocab_size)).char  # "H" (uint16) or "i" (int32)
+    encoder = Encoder(tokenizer, typecode, tokenizer.eod_id if append_eod else None)
     try:
         created = _make_parents(output.parent)
         staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
@@ -143,16 +144,17 @@ def _write_dataset(
     from tqdm import tqdm
 
     bin_path, idx_path, _ = dataset_files(staged)
-    builder = IndexedDatasetBuilder(str(bin_path), dtype=encoder.dtype)
+    builder = IndexedDatasetBuilder(str(bin_path), dtype=np.dtype(encoder.typecode).type)
     bar = tqdm(unit=" docs", file=sys.stderr, disable=not progress, mininterval=0.5, dynamic_ncols=True)
     start = time.perf_counter()
     documents = tokens = 0
 
     def write(encoded: Encoded) -> None:
         nonlocal documents, tokens
+        ids = np.frombuffer(encoded.tokens, dtype=builder.dtype)
         offset = 0
         for length in encoded.lengths:
-            builder.add_document(encoded.tokens[offset : offset + length], [length])
+            builder.add_document(ids[offset : offset + length], [length])
             offset += length
         documents += len(encoded.lengths)
         tokens += offset
