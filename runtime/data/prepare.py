@@ -117,7 +117,7 @@ def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, work
     existing = [str(path) for path in dataset_files(output) if path.exists() or path.is_symlink()]
     if existing:
         raise UsageError(
-            f"--output {str(output)!r}: {', '.join(existing)} already exist(s) and is never overwritten; "
+            f"--output {str(output)!r}: {', '.join(existing)} already there, and lmspec never overwrites a file; "
             "give another prefix, or remove those files first"
         )
 
@@ -182,15 +182,18 @@ def _publish(staged: Path, output: Path) -> None:
     linked: list[Path] = []
     try:
         for source, target in zip(dataset_files(staged), dataset_files(output)):
+            appeared = UsageError(
+                f"--output {str(output)!r}: {target} appeared while preparing, and lmspec never overwrites "
+                "a file; give another prefix"
+            )
+            if target.exists() or target.is_symlink():
+                raise appeared
             try:
-                os.link(source, target)
+                os.link(source, target)  # fails, rather than replaces, if the file appeared since
             except FileExistsError:
-                for path in linked:
-                    path.unlink()
-                raise UsageError(
-                    f"--output {str(output)!r}: {target} appeared while preparing and is never overwritten; "
-                    "give another prefix"
-                ) from None
+                raise appeared from None
+            except OSError:  # a file system without hard links: checked just above, signals held
+                os.rename(source, target)
             linked.append(target)
     except BaseException:
         for path in linked:

@@ -164,14 +164,9 @@ def _text_batches(path: Path, text_key: str) -> Iterator[Batch]:
 
 
 def _parquet_batches(path: Path, text_key: str) -> Iterator[Batch]:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataInputError(
-            f"{path}: reading parquet needs pyarrow, which is not installed; `pip install pyarrow`, "
-            "or convert the file to .jsonl"
-        ) from None
+    import pyarrow as pa  # present: prepare() refuses parquet inputs without it, with the fix
+    import pyarrow.parquet as pq
+
     try:
         file = pq.ParquetFile(str(path))
     except (pa.ArrowException, OSError) as exc:

@@ -147,7 +147,7 @@ def test_existing_output_is_refused_and_untouched(lmspec, tmp_path: Path, tokeni
         result = lmspec(
             "data", "prepare", str(source), "--tokenizer", str(tokenizer_dir), "--output", str(directory / "ds")
         )
-        result.assert_reports(2, ["--output", str(mine), "never overwritten", "give another prefix"])
+        result.assert_reports(2, ["--output", str(mine), "never overwrites a file", "give another prefix"])
         assert mine.read_text() == "the user's own file\n"
         assert [p.name for p in directory.iterdir()] == [mine.name]
 
