@@ -47,12 +47,12 @@ TARGET_RATIO = 0.8
 TARGET_PEAK_RSS_MB = 500.0
 WORKERS = 2
 LMSPEC = "from lmspec.compiler.cli.main import main; main()"  # what the `lmspec` console script runs
-# The floor: read + json-parse + encode_batch + numpy write, batches as prepare's (readers.BATCH_DOCUMENTS).
+# The floor: read + json-parse + encode_batch + numpy write, in prepare's batches (readers.BATCH_*).
 _FLOOR = """
 import json, sys
 from pathlib import Path
 import numpy as np
-from lmspec.runtime.data.readers import BATCH_DOCUMENTS
+from lmspec.runtime.data.readers import BATCH_BYTES, BATCH_DOCUMENTS
 from lmspec.runtime.data.tokenizer import load_tokenizer
 tokenizer = load_tokenizer(Path(sys.argv[1]))
 dtype = np.uint16 if tokenizer.files.vocab_size < 65500 else np.int32
@@ -64,12 +64,13 @@ def write(texts, out):
         np.array(ids, dtype=dtype).tofile(out)
         tokens += len(ids)
 with open(sys.argv[2], "rb") as source, open(sys.argv[3], "wb") as out:
-    texts = []
+    texts, size = [], 0
     for line in source:
         texts.append(json.loads(line)["text"])
-        if len(texts) == BATCH_DOCUMENTS:
+        size += len(line)
+        if len(texts) == BATCH_DOCUMENTS or size >= BATCH_BYTES:
             write(texts, out)
-            texts = []
+            texts, size = [], 0
     write(texts, out)
 print(tokens)
 """

@@ -20,7 +20,7 @@ from typing import Any
 
 INPUT_KINDS = ".jsonl, .jsonl.gz, .parquet or UTF-8 text (documents separated by blank lines)"
 BATCH_DOCUMENTS = 512
-BATCH_BYTES = 2**18
+BATCH_BYTES = 2**17
 PARQUET_ROWS = 1024
 
 
