@@ -7,6 +7,7 @@ dataset is byte-identical for any number of workers.
 
 from __future__ import annotations
 
+import array
 import itertools
 import multiprocessing
 import os
@@ -15,8 +16,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-
-import numpy as np
 
 from lmspec.runtime.data.readers import Batch, batch_texts
 from lmspec.runtime.data.tokenizer import TextTokenizer
@@ -28,7 +27,7 @@ IN_FLIGHT_PER_WORKER = 2  # batches submitted ahead per worker: keeps them busy,
 class Encoded:
     """A batch's token ids, concatenated in the dataset's dtype, and each document's length."""
 
-    tokens: np.ndarray
+    tokens: array.array[int]  # not numpy: a worker then never imports it (~20 MB less per worker)
     lengths: list[int]
 
 
@@ -37,7 +36,7 @@ class Encoder:
     """What a worker needs to encode a batch: picklable, so a spawned worker receives it once."""
 
     tokenizer: TextTokenizer
-    dtype: type[np.number]
+    typecode: str  # array module code of the dataset's dtype: "H" uint16, "i" int32 (numpy's dtype.char)
     eod_id: int | None  # appended to every document when set
 
     def __call__(self, batch: Batch) -> Encoded:
@@ -46,8 +45,7 @@ class Encoder:
             for doc in ids:
                 doc.append(self.eod_id)
         lengths = [len(doc) for doc in ids]
-        tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=self.dtype, count=sum(lengths))
-        return Encoded(tokens, lengths)
+        return Encoded(array.array(self.typecode, itertools.chain.from_iterable(ids)), lengths)
 
 
 def encode_in_workers(

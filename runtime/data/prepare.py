@@ -20,6 +20,8 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from lmspec.compiler.data.sidecar import DatasetSidecar, sidecar_path
 from lmspec.compiler.errors import UsageError
 from lmspec.runtime.data.encode import Encoded, Encoder, encode_in_workers
@@ -52,11 +54,13 @@ def prepare(
         warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
         from megatron.core.datasets.indexed_dataset import DType
 
-    encoder = Encoder(
-        tokenizer, DType.optimal_dtype(tokenizer.files.vocab_size), tokenizer.eod_id if append_eod else None
-    )
-    created = _make_parents(output.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
+    typecode = np.dtype(DType.optimal_dtype(tokenizer.files.vocab_size)).char  # "H" (uint16) or "i" (int32)
+    encoder = Encoder(tokenizer, typecode, tokenizer.eod_id if append_eod else None)
+    try:
+        created = _make_parents(output.parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
+    except OSError as exc:
+        raise UsageError(f"--output {str(output)!r}: cannot write there ({exc}); give a writable prefix") from None
     try:
         documents, tokens = _write_dataset(staging / output.name, inputs, text_key, encoder, workers, progress)
         sidecar = DatasetSidecar(
@@ -68,10 +72,12 @@ def prepare(
         )
         sidecar_path(staging / output.name).write_text(sidecar.text(), encoding="utf-8")
         _publish(staging / output.name, output)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         for directory in reversed(created):
             _remove_if_empty(directory)
+        if isinstance(exc, OSError):  # the disk filled, or a file went away mid-run
+            raise UsageError(f"--output {str(output)!r}: preparing failed ({exc}); nothing was written") from None
         raise
     shutil.rmtree(staging, ignore_errors=True)
     return sidecar
@@ -84,6 +90,10 @@ def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, work
         if not path.is_file():
             what = "a directory" if path.is_dir() else "no such file"
             raise UsageError(f"INPUT {str(path)!r}: {what}; give existing {INPUT_KINDS} files")
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise UsageError(f"INPUT {str(path)!r}: cannot be read ({exc.strerror}); fix its permissions") from None
         if is_parquet(path):
             try:
                 import pyarrow.parquet  # noqa: F401
@@ -99,10 +109,15 @@ def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, work
             f"--append-eod: the tokenizer in {str(tokenizer.directory)!r} declares no eos token to append; "
             "set eos_token in its tokenizer_config.json, or drop --append-eod"
         )
+    if output.is_dir():
+        raise UsageError(
+            f"--output {str(output)!r} is a directory; give a dataset prefix, e.g. {str(output / 'corpus')!r} "
+            "for corpus.bin/.idx inside it"
+        )
     existing = [str(path) for path in dataset_files(output) if path.exists() or path.is_symlink()]
     if existing:
         raise UsageError(
-            f"--output {str(output)!r}: {', '.join(existing)} already exist(s) and is never overwritten; "
+            f"--output {str(output)!r}: {', '.join(existing)} already there, and lmspec never overwrites a file; "
             "give another prefix, or remove those files first"
         )
 
@@ -129,16 +144,17 @@ def _write_dataset(
     from tqdm import tqdm
 
     bin_path, idx_path, _ = dataset_files(staged)
-    builder = IndexedDatasetBuilder(str(bin_path), dtype=encoder.dtype)
+    builder = IndexedDatasetBuilder(str(bin_path), dtype=np.dtype(encoder.typecode).type)
     bar = tqdm(unit=" docs", file=sys.stderr, disable=not progress, mininterval=0.5, dynamic_ncols=True)
     start = time.perf_counter()
     documents = tokens = 0
 
     def write(encoded: Encoded) -> None:
         nonlocal documents, tokens
+        ids = np.frombuffer(encoded.tokens, dtype=builder.dtype)
         offset = 0
         for length in encoded.lengths:
-            builder.add_document(encoded.tokens[offset : offset + length], [length])
+            builder.add_document(ids[offset : offset + length], [length])
             offset += length
         documents += len(encoded.lengths)
         tokens += offset
@@ -166,15 +182,18 @@ def _publish(staged: Path, output: Path) -> None:
     linked: list[Path] = []
     try:
         for source, target in zip(dataset_files(staged), dataset_files(output)):
+            appeared = UsageError(
+                f"--output {str(output)!r}: {target} appeared while preparing, and lmspec never overwrites "
+                "a file; give another prefix"
+            )
+            if target.exists() or target.is_symlink():
+                raise appeared
             try:
-                os.link(source, target)
+                os.link(source, target)  # fails, rather than replaces, if the file appeared since
             except FileExistsError:
-                for path in linked:
-                    path.unlink()
-                raise UsageError(
-                    f"--output {str(output)!r}: {target} appeared while preparing and is never overwritten; "
-                    "give another prefix"
-                ) from None
+                raise appeared from None
+            except OSError:  # a file system without hard links: checked just above, signals held
+                os.rename(source, target)
             linked.append(target)
     except BaseException:
         for path in linked:

@@ -20,7 +20,7 @@ from typing import Any
 
 INPUT_KINDS = ".jsonl, .jsonl.gz, .parquet or UTF-8 text (documents separated by blank lines)"
 BATCH_DOCUMENTS = 512
-BATCH_BYTES = 2**18
+BATCH_BYTES = 2**17
 PARQUET_ROWS = 1024
 
 
@@ -54,7 +54,7 @@ def read_batches(path: Path, text_key: str) -> Iterator[Batch]:
         empty = False
         yield batch
     if empty:
-        raise DataInputError(f"{path}: no documents (the file is empty); fill it or leave it out of INPUT")
+        raise DataInputError(f"{path}: no documents (the file is empty or blank); fill it or leave it out of INPUT")
 
 
 def batch_texts(batch: Batch) -> list[str]:
@@ -164,14 +164,9 @@ def _text_batches(path: Path, text_key: str) -> Iterator[Batch]:
 
 
 def _parquet_batches(path: Path, text_key: str) -> Iterator[Batch]:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DataInputError(
-            f"{path}: reading parquet needs pyarrow, which is not installed; `pip install pyarrow`, "
-            "or convert the file to .jsonl"
-        ) from None
+    import pyarrow as pa  # present: prepare() refuses parquet inputs without it, with the fix
+    import pyarrow.parquet as pq
+
     try:
         file = pq.ParquetFile(str(path))
     except (pa.ArrowException, OSError) as exc:

@@ -121,10 +121,20 @@ def test_usage_errors(lmspec, tmp_path: Path, tokenizer_dir: Path, no_eos_tokeni
             ["--append-eod", "declares no eos token", "drop --append-eod"],
         ),
         ([str(source), "--tokenizer", str(tokenizer_dir), "--workers", "0"], ["--workers 0"]),
+        ([str(source), str(tmp_path), "--tokenizer", str(tokenizer_dir)], [": a directory; give existing"]),
     ]
     for argv, fragments in cases:
         lmspec("data", "prepare", *argv, "--output", prefix).assert_reports(2, fragments)
         assert_nothing_written(out)
+
+
+def test_directory_as_output_is_refused(lmspec, tmp_path: Path, tokenizer_dir: Path) -> None:
+    source = write_jsonl(tmp_path / "docs.jsonl", builtin_documents()[:2])
+    out = tmp_path / "out"
+    out.mkdir()
+    result = lmspec("data", "prepare", str(source), "--tokenizer", str(tokenizer_dir), "--output", str(out))
+    result.assert_reports(2, ["--output", "is a directory; give a dataset prefix", str(out / "corpus")])
+    assert_nothing_written(out)
 
 
 def test_existing_output_is_refused_and_untouched(lmspec, tmp_path: Path, tokenizer_dir: Path) -> None:
@@ -137,7 +147,7 @@ def test_existing_output_is_refused_and_untouched(lmspec, tmp_path: Path, tokeni
         result = lmspec(
             "data", "prepare", str(source), "--tokenizer", str(tokenizer_dir), "--output", str(directory / "ds")
         )
-        result.assert_reports(2, ["--output", str(mine), "never overwritten", "give another prefix"])
+        result.assert_reports(2, ["--output", str(mine), "never overwrites a file", "give another prefix"])
         assert mine.read_text() == "the user's own file\n"
         assert [p.name for p in directory.iterdir()] == [mine.name]
 

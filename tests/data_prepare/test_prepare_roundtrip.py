@@ -97,6 +97,13 @@ def test_text_key_and_several_inputs_in_order(lmspec, tmp_path: Path, tokenizer_
     assert read_back(prefix) == expected_ids(tokenizer_dir, DOCUMENTS, eod=False)
 
 
+def test_prepare_dataset_helper_runs_the_real_prepare(tmp_path: Path, tokenizer_dir: Path) -> None:
+    from helpers.datasets import prepare_dataset
+
+    prefix = prepare_dataset(tmp_path / "made" / "ds", DOCUMENTS, tokenizer_dir)
+    assert read_back(prefix) == expected_ids(tokenizer_dir, DOCUMENTS, eod=True)
+
+
 @pytest.mark.slow
 def test_workers_give_byte_identical_output(tmp_path: Path, tokenizer_dir: Path) -> None:
     """--workers 2 (processes, as a user runs it) writes the same bytes as --workers 1, over many batches."""
