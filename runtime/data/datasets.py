@@ -4,10 +4,11 @@
 `--data-path`) with `train.data.split`, `train.seq_length` and `train.seed`, asked for the Plan's
 sample counts (plan.batch.samples). The builder coordinates the ranks itself: rank 0 builds and
 caches the document/sample/shuffle indices, a barrier, then the others load them. The cache lives
-in the run directory (`<run dir>/data/cache`), never beside the user's data.
+in the run directory (`<run dir>/datasets/cache`), never beside the user's data. As in Megatron-LM,
+a multi-node job needs that directory on a filesystem every node sees.
 
 The built-in corpus (`sources: null`) takes the same path: rank 0 prepares the shipped documents
-with the spec's tokenizer into `<run dir>/data/builtin_<tokenizer sha256[:12]>` (once; a matching
+with the spec's tokenizer into `<run dir>/datasets/builtin_<tokenizer sha256[:12]>` (once; a matching
 sidecar means it is there), then it is a blend of one source.
 
 GPTDataset's attention mask is not asked for (the trainers pass the causal one) and its loss mask is
@@ -32,7 +33,7 @@ from lmspec.runtime.data.builtin_corpus import corpus_files
 from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
 from lmspec.runtime.data.tokenizer import TextTokenizer, load_tokenizer
 
-CACHE_DIR = "cache"  # under <run dir>/data: megatron-core's index cache (path_to_cache)
+CACHE_DIR = "cache"  # under <run dir>/datasets: megatron-core's index cache (path_to_cache)
 BUILTIN_PREFIX = "builtin_"
 
 
