@@ -101,8 +101,8 @@ def test_converted_models_carry_the_training_tokenizer(tiny_tp2: Trained, tmp_pa
     tiny_tp2's checkpoint (same model and layout) rather than training again."""
     from transformers import AutoTokenizer, GenerationConfig
 
+    from lmspec.runtime.data.byte_tokenizer import EOT_ID, encode
     from lmspec.runtime.data.tokenizer import load_tokenizer
-    from lmspec.runtime.train.data import EOT_ID, encode
 
     texts = builtin_documents()[:3] + ["Grüße, 東京"]
     if not (tiny_tp2.hf_dir / "config.json").is_file():
