@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmspec.runtime.data.readers import batch_texts, read_batches
+
 CORPUS_DIR = Path(__file__).resolve().parent.parent / "train" / "corpus"
 
 
@@ -18,5 +20,6 @@ def corpus_files() -> list[Path]:
 
 
 def builtin_documents() -> list[str]:
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in corpus_files())
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
+    """The shipped documents as `lmspec data prepare` reads them (runtime/data/readers.py), so verify and
+    the tests see exactly the documents training does."""
+    return [text for path in corpus_files() for batch in read_batches(path, "text") for text in batch_texts(batch)]
