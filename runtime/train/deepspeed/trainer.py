@@ -65,17 +65,13 @@ class DeepSpeedTrainer:
         """One optimizer step of `grad_accum_steps` micro-batches; `lr` comes from ds_config's scheduler."""
         totals = torch.zeros(2, dtype=torch.float64)
         for batch in batches:
-            tokens, labels = batch.tokens.to(self.device), batch.labels.to(self.device)
-            logits = self.engine(input_ids=tokens).logits
-            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+            loss, tokens = self._loss(batch, "mean")
             self.engine.backward(loss)
             self.engine.step()
-            totals += torch.tensor([float(loss.detach()) * labels.numel(), labels.numel()], dtype=torch.float64)
-        totals = totals.to(self.device)
-        dist.all_reduce(totals)
+            totals += torch.tensor([float(loss.detach()) * tokens, tokens], dtype=torch.float64)
         grad_norm = self.engine.get_global_grad_norm()
         used_lr = self.engine.get_lr()[0]
-        return float(totals[0] / totals[1]), float(grad_norm) if grad_norm is not None else math.nan, used_lr
+        return self._dp_mean(totals), float(grad_norm) if grad_norm is not None else math.nan, used_lr
 
     def eval_loss(self, batches: list[Batch]) -> float:
         """The mean token loss of these micro-batches over all DP ranks, no gradients, dropout off."""
@@ -84,14 +80,21 @@ class DeepSpeedTrainer:
         try:
             with torch.no_grad():
                 for batch in batches:
-                    tokens, labels = batch.tokens.to(self.device), batch.labels.to(self.device)
-                    logits = self.engine(input_ids=tokens).logits
-                    loss_sum = F.cross_entropy(
-                        logits.float().view(-1, logits.shape[-1]), labels.view(-1), reduction="sum"
-                    )
-                    totals += torch.tensor([float(loss_sum), labels.numel()], dtype=torch.float64)
+                    loss_sum, tokens = self._loss(batch, "sum")
+                    totals += torch.tensor([float(loss_sum), tokens], dtype=torch.float64)
         finally:
             self.engine.train()
+        return self._dp_mean(totals)
+
+    def _loss(self, batch: Batch, reduction: str) -> tuple[torch.Tensor, int]:
+        """Next-token cross-entropy of one micro-batch (`reduction` over its tokens) and its token count."""
+        tokens, labels = batch.tokens.to(self.device), batch.labels.to(self.device)
+        logits = self.engine(input_ids=tokens).logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1), reduction=reduction)
+        return loss, labels.numel()
+
+    def _dp_mean(self, totals: torch.Tensor) -> float:
+        """(loss sum, tokens) summed over the DP ranks, as their token-weighted mean."""
         totals = totals.to(self.device)
         dist.all_reduce(totals)
         return float(totals[0] / totals[1])
