@@ -107,7 +107,8 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
 
     from lmspec.runtime.data.datasets import build_datasets
     from lmspec.runtime.train.data import micro_batches
-    from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
+    from lmspec.runtime.train.megatron.config import ParallelDegrees
+    from lmspec.runtime.train.megatron.model import build_model
 
     batch = plan.batch
     ps.initialize_model_parallel()

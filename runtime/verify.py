@@ -109,7 +109,8 @@ def _megatron_forward(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[
     from megatron.core import dist_checkpointing, tensor_parallel
     from megatron.core import parallel_state as ps
 
-    from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
+    from lmspec.runtime.train.megatron.config import ParallelDegrees
+    from lmspec.runtime.train.megatron.model import build_model
 
     ps.initialize_model_parallel()
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)  # megatron's attention forks this RNG

@@ -28,10 +28,10 @@ from lmspec.compiler.conversion.transforms import (
     Transform,
 )
 from lmspec.compiler.families import FAMILIES
+from lmspec.compiler.models.units import PRECISION_DTYPE
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec
 
-PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 FP32_TENSORS = ("mlp.router.expert_bias",)  # megatron keeps it fp32; HF's e_score_correction_bias too
 
 
@@ -141,7 +141,7 @@ def build_entries(plan: Plan) -> list[Entry]:
     """Every tensor of the model, in checkpoint order: embedding, layers (experts by id), norm, head."""
     m, lay = plan.spec.model, plan.layout
     family = FAMILIES[m.family]
-    src = PARAM_DTYPES[plan.spec.train.precision]
+    src = PRECISION_DTYPE[plan.spec.train.precision]
     dst = plan.spec.convert.dtype
     stacked = m.moe is None  # megatron stacks homogeneous layers on a leading axis; MoE layer lists are not
     last = lay.pp - 1

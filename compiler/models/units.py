@@ -16,8 +16,9 @@ SECONDS_PER_DAY = 86400
 
 # Bytes of one element, by the dtype names mapping.json, checkpoints and vLLM use.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-# train.precision -> the dtype its weights, activations and 16-bit gradients are held in.
-PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# train.precision -> the dtype its weights, activations and 16-bit gradients are held in (fp8 runs its
+# GEMMs in FP8 but holds weights, gradients and the activations between GEMMs in bf16, as TE does).
+PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
 FP32_BYTES = DTYPE_BYTES["float32"]
 
 

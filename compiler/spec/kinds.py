@@ -259,6 +259,7 @@ RATE_MIN = 1e-3  # rates divide: a time per step must stay finite (1e-300 TFLOP/
 LR_MAX = 100.0
 WEIGHT_DECAY_MAX = 10.0
 GRAD_CLIP_MAX = 1e6
+LOSS_WEIGHT_MAX = 100.0  # an auxiliary loss weight; released recipes use <= 1
 BLEND_WEIGHT_MAX = 1e6  # blend weights are normalised; only their ratios matter
 SOURCES_MAX = 4096  # datasets in one blend (Megatron's --data-path list)
 EPS_MAX = 1.0

@@ -153,6 +153,12 @@ class GpuSpec:
     )
     bf16_tflops: float = key("Dense bf16 peak, TFLOP/s.", example=989, minimum=K.RATE_MIN, maximum=K.RATE_MAX)
     hbm_gb_per_s: float = key("Memory bandwidth, GB/s.", example=3350, minimum=K.RATE_MIN, maximum=K.RATE_MAX)
+    fp8_tflops: float | None = key(
+        "Dense FP8 tensor-core peak, TFLOP/s; null = no FP8 tensor cores (A100, CPU).",
+        example=1979,
+        minimum=K.RATE_MIN,
+        maximum=K.RATE_MAX,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,8 +340,20 @@ class TrainSpec:
     """Training job."""
 
     backend: Literal["megatron", "deepspeed"] = key("Training framework.", example="megatron")
-    precision: Literal["bf16", "fp16", "fp32"] = key(
-        "Compute precision (bf16/fp16 keep fp32 master weights).", example="bf16"
+    transformer_impl: Literal["local", "transformer_engine"] = key(
+        "Layer implementation (Megatron-LM's --transformer-impl): transformer_engine = TE's fused layers "
+        "(GPU); local = pure PyTorch (megatron-core's local spec, or transformers' modeling code for deepspeed).",
+        example="transformer_engine",
+    )
+    precision: Literal["bf16", "fp16", "fp32", "fp8"] = key(
+        "Compute precision (bf16/fp16 keep fp32 master weights; fp8 = bf16 with FP8 GEMMs through "
+        "Transformer Engine, scaled as train.fp8_recipe says).",
+        example="bf16",
+    )
+    fp8_recipe: Literal["delayed", "blockwise"] | None = key(
+        "FP8 scaling with train.precision=fp8: delayed = per-tensor delayed scaling (amax history); "
+        "blockwise = 1x128 activation / 128x128 weight blocks (DeepSeek-V3). null otherwise.",
+        example="blockwise",
     )
     seq_length: int = key("Tokens per training sequence.", example=4096, minimum=1, maximum=K.TOKENS_MAX)
     micro_batch_size: int = key("Sequences per GPU per forward/backward.", example=1, minimum=1, maximum=K.BATCH_MAX)
@@ -358,6 +376,20 @@ class TrainSpec:
         example=10,
         minimum=0,
         maximum=K.STEPS_MAX,
+    )
+    mtp_loss_weight: float = key(
+        "Weight of the multi-token-prediction loss added to the LM loss (Megatron's "
+        "--mtp-loss-scaling-factor; DeepSeek-V3: 0.3, then 0.1); used when model.mtp_layers > 0.",
+        example=0.1,
+        minimum=0,
+        maximum=K.LOSS_WEIGHT_MAX,
+    )
+    init_from: str | None = key(
+        "A checkpoint step directory written by lmspec (megatron: its torch_dist/) whose model weights "
+        "training starts from, at any layout; optimizer, step and data start fresh. A checkpoint to resume "
+        "in train.checkpoint.dir takes precedence. null = initialise from train.seed.",
+        example="runs/base/checkpoints/step_00001000",
+        kind=K.PATH,
     )
     checkpoint: CheckpointSpec = key("Checkpointing.")
     data: DataSpec = key("Training data.")

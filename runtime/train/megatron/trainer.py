@@ -24,7 +24,8 @@ from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.train.data import Batch
-from lmspec.runtime.train.megatron.model import ParallelDegrees, build_model
+from lmspec.runtime.train.megatron.config import ParallelDegrees
+from lmspec.runtime.train.megatron.model import build_model
 
 
 def _check_cpu_support(spec: Spec) -> None:
