@@ -1,14 +1,17 @@
 """train.transformer_impl=transformer_engine where there is no GPU and no Transformer Engine (this
-machine): the training entry point stops before building anything, naming the key and both ways out."""
+machine): `lmspec run` and the training entry point stop before building anything, naming the key and
+both ways out."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.build import compile_build
+from helpers.cli import LMSPEC
 
 from lmspec.compiler.errors import EXIT_FAILED
 from lmspec.compiler.pipeline import make_plan
@@ -46,5 +49,14 @@ def test_the_entry_point_exits_1_before_any_rank_starts(
     assert main([str(build)]) == EXIT_FAILED
     err = capsys.readouterr().err
     assert "error: train.transformer_impl=transformer_engine needs an NVIDIA GPU" in err
-    assert "cannot run here (2 error(s)); nothing was started" in err
+    assert "Transformer Engine layers cannot run here (2 error(s)); nothing was started" in err
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
+
+
+def test_lmspec_run_stops_before_torchrun_with_one_report(tmp_path: Path) -> None:
+    build = compile_build(tmp_path, ONE_GPU).dir
+    done = subprocess.run([LMSPEC, "run", str(build)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert done.stderr.count("error: train.transformer_impl=transformer_engine needs an NVIDIA GPU") == 1
+    assert "pip install transformer_engine[pytorch]" in done.stderr
+    assert "Traceback" not in done.stderr and "torchrun" not in done.stderr and not (tmp_path / "runs").exists()
