@@ -53,6 +53,7 @@ def test_the_entry_point_exits_1_before_any_rank_starts(
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_lmspec_run_stops_before_torchrun_with_one_report(tmp_path: Path) -> None:
     build = compile_build(tmp_path, ONE_GPU).dir
     done = subprocess.run([LMSPEC, "run", str(build)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
