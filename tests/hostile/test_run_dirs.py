@@ -18,7 +18,9 @@ from lmspec.compiler.pipeline import make_plan
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, dir_run_id
 from lmspec.runtime.train.loop import main as train_main
 
-CKPT = 'train.checkpoint.dir="runs/tiny/checkpoints" (lmspec:specs/train/default.yaml:27)'
+TRAIN_DEFAULTS = Path(__file__).parents[2] / "specs" / "train" / "default.yaml"
+CKPT_LINE = TRAIN_DEFAULTS.read_text().splitlines().index("  dir: runs/${name}/checkpoints") + 1
+CKPT = f'train.checkpoint.dir="runs/tiny/checkpoints" (lmspec:specs/train/default.yaml:{CKPT_LINE})'
 RUN = 'the run directory runs/tiny/ of name="tiny"'
 CONVERT_HARM = "replaces convert.output as a whole and would delete"
 
