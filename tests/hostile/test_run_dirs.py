@@ -18,7 +18,7 @@ from lmspec.compiler.pipeline import make_plan
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, dir_run_id
 from lmspec.runtime.train.loop import main as train_main
 
-CKPT = 'train.checkpoint.dir="runs/tiny/checkpoints" (lmspec:specs/train/default.yaml:27)'
+CKPT = 'train.checkpoint.dir="runs/tiny/checkpoints" (lmspec:specs/train/default.yaml:31)'
 RUN = 'the run directory runs/tiny/ of name="tiny"'
 CONVERT_HARM = "replaces convert.output as a whole and would delete"
 
