@@ -9,6 +9,7 @@ compile without the data (CI) reports less.
 from __future__ import annotations
 
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
+from lmspec.compiler.capabilities import capabilities_of, target_of
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.serve import serve_report_rows
@@ -44,6 +45,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
             hardware=s.hardware.name,
             backend=s.train.backend,
             precision=s.train.precision,
+            target=_target_line(plan),
             layout_rows=rows,
             batch_rows=batch_rows,
             data=data_section(plan),
@@ -57,6 +59,19 @@ def emit_report(plan: Plan) -> dict[str, str]:
             warnings=[w.message for w in plan.warnings],
         )
     }
+
+
+def _target_line(plan: Plan) -> str:
+    """The code that trains the build (compiler/capabilities.py) and the kernels it picks."""
+    s = plan.spec
+    t, caps = target_of(s), capabilities_of(s)
+    uses = ["fused attention" if s.train.flash_attention else "unfused attention (stores the s x s scores)"]
+    if s.model.moe is not None:
+        grouped = caps is not None and caps.runs("grouped_gemm_experts")
+        uses.append("grouped-GEMM experts" if grouped else "experts one after another")
+    if s.train.precision == "fp8":
+        uses.append(f"FP8 GEMMs ({s.train.fp8_recipe} scaling)")
+    return f"Target: {t.backend}, train.transformer_impl={t.impl}, {t.device}; {', '.join(uses)}."
 
 
 def _b(n: float) -> str:
@@ -136,6 +151,15 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
             else "none",
         )
     )
+    gpu = plan.spec.hardware.gpu
+    if plan.spec.train.precision == "fp8":
+        rows.append(
+            (
+                "MFU with FP8 GEMMs",
+                f"quoted against the bf16 peak ({gpu.bf16_tflops:g} TFLOP/s), as DeepSeek-V3 and Megatron report "
+                f"FP8 runs; the GEMMs run at up to {gpu.fp8_tflops:g} TFLOP/s",
+            )
+        )
     for point in (0.5, 0.4):
         at = f.at(f.ideal_step_time_s / point)
         rows.append(

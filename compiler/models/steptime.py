@@ -18,6 +18,10 @@ Overlap assumptions (the settings lmspec's emitted Megatron/DeepSpeed configs us
   traffic issued every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 gathers) behind that
   fraction of all the compute.
 - Pipeline send/recv is exposed (it is small next to the layers' work).
+With train.precision=fp8 the GEMMs run at hardware.gpu.fp8_tflops (their efficiency on that peak's
+FLOP/byte balance) and the core attention stays bf16 (TE's fused attention computes in bf16); the core
+attention recomputed by selective or full recompute is priced with the GEMMs. MFU stays quoted
+against the bf16 peak (compiler/models/summary.py), as DeepSeek-V3 and Megatron report FP8 runs.
 The bytes on the wire (TP, EP, PP volumes and the DP bytes per parameter of each sharding) are
 `lmspec.compiler.models.comm`'s functions, the ones plan.json's estimate uses (with no overlap and
 datasheet bandwidths); here they move at NCCL bus bandwidth. Rings send 2(n-1)/n x bytes for an
@@ -168,17 +172,27 @@ class StepTime:
 
 
 def step_time(
-    x: StepInputs, *, hidden: int, top_k: int, peak_flops: float, hbm_bytes_per_s: float, link: Links
+    x: StepInputs,
+    *,
+    hidden: int,
+    top_k: int,
+    peak_flops: float,
+    gemm_peak_flops: float,
+    hbm_bytes_per_s: float,
+    link: Links,
 ) -> StepTime:
-    """Seconds per training step of each candidate, split by term."""
+    """Seconds per training step of each candidate, split by term. `peak_flops` is the bf16 peak (core
+    attention); `gemm_peak_flops` the GEMMs' (the FP8 peak under train.precision=fp8, else the same)."""
     d = x.dims
     m = d.micro_batches
     tokens_rank = x.tokens_per_micro_batch / d.cp  # rows of every GEMM on one GPU
-    efficiency = gemm_efficiency(hidden, d.tp, tokens_rank, peak_flops / hbm_bytes_per_s) * pick(
-        x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0
-    )
-    flops_gpu = x.tokens_per_micro_batch * x.stage_flops_per_token / (d.tp * d.cp)
-    compute_mb = flops_gpu / (peak_flops * efficiency)
+    kernels = pick(x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0)
+    efficiency = gemm_efficiency(hidden, d.tp, tokens_rank, peak_flops / hbm_bytes_per_s) * kernels
+    gemm_eff = gemm_efficiency(hidden, d.tp, tokens_rank, gemm_peak_flops / hbm_bytes_per_s) * kernels
+    per_gpu = x.tokens_per_micro_batch / (d.tp * d.cp)
+    attention_s = per_gpu * x.attention_flops_per_token / (peak_flops * efficiency)
+    gemm_s = per_gpu * (x.stage_flops_per_token - x.attention_flops_per_token) / (gemm_peak_flops * gemm_eff)
+    compute_mb = gemm_s + attention_s
 
     # bytes on the wire per micro-batch: lmspec.compiler.models.comm's volumes, the ones plan.json reports
     tp_split = pick(x.sequence_parallel, d.tp, 1)
@@ -200,7 +214,6 @@ def step_time(
     # CP rank pass once forward and twice backward (K/V again, then dK/dV)
     kv = 2 * activation / d.tp
     cp_traffic = x.stage_layers * 3 * (d.cp - 1) * kv / link.ring_bytes_per_s(d, d.cp_span)
-    attention_s = x.tokens_per_micro_batch * x.attention_flops_per_token / (d.tp * d.cp) / (peak_flops * efficiency)
     cp_mb = _max(cp_traffic - attention_s, 0.0)
 
     p2p = (d.pp > 1) * pp_bytes_per_micro_batch(tokens_rank, tp_split, hidden, x.element_bytes)
@@ -235,10 +248,12 @@ def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
 def step_constants(spec: Spec) -> dict[str, Any]:
     """The step-time model's keyword arguments that depend on the job, not on the layout."""
     hw = spec.hardware
+    fp8_tflops = hw.gpu.fp8_tflops if spec.train.precision == "fp8" else None
     return {
         "hidden": spec.model.hidden_size,
         "top_k": spec.model.moe.top_k if spec.model.moe else 0,
         "peak_flops": hw.gpu.bf16_tflops * TFLOPS,
+        "gemm_peak_flops": (fp8_tflops or hw.gpu.bf16_tflops) * TFLOPS,
         "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * GB,
         "link": bus_links(hw),
     }

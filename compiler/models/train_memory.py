@@ -13,6 +13,15 @@ Model state per parameter a GPU holds (mixed precision keeps fp32 master weights
   the fp32 partition) plus the largest module gathered (16-bit weights and gradients,
   4 B/param). Offload moves the fp32 partitions to host.
 
+train.precision=fp8 (Transformer Engine) adds FP8_WEIGHT_COPY_BYTES per weight: TE casts each bf16
+weight to FP8 once per step and keeps the cast across micro-batches (its weight workspace,
+transformer_engine/pytorch/module/linear.py), rowwise for the forward GEMM and a columnwise
+(transposed) copy for the backward's data-gradient GEMM (Hopper's FP8 GEMMs are TN only; delayed
+scaling keeps the transpose of the Float8Tensor, blockwise scaling quantizes each direction apart),
+so 1 + 1 B; per-block scales are one fp32 per 128 x 128 weights, not priced. It is priced on every
+parameter, an upper bound: embeddings, the output head, norms and routers stay bf16. Activations
+between GEMMs are bf16, as priced (GEMM inputs TE saves in FP8 are not yet priced smaller).
+
 TP divides the linear layers (norms and routers are replicated), PP splits the layers,
 EP (x ETP) divides the routed experts. Activations follow `activations.py`, times the
 micro-batches in flight under 1F1B: stage i holds min(pp - i, grad-accum) of them, and
@@ -46,6 +55,7 @@ FRAGMENTATION_FRACTION = 0.05
 ADAM_STATES = 2  # exp_avg, exp_avg_sq
 SGD_STATES = 1  # momentum buffer
 TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
+FP8_WEIGHT_COPY_BYTES = 2  # TE's cached FP8 weight: rowwise + columnwise (transposed), 1 B each
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +156,8 @@ def state_bytes(spec: Spec, shards: ArrayOrNumber) -> StateBytes:
     master = FP32_BYTES if mixed else 0
     if t.backend == "megatron":
         shard = shards if p.distributed_optimizer else 1
-        return StateBytes(weights=low, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
+        fp8_copies = FP8_WEIGHT_COPY_BYTES if t.precision == "fp8" else 0
+        return StateBytes(weights=low + fp8_copies, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
     return zero_state_bytes(
         p.zero_stage,
         shards,

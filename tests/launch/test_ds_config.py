@@ -21,7 +21,16 @@ DS = ["train.backend=deepspeed"]
 VARIANTS = {
     "zero0-fp32": DS + ["parallel.zero_stage=0"],
     "zero1-bf16": DS + ["parallel.zero_stage=1", "train.precision=bf16"],
-    "zero2-fp16": DS + ["parallel.zero_stage=2", "train.precision=fp16"],
+    "zero2-fp16": DS  # fp16 kernels need a GPU (the capability table: DeepSpeed's CPU accelerator has none)
+    + [
+        "hardware=a100_80g",
+        "train.transformer_impl=local",
+        "train.recompute=full",
+        "train.seq_length=1024",
+        "serve.max_model_len=1024",
+        "parallel.zero_stage=2",
+        "train.precision=fp16",
+    ],
     "zero3-bf16": DS + ["parallel.zero_stage=3", "train.precision=bf16"],
     "zero3-fp32-offload": DS
     + ["parallel.zero_stage=3", "parallel.offload_optimizer=true", "parallel.offload_params=true"],
@@ -41,6 +50,7 @@ VARIANTS = {
     + [
         "model=llama3_70b",
         "hardware=h100_80g",
+        "train.transformer_impl=local",
         "hardware.nodes=8",
         "cluster=slurm",
         "parallel.zero_stage=3",
@@ -51,6 +61,7 @@ VARIANTS = {
     + [
         "model=deepseek_v2_lite",
         "hardware=a100_80g",
+        "train.transformer_impl=local",
         "parallel.zero_stage=3",
         "train.recompute=full",
         "train.global_batch_size=256",
