@@ -139,7 +139,8 @@ def make_transform(row: Row, m: ModelSpec, megatron: str, hf: tuple[str, ...], p
 
 
 def build_entries(plan: Plan) -> list[Entry]:
-    """Every tensor of the model, in checkpoint order: embedding, layers (experts by id), norm, head."""
+    """Every tensor of the model, in checkpoint order: embedding, layers (experts by id), norm, head, then
+    the MTP modules (DeepSeek-V3)."""
     m, lay = plan.spec.model, plan.layout
     family = FAMILIES[m.family]
     src = PRECISION_DTYPE[plan.spec.train.precision]

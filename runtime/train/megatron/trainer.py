@@ -185,7 +185,9 @@ class MegatronTrainer:
     # -- checkpoint ------------------------------------------------------------------------------
 
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
-        model_sd = self.gpt.sharded_state_dict()
+        # megatron reads the DP x CP group from metadata where a stage keeps a copy of the embedding (MTP)
+        metadata = {"dp_cp_group": self.ps.get_data_parallel_group(with_context_parallel=True)}
+        model_sd = self.gpt.sharded_state_dict(metadata=metadata)
         return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
 
     def save(self, directory: Path) -> None:
