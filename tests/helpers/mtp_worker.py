@@ -48,6 +48,7 @@ def main() -> dict:
         model = build_model(spec, True, True, ParallelDegrees())
         report["tiny_moe_built"] = sum(p.numel() for n, p in model.named_parameters() if n.startswith("mtp."))
         report["tiny_moe_counted"] = count_params(spec.model).mtp
+        report["tiny_moe_model_built"] = sum(p.numel() for p in model.parameters())
         layer = model.mtp.layers[0]
         report["modules"] = sorted(
             {type(layer.enorm).__name__, type(layer.transformer_layer.self_attention.core_attention).__name__}

@@ -29,6 +29,14 @@ def test_params_equal_megatrons_built_mtp_module(report: dict) -> None:
     assert report["deepseek_v3_built"] == report["deepseek_v3_counted"]  # 11.6B: 14B with embedding and head
 
 
+def test_the_memory_model_holds_the_mtp_module_on_the_last_stage(report: dict) -> None:
+    from lmspec.compiler.pipeline import make_plan
+
+    plan = make_plan(["model=tiny_moe", "hardware=cpu", "model.mtp_layers=1"])
+    (stage,) = plan.memory.stages  # tp = ep = pp = 1: the one stage holds the whole model, as megatron builds it
+    assert stage.dense_params + stage.expert_params == report["tiny_moe_model_built"]
+
+
 def test_the_local_swaps_apply_inside_the_mtp_layer(report: dict) -> None:
     assert report["modules"] == ["LatentCoreAttention", "SequenceParallelRMSNorm"]
 
