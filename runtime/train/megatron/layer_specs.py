@@ -106,12 +106,13 @@ def _without_transformer_engine_fixes() -> None:
         moe_utils.te_general_gemm = None
 
 
-def decoder_block_spec(config: Any, pp_rank: int | None = None) -> Any:
-    """megatron-core's decoder block spec for `config` on the local path, with the stand-ins above."""
+def decoder_block_spec(config: Any, pp_rank: int | None = None, vp_stage: int | None = None) -> Any:
+    """megatron-core's decoder block spec for `config` on the local path (model chunk `vp_stage` of an
+    interleaved pipeline), with the stand-ins above."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     block_spec = get_gpt_decoder_block_spec(
-        config, use_transformer_engine=False, normalization=config.normalization, pp_rank=pp_rank
+        config, use_transformer_engine=False, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
     )
     _swap_modules(block_spec, mla=config.multi_latent_attention)
     _without_transformer_engine_fixes()

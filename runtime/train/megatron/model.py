@@ -1,12 +1,14 @@
-"""Build megatron-core's GPTModel from a spec: one model chunk for this pipeline rank.
+"""Build megatron-core's GPTModel from a spec: the model chunks of this pipeline rank.
 
 What is built: the family's architecture (lmspec.compiler.families: RMSNorm, SwiGLU, RoPE,
 no biases; GQA, or MLA; MoE), no dropout, with the TransformerConfig of
 `lmspec.runtime.train.megatron.config` and the layer specs of `...megatron.layer_specs`.
 MoE tokens are dispatched all-to-all over the expert-parallel group; the pipeline split
 follows the Plan's `stage_layers` (the spec's `pp_layout`) through
-`pipeline_model_parallel_layout`. megatron's parallel_state must be initialised with the
-same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
+`pipeline_model_parallel_layout`, one chunk per virtual stage under interleaved 1F1B (as
+Megatron-LM's `get_model` builds them: chunk i with `vp_stage=i`, the embedding in the first
+rank's chunk 0, the output head in the last rank's last chunk). megatron's parallel_state must be
+initialised with the same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ def build_model(
     post_process: bool,
     degrees: ParallelDegrees,
     pp_rank: int | None = None,
+    vp_stage: int | None = None,
 ):
-    """One GPTModel chunk for this pipeline rank, on this process's device."""
+    """One GPTModel chunk (virtual stage `vp_stage` of this pipeline rank), on this process's device."""
     from megatron.core.models.gpt import GPTModel
 
     m = spec.model
     config = transformer_config(spec, degrees)
-    block_spec = decoder_block_spec(config, pp_rank=pp_rank)
+    block_spec = decoder_block_spec(config, pp_rank=pp_rank, vp_stage=vp_stage)
     model = GPTModel(
         config=config,
         transformer_layer_spec=block_spec,
@@ -42,7 +45,26 @@ def build_model(
         position_embedding_type="rope",
         rotary_base=int(m.rope_theta),
         pg_collection=None,
+        vp_stage=vp_stage,
     )
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def build_chunks(spec: Spec, degrees: ParallelDegrees) -> list:
+    """This pipeline rank's model chunks in schedule order: one, or `degrees.virtual_stages`."""
+    from megatron.core import parallel_state as ps
+
+    if degrees.virtual_stages is None:
+        return [build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)]
+    return [
+        build_model(
+            spec,
+            ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=i),
+            ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=i),
+            degrees,
+            vp_stage=i,
+        )
+        for i in range(degrees.virtual_stages)
+    ]
