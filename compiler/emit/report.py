@@ -105,8 +105,9 @@ def _params_rows(plan: Plan) -> list[tuple[str, str]]:
         )
         if getattr(p, name)
     ]
-    if p.mtp:
+    if p.mtp:  # trained and converted with the model, but not part of its published size
         rows.append(("MTP module (not in total)", _b(p.mtp)))
+        rows.append(("total with MTP module", _b(p.total + p.mtp)))
     return rows
 
 

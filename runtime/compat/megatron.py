@@ -26,6 +26,9 @@ What it changes, and why (see ../shared/NOTES-deps.md):
 6. Modules that allocate with a literal `device="cuda"` (or `.cuda()`) get a
    `torch` proxy whose tensor factories map a CUDA device to the CPU
    (`CUDA_LITERAL_MODULES`); everything else about torch is untouched.
+7. A pipeline stage that keeps a copy of the embedding (MTP, or a tied head, off the first
+   stage) moves it with `weight.data.cuda()` before the all-reduce that makes the copies equal;
+   on CPU `Tensor.cuda` returns the tensor itself, during that one method only.
 The trainer also passes an explicit causal mask (megatron's default mask helper
 allocates on "cuda").
 """
@@ -160,8 +163,19 @@ def _manual_seed(seed: int) -> None:
     torch.default_generator.manual_seed(int(seed))
 
 
+def _embedding_copies_on_cpu(setup: Any) -> Any:
+    """LanguageModule.setup_embeddings_and_output_layer with `Tensor.cuda` the identity inside it (item 7)."""
+
+    def setup_on_cpu(self: Any) -> None:
+        with swapped(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor):
+            setup(self)
+
+    return setup_on_cpu
+
+
 def _patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, CPU stand-in) for every item of the module docstring."""
+    from megatron.core.models.common.language_module.language_module import LanguageModule
     from megatron.core.optimizer import clip_grads, optimizer
     from megatron.core.tensor_parallel import random as mrandom
     from megatron.core.transformer.moe import token_dispatcher
@@ -182,6 +196,11 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (token_dispatcher, "maybe_move_tensor_to_cpu", _host_split_sizes),  # 4
         (clip_grads, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm),  # 5
         (optimizer, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm),
+        (  # 7
+            LanguageModule,
+            "setup_embeddings_and_output_layer",
+            _embedding_copies_on_cpu(LanguageModule.setup_embeddings_and_output_layer),
+        ),
     ]
     proxy = _CpuTorch()
     for name in CUDA_LITERAL_MODULES:  # 6: each module's own `torch` global

@@ -102,7 +102,13 @@ def main(argv: list[str]) -> int:
     spec, plan, doc = build.spec, build.plan, build.mapping
     init_distributed(spec, plan)
     trainer = make_trainer(build)
-    count = load_into_model(trainer.model.module, doc, hf_dir, ps)  # type: ignore[attr-defined]
+    chunks = trainer.chunks  # type: ignore[attr-defined]
+    if len(chunks) != 1:  # the mapping places tensors by pipeline stage, not by virtual stage
+        raise UsageError(
+            "HF -> Megatron loads one model chunk per pipeline rank: build it with parallel.virtual_stages=null, "
+            "then start the interleaved build from that checkpoint with train.init_from"
+        )
+    count = load_into_model(chunks[0], doc, hf_dir, ps)
     reload = getattr(trainer.optimizer, "reload_model_params", None)  # type: ignore[attr-defined]
     if reload is not None:
         reload()  # mixed precision keeps fp32 copies made before the weights arrived

@@ -242,8 +242,9 @@ def convert_megatron(
     try:
         check_against_checkpoint(todo, ckpt)
         plan = hf_plan(todo)
-        bands = {t.label: file_bands(t, ckpt) if direct else None for t in todo}
-        buffered = [t for t in todo if bands[t.label] is None]
+        # by position: two entries may read one checkpoint tensor (DeepSeek-V3's MTP copies of embedding and head)
+        bands = [file_bands(t, ckpt) if direct else None for t in todo]
+        buffered = [t for t, found in zip(todo, bands, strict=True) if found is None]
         with replace_directory(output, CONVERTED, OUTPUT_LABEL) as staging:
             writer = ShardedWriter(staging, plan, max_shard_bytes)
             largest = max((math.prod(t.transform.shape) * DTYPE_BYTES[t.hf_dtype] for t in buffered), default=0)
@@ -251,8 +252,7 @@ def convert_megatron(
             bar = _progress(progress)
             with bar:
                 task = bar.add_task("convert", total=writer.total_bytes, tensor="")
-                for t in todo:
-                    found = bands[t.label]
+                for t, found in zip(todo, bands, strict=True):
                     if found is None:
                         _write_buffered(t, ckpt, writer, arena)
                     else:

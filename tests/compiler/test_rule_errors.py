@@ -7,6 +7,15 @@ import pytest
 
 CASES = [
     pytest.param(
+        ["model.mtp_layers=1"],
+        [
+            "model.mtp_layers=1 (command-line override)",
+            'model.family="llama" (lmspec:specs/model/tiny.yaml:',
+            "(only deepseek_v3 do); set model.mtp_layers=0",
+        ],
+        id="mtp-only-where-the-checkpoints-have-it",
+    ),
+    pytest.param(
         ["model=llama3_70b", "hardware=h100_80g", "parallel.tp=6"],
         [
             "parallel.tp=6 (command-line override) does not divide model.num_attention_heads=64",

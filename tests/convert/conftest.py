@@ -26,7 +26,7 @@ def tiny_pp2(workdir: Path) -> Trained:
 
 @pytest.fixture(scope="session")
 def tiny_moe_tp2_ep2(workdir: Path) -> Trained:
-    """tiny_moe (MLA, 8 experts top-2, 1 shared, first layer dense) at TP=2 with EP=2."""
+    """tiny_moe (MLA, 8 experts top-2, 1 shared, first layer dense, one MTP module) at TP=2 with EP=2."""
     return train(workdir, "tiny_moe_tp2_ep2", MOE_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")
 
 

@@ -155,3 +155,15 @@ def test_the_replaced_functions_have_the_signatures_of_their_stand_ins() -> None
     assert callable(mrandom._get_cuda_rng_state) and callable(mrandom._set_cuda_rng_state)
     assert "maybe_move_tensor_to_cpu(" in inspect.getsource(token_dispatcher)
     assert "clip_grad_by_total_norm_fp32(" in inspect.getsource(optimizer)
+
+
+def test_the_embedding_copy_of_a_later_stage_still_moves_with_tensor_cuda() -> None:
+    """Item 7: megatron-core moves a later stage's embedding copy (MTP, tied head) with `.cuda()` in this one
+    method, which the block runs with `Tensor.cuda` as the identity; outside it `Tensor.cuda` is torch's."""
+    import torch
+    from megatron.core.models.common.language_module.language_module import LanguageModule
+
+    assert "weight.data = weight.data.cuda()" in inspect.getsource(LanguageModule.setup_embeddings_and_output_layer)
+    cuda = torch.Tensor.cuda
+    with megatron.megatron_on_cpu():
+        assert torch.Tensor.cuda is cuda

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from lmspec.compiler.capabilities import capabilities_of
 from lmspec.compiler.families import FAMILIES
+from lmspec.compiler.models.dims import chunk_layers
 from lmspec.compiler.models.units import PRECISION_DTYPE
 from lmspec.compiler.plan import Layout
 from lmspec.compiler.spec.sections import Spec
@@ -40,6 +41,7 @@ class ParallelDegrees:
     etp: int = 1
     sequence_parallel: bool = False
     stage_layers: tuple[int, ...] | None = None
+    virtual_stages: int | None = None  # model chunks per pipeline rank (interleaved 1F1B)
 
     @classmethod
     def of(cls, layout: Layout) -> ParallelDegrees:
@@ -51,15 +53,21 @@ class ParallelDegrees:
             etp=layout.etp,
             sequence_parallel=layout.sequence_parallel,
             stage_layers=layout.stage_layers,
+            virtual_stages=layout.virtual_stages,
         )
 
 
-def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
-    """Megatron's per-stage layer list: the embedding on the first stage, the loss on the last."""
-    last = len(stage_layers) - 1
+def pipeline_layout(
+    stage_layers: tuple[int, ...], virtual_stages: int | None = None, mtp_layers: int = 0
+) -> list[list[str]]:
+    """Megatron's per-chunk layer list (pp x virtual stages entries, compiler.models.dims.chunk_layers):
+    the embedding in the first chunk, the MTP layers and the loss in the last (with a layout megatron
+    builds MTP only where the layout names it)."""
+    chunks = chunk_layers(stage_layers, virtual_stages)
+    last = len(chunks) - 1
     return [
-        (["embedding"] if i == 0 else []) + ["decoder"] * n + (["loss"] if i == last else [])
-        for i, n in enumerate(stage_layers)
+        (["embedding"] if i == 0 else []) + ["decoder"] * n + (["mtp"] * mtp_layers + ["loss"] if i == last else [])
+        for i, n in enumerate(chunks)
     ]
 
 
@@ -111,12 +119,16 @@ def implementation_settings(spec: Spec, *, wgrad_fusion: bool) -> dict[str, Any]
     return settings
 
 
-def transformer_config_kwargs(spec: Spec, degrees: ParallelDegrees, *, wgrad_fusion: bool) -> dict[str, Any]:
-    """Every argument of the TransformerConfig of `spec` at `degrees` (a pure function: what tests check)."""
+def transformer_config_kwargs(
+    spec: Spec, degrees: ParallelDegrees, *, wgrad_fusion: bool, mtp: bool = True
+) -> dict[str, Any]:
+    """Every argument of the TransformerConfig of `spec` at `degrees` (a pure function: what tests check);
+    `mtp=False` leaves out the model's multi-token-prediction layers."""
     t = spec.train
     architecture = FAMILIES[spec.model.family].megatron(spec.model)
     d = degrees
     dtype = torch_dtype(PRECISION_DTYPE[t.precision])
+    mtp_layers = spec.model.mtp_layers if mtp else 0
     kwargs: dict[str, Any] = dict(
         **architecture.kwargs,
         activation_func=getattr(F, architecture.activation),
@@ -139,16 +151,24 @@ def transformer_config_kwargs(spec: Spec, degrees: ParallelDegrees, *, wgrad_fus
         recompute_granularity=None if t.recompute == "none" else t.recompute,
         recompute_method="uniform" if t.recompute == "full" else None,
         recompute_num_layers=1 if t.recompute == "full" else None,
+        mtp_num_layers=mtp_layers or None,  # megatron: None builds no MTP block
+        mtp_loss_scaling_factor=t.mtp_loss_weight,
     )
     if d.pp > 1 and d.stage_layers is not None:
-        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers)
+        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers, d.virtual_stages, mtp_layers)
+        kwargs["virtual_pipeline_model_parallel_size"] = d.virtual_stages
+    if d.virtual_stages is not None:
+        # Megatron-LM's interleaved default: unbatched p2p ops, even/odd ordered. Batched, the steady state's
+        # send to the previous and to the next stage are one rank at pp=2 and arrive swapped (equal shapes).
+        kwargs.update(overlap_p2p_comm=True, batch_p2p_comm=False)
     return kwargs
 
 
-def transformer_config(spec: Spec, degrees: ParallelDegrees):
+def transformer_config(spec: Spec, degrees: ParallelDegrees, mtp: bool = True):
     """The TransformerConfig of `spec` for the given parallel degrees: the
-    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings."""
+    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings;
+    `mtp=False` leaves out the model's multi-token-prediction layers."""
     from megatron.core.transformer import transformer_config as configs
 
     config_class = getattr(configs, FAMILIES[spec.model.family].megatron(spec.model).config_class)
-    return config_class(**transformer_config_kwargs(spec, degrees, wgrad_fusion=wgrad_fusion_kernel()))
+    return config_class(**transformer_config_kwargs(spec, degrees, wgrad_fusion=wgrad_fusion_kernel(), mtp=mtp))

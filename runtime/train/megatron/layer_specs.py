@@ -109,17 +109,34 @@ def _without_transformer_engine_fixes() -> None:
         moe_utils.te_general_gemm = None
 
 
-def decoder_block_spec(config: Any, pp_rank: int | None = None) -> Any:
-    """megatron-core's decoder block spec for `config`, as Megatron-LM's gpt_builders picks it:
-    Transformer Engine's layers (`get_gpt_decoder_block_spec(use_transformer_engine=True)`) where
-    `config.transformer_impl` is transformer_engine, untouched; else the local path with the stand-ins above."""
+def decoder_block_spec(config: Any, pp_rank: int | None = None, vp_stage: int | None = None) -> Any:
+    """megatron-core's decoder block spec for `config` (model chunk `vp_stage` of an interleaved pipeline),
+    as Megatron-LM's gpt_builders picks it: Transformer Engine's layers
+    (`get_gpt_decoder_block_spec(use_transformer_engine=True)`) where `config.transformer_impl` is
+    transformer_engine, untouched; else the local path with the stand-ins above."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     use_te = config.transformer_impl == "transformer_engine"
     block_spec = get_gpt_decoder_block_spec(
-        config, use_transformer_engine=use_te, normalization=config.normalization, pp_rank=pp_rank
+        config, use_transformer_engine=use_te, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
     )
     if not use_te:
         _swap_modules(block_spec, mla=config.multi_latent_attention)
         _without_transformer_engine_fixes()
     return block_spec
+
+
+def mtp_block_spec(config: Any, block_spec: Any, pp_rank: int | None = None, vp_stage: int | None = None) -> Any:
+    """megatron-core's multi-token-prediction block spec, None where this pipeline chunk builds no MTP
+    layer: each MTP layer is the decoder's last layer (DeepSeek-V3: an MoE layer) between its
+    enorm/hnorm, eh_proj and final norm, on the decoder's implementation (with the same stand-ins on the
+    local path)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+    if not config.mtp_num_layers:
+        return None
+    use_te = config.transformer_impl == "transformer_engine"
+    spec = get_gpt_mtp_block_spec(config, block_spec, use_transformer_engine=use_te, vp_stage=vp_stage, pp_rank=pp_rank)
+    if spec is not None and not use_te:
+        _swap_modules(spec, mla=config.multi_latent_attention)
+    return spec
