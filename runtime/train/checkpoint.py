@@ -12,11 +12,13 @@ Layout under `train.checkpoint.dir` (relative to the working directory):
         torch_dist/            megatron-core dist_checkpointing (torch_dist format):
                                .metadata, __<R>_<S>.distcp, common.pt, metadata.json;
                                {"model": GPTModel.sharded_state_dict(), "optimizer":
-                               optimizer.sharded_state_dict(...)}: model keys are
+                               optimizer.sharded_state_dict(...)}, "model0", "model1", ...
+                               for the chunks of interleaved 1F1B: tensor keys are
                                megatron's global names (embedding.word_embeddings.weight,
                                decoder.layers.self_attention.linear_qkv.weight with the
                                layers stacked on a leading axis, decoder.final_layernorm.weight,
-                               output_layer.weight); loads into any TP/PP (resharding).
+                               output_layer.weight); loads into any TP/PP/EP/virtual
+                               stages (resharding), and train.init_from reads its model part.
                                Read it back with lmspec.runtime.train.megatron.model.build_model +
                                dist_checkpointing.load(model.sharded_state_dict(), dir).
       deepspeed backend:
