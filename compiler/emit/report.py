@@ -9,6 +9,7 @@ compile without the data (CI) reports less.
 from __future__ import annotations
 
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
+from lmspec.compiler.emit.deepspeed_config import optimizer_summary
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.serve import serve_report_rows
@@ -27,6 +28,8 @@ def emit_report(plan: Plan) -> dict[str, str]:
         ("sequence parallel", "yes" if layout.sequence_parallel else "no"),
         ("optimizer sharding", _sharding(plan)),
     ]
+    if s.train.backend == "deepspeed":
+        rows.append(("optimizer", optimizer_summary(plan)))
     batch = plan.batch
     batch_rows = [
         (

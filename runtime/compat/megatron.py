@@ -26,6 +26,10 @@ What it changes, and why (see ../shared/NOTES-deps.md):
 6. Modules that allocate with a literal `device="cuda"` (or `.cuda()`) get a
    `torch` proxy whose tensor factories map a CUDA device to the CPU
    (`CUDA_LITERAL_MODULES`); everything else about torch is untouched.
+7. The fused SwiGLU's element-wise helpers (`bias_activation_fusion`) are `torch.compile`d
+   (megatron's `jit_fuser`); on a CPU inductor compiles C++ for each new shape (~5 s a process,
+   again for each expert's token count until it marks shapes dynamic). They run eagerly here:
+   the same arithmetic, and the autograd functions around them still save only their input.
 The trainer also passes an explicit causal mask (megatron's default mask helper
 allocates on "cuda").
 """
@@ -58,6 +62,15 @@ CUDA_LITERAL_MODULES = (
     "megatron.core.transformer.moe.moe_utils",
     "megatron.core.transformer.moe.token_dispatcher",
     "megatron.core.tensor_parallel.layers",
+)
+# megatron.core.fusions.fused_bias_swiglu's functions under `@jit_fuser` (item 7).
+COMPILED_SWIGLU = (
+    "swiglu",
+    "bias_swiglu",
+    "weighted_swiglu",
+    "swiglu_back",
+    "bias_swiglu_back",
+    "weighted_swiglu_back",
 )
 _FACTORIES = (
     "empty",
@@ -162,6 +175,7 @@ def _manual_seed(seed: int) -> None:
 
 def _patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, CPU stand-in) for every item of the module docstring."""
+    from megatron.core.fusions import fused_bias_swiglu
     from megatron.core.optimizer import clip_grads, optimizer
     from megatron.core.tensor_parallel import random as mrandom
     from megatron.core.transformer.moe import token_dispatcher
@@ -183,6 +197,8 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (clip_grads, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm),  # 5
         (optimizer, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm),
     ]
+    for name in COMPILED_SWIGLU:  # 7: torch.compile keeps the eager function as __wrapped__
+        patches.append((fused_bias_swiglu, name, getattr(fused_bias_swiglu, name).__wrapped__))
     proxy = _CpuTorch()
     for name in CUDA_LITERAL_MODULES:  # 6: each module's own `torch` global
         module = importlib.import_module(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -129,16 +130,24 @@ def test_optimizer_and_scheduler_are_real_and_accept_their_params(
     name = ds.optimizer_name
     params = dict(ds.optimizer_params)
     assert name in deepspeed_config.DEEPSPEED_OPTIMIZERS or hasattr(torch.optim, name), name
+    weights = [torch.nn.Parameter(torch.zeros(2))]
     if name in ("adam", "adamw"):
-        # What DeepSpeed builds with torch_adam=true: torch's Adam or AdamW (adam_w_mode decides).
-        assert params.pop(deepspeed_config.TORCH_ADAM_PARAM) is True
         adam_w = params.pop(deepspeed_config.ADAM_W_MODE)
         assert adam_w == (plan.spec.train.optimizer.name == "adamw")
+        if plan.spec.parallel.offload_optimizer:
+            # No torch_adam: DeepSpeed builds DeepSpeedCPUAdam, whose signature takes these params (binding
+            # them needs no cpu_adam op, which building the optimizer would JIT-compile).
+            assert deepspeed_config.TORCH_ADAM_PARAM not in params
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            inspect.signature(DeepSpeedCPUAdam).bind(weights, **params, adamw_mode=adam_w)
+        else:
+            # What DeepSpeed builds with torch_adam=true: torch's Adam or AdamW (adam_w_mode decides).
+            assert params.pop(deepspeed_config.TORCH_ADAM_PARAM) is True
         optimizer_class = torch.optim.AdamW if adam_w else torch.optim.Adam
     else:
         optimizer_class = getattr(torch.optim, name)
-    weights = [torch.nn.Parameter(torch.zeros(2))]
-    optimizer = optimizer_class(weights, **params)
+    optimizer = optimizer_class(weights, **params)  # the scheduler below drives a torch optimizer either way
 
     assert ds.scheduler_name in lr_schedules.VALID_LR_SCHEDULES
     scheduler = getattr(lr_schedules, ds.scheduler_name)(optimizer, **ds.scheduler_params)

@@ -67,6 +67,8 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees):
         hidden_dropout=0.0,
         attention_dropout=0.0,
         bias_dropout_fusion=False,
+        bias_activation_fusion=architecture.activation == "silu"
+        and architecture.kwargs.get("gated_linear_unit", False),
         apply_rope_fusion=False,
         masked_softmax_fusion=False,
         persist_layer_norm=False,
