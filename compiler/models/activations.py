@@ -230,5 +230,6 @@ def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:
 
 
 def embedding_activation_bytes(a: ActivationSetting) -> float:
-    """First stage: the token ids the embedding's backward scatters into."""
-    return a.seq_length // a.cp * a.micro_batch_size * INDEX_BYTES
+    """First stage: the token ids the embedding's backward scatters into; under TP also the mask of the
+    ids outside this rank's vocabulary shard (megatron's VocabParallelEmbedding)."""
+    return a.seq_length // a.cp * a.micro_batch_size * (INDEX_BYTES + MASK_BYTES * (a.tp > 1))

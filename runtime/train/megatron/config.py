@@ -67,6 +67,8 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees):
         hidden_dropout=0.0,
         attention_dropout=0.0,
         bias_dropout_fusion=False,
+        # SwiGLU through megatron's bias_swiglu (Megatron-LM's --bias-swiglu-fusion default): it saves fc1's
+        # output only, as compiler/models/activations.py prices it (unfused: also SiLU's output, +1/3)
         bias_activation_fusion=architecture.activation == "silu"
         and architecture.kwargs.get("gated_linear_unit", False),
         apply_rope_fusion=False,
