@@ -30,7 +30,6 @@ def _moe_kwargs(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid
         "moe_router_enable_expert_bias": moe.router_score_bias,
         "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
         "moe_router_dtype": "fp32",
-        "moe_grouped_gemm": False,
     }
     if moe.num_shared_experts:
         kwargs["moe_shared_expert_intermediate_size"] = moe.num_shared_experts * moe.ffn_hidden_size

@@ -7,7 +7,9 @@ find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter wh
 The launcher is the typed spec's (spec.resolved.yaml through the schema), and every launch
 file bash reads is checked against manifest.json before anything starts (compiler/build/reader.py);
 then the training data (runtime/data/preflight.py): a dataset or tokenizer that is missing or
-wrong exits 1 with every problem named, before torchrun or sbatch starts.
+wrong exits 1 with every problem named, before torchrun or sbatch starts; so does a local launch of
+train.transformer_impl=transformer_engine where the ranks' interpreter has no GPU or no TE
+(runtime/train/te_preflight.py, which every rank runs again).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
 
@@ -46,6 +49,10 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
         return EXIT_OK
     if not data_ready(build.plan):  # before any worker starts or anything is written (--smoke too)
         return EXIT_FAILED
+    if launcher == "local" and build.spec.train.transformer_impl == "transformer_engine":
+        # TE and a GPU, asked of the interpreter the ranks will run (it may not be this one)
+        if subprocess.run([env[PYTHON_ENV], "-m", TE_PREFLIGHT_MODULE, str(root)], env=env, check=False).returncode:
+            return EXIT_FAILED
     if options.smoke:
         return smoke(root, launcher, env)
     if launcher == "local":

@@ -15,8 +15,9 @@ Data: the train and valid splits of train.data through megatron-core (lmspec.run
 after each step `evaluates_after` names, the validation loss over that evaluation's valid samples.
 
 Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss, an
-unusable checkpoint directory or training data the model cannot take; 2 usage (bad build dir, world-size mismatch,
-run directories that overlap from this working directory);
+unusable checkpoint directory, training data the model cannot take, or
+train.transformer_impl=transformer_engine where TE or a GPU is missing (runtime/train/te_preflight.py);
+2 usage (bad build dir, world-size mismatch, run directories that overlap from this working directory);
 3 (signals.REQUEUE_EXIT_CODE) stopped by SIGTERM/SIGUSR1 after a final checkpoint.
 """
 
@@ -48,6 +49,7 @@ from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, micro_batches
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
+from lmspec.runtime.train.te_preflight import transformer_engine_ready
 
 
 class Trainer(Protocol):
@@ -240,7 +242,8 @@ def main(argv: list[str]) -> int:
     try:
         build = load_build(build_dir)
         require_run_paths_apart(build.spec)
-        if not data_ready(build.plan, report=os.environ.get("LOCAL_RANK", "0") == "0"):  # one report per node
+        reports = os.environ.get("LOCAL_RANK", "0") == "0"  # one report per node
+        if not transformer_engine_ready(build.spec, report=reports) or not data_ready(build.plan, report=reports):
             return EXIT_FAILED
         init_distributed(build.spec, build.plan)
     except UsageError as exc:

@@ -2,21 +2,31 @@
 
 `ParallelDegrees.of(plan.layout)` in training (the Plan owns every degree, never the spec
 again); verify builds TP=1 to load a TP=2 checkpoint (dist_checkpointing reshards on load).
+`train.transformer_impl` picks the implementation settings: the local path keeps megatron-core's
+pure-PyTorch defaults; transformer_engine takes Megatron-LM's (`implementation_settings`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from lmspec.compiler.capabilities import capabilities_of
 from lmspec.compiler.families import FAMILIES
+from lmspec.compiler.models.units import PRECISION_DTYPE
 from lmspec.compiler.plan import Layout
 from lmspec.compiler.spec.sections import Spec
+from lmspec.runtime.dtypes import torch_dtype
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# train.fp8_recipe -> (TransformerConfig.fp8, .fp8_recipe), as Megatron-LM's --fp8-format/--fp8-recipe
+# pair them: delayed scaling keeps e5m2 for gradients (hybrid); per-block scales use e4m3 throughout.
+# The amax history and margin stay at Megatron-LM's defaults (TransformerConfig's: 1, most_recent, 0).
+FP8_SETTINGS: dict[str, tuple[str, str]] = {"delayed": ("hybrid", "delayed"), "blockwise": ("e4m3", "blockwise")}
+CP_COMM_TYPE = "p2p"  # Megatron-LM's --cp-comm-type default: KV chunks passed round a ring, overlapped
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class ParallelDegrees:
 
     tp: int = 1
     pp: int = 1
+    cp: int = 1
     ep: int = 1
     etp: int = 1
     sequence_parallel: bool = False
@@ -35,6 +46,7 @@ class ParallelDegrees:
         return cls(
             tp=layout.tp,
             pp=layout.pp,
+            cp=layout.cp,
             ep=layout.ep,
             etp=layout.etp,
             sequence_parallel=layout.sequence_parallel,
@@ -51,40 +63,81 @@ def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
     ]
 
 
-def transformer_config(spec: Spec, degrees: ParallelDegrees):
-    """The TransformerConfig of `spec` for the given parallel degrees: the
-    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings."""
-    from megatron.core.transformer import transformer_config as configs
+def wgrad_fusion_kernel() -> bool:
+    """Whether APEX's fused weight-gradient kernel is installed: megatron-core's own linear layers
+    (the output layer, also on the TE path) refuse gradient_accumulation_fusion without it."""
+    return importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
 
+
+def implementation_settings(spec: Spec, *, wgrad_fusion: bool) -> dict[str, Any]:
+    """The TransformerConfig settings of `train.transformer_impl`.
+
+    local: no fusions (megatron-core's pure-PyTorch layers; several fused kernels need CUDA).
+    transformer_engine: what Megatron-LM sets by default with --transformer-impl transformer_engine
+    (arguments.py): bias-dropout, RoPE, masked-softmax and persistent-layer-norm fusion, gradient-
+    accumulation fusion where its kernel is installed (`wgrad_fusion`), TE's fused/flash attention
+    chosen by TE (`auto`; unfused where train.flash_attention=false, so the s x s scores are stored as
+    priced), grouped-GEMM experts where the capability table runs them, context parallelism over p2p,
+    and FP8 from train.precision=fp8 with train.fp8_recipe. RoPE fusion is off for MLA: megatron-core
+    0.16.1 fuses MLA's RoPE only for YaRN, and lmspec's MLA uses plain RoPE.
+    """
+    from megatron.core.transformer.enums import AttnBackend
+
+    t, m = spec.train, spec.model
+    if t.transformer_impl == "local":
+        return dict(
+            transformer_impl="local",
+            bias_dropout_fusion=False,
+            apply_rope_fusion=False,
+            masked_softmax_fusion=False,
+            persist_layer_norm=False,
+            gradient_accumulation_fusion=False,
+        )
+    capabilities = capabilities_of(spec)
+    settings: dict[str, Any] = dict(
+        transformer_impl="transformer_engine",
+        attention_backend=AttnBackend.auto if t.flash_attention else AttnBackend.unfused,
+        bias_dropout_fusion=True,
+        apply_rope_fusion=m.attention != "mla",
+        masked_softmax_fusion=True,
+        persist_layer_norm=True,
+        gradient_accumulation_fusion=wgrad_fusion,
+        cp_comm_type=CP_COMM_TYPE,
+    )
+    if m.moe is not None:
+        settings["moe_grouped_gemm"] = capabilities is not None and capabilities.runs("grouped_gemm_experts")
+    if t.precision == "fp8" and t.fp8_recipe is not None:
+        settings["fp8"], settings["fp8_recipe"] = FP8_SETTINGS[t.fp8_recipe]
+    return settings
+
+
+def transformer_config_kwargs(spec: Spec, degrees: ParallelDegrees, *, wgrad_fusion: bool) -> dict[str, Any]:
+    """Every argument of the TransformerConfig of `spec` at `degrees` (a pure function: what tests check)."""
     t = spec.train
     architecture = FAMILIES[spec.model.family].megatron(spec.model)
     d = degrees
-    dtype = _DTYPES[t.precision]
-    cpu = not torch.cuda.is_available()
+    dtype = torch_dtype(PRECISION_DTYPE[t.precision])
     kwargs: dict[str, Any] = dict(
         **architecture.kwargs,
         activation_func=getattr(F, architecture.activation),
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        bias_dropout_fusion=False,
+        **implementation_settings(spec, wgrad_fusion=wgrad_fusion),
         # SwiGLU through megatron's bias_swiglu (Megatron-LM's --bias-swiglu-fusion default): it saves fc1's
         # output only, as compiler/models/activations.py prices it (unfused: also SiLU's output, +1/3)
         bias_activation_fusion=architecture.activation == "silu"
         and architecture.kwargs.get("gated_linear_unit", False),
-        apply_rope_fusion=False,
-        masked_softmax_fusion=False,
-        persist_layer_norm=False,
-        gradient_accumulation_fusion=False,
         tensor_model_parallel_size=d.tp,
         pipeline_model_parallel_size=d.pp,
+        context_parallel_size=d.cp,
         expert_model_parallel_size=d.ep,
         expert_tensor_parallel_size=d.etp,
         sequence_parallel=d.sequence_parallel and d.tp > 1,
         params_dtype=dtype,
         pipeline_dtype=dtype,
-        bf16=t.precision == "bf16",
-        fp16=t.precision == "fp16",
-        use_cpu_initialization=cpu,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=not torch.cuda.is_available(),
         perform_initialization=True,
         init_method_std=0.02,
         recompute_granularity=None if t.recompute == "none" else t.recompute,
@@ -93,4 +146,13 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees):
     )
     if d.pp > 1 and d.stage_layers is not None:
         kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers)
-    return getattr(configs, architecture.config_class)(**kwargs)
+    return kwargs
+
+
+def transformer_config(spec: Spec, degrees: ParallelDegrees):
+    """The TransformerConfig of `spec` for the given parallel degrees: the
+    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings."""
+    from megatron.core.transformer import transformer_config as configs
+
+    config_class = getattr(configs, FAMILIES[spec.model.family].megatron(spec.model).config_class)
+    return config_class(**transformer_config_kwargs(spec, degrees, wgrad_fusion=wgrad_fusion_kernel()))

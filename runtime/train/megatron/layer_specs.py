@@ -1,5 +1,8 @@
 """The layer specs a GPTModel is built from: megatron-core's own, with what its local path lacks.
 
+With train.transformer_impl=transformer_engine, megatron-core's TE specs as they are (TE's fused
+norm+linear, TEDotProductAttention, TEGroupedMLP experts).
+
 For MLA megatron-core 0.16.1's local spec names `MLASelfAttention`, but its local core
 attention rejects MLA's distinct value width, so `LatentCoreAttention` (torch SDPA) stands
 in; its pure-PyTorch norm gets the sequence-parallel tag it lacks.
@@ -107,12 +110,16 @@ def _without_transformer_engine_fixes() -> None:
 
 
 def decoder_block_spec(config: Any, pp_rank: int | None = None) -> Any:
-    """megatron-core's decoder block spec for `config` on the local path, with the stand-ins above."""
+    """megatron-core's decoder block spec for `config`, as Megatron-LM's gpt_builders picks it:
+    Transformer Engine's layers (`get_gpt_decoder_block_spec(use_transformer_engine=True)`) where
+    `config.transformer_impl` is transformer_engine, untouched; else the local path with the stand-ins above."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
+    use_te = config.transformer_impl == "transformer_engine"
     block_spec = get_gpt_decoder_block_spec(
-        config, use_transformer_engine=False, normalization=config.normalization, pp_rank=pp_rank
+        config, use_transformer_engine=use_te, normalization=config.normalization, pp_rank=pp_rank
     )
-    _swap_modules(block_spec, mla=config.multi_latent_attention)
-    _without_transformer_engine_fixes()
+    if not use_te:
+        _swap_modules(block_spec, mla=config.multi_latent_attention)
+        _without_transformer_engine_fixes()
     return block_spec

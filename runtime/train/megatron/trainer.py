@@ -25,6 +25,8 @@ from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.megatron.config import ParallelDegrees
+from lmspec.runtime.train.megatron.context_parallel import this_rank_share
+from lmspec.runtime.train.megatron.ddp import ddp_config
 from lmspec.runtime.train.megatron.model import build_model
 
 
@@ -47,11 +49,7 @@ class MegatronTrainer:
     def __init__(self, spec: Spec, plan: Plan) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
-        from megatron.core.distributed import (
-            DistributedDataParallel,
-            DistributedDataParallelConfig,
-            finalize_model_grads,
-        )
+        from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer.module import Float16Module
 
@@ -89,14 +87,9 @@ class MegatronTrainer:
                 f"{len(gpt.decoder.layers)} layers",
                 flush=True,
             )
-        ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=spec.train.precision != "fp32",
-            overlap_grad_reduce=False,
-            use_distributed_optimizer=spec.parallel.distributed_optimizer,
-        )
         self.gpt = gpt
         wrapped = Float16Module(gpt.config, gpt) if spec.train.precision != "fp32" else gpt
-        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
+        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config(spec, layout), module=wrapped)
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.no_sync_func = self.model.no_sync
         opt = spec.train.optimizer
@@ -110,8 +103,8 @@ class MegatronTrainer:
                 adam_beta2=opt.beta2,
                 adam_eps=opt.eps,
                 clip_grad=spec.train.grad_clip,
-                bf16=spec.train.precision == "bf16",
-                fp16=spec.train.precision == "fp16",
+                bf16=gpt.config.bf16,
+                fp16=gpt.config.fp16,
                 params_dtype=gpt.config.params_dtype,
                 use_distributed_optimizer=spec.parallel.distributed_optimizer,
             ),
@@ -120,7 +113,13 @@ class MegatronTrainer:
         device = "cpu" if self.cpu else torch.cuda.current_device()
         s = self.seq_length
         self.position_ids = torch.arange(s, device=device).unsqueeze(0).expand(self.micro_batch_size, s)
-        self.attention_mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=device), diagonal=1)
+        # TE's attention is causal by its mask type (and a CP rank holds a share of the sequence); the
+        # local path takes the mask explicitly (megatron-core's default mask helper allocates on CUDA)
+        self.attention_mask = (
+            None
+            if gpt.config.transformer_impl == "transformer_engine"
+            else torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=device), diagonal=1)
+        )
         self.device = device
         self._reports_loss = ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
 
@@ -128,15 +127,19 @@ class MegatronTrainer:
 
     def _forward_step(self, data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
         batch: Batch = next(data_iterator)
-        tokens = batch.tokens.to(self.device)
-        labels = batch.labels.to(self.device)
-        output = model(tokens, self.position_ids, self.attention_mask, labels=labels)
-        return output, partial(self._loss, labels.numel())
+        share = this_rank_share(batch.tokens.to(self.device), batch.labels.to(self.device), self.position_ids)
+        labels = share["labels"]
+        output = model(share["tokens"], share["position_ids"], self.attention_mask, labels=labels)
+        return output, partial(self._loss, torch.tensor(labels.numel(), dtype=torch.int, device=self.device))
 
     @staticmethod
-    def _loss(num_tokens: int, output: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _loss(
+        num_tokens: torch.Tensor, output: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Megatron-LM's loss_func: this rank's loss sum and token count (the schedule divides one by
+        the other), so under CP each rank's tokens weigh the same in the DP x CP gradient mean."""
         loss_sum = output.float().sum()
-        return loss_sum / num_tokens, {"loss_sum": loss_sum.detach(), "tokens": torch.tensor(float(num_tokens))}
+        return loss_sum, num_tokens, {"loss_sum": loss_sum.detach().clone(), "tokens": num_tokens.double()}
 
     def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
         """Forward/backward over this rank's micro-batches, optimizer step; (loss, grad_norm, lr)."""
@@ -192,6 +195,8 @@ class MegatronTrainer:
         from megatron.core import dist_checkpointing
 
         target = directory / DIST_CKPT_DIR
+        if self.model.ddp_config.overlap_param_gather:  # the last step's weights are still being all-gathered
+            self.model.start_param_sync(force_sync=True)
         if dist.get_rank() == 0:
             target.mkdir()
         dist.barrier()

@@ -1,0 +1,38 @@
+"""The DistributedDataParallelConfig megatron-core's DDP wraps the model with: a pure function of spec and layout.
+
+On GPUs it is Megatron-LM's fast path (training.py get_model, arguments.py): gradient reduce-scatter
+overlapped with the backward pass, bucketed, and with the distributed optimizer the parameter
+all-gather overlapped with the next forward (forward pre-hooks; so the trainer syncs parameters
+before it saves them). On CPU ranks (gloo) nothing overlaps and there is one bucket, as before.
+Gradients are reduced in fp32 whenever the weights are 16-bit (Megatron-LM's
+--accumulate-allreduce-grads-in-fp32, on for bf16).
+"""
+
+from __future__ import annotations
+
+from lmspec.compiler.plan import Layout, device_kind
+from lmspec.compiler.spec.sections import Spec
+
+# Megatron-LM's default bucket when --ddp-bucket-size is unset: at least 40M elements, and 1M per
+# data-parallel rank (DP x CP) so each rank's share of a ring reduce stays bandwidth-bound.
+MIN_BUCKET_ELEMENTS = 40_000_000
+BUCKET_ELEMENTS_PER_DP_RANK = 1_000_000
+
+
+def bucket_elements(layout: Layout) -> int:
+    return max(MIN_BUCKET_ELEMENTS, BUCKET_ELEMENTS_PER_DP_RANK * layout.dp * layout.cp)
+
+
+def ddp_config(spec: Spec, layout: Layout):
+    """megatron-core's DistributedDataParallelConfig for this spec at this layout."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    overlap = device_kind(spec) == "gpu"
+    distributed_optimizer = layout.distributed_optimizer
+    return DistributedDataParallelConfig(
+        grad_reduce_in_fp32=spec.train.precision != "fp32",
+        overlap_grad_reduce=overlap,
+        overlap_param_gather=overlap and distributed_optimizer,
+        use_distributed_optimizer=distributed_optimizer,
+        bucket_size=bucket_elements(layout) if overlap else None,
+    )

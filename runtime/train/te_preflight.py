@@ -1,0 +1,98 @@
+"""Transformer Engine and a GPU, checked before a rank builds anything when the build asks for them.
+
+`train.transformer_impl=transformer_engine` builds TE's layers, which run only on NVIDIA GPUs and
+only where the `transformer_engine` package imports. Without this check the run would die inside
+megatron-core (TE's layers are mock classes there when TE is missing) with a long traceback; here it
+stops first, each problem naming the key and both ways out; with train.precision=fp8, TE's own
+check that this GPU and CUDA run the recipe follows. Run by every rank of the training
+entry point (reported once per node) with the same exit code as the data preflight, and by
+`lmspec run` before it starts torchrun (cluster.launcher=local), through the interpreter the ranks
+will use: `python -m lmspec.runtime.train.te_preflight BUILD_DIR`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from lmspec.compiler.build.reader import Build
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Problem, error, print_problems
+from lmspec.compiler.spec.sections import Spec
+
+TE_PREFLIGHT_MODULE = "lmspec.runtime.train.te_preflight"
+KEY = "train.transformer_impl"
+INSTALL = "pip install transformer_engine[pytorch]"
+# train.fp8_recipe -> the function of transformer_engine.pytorch.fp8 that says whether this GPU runs it
+FP8_SUPPORT_CHECKS = {"delayed": "check_fp8_support", "blockwise": "check_fp8_block_scaling_support"}
+
+
+def check_transformer_engine(spec: Spec) -> list[Problem]:
+    """Every reason this process cannot run `spec`'s Transformer Engine layers; none for the local path."""
+    if spec.train.transformer_impl != "transformer_engine":
+        return []
+    import torch
+
+    named = f"{KEY}=transformer_engine"
+    problems = []
+    if not torch.cuda.is_available():
+        problems.append(
+            error(
+                KEY,
+                f"{named} needs an NVIDIA GPU, but this process sees none (torch.cuda.is_available() is False); "
+                f"run it on a GPU node, or set {KEY}=local (megatron-core's pure-PyTorch layers)",
+            )
+        )
+    try:
+        importlib.import_module("transformer_engine.pytorch")
+    except Exception as exc:  # ImportError, or OSError/RuntimeError from a broken CUDA library
+        problems.append(
+            error(
+                KEY,
+                f"{named} needs Transformer Engine, but `import transformer_engine.pytorch` fails "
+                f"({type(exc).__name__}: {exc}); install it (`{INSTALL}`), or set {KEY}=local",
+            )
+        )
+        return problems
+    if not problems and spec.train.precision == "fp8" and spec.train.fp8_recipe is not None:
+        problems += _check_fp8(spec.train.fp8_recipe)
+    return problems
+
+
+def _check_fp8(recipe: str) -> list[Problem]:
+    """TE's own verdict on this GPU and CUDA for the recipe: delayed scaling needs FP8 tensor cores
+    (Hopper, Ada); blockwise also Hopper with CUDA >= 12.9, which an H100 node may well lack."""
+    fp8 = importlib.import_module("transformer_engine.pytorch.fp8")
+    check = getattr(fp8, FP8_SUPPORT_CHECKS[recipe], None)
+    named = f"train.fp8_recipe={recipe}"
+    fix = "set train.precision=bf16 and train.fp8_recipe=null"
+    if check is None:
+        te = importlib.import_module("transformer_engine")
+        return [error("train.fp8_recipe", f"{named}: Transformer Engine {te.__version__} has no such recipe; {fix}")]
+    supported, reason = check()
+    return [] if supported else [error("train.fp8_recipe", f"{named} cannot run on this GPU: {reason}; {fix}")]
+
+
+def transformer_engine_ready(spec: Spec, *, report: bool = True) -> bool:
+    """Print the problems (when `report`); False when there is any."""
+    problems = check_transformer_engine(spec)
+    if problems and report:
+        print_problems(problems)
+        print(
+            f"lmspec: the build's Transformer Engine layers cannot run here ({len(problems)} error(s)); "
+            "nothing was started",
+            file=sys.stderr,
+            flush=True,
+        )
+    return not problems
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(f"usage: python -m {TE_PREFLIGHT_MODULE} <build dir>", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK if transformer_engine_ready(Build.open(Path(argv[0])).spec) else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,41 @@
+"""The DDP config the megatron trainer wraps its model with: Megatron-LM's overlapped, bucketed
+reduce on GPUs, the plain one-bucket reduce on CPU ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmspec.compiler.pipeline import make_plan
+from lmspec.runtime.train.megatron.ddp import ddp_config
+
+H200 = ["hardware=h200_141g", "train.seq_length=1024", "serve.max_model_len=1024"]
+
+
+def _ddp(*overrides: str):
+    plan = make_plan(list(overrides), None)
+    return plan.layout, ddp_config(plan.spec, plan.layout)
+
+
+@pytest.mark.parametrize("distributed_optimizer", [False, True])
+def test_gpus_overlap_the_gradient_reduce_and_with_the_distributed_optimizer_the_param_gather(
+    distributed_optimizer: bool,
+) -> None:
+    layout, config = _ddp(*H200, "train.global_batch_size=8", f"parallel.distributed_optimizer={distributed_optimizer}")
+    assert layout.dp == 8
+    assert config.overlap_grad_reduce is True
+    assert config.overlap_param_gather is distributed_optimizer
+    assert config.use_distributed_optimizer is distributed_optimizer
+    assert config.grad_reduce_in_fp32 is True  # bf16 weights, fp32 reduce
+    assert config.bucket_size == 40_000_000  # Megatron-LM's floor: 1M per DP rank is below it at dp=8
+
+
+def test_the_bucket_grows_by_a_million_elements_per_data_and_context_parallel_rank() -> None:
+    layout, config = _ddp(*H200, "hardware.nodes=16", "parallel.cp=2", "train.global_batch_size=64")
+    assert (layout.dp, layout.cp) == (64, 2)
+    assert config.bucket_size == 128_000_000
+
+
+def test_cpu_ranks_reduce_once_without_overlap() -> None:
+    _, config = _ddp()  # hardware=cpu, fp32
+    assert (config.overlap_grad_reduce, config.overlap_param_gather, config.bucket_size) == (False, False, None)
+    assert (config.grad_reduce_in_fp32, config.use_distributed_optimizer) == (False, False)
