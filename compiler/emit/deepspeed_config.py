@@ -73,7 +73,7 @@ def ds_config(plan: Plan) -> dict[str, Any]:
     }
     if t.optimizer.name == "sgd" and plan.layout.zero_stage > 0:
         config["zero_allow_untested_optimizer"] = True  # torch SGD is outside ZeRO's tested list
-    if t.recompute != "none":
+    if t.recompute == "full":  # read by the trainer's deepspeed.checkpointing.configure
         config["activation_checkpointing"] = {
             "partition_activations": False,
             "contiguous_memory_optimization": False,
@@ -133,9 +133,20 @@ def _optimizer(plan: Plan) -> dict[str, Any]:
     kind, adam_w_mode = OPTIMIZER_TYPES[o.name]
     params: dict[str, Any] = {"lr": o.lr, "weight_decay": o.weight_decay}
     if adam_w_mode is not None:
-        # torch_adam: torch's Adam/AdamW instead of FusedAdam, which would JIT-compile on CPU.
-        params.update(betas=[o.beta1, o.beta2], eps=o.eps, torch_adam=True, adam_w_mode=adam_w_mode)
+        params.update(betas=[o.beta1, o.beta2], eps=o.eps, adam_w_mode=adam_w_mode)
+        if not plan.spec.parallel.offload_optimizer:
+            # torch's Adam/AdamW instead of FusedAdam (CUDA, JIT-compiled); offloaded, DeepSpeed runs its CPU Adam
+            params["torch_adam"] = True
     return {"type": kind, "params": params}
+
+
+def optimizer_summary(plan: Plan) -> str:
+    """REPORT.md's line: the optimizer the ds_config asks DeepSpeed for, and the runtime's fallback."""
+    o, p = plan.spec.train.optimizer, plan.spec.parallel
+    kind, adam_w_mode = OPTIMIZER_TYPES[o.name]
+    if adam_w_mode is not None and p.offload_optimizer:
+        return f"DeepSpeedCPUAdam ({kind}, offloaded; torch's {kind} where its cpu_adam op cannot be built)"
+    return f"torch {kind}"
 
 
 def _scheduler(plan: Plan) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.capabilities import capabilities_of, target_of
+from lmspec.compiler.emit.deepspeed_config import optimizer_summary
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.serve import serve_report_rows
@@ -28,6 +29,8 @@ def emit_report(plan: Plan) -> dict[str, str]:
         ("sequence parallel", "yes" if layout.sequence_parallel else "no"),
         ("optimizer sharding", _sharding(plan)),
     ]
+    if s.train.backend == "deepspeed":
+        rows.append(("optimizer", optimizer_summary(plan)))
     batch = plan.batch
     batch_rows = [
         (

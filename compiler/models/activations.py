@@ -5,15 +5,28 @@ Two accountings, one per kind of model code the backends train:
 - `megatron`: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
   Transformer Models", section 4 and Table 2), tensor by tensor, generalised from GPT
   (LayerNorm, GeLU 4h MLP, dropout, MHA) to GQA/MLA, SwiGLU and MoE top-k. For GPT it
-  gives sbh(34 + 5as/h) and its TP / TP+SP / selective / full forms exactly. Megatron's
-  fused kernels store a norm's input only.
+  gives sbh(34 + 5as/h) and its TP / TP+SP / selective / full forms exactly. SwiGLU is
+  megatron's fused `bias_swiglu` (it saves its input only; the runtime sets
+  `bias_activation_fusion`). `kernels` says which norms and rotary embedding run:
+  - "fused" (Transformer Engine): a norm saves its input (the next linear its output), the
+    rotary embedding its frequencies only;
+  - "torch" (megatron-core's local path, measured on the runtime's own layers in tests/models):
+    torch's RMSNorm also saves its fp32 normalised input and rsqrt; the unfused rotary
+    embedding saves cos and sin of the query and of the key rotation (s x rope dim, fp32, once
+    per layer and sequence); the value is a view of the fused QKV projection's output, which
+    therefore stays whole unless the unfused attention repeats K and V to every query head.
+  MoE as megatron-core's router and experts save it: router logits, probabilities and routing
+  map over all experts, top-k indices and scores and their normalising sum; per routed copy
+  the permuted input, the expert's fc1 output and weighted-SwiGLU output, its probability and
+  permutation index.
 - `hf`: the HuggingFace modeling code the DeepSpeed backend trains, as measured on CPU
   with saved_tensors_hooks (tests/models): unfused RMSNorm (fp32 input, rsqrt, normalised
   and output tensors), eager attention with K/V repeated to every head, MoE experts that
   gather their tokens.
 
 The s x s score matrix (the 5as/h term) is stored only without a flash/fused attention
-kernel (`train.flash_attention=false`, HF "eager") and dropped by selective recompute.
+kernel (`train.flash_attention=false`, megatron-core's local DotProductAttention, HF "eager")
+and dropped by selective recompute; unfused attention repeats grouped K/V to every head.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from lmspec.compiler.models.units import FP32_BYTES
 from lmspec.compiler.spec.sections import ModelSpec
 
 Style = Literal["megatron", "hf"]
+Kernels = Literal["fused", "torch"]
 INDEX_BYTES = 8  # int64 token ids / labels / expert indices
 MASK_BYTES = 1  # dropout masks are stored as bytes
 
@@ -43,6 +57,7 @@ class LayerShape:
     q_latent: int = 0  # MLA query low rank (0 = none)
     kv_latent: int = 0  # MLA key/value low rank
     rope_width: int = 0  # MLA shared rotary key width
+    rotary_dim: int = 0  # the rotated width of one query/key head
     ffn: int = 0  # dense MLP width, or shared experts' total width in a MoE layer
     expert_ffn: int = 0  # one routed expert's width
     top_k: int = 0
@@ -66,6 +81,7 @@ class ActivationSetting:
     sequence_parallel: bool = False
     recompute: Literal["none", "selective", "full"] = "none"
     flash_attention: bool = True
+    kernels: Kernels = "fused"  # megatron's norms and rotary embedding: Transformer Engine's or torch's
 
 
 def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
@@ -84,6 +100,7 @@ def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
             q_latent=a.q_lora_rank or 0,
             kv_latent=a.kv_lora_rank,
             rope_width=a.qk_rope_head_dim,
+            rotary_dim=a.qk_rope_head_dim,
         )
     else:
         kv = m.num_kv_heads * m.head_dim
@@ -94,6 +111,7 @@ def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
             k_width=kv,
             v_width=kv,
             out_width=heads * m.head_dim,
+            rotary_dim=m.head_dim,
         )
     if not moe_layer:
         return replace(base, ffn=m.ffn_hidden_size)
@@ -107,25 +125,47 @@ def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
     )
 
 
+def _torch_norm_bytes(width: int, e: int) -> float:
+    """torch's RMSNorm: fp32 input, rsqrt, fp32 normalised input, and its output (the next layer's input)."""
+    return 2 * width * FP32_BYTES + FP32_BYTES + width * e
+
+
 def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> tuple[float, float]:
     """(replicated, tensor-parallel-sharded) bytes per token of one layer, Korthikanti style."""
     e, h = a.element_bytes, x.hidden
     masks = 2 * h * MASK_BYTES if x.dropout else 0
-    # norm inputs (2), QKV input, MLP input; MLA latents: each latent norm's input and up-projection input
-    replicated = 4 * h * e + 2 * (x.q_latent + x.kv_latent) * e + x.rope_width * e + masks
-    sharded: float = (x.q_width + x.k_width + x.v_width + x.out_width) * e
+    latents = [w for w in (x.q_latent, x.kv_latent) if w]
+    # norm inputs (2) and outputs (the QKV and MLP inputs); MLA: each latent norm's input and output
+    if a.kernels == "torch":
+        replicated = sum(_torch_norm_bytes(w, e) for w in (h, h, *latents))
+    else:
+        replicated = 2 * (2 * h + sum(latents)) * e
+    replicated += x.rope_width * e + masks  # MLA's shared rotary key, stored beside the kv latent
     seq = a.seq_length // a.cp
+    repeated = scores and x.k_width < x.q_width  # unfused attention repeats grouped K/V to every head
+    k_width, v_width = (x.q_width, x.out_width) if repeated else (x.k_width, x.v_width)
+    if a.kernels == "torch" and not x.kv_latent and not repeated:
+        v_width = x.q_width + x.k_width + x.v_width  # the value keeps the QKV output's storage alive
+    sharded: float = (x.q_width + k_width + v_width + x.out_width) * e
     if scores:  # softmax output (+ GPT's dropout mask and dropout output)
         sharded += x.heads * seq * (e + (MASK_BYTES + e if x.dropout else 0))
     elif a.flash_attention:  # the kernel's softmax log-sum-exp
         sharded += x.heads * FP32_BYTES
-    sharded += (3 if x.gated else 2) * x.ffn * e  # gated: gate and up outputs, then their product
+    sharded += (3 if x.gated else 2) * x.ffn * e  # gated: fc1's output (gate and up), SwiGLU's output
     if x.top_k:
-        # router logits (fp32), then per routed copy: permuted input, expert activations, output
-        replicated += x.experts * FP32_BYTES
-        routed = x.top_k * (2 * h * e + 3 * x.expert_ffn * e / a.etp)
+        # router: logits and probabilities (fp32) and routing map over all experts, top-k indices and
+        # scores, their sum; per routed copy: permuted input, fc1 and SwiGLU outputs, probability, index
+        replicated += x.experts * (2 * FP32_BYTES + MASK_BYTES) + x.top_k * (INDEX_BYTES + FP32_BYTES) + FP32_BYTES
+        replicated += x.top_k * (h * e + FP32_BYTES + INDEX_BYTES)
+        routed = x.top_k * 3 * x.expert_ffn * e / a.etp
         sharded = sharded + routed  # not in place: on arrays `sharded` may be int64
     return replicated, sharded
+
+
+def _rope_bytes(x: LayerShape, a: ActivationSetting) -> float:
+    """The local path's unfused rotary embedding: cos and sin of the query and key rotations, once
+    per layer and sequence (the batch broadcasts over them)."""
+    return 4 * (a.seq_length // a.cp) * x.rotary_dim * FP32_BYTES if a.kernels == "torch" else 0.0
 
 
 def _hf_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> float:
@@ -167,7 +207,7 @@ def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
     if a.style == "hf":
         return tokens * _hf_token_bytes(x, a, not a.flash_attention)
     replicated, sharded = _megatron_token_bytes(x, a, scores)
-    return tokens * (replicated / (a.tp if a.sequence_parallel else 1) + sharded / a.tp)
+    return tokens * (replicated / (a.tp if a.sequence_parallel else 1) + sharded / a.tp) + _rope_bytes(x, a)
 
 
 def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> float:
@@ -184,9 +224,12 @@ def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:
     if a.style == "hf":
         return tokens * (h * FP32_BYTES + FP32_BYTES + 2 * h * e + v * FP32_BYTES + 2 * INDEX_BYTES)
     sp = a.tp if a.sequence_parallel else 1
-    return tokens * (2 * h * e / sp + v * FP32_BYTES / a.tp)
+    norm = _torch_norm_bytes(h, e) if a.kernels == "torch" else 2 * h * e
+    # the cross-entropy's fp32 softmax of the logits, its target mask and flattened labels
+    return tokens * (norm / sp + v * FP32_BYTES / a.tp + MASK_BYTES + INDEX_BYTES)
 
 
 def embedding_activation_bytes(a: ActivationSetting) -> float:
-    """First stage: the token ids the embedding's backward scatters into."""
-    return a.seq_length // a.cp * a.micro_batch_size * INDEX_BYTES
+    """First stage: the token ids the embedding's backward scatters into; under TP also the mask of the
+    ids outside this rank's vocabulary shard (megatron's VocabParallelEmbedding)."""
+    return a.seq_length // a.cp * a.micro_batch_size * (INDEX_BYTES + MASK_BYTES * (a.tp > 1))

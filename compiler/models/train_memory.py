@@ -184,6 +184,7 @@ def activation_setting(spec: Spec) -> ActivationSetting:
         sequence_parallel=p.sequence_parallel,
         recompute=t.recompute,
         flash_attention=t.flash_attention,
+        kernels="fused" if t.transformer_impl == "transformer_engine" else "torch",
     )
 
 

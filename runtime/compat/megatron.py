@@ -29,6 +29,10 @@ What it changes, and why (see ../shared/NOTES-deps.md):
 7. A pipeline stage that keeps a copy of the embedding (MTP, or a tied head, off the first
    stage) moves it with `weight.data.cuda()` before the all-reduce that makes the copies equal;
    on CPU `Tensor.cuda` returns the tensor itself, during that one method only.
+8. The fused SwiGLU's element-wise helpers (`bias_activation_fusion`) are `torch.compile`d
+   (megatron's `jit_fuser`); on a CPU inductor compiles C++ for each new shape (~5 s a process,
+   again for each expert's token count until it marks shapes dynamic). They run eagerly here:
+   the same arithmetic, and the autograd functions around them still save only their input.
 The trainer also passes an explicit causal mask (megatron's default mask helper
 allocates on "cuda").
 """
@@ -61,6 +65,15 @@ CUDA_LITERAL_MODULES = (
     "megatron.core.transformer.moe.moe_utils",
     "megatron.core.transformer.moe.token_dispatcher",
     "megatron.core.tensor_parallel.layers",
+)
+# megatron.core.fusions.fused_bias_swiglu's functions under `@jit_fuser` (item 7).
+COMPILED_SWIGLU = (
+    "swiglu",
+    "bias_swiglu",
+    "weighted_swiglu",
+    "swiglu_back",
+    "bias_swiglu_back",
+    "weighted_swiglu_back",
 )
 _FACTORIES = (
     "empty",
@@ -175,6 +188,7 @@ def _embedding_copies_on_cpu(setup: Any) -> Any:
 
 def _patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, CPU stand-in) for every item of the module docstring."""
+    from megatron.core.fusions import fused_bias_swiglu
     from megatron.core.models.common.language_module.language_module import LanguageModule
     from megatron.core.optimizer import clip_grads, optimizer
     from megatron.core.tensor_parallel import random as mrandom
@@ -202,6 +216,8 @@ def _patches() -> list[tuple[Any, str, Any]]:
             _embedding_copies_on_cpu(LanguageModule.setup_embeddings_and_output_layer),
         ),
     ]
+    for name in COMPILED_SWIGLU:  # 8: torch.compile keeps the eager function as __wrapped__
+        patches.append((fused_bias_swiglu, name, getattr(fused_bias_swiglu, name).__wrapped__))
     proxy = _CpuTorch()
     for name in CUDA_LITERAL_MODULES:  # 6: each module's own `torch` global
         module = importlib.import_module(name)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 
-from lmspec.compiler.build.files import DS_CONFIG
+from lmspec.compiler.build.files import DS_CONFIG, REPORT
 from lmspec.compiler.build.writer import build_files
 from lmspec.compiler.emit.deepspeed_config import TOP_LEVEL_KEYS
 from lmspec.compiler.errors import SpecError
@@ -140,16 +141,24 @@ def test_optimizer_and_scheduler_are_real_and_accept_their_params(
     name = ds.optimizer_name
     params = dict(ds.optimizer_params)
     assert name in deepspeed_config.DEEPSPEED_OPTIMIZERS or hasattr(torch.optim, name), name
+    weights = [torch.nn.Parameter(torch.zeros(2))]
     if name in ("adam", "adamw"):
-        # What DeepSpeed builds with torch_adam=true: torch's Adam or AdamW (adam_w_mode decides).
-        assert params.pop(deepspeed_config.TORCH_ADAM_PARAM) is True
         adam_w = params.pop(deepspeed_config.ADAM_W_MODE)
         assert adam_w == (plan.spec.train.optimizer.name == "adamw")
+        if plan.spec.parallel.offload_optimizer:
+            # No torch_adam: DeepSpeed builds DeepSpeedCPUAdam, whose signature takes these params (binding
+            # them needs no cpu_adam op, which building the optimizer would JIT-compile).
+            assert deepspeed_config.TORCH_ADAM_PARAM not in params
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            inspect.signature(DeepSpeedCPUAdam).bind(weights, **params, adamw_mode=adam_w)
+        else:
+            # What DeepSpeed builds with torch_adam=true: torch's Adam or AdamW (adam_w_mode decides).
+            assert params.pop(deepspeed_config.TORCH_ADAM_PARAM) is True
         optimizer_class = torch.optim.AdamW if adam_w else torch.optim.Adam
     else:
         optimizer_class = getattr(torch.optim, name)
-    weights = [torch.nn.Parameter(torch.zeros(2))]
-    optimizer = optimizer_class(weights, **params)
+    optimizer = optimizer_class(weights, **params)  # the scheduler below drives a torch optimizer either way
 
     assert ds.scheduler_name in lr_schedules.VALID_LR_SCHEDULES
     scheduler = getattr(lr_schedules, ds.scheduler_name)(optimizer, **ds.scheduler_params)
@@ -203,3 +212,55 @@ def test_bad_values_are_caught_by_lmspec_first(override: str, key: str) -> None:
 
 def test_megatron_builds_have_no_ds_config() -> None:
     assert DS_CONFIG not in build_files(make_plan([]))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_activation_checkpointing_section_only_for_full_recompute(
+    recompute: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The section is what the trainer hands deepspeed.checkpointing.configure: present exactly when asked."""
+    plan, config = _plan_and_config(DS + ["parallel.zero_stage=2", f"train.recompute={recompute}"])
+    assert ("activation_checkpointing" in config) == (recompute == "full")
+    checkpointing = _deepspeed_config(config, plan.layout.dp, monkeypatch).activation_checkpointing_config
+    if recompute == "full":
+        assert checkpointing.number_checkpoints == plan.spec.model.num_layers
+        assert not checkpointing.partition_activations and not checkpointing.cpu_checkpointing
+
+
+@pytest.mark.parametrize(
+    ("variant", "cpu_adam"),
+    [
+        ("zero2-bf16-offload-optimizer", True),
+        ("zero3-fp32-offload", True),
+        ("zero2-fp16", False),
+        ("zero1-bf16", False),
+    ],
+)
+def test_offloaded_adam_asks_for_deepspeed_cpu_adam(variant: str, cpu_adam: bool) -> None:
+    from lmspec.runtime.train.deepspeed.cpu_adam import wants_cpu_adam
+
+    plan, config = _plan_and_config(VARIANTS[variant])
+    assert wants_cpu_adam(config) is cpu_adam
+    report = build_files(plan)[REPORT]
+    expected = "DeepSpeedCPUAdam (AdamW, offloaded; torch's AdamW where its cpu_adam op cannot be built)"
+    assert (expected in report) is cpu_adam
+    assert ("| optimizer | torch AdamW |" in report) is not cpu_adam
+
+
+def test_cpu_adam_that_cannot_build_falls_back_to_torch_adam(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The op's build is the machine's fact: when it fails, torch's AdamW runs, the reason is returned for the
+    run log, and DeepSpeed's own config classes accept the changed config."""
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+
+    from lmspec.runtime.train.deepspeed.cpu_adam import with_available_optimizer
+
+    def no_compiler(self, verbose: bool = True):  # noqa: ANN001, ANN202
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(CPUAdamBuilder, "load", no_compiler)
+    plan, config = _plan_and_config(VARIANTS["zero2-bf16-offload-optimizer"])
+    ran, reason = with_available_optimizer(config)
+    assert reason is not None and "Ninja is required" in reason and "falls back to torch's AdamW" in reason
+    assert ran["optimizer"]["params"]["torch_adam"] is True and "torch_adam" not in config["optimizer"]["params"]
+    ds = _deepspeed_config(ran, plan.layout.dp, monkeypatch)
+    assert ds.optimizer_params[deepspeed_config.TORCH_ADAM_PARAM] is True

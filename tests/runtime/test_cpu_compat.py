@@ -167,3 +167,25 @@ def test_the_embedding_copy_of_a_later_stage_still_moves_with_tensor_cuda() -> N
     cuda = torch.Tensor.cuda
     with megatron.megatron_on_cpu():
         assert torch.Tensor.cuda is cuda
+
+
+def test_fused_swiglu_runs_eagerly_inside_the_block_with_its_gradients() -> None:
+    """Item 8: inside the block megatron's compiled SwiGLU helpers are their eager functions (no inductor
+    build), SwiGLUFunction still gives SiLU(a) * b and its gradient; after it they are compiled again."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.fusions import fused_bias_swiglu
+
+    from lmspec.runtime.compat.megatron import COMPILED_SWIGLU, megatron_on_cpu
+
+    compiled = {name: getattr(fused_bias_swiglu, name) for name in COMPILED_SWIGLU}
+    x = torch.randn(5, 3, 8, dtype=torch.float64, requires_grad=True)
+    with megatron_on_cpu():
+        assert all(getattr(fused_bias_swiglu, n) is compiled[n].__wrapped__ for n in COMPILED_SWIGLU)
+        fused = fused_bias_swiglu.bias_swiglu_impl(x, None, False, False)
+        (fused_grad,) = torch.autograd.grad(fused.sum(), x)
+    a, b = torch.chunk(x, 2, -1)
+    reference = F.silu(a) * b
+    (reference_grad,) = torch.autograd.grad(reference.sum(), x)
+    assert torch.allclose(fused, reference) and torch.allclose(fused_grad, reference_grad)
+    assert all(getattr(fused_bias_swiglu, n) is compiled[n] for n in COMPILED_SWIGLU)

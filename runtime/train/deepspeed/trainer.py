@@ -6,7 +6,10 @@ emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, scheduler,
 gradient accumulation, clipping), so the learning rate follows DeepSpeed's
 scheduler from that file. `eval_loss` runs the engine in eval mode without gradients.
 Checkpoints use DeepSpeed's own save/load under `<step dir>/deepspeed/` (model, optimizer and
-scheduler states per ZeRO rank).
+scheduler states per ZeRO rank). Two things the file asks for the runtime arranges first: the
+activation checkpointing of its `activation_checkpointing` section (`.activation_checkpointing`), and
+DeepSpeedCPUAdam for an offloaded Adam, or torch's where its op cannot be built (`.cpu_adam`); the run
+log names the optimizer that ran.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec, Spec
 from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
+from lmspec.runtime.train.deepspeed.activation_checkpointing import enable_activation_checkpointing
+from lmspec.runtime.train.deepspeed.cpu_adam import with_available_optimizer
 
 DS_TAG = "state"
 
@@ -59,8 +64,16 @@ class DeepSpeedTrainer:
         self.num_micro_batches = plan.batch.grad_accum_steps
         self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+        checkpointed = enable_activation_checkpointing(model, ds_config)
+        ds_config, fallback = with_available_optimizer(ds_config)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
         self.device = self.engine.device
+        if self.dp_rank == 0:
+            if fallback:
+                print(f"lmspec: {fallback}", flush=True)
+            optimizer = type(self.engine.basic_optimizer).__name__
+            recompute = "every decoder layer checkpointed" if checkpointed else "no activation checkpointing"
+            print(f"lmspec: deepspeed optimizer {optimizer}; {recompute}", flush=True)
 
     def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
         """One optimizer step of `grad_accum_steps` micro-batches; `lr` comes from ds_config's scheduler."""

@@ -135,6 +135,10 @@ def transformer_config_kwargs(
         hidden_dropout=0.0,
         attention_dropout=0.0,
         **implementation_settings(spec, wgrad_fusion=wgrad_fusion),
+        # SwiGLU through megatron's bias_swiglu (Megatron-LM's --bias-swiglu-fusion default): it saves fc1's
+        # output only, as compiler/models/activations.py prices it (unfused: also SiLU's output, +1/3)
+        bias_activation_fusion=architecture.activation == "silu"
+        and architecture.kwargs.get("gated_linear_unit", False),
         tensor_model_parallel_size=d.tp,
         pipeline_model_parallel_size=d.pp,
         context_parallel_size=d.cp,
