@@ -115,7 +115,8 @@ def _megatron_forward(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[
     ps.initialize_model_parallel()
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)  # megatron's attention forks this RNG
     try:
-        model = build_model(spec, pre_process=True, post_process=True, degrees=ParallelDegrees())
+        # logits only: megatron runs an MTP block only with labels, and HF models hold no MTP layers
+        model = build_model(spec, pre_process=True, post_process=True, degrees=ParallelDegrees(), mtp=False)
         wanted = model.sharded_state_dict()
         state = dist_checkpointing.load(wanted, str(ckpt_dir))
         model.load_state_dict({k: v for k, v in state.items() if k in wanted})  # common.pt adds optimizer groups
@@ -162,10 +163,20 @@ def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[t
         tuple[Any, dict[str, Any]],
         AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32, output_loading_info=True),
     )
+    info["unexpected_keys"] = [name for name in info["unexpected_keys"] if not _is_mtp(str(name), model.config)]
     bad = {kind: sorted(map(str, names)) for kind, names in info.items() if names and kind != "error_msgs"}
     if bad:  # transformers initialises missing weights randomly: that must not pass as "converted"
         raise UsageError(f"{hf_dir}: transformers did not load it cleanly: {bad}")
     return _forward(model, tokens)
+
+
+def _is_mtp(name: str, config: Any) -> bool:
+    """A tensor of the checkpoint's multi-token-prediction layers (DeepSeek-V3: model.layers.{num_hidden_layers
+    + i}), which transformers does not build (it ignores only the release's own model.layers.61)."""
+    mtp = range(
+        config.num_hidden_layers, config.num_hidden_layers + (getattr(config, "num_nextn_predict_layers", 0) or 0)
+    )
+    return any(name.startswith(f"model.layers.{i}.") for i in mtp)
 
 
 def _forward(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

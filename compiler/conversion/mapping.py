@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from lmspec.compiler.conversion.kinds import SplitKind
-from lmspec.compiler.conversion.rows import EMBEDDING, FINAL_NORM, OUTPUT, Row
+from lmspec.compiler.conversion.rows import EMBEDDING, FINAL_NORM, OUTPUT, LayerRows, Row
 from lmspec.compiler.conversion.transforms import (
     QKV,
     ColumnParallel,
@@ -78,6 +78,7 @@ def shape_table(m: ModelSpec) -> dict[str, Shape]:
         "fc2": (h, m.ffn_hidden_size),
         "qkv": ((m.num_attention_heads + 2 * m.num_kv_heads) * hd, h),
         "o_proj": (h, m.num_attention_heads * hd),
+        "eh_proj": (h, 2 * h),  # MTP: [normed embedding; normed hidden state] -> hidden
     }
     if m.mla is not None:
         a, n = m.mla, m.num_attention_heads
@@ -168,40 +169,61 @@ def build_entries(plan: Plan) -> list[Entry]:
             experts,
         )
 
+    def layer_entries(
+        rows: LayerRows, stage: int, key: str, model: str, hf_layer: int, index: tuple[int, ...] = ()
+    ) -> list[Entry]:
+        """One decoder layer's entries; `key` and `model` prefix its checkpoint and model names."""
+        dense, expert_rows = rows
+        hf_prefix = f"model.layers.{hf_layer}."
+        out = [
+            entry(row, key + row.checkpoint, index, stage, model + row.model, _named(hf_prefix, row), lay.tp)
+            for row in dense
+        ]
+        experts = None if m.moe is None else (m.moe.num_experts, lay.ep)
+        # one entry stands for every expert; expand_experts() lists them
+        out += [
+            entry(row, key + row.checkpoint, (), stage, model + row.model, _named(hf_prefix, row), lay.etp, experts)
+            for row in expert_rows
+        ]
+        return out
+
     entries = [entry(EMBEDDING, EMBEDDING.checkpoint, (), 0, EMBEDDING.model, EMBEDDING.hf, lay.tp)]
     start = 0
     for stage, count in enumerate(lay.stage_layers):
         for layer in range(start, start + count):
-            local = layer - start
-            rows, expert_rows = family.layer_rows(m, layer)
-            for row in rows:
-                key = f"decoder.layers.{row.checkpoint}" if stacked else f"decoder.layers.{layer}.{row.checkpoint}"
-                hf = tuple(f"model.layers.{layer}.{name}" for name in row.hf)
-                entries.append(
-                    entry(
-                        row, key, (layer,) if stacked else (), stage, f"decoder.layers.{local}.{row.model}", hf, lay.tp
-                    )
-                )
-            for row in expert_rows:  # one entry stands for every expert; expand_experts() lists them
-                assert m.moe is not None
-                hf = tuple(f"model.layers.{layer}.{name}" for name in row.hf)
-                entries.append(
-                    entry(
-                        row,
-                        f"decoder.layers.{layer}.{row.checkpoint}",
-                        (),
-                        stage,
-                        f"decoder.layers.{local}.{row.model}",
-                        hf,
-                        lay.etp,
-                        (m.moe.num_experts, lay.ep),
-                    )
-                )
+            local = f"decoder.layers.{layer - start}."
+            rows = family.layer_rows(m, layer)
+            if stacked:  # megatron stacks the layers of a model without experts on a leading axis
+                entries += layer_entries(rows, stage, "decoder.layers.", local, layer, (layer,))
+            else:
+                entries += layer_entries(rows, stage, f"decoder.layers.{layer}.", local, layer)
         start += count
     entries.append(entry(FINAL_NORM, FINAL_NORM.checkpoint, (), last, FINAL_NORM.model, FINAL_NORM.hf, lay.tp))
     if not m.tie_embeddings:
         entries.append(entry(OUTPUT, OUTPUT.checkpoint, (), last, OUTPUT.model, OUTPUT.hf, lay.tp))
+    mtp = family.mtp_rows()
+    for i in range(m.mtp_layers):
+        # MTP module i, on the last stage, under the release's names model.layers.{num_layers + i}: its own
+        # tensors, its decoder layer (megatron builds it from the decoder's last layer spec), and the
+        # release's copies of the embedding and output head, read from the model's own (under pipeline
+        # parallelism megatron keeps a copy of the embedding on the last stage for MTP)
+        assert mtp is not None, "rules refuse model.mtp_layers > 0 for a family that releases no MTP layers"
+        prefix, hf_layer = f"mtp.layers.{i}.", m.num_layers + i
+        hf_prefix = f"model.layers.{hf_layer}."
+        entries += [
+            entry(row, prefix + row.checkpoint, (), last, prefix + row.model, _named(hf_prefix, row), lay.tp)
+            for row in mtp.own
+        ]
+        inner = prefix + "transformer_layer."
+        entries += layer_entries(family.layer_rows(m, m.num_layers - 1), last, inner, inner, hf_layer)
+        head = EMBEDDING if m.tie_embeddings else OUTPUT
+        for row, name in ((EMBEDDING, mtp.embedding), (head, mtp.head)):
+            entries.append(entry(row, row.checkpoint, (), last, row.model, (hf_prefix + name,), lay.tp))
     return entries
+
+
+def _named(prefix: str, row: Row) -> tuple[str, ...]:
+    return tuple(prefix + name for name in row.hf)
 
 
 def hf_config(plan: Plan) -> dict[str, Any]:

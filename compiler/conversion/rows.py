@@ -155,6 +155,15 @@ DENSE_MLP = (
 )
 
 
+class MtpRows(NamedTuple):
+    """A family's multi-token-prediction module beside its decoder layer: its own rows (checkpoint and
+    model names under `mtp.layers.{i}.`), and the HF names of its copies of the embedding and output head."""
+
+    own: tuple[Row, ...]
+    embedding: str
+    head: str
+
+
 LayerRows = tuple[list[Row], list[Row]]
 """(rows of one layer, its per-expert rows: one row stands for every expert, named with {e} / {i})."""
 

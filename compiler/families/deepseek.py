@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
-from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
+from lmspec.compiler.conversion.rows import LayerRows, MtpRows, Row, decoder_layer
 from lmspec.compiler.families import hf, megatron
 from lmspec.compiler.families.family import Family, MegatronConfig
 
@@ -54,9 +54,24 @@ EXPERT = (
 )
 
 
+# DeepSeek-V3's release names its MTP module model.layers.{num_layers + i} (vLLM's deepseek_mtp.py reads
+# them): its decoder layer under the usual names, these four, and copies of the embedding and output head.
+MTP = MtpRows(
+    own=(
+        Row("enorm.weight", "enorm.weight", ("enorm.weight",), K.REPLICATED, "hidden"),
+        Row("hnorm.weight", "hnorm.weight", ("hnorm.weight",), K.REPLICATED, "hidden"),
+        Row("eh_proj.weight", "eh_proj.weight", ("eh_proj.weight",), K.COLUMN, "eh_proj"),  # [h, 2h]: [emb; hidden]
+        Row("final_layernorm.weight", "final_layernorm.weight", ("shared_head.norm.weight",), K.REPLICATED, "hidden"),
+    ),
+    embedding="embed_tokens.weight",
+    head="shared_head.head.weight",
+)
+
+
 @dataclass(frozen=True)
 class DeepSeek(Family):
     router_score_function: Literal["softmax", "sigmoid"]
+    releases_mtp: bool  # V3's checkpoints carry its MTP module (config num_nextn_predict_layers)
 
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
         if m.moe is None:
@@ -84,11 +99,20 @@ class DeepSeek(Family):
                 "routed_scaling_factor": 1.0,
             }
         )
+        if self.releases_mtp:
+            own["num_nextn_predict_layers"] = m.mtp_layers
         return hf.decoder_config(self, m, own)
+
+    def mtp_rows(self) -> MtpRows | None:
+        return MTP if self.releases_mtp else None
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m, self.router_score_function)
 
 
-DEEPSEEK_V2 = DeepSeek(hf_class="DeepseekV2ForCausalLM", hf_model_type="deepseek_v2", router_score_function="softmax")
-DEEPSEEK_V3 = DeepSeek(hf_class="DeepseekV3ForCausalLM", hf_model_type="deepseek_v3", router_score_function="sigmoid")
+DEEPSEEK_V2 = DeepSeek(
+    hf_class="DeepseekV2ForCausalLM", hf_model_type="deepseek_v2", router_score_function="softmax", releases_mtp=False
+)
+DEEPSEEK_V3 = DeepSeek(
+    hf_class="DeepseekV3ForCausalLM", hf_model_type="deepseek_v3", router_score_function="sigmoid", releases_mtp=True
+)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # sections.py takes its family names from the registry
-    from lmspec.compiler.conversion.rows import LayerRows
+    from lmspec.compiler.conversion.rows import LayerRows, MtpRows
     from lmspec.compiler.spec.sections import ModelSpec
 
 
@@ -48,3 +48,8 @@ class Family(ABC):
     @abstractmethod
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         """The TransformerConfig the megatron backend builds this architecture with."""
+
+    def mtp_rows(self) -> MtpRows | None:
+        """Conversion rows of one multi-token-prediction module beside its decoder layer, or None where
+        the architecture's released checkpoints name no MTP layers (its specs keep model.mtp_layers=0)."""
+        return None

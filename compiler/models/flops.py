@@ -4,8 +4,9 @@ Model FLOPs count each GEMM three times (forward, weight gradient, data gradient
 2 FLOPs per multiply-add, so a token costs about 6 x its activated (non-embedding)
 parameters, plus the causal attention term (half the s x s score matrix, for QK^T and
 for scores x V). MoE layers count the top-k routed experts and the shared experts only.
-The embedding lookup and routers are not counted (as in Megatron); DeepSeek-V3's MTP
-module is not counted either, because lmspec's trainers do not build it.
+The embedding lookup and routers are not counted (as in Megatron). Each multi-token-prediction
+module (DeepSeek-V3) counts as Megatron counts it: one more layer like the last, its norms and
+2h -> h projection, and one more output head.
 
 Hardware FLOPs add the forward work that recomputation repeats: the core attention for
 `selective`, every transformer layer's forward for `full`.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmspec.compiler.models import ArrayOrNumber
-from lmspec.compiler.models.params import is_moe_layer
+from lmspec.compiler.models.params import MTP_NORMS, is_moe_layer
 from lmspec.compiler.models.units import SECONDS_PER_DAY, TFLOPS
 from lmspec.compiler.spec.sections import ModelSpec
 
@@ -42,8 +43,11 @@ def flops_breakdown(model: ModelSpec, seq_length: int) -> FlopsPerToken:
     """Megatron's num_floating_point_operations / (batch x seq), kept in three parts."""
     m, s, h = model, seq_length, model.hidden_size
     fb = FORWARD_BACKWARD_FACTOR * FLOPS_PER_MAC
-    num_moe = sum(is_moe_layer(m, i) for i in range(m.num_layers))
-    num_dense = m.num_layers - num_moe
+    mtp = m.mtp_layers
+    last_is_moe = is_moe_layer(m, m.num_layers - 1)
+    num_moe = sum(is_moe_layer(m, i) for i in range(m.num_layers)) + mtp * last_is_moe
+    num_layers = m.num_layers + mtp  # an MTP module's layer is the decoder's last layer
+    num_dense = num_layers - num_moe
     mlp_width = m.ffn_hidden_size * num_dense
     if m.moe is not None:
         mlp_width += m.moe.ffn_hidden_size * (m.moe.top_k + m.moe.num_shared_experts) * num_moe
@@ -56,15 +60,16 @@ def flops_breakdown(model: ModelSpec, seq_length: int) -> FlopsPerToken:
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = h * heads * qk if a.q_lora_rank is None else a.q_lora_rank * (h + heads * qk + 1)
         kv = a.kv_lora_rank * (h + heads * (a.qk_nope_head_dim + a.v_head_dim) + 1) + h * a.qk_rope_head_dim
-        projections: float = fb * m.num_layers * (q + kv + heads * a.v_head_dim * h)
-        core = fb * m.num_layers * (s * heads * qk / 2 + s * heads * a.v_head_dim / 2)
+        projections: float = fb * num_layers * (q + kv + heads * a.v_head_dim * h)
+        core = fb * num_layers * (s * heads * qk / 2 + s * heads * a.v_head_dim / 2)
     else:
         q_width = heads * m.head_dim
         # Q and O (h x q_width), K and V (h x kv_width): 2 GEMMs each pair
-        projections = fb * 2 * m.num_layers * h * q_width * (1 + m.num_kv_heads / heads)
-        core = fb * 2 * m.num_layers * q_width * s / 2
-    logits = fb * h * m.vocab_size
-    return FlopsPerToken(layer_gemms=mlp + projections, core_attention=core, logits=logits)
+        projections = fb * 2 * num_layers * h * q_width * (1 + m.num_kv_heads / heads)
+        core = fb * 2 * num_layers * q_width * s / 2
+    mtp_own = fb * mtp * (MTP_NORMS * h + 2 * h * h)  # its norms and eh_proj, as Megatron counts them
+    logits = fb * h * m.vocab_size * (1 + mtp)  # every MTP module has its own pass through the head
+    return FlopsPerToken(layer_gemms=mlp + projections + mtp_own, core_attention=core, logits=logits)
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:

@@ -57,6 +57,8 @@ class ParamCounts:
     routed_experts: int
     router: int
     mtp: int  # DeepSeek-V3 multi-token prediction modules (not in total)
+    mtp_replicated: int  # of `mtp`: norms and router, whole on every TP rank
+    mtp_expert: int  # of `mtp`: routed experts, sharded by EP
     total: int
     active: int
     expert: int  # parameters inside routed experts (sharded by EP, not TP/DP alone)
@@ -136,12 +138,26 @@ def layer_params(m: ModelSpec, index: int) -> LayerParams:
     )
 
 
+MTP_NORMS = 3  # enorm (embedding), hnorm (hidden state), and the norm before the shared head
+
+
+def mtp_layer(m: ModelSpec) -> LayerParams:
+    """The decoder layer inside each MTP module: megatron-core builds it from the decoder's last layer
+    spec (DeepSeek-V3: an MoE layer); DeepSeek-V3's release has the same layer under model.layers.61."""
+    return layer_params(m, m.num_layers - 1)
+
+
 def mtp_params(m: ModelSpec) -> int:
-    """One DeepSeek-V3 MTP module: enorm + hnorm, the 2h -> h projection, one decoder layer
-    (MoE), and the shared head's norm; embedding and output head are shared with the model."""
+    """The DeepSeek-V3 MTP modules: per module its norms, the 2h -> h projection `eh_proj` and one decoder
+    layer; embedding and output head are shared with the model (the release stores copies of them)."""
     h = m.hidden_size
-    layer = layer_params(m, m.num_layers).total
-    return m.mtp_layers * (2 * h + 2 * h * h + layer + h)
+    return m.mtp_layers * (MTP_NORMS * h + 2 * h * h + mtp_layer(m).total)
+
+
+def mtp_replicated_params(m: ModelSpec) -> int:
+    """Of `mtp_params`, what every TP rank keeps whole: norms and router."""
+    layer = mtp_layer(m)
+    return m.mtp_layers * (MTP_NORMS * m.hidden_size + layer.attention_norms + layer.layer_norms + layer.router)
 
 
 def count_params(m: ModelSpec) -> ParamCounts:
@@ -173,6 +189,8 @@ def count_params(m: ModelSpec) -> ParamCounts:
         routed_experts=routed,
         router=n_moe * moe_layer.router,
         mtp=mtp_params(m),
+        mtp_replicated=mtp_replicated_params(m),
+        mtp_expert=m.mtp_layers * mtp_layer(m).routed_experts,
         total=total,
         active=active,
         expert=routed,

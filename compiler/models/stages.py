@@ -29,17 +29,23 @@ class StageParams:
 
 def stage_params(layers: Sequence[LayerParams], counts: ParamCounts, start: int, stop: int, pp: int) -> StageParams:
     """The stage holding decoder layers [start, stop) of a pp-stage pipeline; `layers` lists every
-    layer's parameters. The first stage adds the embedding; the last the final norm and the output
-    head (a tied head is a second copy of the embedding when pp > 1)."""
+    layer's parameters. The first stage adds the embedding; the last the final norm, the output
+    head (a tied head is a second copy of the embedding when pp > 1) and the MTP modules (megatron
+    places them there, with their own copy of the embedding when that stage is not the first)."""
     held = layers[start:stop]
     split = sum(lp.attention + lp.dense_mlp for lp in held)
     replicated = sum(lp.attention_norms + lp.layer_norms + lp.router for lp in held)
+    expert = sum(lp.routed_experts for lp in held)
     if start == 0:
         split += counts.embedding
     if stop == len(layers):
         split += counts.output_head or (counts.embedding if pp > 1 else 0)
         replicated += counts.final_norm
-    return StageParams(split, replicated, sum(lp.routed_experts for lp in held))
+        if counts.mtp:
+            split += counts.mtp - counts.mtp_replicated - counts.mtp_expert + (counts.embedding if pp > 1 else 0)
+            replicated += counts.mtp_replicated
+            expert += counts.mtp_expert
+    return StageParams(split, replicated, expert)
 
 
 @dataclass(frozen=True)
@@ -53,14 +59,15 @@ class StageWork:
 
 
 def slowest_stage_work(m: ModelSpec, seq_length: int, stages: Sequence[int], recompute: str) -> StageWork:
-    """Layers cost alike (a uniform split of the layer FLOPs); the last stage adds the output head."""
+    """Layers cost alike (a uniform split of the layer FLOPs, MTP layers included); the last stage adds
+    the MTP layers and every output head."""
     f = flops_breakdown(m, seq_length)
-    per_layer = (hardware_flops_per_token(m, seq_length, recompute) - f.logits) / m.num_layers
+    per_layer = (hardware_flops_per_token(m, seq_length, recompute) - f.logits) / (m.num_layers + m.mtp_layers)
     starts = [sum(stages[:i]) for i in range(len(stages))]
     moe = max(sum(is_moe_layer(m, j) for j in range(a, a + n)) for a, n in zip(starts, stages))
     fullest = max(stages)
     return StageWork(
-        hardware_flops=max(fullest * per_layer, stages[-1] * per_layer + f.logits),
+        hardware_flops=max(fullest * per_layer, (stages[-1] + m.mtp_layers) * per_layer + f.logits),
         attention_flops=fullest * f.core_attention / m.num_layers,
         layers=fullest,
         moe_layers=moe,

@@ -67,7 +67,9 @@ def params_dict(p: ParamCounts) -> dict[str, Any]:
         "mtp": p.mtp,
         "largest_layer": p.largest_layer,
         "components": {
-            k: v for k, v in p.as_dict().items() if k not in ("total", "active", "mtp", "largest_layer", "expert")
+            k: v
+            for k, v in p.as_dict().items()
+            if k not in ("total", "active", "mtp", "mtp_replicated", "mtp_expert", "largest_layer", "expert")
         },
     }
 

@@ -234,7 +234,10 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
         if index == 0:
             per_mb += embedding_activation_bytes(act)
         if index == len(dims.stage_layers) - 1:
-            per_mb += head_activation_bytes(m, act)
+            # each MTP module: its embedding lookup, one layer like the last and one more head and logits
+            mtp = layer_activation_bytes(layer_shape(m, is_moe_layer(m, m.num_layers - 1)), act)
+            mtp += embedding_activation_bytes(act) + head_activation_bytes(m, act)
+            per_mb += head_activation_bytes(m, act) + m.mtp_layers * mtp
         in_flight = min(p.pp - index, dims.micro_batches) * interleave
         weights, grads, optim, activations, buffers = stage_terms(
             dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes

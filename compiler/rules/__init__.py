@@ -6,7 +6,19 @@ RULES is a plain table; a rule reads the typed spec and origins and never writes
 from __future__ import annotations
 
 from lmspec.compiler.errors import Problem
-from lmspec.compiler.rules import backend, batch, budget, data, experts, launch, layout, model, run_paths, serving
+from lmspec.compiler.rules import (
+    backend,
+    batch,
+    budget,
+    capability,
+    data,
+    experts,
+    launch,
+    layout,
+    model,
+    run_paths,
+    serving,
+)
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import Spec
@@ -16,6 +28,7 @@ RULES = (
     *layout.RULES,
     *experts.RULES,
     *batch.RULES,
+    *capability.RULES,
     *backend.RULES,
     *serving.RULES,
     *launch.RULES,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.models.dims import divisors
 from lmspec.compiler.rules.context import RuleContext, listed
 
@@ -87,10 +88,25 @@ def seq_length_within_positions(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+def mtp_only_where_released(ctx: RuleContext) -> Iterator[Problem]:
+    """A multi-token-prediction module converts only to an architecture whose checkpoints name one."""
+    m = ctx.spec.model
+    if m.mtp_layers and FAMILIES[m.family].mtp_rows() is None:
+        with_mtp = [name for name, family in FAMILIES.items() if family.mtp_rows() is not None]
+        yield error(
+            "model.mtp_layers",
+            (
+                f"{ctx.show('model.mtp_layers')}: {ctx.show('model.family')} has no multi-token-prediction "
+                f"layers in its HF checkpoints (only {listed(with_mtp)} do); set model.mtp_layers=0"
+            ),
+        )
+
+
 RULES = (
     attention_block_matches_kind,
     gqa_groups_even,
     mla_head_dims_consistent,
     moe_block_consistent,
     seq_length_within_positions,
+    mtp_only_where_released,
 )

@@ -11,6 +11,8 @@ rule that rejects it.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lmspec.compiler.models.dims import ParallelDims, derived_dp, ranks_per_stage, world_size
-from lmspec.compiler.rules import backend, batch, experts, layout
+from lmspec.compiler.rules import batch, capability, experts, layout
 from lmspec.compiler.spec.sections import Spec
 
 BACKENDS: tuple[Literal["megatron", "deepspeed"], ...] = ("megatron", "deepspeed")
@@ -119,25 +121,75 @@ BATCH_CHECKS = (
         lambda c, s: batch.global_batch_splits(s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s)),
     ),
 )
+
+
+def candidate_impl(deepspeed: bool, spec: Spec) -> Literal["local", "transformer_engine"]:
+    """The transformer_impl a candidate runs with: DeepSpeed's trainer is transformers' PyTorch code
+    (local); Megatron candidates keep the spec's own implementation."""
+    return "local" if deepspeed else spec.train.transformer_impl
+
+
+# The columns that decide which capabilities a candidate asks for, each reduced to the values that
+# matter to `requested_features` (a degree > 1 or not), with how many such values it has.
+_FEATURE_COLUMNS: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], int], ...] = (
+    ("backend", lambda v: v, len(BACKENDS)),
+    ("tp", lambda v: v > 1, 2),
+    ("pp", lambda v: v > 1, 2),
+    ("cp", lambda v: v > 1, 2),
+    ("ep", lambda v: v > 1, 2),
+    ("sequence_parallel", lambda v: v, 2),
+    ("recompute", lambda v: v, len(RECOMPUTE)),
+    ("zero_stage", lambda v: v, len(ZERO_STAGES)),
+    ("distributed_optimizer", lambda v: v, 2),
+)
+
+
+def _candidate_spec(spec: Spec, values: tuple[int, ...]) -> Spec:
+    """The spec with one combination of reduced feature columns written in (degrees > 1 as 2)."""
+    backend, tp, pp, cp, ep, sp, recompute, zero_stage, distributed_optimizer = values
+    parallel = dataclasses.replace(
+        spec.parallel,
+        tp=1 + tp,
+        pp=1 + pp,
+        cp=1 + cp,
+        ep=1 + ep,
+        virtual_stages=None,
+        sequence_parallel=bool(sp),
+        zero_stage=ZERO_STAGES[zero_stage],
+        distributed_optimizer=bool(distributed_optimizer),
+        offload_optimizer=False,
+        offload_params=False,
+    )
+    train = dataclasses.replace(
+        spec.train,
+        backend=BACKENDS[backend],
+        transformer_impl=candidate_impl(BACKENDS[backend] == "deepspeed", spec),
+        recompute=RECOMPUTE[recompute],
+    )
+    return dataclasses.replace(spec, parallel=parallel, train=train)
+
+
+def _target_runs(c: Columns, s: Spec) -> np.ndarray:
+    """`capability.runs_spec` of each candidate: evaluated once per combination of the reduced feature
+    columns present, then looked up by the combination's mixed-radix code."""
+    code: Any = 0
+    for name, reduce_to, radix in _FEATURE_COLUMNS:
+        code = code * radix + np.asarray(reduce_to(c[name]), dtype=np.int64)
+    radices = [radix for _, _, radix in _FEATURE_COLUMNS]
+    present = np.bincount(np.ravel(code), minlength=int(np.prod(radices))) > 0
+    combos = itertools.product(*(range(r) for r in radices))
+    table = np.array([bool(p) and capability.runs_spec(_candidate_spec(s, v)) for p, v in zip(present, combos)])
+    return table[code]
+
+
 BACKEND_CHECKS = (
-    Check("backend.zero_is_deepspeed", lambda c, s: backend.zero_matches_backend(_deepspeed(c), c.zero_stage)),
-    Check(
-        "backend.distributed_optimizer_is_megatron",
-        lambda c, s: backend.distributed_optimizer_matches_backend(_deepspeed(c), c.distributed_optimizer),
-    ),
-    Check(
-        "backend.deepspeed_pipeline_needs_low_zero",
-        lambda c, s: backend.pipeline_zero_supported(_deepspeed(c), c.pp, c.zero_stage),
-    ),
-    Check(
-        "backend.deepspeed_is_data_parallel", lambda c, s: backend.data_parallel_only(_deepspeed(c), c.tp, c.cp, c.ep)
-    ),
     Check(
         "experts.moe_tensor_parallel_needs_sequence_parallel",
         lambda c, s: experts.moe_tp_has_sequence_parallel(
             ~_deepspeed(c), s.model.moe is not None, c.tp, c.sequence_parallel
         ),
     ),
+    Check("capability.target_runs_spec", _target_runs),
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
     Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
 )

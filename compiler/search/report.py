@@ -9,7 +9,7 @@ import numpy as np
 
 from lmspec.compiler.models import steptime, units
 from lmspec.compiler.models.dims import world_size
-from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, candidate_impl
 from lmspec.compiler.search.search import SearchResult
 
 TERM_NAMES = {
@@ -76,6 +76,7 @@ def values_of(result: SearchResult, i: int) -> dict[str, Any]:
         "parallel.zero_stage": int(c.zero_stage[i]),
         "parallel.distributed_optimizer": bool(c.distributed_optimizer[i]),
         "train.backend": BACKENDS[int(c.backend[i])],
+        "train.transformer_impl": candidate_impl(BACKENDS[int(c.backend[i])] == "deepspeed", result.spec),
         "train.micro_batch_size": int(c.micro_batch_size[i]),
         "train.recompute": RECOMPUTE[int(c.recompute[i])],
         "grad_accum_steps": int(c.micro_batches[i]),
@@ -146,6 +147,7 @@ def overrides(values: dict[str, Any]) -> list[str]:
         "parallel.zero_stage",
         "parallel.distributed_optimizer",
         "train.backend",
+        "train.transformer_impl",
         "train.micro_batch_size",
         "train.recompute",
     )

@@ -29,7 +29,7 @@ from lmspec.compiler.spec.sections import Spec
 MAX_CONTEXT_PARALLEL = 16  # ring attention beyond 16 ranks is outside what the step-time model covers
 MAX_MICRO_BATCH = 16  # sequences per micro-batch; beyond this activations dominate at any length
 # (backend, ZeRO stage, distributed optimizer): Megatron shards optimizer states with its distributed
-# optimizer, DeepSpeed with ZeRO stages; the crossed settings are errors of backend.* rules, not choices.
+# optimizer, DeepSpeed with ZeRO stages; the crossed settings are refused by the capability table, not choices.
 SHARDINGS = ((0, 0, False), (0, 0, True), (1, 0, False), (1, 1, False), (1, 2, False), (1, 3, False))
 
 

@@ -92,25 +92,116 @@ CASES = [
     pytest.param(
         ["parallel.zero_stage=3"],
         [
-            'parallel.zero_stage=3 (command-line override) is a DeepSpeed setting but train.backend="megatron"',
-            "parallel.distributed_optimizer=true",
+            "parallel.zero_stage=3 (command-line override) needs train.backend=deepspeed",
+            "ZeRO stages are DeepSpeed's; Megatron shards optimizer states with parallel.distributed_optimizer",
+            "or set parallel.zero_stage=0",
         ],
         id="zero-is-deepspeed",
     ),
     pytest.param(
-        ["train.backend=deepspeed", "parallel.zero_stage=3", "parallel.pp=2"],
-        ["parallel.pp=2 (command-line override) with parallel.zero_stage=3", "supports ZeRO stage 0 or 1 only"],
-        id="deepspeed-pp-zero3",
+        ["train.backend=deepspeed", "parallel.zero_stage=1", "parallel.pp=2"],
+        ["parallel.pp=2 (command-line override) needs train.backend=megatron", "or set parallel.pp=1"],
+        id="deepspeed-pp",
     ),
     pytest.param(
         ["train.backend=deepspeed", "parallel.tp=2"],
-        ['parallel.tp=2 (command-line override) with train.backend="deepspeed"', "set parallel.tp=1"],
+        ["parallel.tp=2 (command-line override) needs train.backend=megatron", "or set parallel.tp=1"],
         id="deepspeed-tp",
     ),
     pytest.param(
         ["parallel.distributed_optimizer=true", "train.backend=deepspeed"],
-        ["parallel.distributed_optimizer=true (command-line override) is a Megatron setting"],
+        [
+            "parallel.distributed_optimizer=true (command-line override) needs GPU hardware with "
+            "train.backend=megatron (no CPU target runs it)",
+            "or set parallel.distributed_optimizer=false",
+        ],
         id="distopt-is-megatron",
+    ),
+    pytest.param(
+        ["parallel.cp=2"],
+        [
+            "parallel.cp=2 (command-line override) needs GPU hardware with train.transformer_impl=transformer_engine",
+            "megatron-core's local (pure-PyTorch) implementation has no context-parallel attention",
+            "or set parallel.cp=1",
+        ],
+        id="cp-on-cpu",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.transformer_impl=local", "parallel.cp=2", "train.flash_attention=false"],
+        [
+            "parallel.cp=2 (command-line override) needs train.transformer_impl=transformer_engine; "
+            "megatron-core's local (pure-PyTorch) implementation has no context-parallel attention; "
+            "or set parallel.cp=1"
+        ],
+        id="cp-on-local-gpu",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.transformer_impl=local"],
+        [
+            "train.flash_attention=true (lmspec:specs/train/default.yaml:12) needs "
+            "train.transformer_impl=transformer_engine or train.backend=deepspeed",
+            "or set train.flash_attention=false",
+        ],
+        id="flash-on-local-gpu",
+    ),
+    pytest.param(
+        ["train.precision=bf16"],
+        [
+            'train.precision="bf16" (command-line override) needs train.backend=deepspeed',
+            "megatron-core's mixed-precision optimizer and distributed optimizer accept only CUDA tensors",
+            "or set train.precision=fp32",
+        ],
+        id="megatron-bf16-on-cpu",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.backend=deepspeed", "train.transformer_impl=local"],
+        ['train.recompute="selective" (lmspec:specs/train/default.yaml:11) needs train.backend=megatron', "full"],
+        id="deepspeed-selective-recompute",
+    ),
+    pytest.param(
+        ["train.transformer_impl=transformer_engine"],
+        [
+            'train.transformer_impl="transformer_engine" (command-line override) with train.backend="megatron"',
+            "on cpu: Transformer Engine runs on NVIDIA GPUs only; set train.transformer_impl=local",
+        ],
+        id="no-target-te-on-cpu",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.backend=deepspeed"],
+        [
+            "lmspec's DeepSpeed trainer runs transformers' PyTorch modeling code, not Transformer Engine; "
+            "set train.transformer_impl=local"
+        ],
+        id="no-target-deepspeed-te",
+    ),
+    pytest.param(
+        ["hardware=a100_80g", "train.precision=fp8", "train.fp8_recipe=delayed"],
+        [
+            'train.precision="fp8" (command-line override) needs FP8 tensor cores',
+            "hardware.gpu.fp8_tflops=null",
+            "set train.precision=bf16",
+        ],
+        id="fp8-needs-tensor-cores",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.precision=fp8"],
+        ['train.precision="fp8" (command-line override) needs a scaling recipe', "train.fp8_recipe=delayed"],
+        id="fp8-needs-recipe",
+    ),
+    pytest.param(
+        ["train.fp8_recipe=blockwise"],
+        ['train.fp8_recipe="blockwise" (command-line override) does nothing with train.precision="fp32"'],
+        id="fp8-recipe-without-fp8",
+    ),
+    pytest.param(
+        ["model.mtp_layers=1"],
+        ['model.mtp_layers=1 (command-line override) with model.family="llama"', "set model.mtp_layers=0"],
+        id="mtp-needs-released-layout",
+    ),
+    pytest.param(
+        ["train.backend=deepspeed", "train.init_from=runs/a/checkpoints/step_00000010"],
+        ['train.init_from="runs/a/checkpoints/step_00000010" (command-line override) needs train.backend=megatron'],
+        id="deepspeed-init-from",
     ),
     pytest.param(
         ["parallel.offload_params=true", "train.backend=deepspeed", "parallel.zero_stage=2"],
@@ -167,6 +258,13 @@ def test_rule_reports_key_factors_origin_and_fix(lmspec, overrides: list[str], e
     assert result.err.strip().splitlines()[-1].startswith("lmspec: spec invalid:")
 
 
+def test_each_refusal_is_said_once(lmspec) -> None:
+    """A feature the target lacks is one error on its key, whatever other rules also know of it."""
+    result = lmspec("check", "train.backend=deepspeed", "parallel.tp=2", "parallel.distributed_optimizer=true")
+    errors = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert sorted(e.split(" ", 2)[1].split("=")[0] for e in errors) == ["parallel.distributed_optimizer", "parallel.tp"]
+
+
 def test_all_problems_reported_at_once_errors_before_warnings(lmspec) -> None:
     result = lmspec("check", "model=llama3_70b", "parallel.tp=6")
     assert result.code == 1
@@ -220,4 +318,4 @@ def test_seed_671b_layout_reports_every_rule(lmspec) -> None:
         "check", "model=deepseek_v3", "hardware=a100_80g", "hardware.nodes=4", "parallel.tp=8", "parallel.zero_stage=3"
     )
     assert result.code == 1
-    assert "parallel.zero_stage=3 (command-line override) is a DeepSpeed setting" in result.err
+    assert "parallel.zero_stage=3 (command-line override) needs train.backend=deepspeed" in result.err

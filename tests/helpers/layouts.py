@@ -60,7 +60,11 @@ class Layout:
             offload_params=False,
         )
         train = dataclasses.replace(
-            spec.train, backend=self.backend, micro_batch_size=self.micro_batch_size, recompute=self.recompute
+            spec.train,
+            backend=self.backend,
+            transformer_impl="local" if self.backend == "deepspeed" else spec.train.transformer_impl,
+            micro_batch_size=self.micro_batch_size,
+            recompute=self.recompute,
         )
         hardware = dataclasses.replace(spec.hardware, nodes=self.nodes)
         return dataclasses.replace(spec, parallel=parallel, train=train, hardware=hardware)

@@ -28,7 +28,7 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.steptime import estimate_step_time
 from lmspec.compiler.models.summary import STEP_TERMS
 from lmspec.compiler.models.train_memory import estimate_train_memory
-from lmspec.compiler.rules import backend, batch, experts, layout
+from lmspec.compiler.rules import batch, capability, experts, layout
 from lmspec.compiler.rules.budget import training_fits_memory
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.search.evaluate import price_inputs
@@ -38,7 +38,7 @@ from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
 
-SEARCHED_RULES = (*layout.RULES, *experts.RULES, *batch.RULES, *backend.RULES)  # validator order
+SEARCHED_RULES = (*layout.RULES, *experts.RULES, *batch.RULES, *capability.RULES)  # validator order
 SAMPLES = 250
 
 JOBS = {
@@ -149,12 +149,19 @@ MEMORY_CASES = [
     (
         "llama3_8b ZeRO-3",
         ["model=llama3_8b", "hardware=a100_40g"],
-        Layout(nodes=2, backend="deepspeed", zero_stage=3, distributed_optimizer=False, micro_batch_size=4),
+        Layout(
+            nodes=2,
+            backend="deepspeed",
+            zero_stage=3,
+            distributed_optimizer=False,
+            micro_batch_size=4,
+            recompute="full",
+        ),
     ),
     (
-        "llama3_8b ZeRO-1 PP4",
+        "llama3_8b ZeRO-1",
         ["model=llama3_8b", "hardware=a100_40g"],
-        Layout(nodes=2, pp=4, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full"),
+        Layout(nodes=2, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full"),
     ),
     (
         "mixtral ZeRO-2",
@@ -235,9 +242,9 @@ STEP_CASES = [
         Layout(nodes=2, backend="deepspeed", distributed_optimizer=False, recompute="full"),
     ),
     (
-        "llama3_8b ZeRO-1 PP4",
-        ["model=llama3_8b", "hardware=a100_40g"],
-        Layout(nodes=2, pp=4, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full"),
+        "llama3_8b ZeRO-1",
+        ["model=llama3_8b", "hardware=h100_80g"],
+        Layout(nodes=2, backend="deepspeed", zero_stage=1, distributed_optimizer=False, recompute="full"),
     ),
     (
         "mixtral ZeRO-2",

@@ -42,18 +42,20 @@ class ParallelDegrees:
         )
 
 
-def pipeline_layout(stage_layers: tuple[int, ...]) -> list[list[str]]:
-    """Megatron's per-stage layer list: the embedding on the first stage, the loss on the last."""
+def pipeline_layout(stage_layers: tuple[int, ...], mtp_layers: int = 0) -> list[list[str]]:
+    """Megatron's per-stage layer list: the embedding on the first stage, the MTP layers and the loss on
+    the last (with a layout megatron builds MTP only where the layout names it)."""
     last = len(stage_layers) - 1
     return [
-        (["embedding"] if i == 0 else []) + ["decoder"] * n + (["loss"] if i == last else [])
+        (["embedding"] if i == 0 else []) + ["decoder"] * n + (["mtp"] * mtp_layers + ["loss"] if i == last else [])
         for i, n in enumerate(stage_layers)
     ]
 
 
-def transformer_config(spec: Spec, degrees: ParallelDegrees):
+def transformer_config(spec: Spec, degrees: ParallelDegrees, mtp: bool = True):
     """The TransformerConfig of `spec` for the given parallel degrees: the
-    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings."""
+    family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings;
+    `mtp=False` leaves out the model's multi-token-prediction layers."""
     from megatron.core.transformer import transformer_config as configs
 
     t = spec.train
@@ -61,6 +63,7 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees):
     d = degrees
     dtype = _DTYPES[t.precision]
     cpu = not torch.cuda.is_available()
+    mtp_layers = spec.model.mtp_layers if mtp else 0
     kwargs: dict[str, Any] = dict(
         **architecture.kwargs,
         activation_func=getattr(F, architecture.activation),
@@ -86,7 +89,9 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees):
         recompute_granularity=None if t.recompute == "none" else t.recompute,
         recompute_method="uniform" if t.recompute == "full" else None,
         recompute_num_layers=1 if t.recompute == "full" else None,
+        mtp_num_layers=mtp_layers or None,  # megatron: None builds no MTP block
+        mtp_loss_scaling_factor=t.mtp_loss_weight,
     )
     if d.pp > 1 and d.stage_layers is not None:
-        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers)
+        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers, mtp_layers)
     return getattr(configs, architecture.config_class)(**kwargs)

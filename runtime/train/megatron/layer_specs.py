@@ -116,3 +116,17 @@ def decoder_block_spec(config: Any, pp_rank: int | None = None) -> Any:
     _swap_modules(block_spec, mla=config.multi_latent_attention)
     _without_transformer_engine_fixes()
     return block_spec
+
+
+def mtp_block_spec(config: Any, block_spec: Any, pp_rank: int | None = None) -> Any:
+    """megatron-core's multi-token-prediction block spec on the local path, None where this pipeline
+    stage builds no MTP layer: each MTP layer is the decoder's last layer (DeepSeek-V3: an MoE layer)
+    between its enorm/hnorm, eh_proj and final norm, with the same stand-ins as the decoder."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+    if not config.mtp_num_layers:
+        return None
+    spec = get_gpt_mtp_block_spec(config, block_spec, use_transformer_engine=False, pp_rank=pp_rank)
+    if spec is not None:
+        _swap_modules(spec, mla=config.multi_latent_attention)
+    return spec

@@ -15,7 +15,7 @@ import torch
 
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.train.megatron.config import ParallelDegrees, transformer_config
-from lmspec.runtime.train.megatron.layer_specs import decoder_block_spec
+from lmspec.runtime.train.megatron.layer_specs import decoder_block_spec, mtp_block_spec
 
 
 def build_model(
@@ -24,12 +24,16 @@ def build_model(
     post_process: bool,
     degrees: ParallelDegrees,
     pp_rank: int | None = None,
+    mtp: bool = True,
 ):
-    """One GPTModel chunk for this pipeline rank, on this process's device."""
+    """One GPTModel chunk for this pipeline rank, on this process's device; with `mtp` (and
+    model.mtp_layers > 0) its last stage holds the multi-token-prediction block, whose loss megatron
+    adds in the forward with labels. Without labels megatron 0.16.1 cannot run the MTP block, so a
+    model built for logits alone (verify) is built with `mtp=False`."""
     from megatron.core.models.gpt import GPTModel
 
     m = spec.model
-    config = transformer_config(spec, degrees)
+    config = transformer_config(spec, degrees, mtp=mtp)
     block_spec = decoder_block_spec(config, pp_rank=pp_rank)
     model = GPTModel(
         config=config,
@@ -41,6 +45,7 @@ def build_model(
         share_embeddings_and_output_weights=m.tie_embeddings,
         position_embedding_type="rope",
         rotary_base=int(m.rope_theta),
+        mtp_block_spec=mtp_block_spec(config, block_spec, pp_rank=pp_rank),
         pg_collection=None,
     )
     if torch.cuda.is_available():

@@ -28,21 +28,6 @@ from lmspec.runtime.train.megatron.config import ParallelDegrees
 from lmspec.runtime.train.megatron.model import build_model
 
 
-def _check_cpu_support(spec: Spec) -> None:
-    """What megatron-core 0.16.1 cannot do without CUDA, said before it asserts deep inside."""
-    if spec.train.precision != "fp32":
-        raise NotImplementedError(
-            f"train.precision={spec.train.precision} with train.backend=megatron needs CUDA: megatron-core's "
-            "mixed-precision optimizer accepts only CUDA tensors. On CPU use train.precision=fp32 "
-            "(hardware=cpu sets it), or train.backend=deepspeed"
-        )
-    if spec.parallel.distributed_optimizer:
-        raise NotImplementedError(
-            "parallel.distributed_optimizer=true needs CUDA (megatron-core's distributed optimizer asserts "
-            "CUDA tensors); on CPU set parallel.distributed_optimizer=false"
-        )
-
-
 class MegatronTrainer:
     def __init__(self, spec: Spec, plan: Plan) -> None:
         from megatron.core import parallel_state as ps
@@ -64,8 +49,6 @@ class MegatronTrainer:
             )
         self._compat = ExitStack()  # megatron-core's CPU patches for the trainer's life; close() undoes them
         self.cpu = self._compat.enter_context(megatron_on_cpu())
-        if self.cpu:
-            _check_cpu_support(spec)
         ps.initialize_model_parallel(
             tensor_model_parallel_size=layout.tp,
             pipeline_model_parallel_size=layout.pp,
