@@ -7,8 +7,9 @@ once per (model, world) with Hydra, then asks `validate` (what `lmspec check` ru
 candidate, so no rule is copied here. It goes in two stages, to stay at seconds instead of the
 hours the whole product (~83k candidates per model, world and backend) would take: the shape
 axes (backend, tp, pp, pp_layout, virtual stages, ep, etp, sequence parallel) at the defaults of
-the rest, then, for each shape accepted, the state axes (distributed optimizer, ZeRO stage,
-offload, recompute, MTP). A shape refused at those defaults is counted refused once.
+the rest, then for each shape accepted the optimizer-state axes (distributed optimizer, ZeRO
+stage, offload), then for each of those accepted recompute and MTP. A candidate refused at one
+stage is counted refused once and not expanded further.
 """
 
 from __future__ import annotations
@@ -128,14 +129,16 @@ def shape_axes(world: int) -> dict[str, tuple[Any, ...]]:
     }
 
 
-STATE_AXES: dict[str, tuple[Any, ...]] = {
-    "distributed_optimizer": (False, True),
-    "zero_stage": (0, 1, 2, 3),
-    "offload_optimizer": (False, True),
-    "offload_params": (False, True),
-    "recompute": ("none", "selective", "full"),
-    "mtp_layers": (0, 1),
-}
+# Expanded in this order, each stage only from the layouts the one before accepted.
+STATE_STAGES: tuple[dict[str, tuple[Any, ...]], ...] = (
+    {
+        "distributed_optimizer": (False, True),
+        "zero_stage": (0, 1, 2, 3),
+        "offload_optimizer": (False, True),
+        "offload_params": (False, True),
+    },
+    {"recompute": ("none", "selective", "full"), "mtp_layers": (0, 1)},
+)
 
 _SECTION = {"backend": "train", "recompute": "train", "mtp_layers": "model"}  # the rest are parallel.*
 
@@ -168,17 +171,15 @@ def enumerate_layouts(model: str, world: int) -> Enumerated:
     """Every layout of the sweep's axes that `lmspec check` accepts for `model` on `world` CPU ranks."""
     composed = compose_spec([*BASE, f"model={model}", f"hardware.gpus_per_node={world}"])
     found = Enumerated([], [])
-    for shape in _product(shape_axes(world)):
-        layout = ParityLayout(model, world, **shape)
-        why = accepts(composed, layout)
-        if why is not None:
-            found.refused.append((layout, why))
-            continue
-        for state in _product(STATE_AXES):
-            candidate = replace(layout, **state)
+    layouts = [ParityLayout(model, world, **shape) for shape in _product(shape_axes(world))]
+    for stage in (None, *STATE_STAGES):
+        candidates = layouts if stage is None else [replace(lay, **v) for lay in layouts for v in _product(stage)]
+        layouts = []
+        for candidate in candidates:
             why = accepts(composed, candidate)
             if why is None:
-                found.accepted.append(candidate)
+                layouts.append(candidate)
             else:
                 found.refused.append((candidate, why))
+    found.accepted = layouts
     return found

@@ -1,0 +1,195 @@
+"""The parity sweep: compile layouts, train each 3 steps, compare its losses with the single-rank reference.
+
+    PYTHONPATH=tests .venv/bin/python -m helpers.parity_sweep [--sample] [--out DIR]
+
+Layouts of one world size train in one torchrun (helpers.parity_worker) through the runtime's
+own loop; a layout that crashes is recorded with its exception's last line and the rest go on;
+one that stops making progress for STALL_S is killed with its torchrun, recorded as a hang, and
+the rest restart in a fresh torchrun. References (one rank, the same model, backend and MTP)
+train first. Prints the table: layout, pass/fail, max relative loss deviation, wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers.parity_layouts import MODELS, WORLDS, ParityLayout, enumerate_layouts
+from helpers.ports import free_port
+from helpers.processes import kill_group
+
+from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.pipeline import make_plan
+
+# fp32 on one CPU: a layout changes only the order of sums (TP/SP reductions, DP all-reduce, the
+# pipeline's micro-batch order), so losses agree to float32 rounding over 3 steps; the spread
+# measured between legitimate layouts is reported by the sweep next to this bound.
+RELATIVE_TOLERANCE = 1e-4
+STALL_S = 180.0
+TESTS_DIR = Path(__file__).resolve().parent.parent
+
+# The CI sample: one layout per feature the sweep covers, fixed so CI time stays bounded.
+SAMPLE = (
+    ParityLayout("tiny", 2, tp=2, sequence_parallel=True),
+    ParityLayout("tiny", 4, tp=2, pp=2, recompute="selective"),
+    ParityLayout("tiny", 2, pp=2, virtual_stages=2),
+    ParityLayout("tiny_moe", 4, ep=2, etp=2, tp=2, sequence_parallel=True, recompute="full"),
+    ParityLayout("tiny_moe", 2, ep=2, mtp_layers=1),
+    ParityLayout("tiny", 2, backend="deepspeed", zero_stage=3, recompute="full"),
+    ParityLayout("tiny_moe", 4, backend="deepspeed", zero_stage=2, offload_optimizer=True),
+)
+
+
+@dataclass
+class Outcome:
+    layout: ParityLayout
+    code: int
+    wall_s: float
+    error: str | None
+    losses: list[float]
+
+    def deviation(self, reference: Outcome | None) -> float | None:
+        """Max |loss - reference| / |reference| over the steps; None when either did not train."""
+        if reference is None or self.code or reference.code or len(self.losses) != len(reference.losses):
+            return None
+        if not self.losses:
+            return None
+        return max(abs(a - b) / abs(b) for a, b in zip(self.losses, reference.losses, strict=True))
+
+
+def compile_layout(root: Path, layout: ParityLayout) -> Path:
+    """The build of `layout` under root (what `lmspec compile -o root OVERRIDES` writes)."""
+    plan = make_plan(layout.overrides())
+    target = root / plan.name
+    write_build(target, build_files(plan))
+    return target
+
+
+def _losses(cwd: Path, name: str) -> list[float]:
+    path = cwd / "runs" / name / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r["loss"] for r in records if "loss" in r]
+
+
+def _worker(world: int, results: Path, builds: Sequence[Path], cwd: Path, log: Path) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={world}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        "--max-restarts=0",
+        "-m",
+        "helpers.parity_worker",
+        str(results),
+        *map(str, builds),
+    ]
+    path = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    with log.open("a") as fh:
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _last_exception(log: Path) -> str:
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    found = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception", "Interrupt"))]
+    return found[-1] if found else (lines[-1] if lines else "no output")
+
+
+def train_group(world: int, layouts: Sequence[ParityLayout], builds: Sequence[Path], cwd: Path) -> list[Outcome]:
+    """Train every build (all of `world` ranks) in as few torchruns as failures allow."""
+    by_name = {b.name: (lay, b) for lay, b in zip(layouts, builds, strict=True)}
+    done: dict[str, Outcome] = {}
+    results, log = cwd / f"results-w{world}.jsonl", cwd / f"worker-w{world}.log"
+    while len(done) < len(by_name):
+        pending = [b for name, (_, b) in by_name.items() if name not in done]
+        proc = _worker(world, results, pending, cwd, log)
+        seen, last_progress = len(done), time.monotonic()
+        while proc.poll() is None and time.monotonic() - last_progress < STALL_S:
+            time.sleep(0.5)
+            for record in _read(results):
+                if record["name"] in by_name and record["name"] not in done:
+                    lay = by_name[record["name"]][0]
+                    outcome = Outcome(lay, record["code"], record["wall_s"], record["error"], [])
+                    outcome.losses = _losses(cwd, record["name"])
+                    done[record["name"]] = outcome
+            if len(done) > seen:
+                seen, last_progress = len(done), time.monotonic()
+        hung = proc.poll() is None
+        kill_group(proc)
+        for record in _read(results):  # records written between the last poll and the exit
+            if record["name"] in by_name and record["name"] not in done:
+                lay = by_name[record["name"]][0]
+                done[record["name"]] = Outcome(
+                    lay, record["code"], record["wall_s"], record["error"], _losses(cwd, record["name"])
+                )
+        stuck = next((b.name for b in pending if b.name not in done), None)
+        if stuck is not None and (hung or proc.returncode != 0):
+            why = f"no progress for {STALL_S:.0f} s (killed)" if hung else _last_exception(log)
+            done[stuck] = Outcome(by_name[stuck][0], proc.returncode or 1, STALL_S if hung else 0.0, why, [])
+    return [done[b.name] for b in builds]
+
+
+def _read(results: Path) -> Iterable[dict]:
+    if not results.is_file():
+        return []
+    return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+
+
+def run_sweep(root: Path, layouts: Sequence[ParityLayout]) -> list[tuple[Outcome, float | None]]:
+    """Train the references, then `layouts` by world size; each outcome with its deviation."""
+    references = sorted({lay.reference() for lay in layouts})
+    outcomes: dict[ParityLayout, Outcome] = {}
+    for world, group in [(1, references), *((w, [lay for lay in layouts if lay.world == w]) for w in WORLDS)]:
+        if group:
+            builds = [compile_layout(root / "builds", lay) for lay in group]
+            for outcome in train_group(world, group, builds, root):
+                outcomes[outcome.layout] = outcome
+    return [(outcomes[lay], outcomes[lay].deviation(outcomes.get(lay.reference()))) for lay in layouts]
+
+
+def table(rows: Sequence[tuple[Outcome, float | None]]) -> str:
+    lines = ["| layout | result | max rel. loss deviation | wall s |", "|---|---|---|---|"]
+    for outcome, dev in rows:
+        ok = dev is not None and dev <= RELATIVE_TOLERANCE
+        result = "pass" if ok else f"FAIL: {outcome.error}" if outcome.error else "FAIL"
+        shown = "-" if dev is None else f"{dev:.2e}"
+        lines.append(f"| {outcome.layout.name} | {result} | {shown} | {outcome.wall_s:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sample", action="store_true", help="only the CI sample")
+    parser.add_argument("--out", type=Path, default=None, help="work directory (default: a new temporary one)")
+    args = parser.parse_args(argv)
+    root = args.out or Path(tempfile.mkdtemp(prefix="parity-"))
+    if args.sample:
+        layouts = list(SAMPLE)
+    else:
+        layouts = []
+        for model in MODELS:
+            for world in WORLDS:
+                found = enumerate_layouts(model, world)
+                print(f"{model} on {world} ranks: {len(found.accepted)} accepted, {len(found.refused)} refused")
+                layouts += found.accepted
+    rows = run_sweep(root, layouts)
+    print(table(rows))
+    failed = sum(1 for o, d in rows if d is None or d > RELATIVE_TOLERANCE)
+    print(f"{len(rows) - failed} of {len(rows)} layouts pass (tolerance {RELATIVE_TOLERANCE:g} relative); in {root}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
