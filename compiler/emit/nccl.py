@@ -8,6 +8,7 @@ NCCL on GPUs (InfiniBand, RoCE or plain TCP between nodes), gloo on the `cpu` ha
 from __future__ import annotations
 
 from lmspec.compiler.build.files import NCCL_ENV
+from lmspec.compiler.emit.kernel_env import kernel_settings
 from lmspec.compiler.emit.quoting import Quoted, shell
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.plan import Plan
@@ -16,7 +17,8 @@ SECONDS_PER_MINUTE = 60
 
 
 def emit_nccl_env(plan: Plan) -> dict[str, str]:
-    return {NCCL_ENV: render("nccl.env.j2", name=plan.name, settings=nccl_settings(plan))}
+    """The one environment file torchrun.sh sources (locally and under Slurm): NCCL's, then the kernels'."""
+    return {NCCL_ENV: render("nccl.env.j2", name=plan.name, settings=nccl_settings(plan) + kernel_settings(plan))}
 
 
 def cpu_ranks(plan: Plan) -> bool:

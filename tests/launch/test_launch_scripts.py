@@ -39,6 +39,7 @@ VARIANTS = {
             "parallel.sequence_parallel=false",
             "parallel.distributed_optimizer=false",
             "train.backend=deepspeed",
+            "train.transformer_impl=local",
             "parallel.zero_stage=3",
             "parallel.offload_optimizer=true",
             "train.recompute=full",
@@ -52,6 +53,7 @@ VARIANTS = {
             "train.recompute=full",
             "parallel.pp=8",
             "parallel.pp_layout=auto",
+            "train.flash_attention=false",
         ],
         "llama3_70b_pretrain_64gpu_h100_bf16",
     ),
@@ -141,6 +143,10 @@ def test_nccl_env_follows_the_fabric(builds: dict[str, Path]) -> None:
     assert eth["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_TIMEOUT" not in eth
     assert eth["NCCL_SOCKET_IFNAME"] == "enp1s0"
     assert cpu == {"DEEPSPEED_TIMEOUT": "30", "GLOO_SOCKET_IFNAME": "lo"}  # gloo only on the cpu hardware
+    # megatron on GPUs: one CUDA queue; TE's unfused attention only where train.flash_attention=false
+    assert ib["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "NVTE_FLASH_ATTN" not in ib
+    assert eth["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and eth["NVTE_FLASH_ATTN"] == eth["NVTE_FUSED_ATTN"] == "0"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in exports("llama3_70b-deepspeed-offload")
     text = (builds["llama3_70b"] / NCCL_ENV).read_text().splitlines()
     for i, line in enumerate(text):
         if line.startswith("export "):

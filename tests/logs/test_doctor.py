@@ -164,6 +164,7 @@ def test_build_makes_fixes_exact(lmspec, build) -> None:
         "train.global_batch_size=64",
         "train.recompute=none",
         "train.backend=deepspeed",
+        "train.transformer_impl=local",
         "parallel.zero_stage=3",
         "hardware.inter_node.socket_ifname=ens3",
     )
@@ -295,3 +296,47 @@ def test_tp_slowdown_signature_given_a_plan_comm_share(lmspec, build) -> None:
         == "plan.json comm: share_of_step=0.45, compute_s=1.1, tp_s=0.7, dp_s=0.2, ep_s=0, pp_s=0"
     )
     assert finding.evidence[-1].text in log.lines[finding.evidence[-1].line - 1]
+
+
+def test_cp_crash_is_an_unrecognised_failure_quoting_the_exception(lmspec) -> None:
+    """The crash of issue 17 (CP on megatron-core's local attention) was called healthy."""
+    code, findings = _doctor(lmspec, "megatron_cp_local_crash.log")
+    assert code == 1
+    assert [f["signature"] for f in findings] == ["unrecognised_failure"]
+    (finding,) = findings
+    assert "`AssertionError: Context parallelism is only supported by TEDotProductAttention!`" in finding["cause"]
+    lines = (LOG_DATA / "megatron_cp_local_crash.log").read_text().splitlines()
+    quoted = [(e["line"], e["text"]) for e in finding["evidence"]]
+    assert quoted == [
+        (5, "[rank0]: Traceback (most recent call last):"),
+        (17, "[rank0]: AssertionError: Context parallelism is only supported by TEDotProductAttention!"),
+        (21, lines[20].strip()),
+    ]
+    assert "exitcode: 1" in quoted[-1][1]
+    text = lmspec("doctor", str(LOG_DATA / "megatron_cp_local_crash.log"))
+    assert text.code == 1 and "problem: unrecognised failure [unrecognised_failure]" in text.out
+
+
+@pytest.mark.parametrize(
+    ("lines", "died"),
+    [
+        (
+            ["step 3 loss 2.1", "lmspec: training exited with code 3"],
+            "a non-zero exit (lmspec: training exited with code 3)",
+        ),
+        (["Traceback (most recent call last):", '  File "x.py", line 1', "KeyError"], "the exception `KeyError`"),
+    ],
+    ids=["exit-code-only", "bare-exception"],
+)
+def test_unrecognised_failure_without_a_full_traceback(lines: list[str], died: str) -> None:
+    from lmspec.compiler.observe.doctor import diagnose
+    from lmspec.compiler.observe.doctor.findings import LogText
+
+    (finding,) = diagnose(LogText(lines), None)
+    assert finding.signature == "unrecognised_failure" and f"The run failed with {died}" in finding.cause
+
+
+def test_a_known_signature_is_not_also_unrecognised(lmspec) -> None:
+    """torchrun's ChildFailedError follows every rank crash: a known cause is reported alone."""
+    code, findings = _doctor(lmspec, "torchrun_nccl_timeout.log")
+    assert code == 1 and [f["signature"] for f in findings] == ["nccl_timeout"]

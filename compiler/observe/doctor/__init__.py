@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from lmspec.compiler.observe.doctor.comm import TpSlowdown
+from lmspec.compiler.observe.doctor.crash import UnrecognisedFailure
 from lmspec.compiler.observe.doctor.findings import Finding, LogText, Signature, Watch
 from lmspec.compiler.observe.doctor.memory import CudaOutOfMemory
 from lmspec.compiler.observe.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
@@ -30,11 +31,18 @@ SIGNATURES: tuple[Signature, ...] = (
     VllmParallelNotDividing(),
 )
 
+UNRECOGNISED = UnrecognisedFailure()  # a traceback or non-zero exit that no signature above explains
+
 # every pattern any signature reads, each once: the one pass over the log looks for all of them
-WATCHES: tuple[Watch, ...] = tuple(dict.fromkeys(w for signature in SIGNATURES for w in signature.watches))
+WATCHES: tuple[Watch, ...] = tuple(
+    dict.fromkeys((*(w for signature in SIGNATURES for w in signature.watches), *UNRECOGNISED.watches))
+)
 
 
 def diagnose(log: LogText, context: RunContext | None) -> list[Finding]:
-    """Every signature that matches, in table order, each with its evidence in log order."""
+    """Every signature that matches, in table order, each with its evidence in log order; when none
+    does, the unrecognised failure a traceback or non-zero exit shows."""
     found = [f for signature in SIGNATURES if (f := signature.detect(log, context)) is not None]
+    if not found and (crash := UNRECOGNISED.detect(log)) is not None:
+        found = [crash]
     return [dataclasses.replace(f, evidence=tuple(sorted(set(f.evidence), key=lambda e: e.line))) for f in found]
