@@ -8,6 +8,8 @@ manifest.json lists them. Run paths are relative to the working directory of the
 
 from __future__ import annotations
 
+import re
+
 # -- a build directory (compiler/build/writer.py writes it, compiler/build/reader.py reads it) ---------------
 MANIFEST = "manifest.json"  # how the build was made and the sha256 of every other file
 SPEC = "spec.resolved.yaml"  # the resolved spec: what was compiled
@@ -54,3 +56,12 @@ def run_dir(name: str) -> str:
 def step_dir(step: int) -> str:
     """The name of the checkpoint directory of optimizer step `step`."""
     return f"{STEP_PREFIX}{step}"
+
+
+_STEP_DIR = re.compile(rf"{STEP_PREFIX}(0|[1-9][0-9]*)")  # fullmatch; ASCII digits only, no leading zeros
+
+
+def step_number(name: str) -> int | None:
+    """N for a step directory name `step_<N>` (as `step_dir` spells it), else None."""
+    match = _STEP_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None

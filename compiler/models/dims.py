@@ -168,6 +168,15 @@ def stage_layers(spec: Spec) -> tuple[int, ...] | None:
     return stages if len(stages) == pp and sum(stages) == layers and min(stages) >= 1 else None
 
 
+def chunk_layers(stage_layers: tuple[int, ...], virtual_stages: int | None) -> tuple[int, ...]:
+    """Layers of each model chunk in Megatron's pipeline order (`pipeline_model_parallel_layout`):
+    with `virtual_stages` v every stage's layers split evenly into v chunks, and chunk c of stage r
+    is entry c x pp + r, so the model's layers run chunk 0 of every stage, then chunk 1, ... (interleaved
+    1F1B). Without virtual stages a stage is one chunk. The layout rules require the even split."""
+    v = virtual_stages or 1
+    return tuple(n // v for _ in range(v) for n in stage_layers)
+
+
 def divisors(n: int) -> list[int]:
     """Every divisor of n, ascending, found in O(sqrt n) steps."""
     small: list[int] = []

@@ -15,8 +15,9 @@ Model state per parameter a GPU holds (mixed precision keeps fp32 master weights
 
 TP divides the linear layers (norms and routers are replicated), PP splits the layers,
 EP (x ETP) divides the routed experts. Activations follow `activations.py`, times the
-micro-batches in flight under 1F1B: stage i holds min(pp - i, grad-accum) of them, and
-interleaving multiplies by 1 + (pp - 1) / (pp x virtual stages) (Korthikanti 4.2.3).
+micro-batches in flight under 1F1B: stage i holds min(pp - i, grad-accum) of them; interleaved
+1F1B holds model chunks (`in_flight_micro_batches`), which on the first stage is Korthikanti's
+pp x (1 + (pp - 1) / (pp x virtual stages)) (4.2.3).
 """
 
 from __future__ import annotations
@@ -208,6 +209,21 @@ def budget_bytes(memory_gib: float) -> int:
     return round((memory_gib - DEVICE_RESERVE_GIB) * GIB)
 
 
+def in_flight_micro_batches(pp: int, stage: int, micro_batches: int, virtual_stages: int | None) -> float:
+    """Micro-batches' activations alive at the peak of `stage`, as megatron-core 0.16.1's schedules run.
+
+    1F1B: the warm-up forwards pp - stage - 1, the steady state one more, at most all of them.
+    Interleaved (`get_pp_rank_microbatches`, groups of pp micro-batches): the warm-up runs
+    2 (pp - stage - 1) + (v - 1) pp chunk forwards, the steady state one more, at most all v x M;
+    a chunk holds 1/v of the stage's layers, so that many chunks are count / v micro-batches
+    (the chunks of a stage weighed alike)."""
+    if not virtual_stages:
+        return float(min(pp - stage, micro_batches))
+    v = virtual_stages
+    chunks = 2 * (pp - stage - 1) + (v - 1) * pp + 1
+    return min(chunks, v * micro_batches) / v
+
+
 def estimate_train_memory(spec: Spec) -> TrainMemory | None:
     """Per-GPU memory of every pipeline stage; None when the layout itself is illegal."""
     dims = ParallelDims.from_spec(spec)
@@ -219,7 +235,6 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
     dense_state, expert_state = state_bytes(spec, dims.dense_dp), state_bytes(spec, dims.expert_dp)
     act = activation_setting(spec)
     gather_bytes = gathered_layer_bytes(spec)
-    interleave = 1 + (p.pp - 1) / (p.pp * p.virtual_stages) if p.virtual_stages else 1.0
     out: list[StageMemory] = []
     first = 0
     for index, n_layers in enumerate(dims.stage_layers):
@@ -238,7 +253,7 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
             mtp = layer_activation_bytes(layer_shape(m, is_moe_layer(m, m.num_layers - 1)), act)
             mtp += embedding_activation_bytes(act) + head_activation_bytes(m, act)
             per_mb += head_activation_bytes(m, act) + m.mtp_layers * mtp
-        in_flight = min(p.pp - index, dims.micro_batches) * interleave
+        in_flight = in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages)
         weights, grads, optim, activations, buffers = stage_terms(
             dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes
         )

@@ -7,7 +7,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmspec.compiler.errors import Problem, error, warning
-from lmspec.compiler.models.dims import balanced_stages, divisors, model_parallel_size, next_multiple_above, world_size
+from lmspec.compiler.models.dims import (
+    ParallelDims,
+    balanced_stages,
+    divisors,
+    model_parallel_size,
+    next_multiple_above,
+    stage_layers,
+    world_size,
+)
 from lmspec.compiler.rules.context import RuleContext, listed
 
 GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
@@ -43,6 +51,15 @@ def tp_within_node(tp: Any, gpus_per_node: Any) -> Any:
 
 def cp_splits_sequence(seq_length: Any, cp: Any) -> Any:
     return (cp == 1) | (seq_length % (2 * cp) == 0)
+
+
+def chunks_split_evenly(stage_layers: Any, virtual_stages: Any) -> Any:
+    return stage_layers % virtual_stages == 0
+
+
+def interleaved_micro_batches_fit(micro_batches: Any, pp: Any) -> Any:
+    # megatron-core 0.16.1's interleaved schedule: groups of microbatch_group_size_per_vp_stage = pp micro-batches
+    return micro_batches % pp == 0
 
 
 def sequence_parallel_has_tp(sequence_parallel: Any, tp: Any) -> Any:
@@ -150,22 +167,58 @@ def layers_fit_pipeline(ctx: RuleContext) -> Iterator[Problem]:
 
 
 def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
-    p, m = ctx.spec.parallel, ctx.spec.model
-    if p.virtual_stages is None:
+    """What megatron-core 0.16.1 builds and schedules for interleaved 1F1B: more than one chunk per
+    rank, every stage's layers split evenly into its chunks (compiler.models.dims.chunk_layers), and
+    micro-batches in whole groups of pp (its schedule raises when a step's count is not a multiple of pp)."""
+    p = ctx.spec.parallel
+    vp = p.virtual_stages
+    if vp is None:
         return
     if p.pp == 1:
         yield error(
             "parallel.virtual_stages",
             f"{ctx.show('parallel.virtual_stages')} needs {ctx.show('parallel.pp')} > 1; set it to null",
         )
-    elif m.num_layers % (p.pp * p.virtual_stages):
-        valid = [str(v) for v in divisors(m.num_layers // p.pp)] if m.num_layers % p.pp == 0 else []
+        return
+    if vp == 1:
+        yield error(
+            "parallel.virtual_stages",
+            f"{ctx.show('parallel.virtual_stages')} is one model chunk per rank, which is plain 1F1B; set it to null, "
+            "or to 2 or more for interleaved 1F1B",
+        )
+        return
+    stages = stage_layers(ctx.spec)
+    if stages is None:
+        return  # layers_fit_pipeline says why
+    if any(not chunks_split_evenly(n, vp) for n in stages):
+        valid = [d for d in divisors(math.gcd(*stages)) if d > 1]
+        split = (
+            ctx.show("parallel.pp_layout")
+            if p.pp_layout is not None
+            else f"{ctx.show('model.num_layers')} / {ctx.show('parallel.pp')}"
+        )
         yield error(
             "parallel.virtual_stages",
             (
-                f"{ctx.show('parallel.virtual_stages')} x {ctx.show('parallel.pp')} "
-                f"does not divide {ctx.show('model.num_layers')}; "
-                f"valid: {listed(valid) or 'none (pp does not divide layers)'}"
+                f"{ctx.show('parallel.virtual_stages')} splits every pipeline stage's layers into {vp} equal model "
+                f"chunks, but the stages hold {list(stages)} layers ({split}); "
+                + (f"valid: {listed(valid)}" if valid else "no value of parallel.virtual_stages > 1 divides them all")
+                + ", or give every stage a multiple of the chunks in parallel.pp_layout, or set it to null"
+            ),
+        )
+    dims = ParallelDims.from_spec(ctx.spec)
+    if dims is not None and not interleaved_micro_batches_fit(dims.micro_batches, p.pp):
+        per_step = ctx.spec.train.micro_batch_size * dims.dp
+        fits = next_multiple_above(ctx.spec.train.global_batch_size - 1, per_step * p.pp)
+        yield error(
+            "parallel.virtual_stages",
+            (
+                f"{ctx.show('parallel.virtual_stages')}: megatron-core's interleaved 1F1B runs a step's micro-batches "
+                f"in groups of {ctx.factor('parallel.pp')}, but a step has {dims.micro_batches} "
+                f"({ctx.factor('train.global_batch_size')} / ({ctx.factor('train.micro_batch_size')} "
+                f"x dp({dims.dp}))), "
+                f"not a multiple of {p.pp}; set train.global_batch_size={fits} (a multiple of "
+                f"{per_step} x {p.pp}), or parallel.virtual_stages=null"
             ),
         )
 

@@ -15,6 +15,9 @@ delete metrics.jsonl; the checkpoint directory would hold the run's logs). Both 
 the run directory, as the presets put them (runs/<name>/checkpoints, runs/<name>/hf).
 `serve.model_path`, when set, may not be the checkpoint directory nor inside it: what is there
 is a training checkpoint (not a HuggingFace model) that keep_last_k deletes under the server.
+`train.init_from`, when set, names one step directory (`step_<N>`, lmspec.compiler.build.files) of
+another run's checkpoints, never the run's own train.checkpoint.dir nor inside it: a checkpoint there is
+resumed instead (resume=auto), or moved aside before it is read (resume=never), so the key would do nothing.
 
 Paths are compared after normalisation: `.`, `..`, `./x`, trailing slashes and symlinks that
 exist now (os.path.realpath), relative ones joined to the working directory. That is the
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
-from lmspec.compiler.build.files import RUN_DIR_ENTRIES, run_dir
+from lmspec.compiler.build.files import RUN_DIR_ENTRIES, STEP_PREFIX, run_dir, step_number
 from lmspec.compiler.errors import Problem, UsageError, error
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.spec.sections import Spec
@@ -163,6 +166,22 @@ def overlaps(spec: Spec, cwd: str) -> list[Clash]:
                 "or a directory outside train.checkpoint.dir",
             )
         )
+    start = resolve(spec.train.init_from, cwd) if spec.train.init_from is not None else None
+    if start is not None and ckpt is not None and (rel := relation(start, ckpt)) in ("same", "inside"):
+        clashes.append(
+            Clash(
+                "train.init_from",
+                "train.checkpoint.dir",
+                rel,
+                start,
+                ckpt,
+                None,
+                "a checkpoint in train.checkpoint.dir is resumed instead of initialising from train.init_from "
+                "(resume=auto), or moved aside before it is read (resume=never)",
+                "to continue that run leave train.init_from=null; to start a new run from its weights give this "
+                "run a train.checkpoint.dir of its own",
+            )
+        )
     return clashes
 
 
@@ -196,6 +215,7 @@ def runtime_problems(spec: Spec, cwd: str) -> list[str]:
         "convert.output": spec.convert.output,
         "train.checkpoint.dir": spec.train.checkpoint.dir,
         "serve.model_path": spec.serve.model_path,
+        "train.init_from": spec.train.init_from,
         "name": spec.name,
     }
     show = {key: f"{key}={json.dumps(value)}" for key, value in values.items()}
@@ -208,10 +228,30 @@ def run_paths_apart(ctx: RuleContext) -> Iterator[Problem]:
         cwd = os.getcwd()
     except OSError:  # the working directory was deleted: compare the paths as written
         cwd = "/"
-    show = {key: ctx.show(key) for key in ("convert.output", "train.checkpoint.dir", "serve.model_path")}
+    keys = ("convert.output", "train.checkpoint.dir", "serve.model_path", "train.init_from")
+    show = {key: ctx.show(key) for key in keys}
     show[RUN_DIR] = f"{run_dir(ctx.spec.name)}/ of {ctx.show('name')}"
     for clash in overlaps(ctx.spec, cwd):
         yield error(clash.key, describe(clash, show))
 
 
-RULES = (run_paths_apart,)
+def init_from_names_a_step(ctx: RuleContext) -> Iterator[Problem]:
+    """train.init_from names one checkpoint: a `step_<N>` directory, as lmspec writes them."""
+    start = ctx.spec.train.init_from
+    if not start:
+        return  # null, or empty (the schema's string validation)
+    path = PurePosixPath(start)
+    if step_number(path.name) is None:
+        inside_step = step_number(path.parent.name) is not None  # e.g. .../step_20/torch_dist
+        suggested = str(path.parent) if inside_step else f"{path}/{STEP_PREFIX}<N>"
+        yield error(
+            "train.init_from",
+            (
+                f"{ctx.show('train.init_from')} ends in {path.name!r}, not a checkpoint step directory "
+                f"{STEP_PREFIX}<N>: point it at one step of a run's train.checkpoint.dir, e.g. {suggested!r}"
+                + ("" if inside_step else " (the `latest` file there names the newest)")
+            ),
+        )
+
+
+RULES = (run_paths_apart, init_from_names_a_step)

@@ -388,7 +388,7 @@ class TrainSpec:
         "A checkpoint step directory written by lmspec (megatron: its torch_dist/) whose model weights "
         "training starts from, at any layout; optimizer, step and data start fresh. A checkpoint to resume "
         "in train.checkpoint.dir takes precedence. null = initialise from train.seed.",
-        example="runs/base/checkpoints/step_00001000",
+        example="runs/base/checkpoints/step_1000",
         kind=K.PATH,
     )
     checkpoint: CheckpointSpec = key("Checkpointing.")

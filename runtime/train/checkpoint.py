@@ -70,12 +70,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
 from lmspec.compiler.build.digest import sha256_file
-from lmspec.compiler.build.files import LATEST, LATEST_TEMP, PREVIOUS_RUNS, STEP_MANIFEST, STEP_PREFIX, step_dir
+from lmspec.compiler.build.files import (
+    LATEST,
+    LATEST_TEMP,
+    PREVIOUS_RUNS,
+    STEP_MANIFEST,
+    STEP_PREFIX,
+    step_dir,
+    step_number,
+)
 from lmspec.compiler.build.writer import replace_file
 
 UNIDENTIFIED = "unidentified"
 TMP_PREFIX = f".tmp-{STEP_PREFIX}"
-_STEP_DIR = re.compile(rf"{STEP_PREFIX}(0|[1-9][0-9]*)")  # fullmatch; ASCII digits only, no leading zeros
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _LATEST_MAX_BYTES = 256  # "step_<N>\n" with N of any size a run can reach
@@ -117,12 +124,6 @@ def _shown(value: object) -> str:
     """A damaged value for a one-line message: repr (no raw newlines or control bytes), cut short."""
     text = repr(value)
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}...(cut)"
-
-
-def step_number(name: str) -> int | None:
-    """N for a step directory name `step_<N>`, else None."""
-    match = _STEP_DIR.fullmatch(name)
-    return int(match.group(1)) if match else None
 
 
 def step_entries(root: Path) -> list[tuple[int, Path]]:

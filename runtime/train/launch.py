@@ -7,7 +7,8 @@ find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter wh
 The launcher is the typed spec's (spec.resolved.yaml through the schema), and every launch
 file bash reads is checked against manifest.json before anything starts (compiler/build/reader.py);
 then the training data (runtime/data/preflight.py): a dataset or tokenizer that is missing or
-wrong exits 1 with every problem named, before torchrun or sbatch starts.
+wrong exits 1 with every problem named, before torchrun or sbatch starts, as does a train.init_from
+that is not a checkpoint step directory (runtime/train/init_from.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+from lmspec.runtime.train.init_from import init_from_ready
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
 
@@ -44,7 +46,8 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
                 f"{POLL_INTERVAL_S:g} s until the job ends"
             )
         return EXIT_OK
-    if not data_ready(build.plan):  # before any worker starts or anything is written (--smoke too)
+    ready = data_ready(build.plan)  # before any worker starts or anything is written (--smoke too)
+    if not (init_from_ready(build.spec) and ready):
         return EXIT_FAILED
     if options.smoke:
         return smoke(root, launcher, env)

@@ -9,7 +9,9 @@ directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`, which
 must not overlap (lmspec.compiler.rules.run_paths, checked again here from the job's
 own working directory). Before the first step the run's identity is decided
 (lmspec.runtime.train.checkpoint.Checkpoints.open_run): resume=auto continues the newest
-usable checkpoint's run, resume=never moves an earlier run's checkpoints aside.
+usable checkpoint's run, resume=never moves an earlier run's checkpoints aside. A run that resumes
+nothing starts from the model weights of `train.init_from` when set (checked before the ranks meet,
+lmspec.runtime.train.init_from), its optimizer, step and data fresh.
 
 Data: the train and valid splits of train.data through megatron-core (lmspec.runtime.data.datasets);
 after each step `evaluates_after` names, the validation loss over that evaluation's valid samples.
@@ -46,6 +48,7 @@ from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.data.tokenizer import TokenizerError
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, micro_batches
+from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
 
@@ -60,6 +63,7 @@ class Trainer(Protocol):
     def eval_loss(self, batches: list[Batch]) -> float: ...
     def save(self, directory: Path) -> None: ...
     def load(self, directory: Path) -> None: ...
+    def init_from(self, directory: Path) -> None: ...
     def rng_state(self) -> dict[str, Any]: ...
     def set_rng_state(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
@@ -180,6 +184,10 @@ def train(build: Build) -> int:
         step, consumed = load_checkpoint(path, trainer)
         if rank0:
             print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
+    elif spec.train.init_from is not None:
+        trainer.init_from(Path(spec.train.init_from))
+        if rank0:
+            print(f"lmspec: initialised from {spec.train.init_from}; run {ckpts.run_id}", flush=True)
     elif rank0:
         print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
     stop = StopRequest()
@@ -240,7 +248,9 @@ def main(argv: list[str]) -> int:
     try:
         build = load_build(build_dir)
         require_run_paths_apart(build.spec)
-        if not data_ready(build.plan, report=os.environ.get("LOCAL_RANK", "0") == "0"):  # one report per node
+        report = os.environ.get("LOCAL_RANK", "0") == "0"  # one report per node
+        ready = data_ready(build.plan, report=report)
+        if not (init_from_ready(build.spec, report=report) and ready):
             return EXIT_FAILED
         init_distributed(build.spec, build.plan)
     except UsageError as exc:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lmspec.compiler.build.files import DEEPSPEED_DIR
+from lmspec.compiler.capabilities import TABLE, target_of
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec, Spec
@@ -106,6 +107,10 @@ class DeepSpeedTrainer:
         path, _ = self.engine.load_checkpoint(str(directory / DEEPSPEED_DIR), tag=DS_TAG)
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load {directory / DEEPSPEED_DIR}")
+
+    def init_from(self, directory: Path) -> None:
+        lacks = TABLE[target_of(self.spec)].lacks["init_from"]
+        raise NotImplementedError(f"train.init_from with train.backend=deepspeed: {lacks}; set train.init_from=null")
 
     def rng_state(self) -> dict[str, Any]:
         return {}

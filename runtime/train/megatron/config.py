@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from lmspec.compiler.families import FAMILIES
+from lmspec.compiler.models.dims import chunk_layers
 from lmspec.compiler.plan import Layout
 from lmspec.compiler.spec.sections import Spec
 
@@ -29,6 +30,7 @@ class ParallelDegrees:
     etp: int = 1
     sequence_parallel: bool = False
     stage_layers: tuple[int, ...] | None = None
+    virtual_stages: int | None = None  # model chunks per pipeline rank (interleaved 1F1B)
 
     @classmethod
     def of(cls, layout: Layout) -> ParallelDegrees:
@@ -39,16 +41,21 @@ class ParallelDegrees:
             etp=layout.etp,
             sequence_parallel=layout.sequence_parallel,
             stage_layers=layout.stage_layers,
+            virtual_stages=layout.virtual_stages,
         )
 
 
-def pipeline_layout(stage_layers: tuple[int, ...], mtp_layers: int = 0) -> list[list[str]]:
-    """Megatron's per-stage layer list: the embedding on the first stage, the MTP layers and the loss on
-    the last (with a layout megatron builds MTP only where the layout names it)."""
-    last = len(stage_layers) - 1
+def pipeline_layout(
+    stage_layers: tuple[int, ...], virtual_stages: int | None = None, mtp_layers: int = 0
+) -> list[list[str]]:
+    """Megatron's per-chunk layer list (pp x virtual stages entries, compiler.models.dims.chunk_layers):
+    the embedding in the first chunk, the MTP layers and the loss in the last (with a layout megatron
+    builds MTP only where the layout names it)."""
+    chunks = chunk_layers(stage_layers, virtual_stages)
+    last = len(chunks) - 1
     return [
         (["embedding"] if i == 0 else []) + ["decoder"] * n + (["mtp"] * mtp_layers + ["loss"] if i == last else [])
-        for i, n in enumerate(stage_layers)
+        for i, n in enumerate(chunks)
     ]
 
 
@@ -93,5 +100,10 @@ def transformer_config(spec: Spec, degrees: ParallelDegrees, mtp: bool = True):
         mtp_loss_scaling_factor=t.mtp_loss_weight,
     )
     if d.pp > 1 and d.stage_layers is not None:
-        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers, mtp_layers)
+        kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers, d.virtual_stages, mtp_layers)
+        kwargs["virtual_pipeline_model_parallel_size"] = d.virtual_stages
+    if d.virtual_stages is not None:
+        # Megatron-LM's interleaved default: unbatched p2p ops, even/odd ordered. Batched, the steady state's
+        # send to the previous and to the next stage are one rank at pp=2 and arrive swapped (equal shapes).
+        kwargs.update(overlap_p2p_comm=True, batch_p2p_comm=False)
     return getattr(configs, architecture.config_class)(**kwargs)

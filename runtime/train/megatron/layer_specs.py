@@ -106,19 +106,20 @@ def _without_transformer_engine_fixes() -> None:
         moe_utils.te_general_gemm = None
 
 
-def decoder_block_spec(config: Any, pp_rank: int | None = None) -> Any:
-    """megatron-core's decoder block spec for `config` on the local path, with the stand-ins above."""
+def decoder_block_spec(config: Any, pp_rank: int | None = None, vp_stage: int | None = None) -> Any:
+    """megatron-core's decoder block spec for `config` on the local path (model chunk `vp_stage` of an
+    interleaved pipeline), with the stand-ins above."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     block_spec = get_gpt_decoder_block_spec(
-        config, use_transformer_engine=False, normalization=config.normalization, pp_rank=pp_rank
+        config, use_transformer_engine=False, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
     )
     _swap_modules(block_spec, mla=config.multi_latent_attention)
     _without_transformer_engine_fixes()
     return block_spec
 
 
-def mtp_block_spec(config: Any, block_spec: Any, pp_rank: int | None = None) -> Any:
+def mtp_block_spec(config: Any, block_spec: Any, pp_rank: int | None = None, vp_stage: int | None = None) -> Any:
     """megatron-core's multi-token-prediction block spec on the local path, None where this pipeline
     stage builds no MTP layer: each MTP layer is the decoder's last layer (DeepSeek-V3: an MoE layer)
     between its enorm/hnorm, eh_proj and final norm, with the same stand-ins as the decoder."""
@@ -126,7 +127,7 @@ def mtp_block_spec(config: Any, block_spec: Any, pp_rank: int | None = None) -> 
 
     if not config.mtp_num_layers:
         return None
-    spec = get_gpt_mtp_block_spec(config, block_spec, use_transformer_engine=False, pp_rank=pp_rank)
+    spec = get_gpt_mtp_block_spec(config, block_spec, use_transformer_engine=False, vp_stage=vp_stage, pp_rank=pp_rank)
     if spec is not None:
         _swap_modules(spec, mla=config.multi_latent_attention)
     return spec

@@ -1,12 +1,14 @@
-"""Build megatron-core's GPTModel from a spec: one model chunk for this pipeline rank.
+"""Build megatron-core's GPTModel from a spec: the model chunks of this pipeline rank.
 
 What is built: the family's architecture (lmspec.compiler.families: RMSNorm, SwiGLU, RoPE,
 no biases; GQA, or MLA; MoE), no dropout, with the TransformerConfig of
 `lmspec.runtime.train.megatron.config` and the layer specs of `...megatron.layer_specs`.
 MoE tokens are dispatched all-to-all over the expert-parallel group; the pipeline split
 follows the Plan's `stage_layers` (the spec's `pp_layout`) through
-`pipeline_model_parallel_layout`. megatron's parallel_state must be initialised with the
-same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
+`pipeline_model_parallel_layout`, one chunk per virtual stage under interleaved 1F1B (as
+Megatron-LM's `get_model` builds them: chunk i with `vp_stage=i`, the embedding in the first
+rank's chunk 0, the output head in the last rank's last chunk). megatron's parallel_state must be
+initialised with the same degrees, and on CPU inside `lmspec.runtime.compat.megatron.megatron_on_cpu()`.
 """
 
 from __future__ import annotations
@@ -24,17 +26,18 @@ def build_model(
     post_process: bool,
     degrees: ParallelDegrees,
     pp_rank: int | None = None,
+    vp_stage: int | None = None,
     mtp: bool = True,
 ):
-    """One GPTModel chunk for this pipeline rank, on this process's device; with `mtp` (and
-    model.mtp_layers > 0) its last stage holds the multi-token-prediction block, whose loss megatron
-    adds in the forward with labels. Without labels megatron 0.16.1 cannot run the MTP block, so a
+    """One GPTModel chunk (virtual stage `vp_stage` of this pipeline rank), on this process's device; with
+    `mtp` (and model.mtp_layers > 0) its last stage holds the multi-token-prediction block, whose loss
+    megatron adds in the forward with labels. Without labels megatron 0.16.1 cannot run the MTP block, so a
     model built for logits alone (verify) is built with `mtp=False`."""
     from megatron.core.models.gpt import GPTModel
 
     m = spec.model
     config = transformer_config(spec, degrees, mtp=mtp)
-    block_spec = decoder_block_spec(config, pp_rank=pp_rank)
+    block_spec = decoder_block_spec(config, pp_rank=pp_rank, vp_stage=vp_stage)
     model = GPTModel(
         config=config,
         transformer_layer_spec=block_spec,
@@ -45,9 +48,28 @@ def build_model(
         share_embeddings_and_output_weights=m.tie_embeddings,
         position_embedding_type="rope",
         rotary_base=int(m.rope_theta),
-        mtp_block_spec=mtp_block_spec(config, block_spec, pp_rank=pp_rank),
+        mtp_block_spec=mtp_block_spec(config, block_spec, pp_rank=pp_rank, vp_stage=vp_stage),
         pg_collection=None,
+        vp_stage=vp_stage,
     )
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def build_chunks(spec: Spec, degrees: ParallelDegrees) -> list:
+    """This pipeline rank's model chunks in schedule order: one, or `degrees.virtual_stages`."""
+    from megatron.core import parallel_state as ps
+
+    if degrees.virtual_stages is None:
+        return [build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)]
+    return [
+        build_model(
+            spec,
+            ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=i),
+            ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=i),
+            degrees,
+            vp_stage=i,
+        )
+        for i in range(degrees.virtual_stages)
+    ]

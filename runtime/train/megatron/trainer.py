@@ -1,11 +1,14 @@
-"""megatron-core backend: GPTModel under Megatron DDP, 1F1B via get_forward_backward_func.
+"""megatron-core backend: GPTModel chunks under Megatron DDP, 1F1B via get_forward_backward_func.
 
 One `train_step` = `grad_accum_steps` micro-batches through the pipeline schedule
-megatron picks for the layout (no pipelining, or 1F1B for pp > 1), then megatron's
-optimizer step (grad clip to `train.grad_clip`). The loss reported is the mean
-token loss over the whole global batch. `eval_loss` runs the same schedule forward only,
-the model in eval mode, as Megatron-LM's `evaluate`. Checkpoints go through
-`dist_checkpointing` (torch_dist), so a TP=2 checkpoint loads into a TP=1 model.
+megatron picks for the layout (no pipelining, 1F1B for pp > 1, interleaved 1F1B over this
+rank's model chunks with `parallel.virtual_stages`), then megatron's optimizer step over all
+chunks (grad clip to `train.grad_clip`). The loss reported is the mean token loss over the
+whole global batch. `eval_loss` runs the same schedule forward only, the model in eval mode,
+as Megatron-LM's `evaluate`. Checkpoints go through `dist_checkpointing` (torch_dist), the chunks
+under Megatron-LM's names (`model`, or `model0`, `model1`, ...) with global tensor keys, so any
+TP/PP/virtual-stage checkpoint loads into any other layout; `init_from` loads only the model
+weights of one (train.init_from), the optimizer starting fresh from them.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import Spec
 from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.train.data import Batch
+from lmspec.runtime.train.init_from import require_model_tensors
 from lmspec.runtime.train.megatron.config import ParallelDegrees
-from lmspec.runtime.train.megatron.model import build_model
+from lmspec.runtime.train.megatron.model import build_chunks
 
 
 class MegatronTrainer:
@@ -42,16 +46,12 @@ class MegatronTrainer:
 
         self.spec = spec
         layout, batch = plan.layout, plan.batch
-        if layout.virtual_stages:
-            raise NotImplementedError(
-                "parallel.virtual_stages: interleaved 1F1B is not built by lmspec's runtime; "
-                "set parallel.virtual_stages=null"
-            )
         self._compat = ExitStack()  # megatron-core's CPU patches for the trainer's life; close() undoes them
         self.cpu = self._compat.enter_context(megatron_on_cpu())
         ps.initialize_model_parallel(
             tensor_model_parallel_size=layout.tp,
             pipeline_model_parallel_size=layout.pp,
+            virtual_pipeline_model_parallel_size=layout.virtual_stages,
             context_parallel_size=layout.cp,
             expert_model_parallel_size=layout.ep,
             expert_tensor_parallel_size=layout.etp,
@@ -64,24 +64,30 @@ class MegatronTrainer:
         self.dp_rank = ps.get_data_parallel_rank()
         self.dp_size = ps.get_data_parallel_world_size()
         degrees = ParallelDegrees.of(layout)
-        gpt = build_model(spec, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), degrees)
-        self.config = gpt.config
+        self.chunks = build_chunks(spec, degrees)
+        self.config = self.chunks[0].config  # the schedule reads chunk 0's (Megatron-LM's get_model_config)
         if layout.pp > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
-            print(
-                f"lmspec: pipeline stage {ps.get_pipeline_model_parallel_rank()}/{layout.pp}: "
-                f"{len(gpt.decoder.layers)} layers",
-                flush=True,
-            )
+            stage = ps.get_pipeline_model_parallel_rank()
+            built = [len(chunk.decoder.layers) for chunk in self.chunks]
+            chunks = f" in {len(built)} chunks of {built}" if layout.virtual_stages else ""
+            print(f"lmspec: pipeline stage {stage}/{layout.pp}: {sum(built)} layers{chunks}", flush=True)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=spec.train.precision != "fp32",
             overlap_grad_reduce=False,
             use_distributed_optimizer=spec.parallel.distributed_optimizer,
         )
-        self.gpt = gpt
-        wrapped = Float16Module(gpt.config, gpt) if spec.train.precision != "fp32" else gpt
-        self.model = DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=wrapped)
+        self.models = [
+            DistributedDataParallel(
+                config=chunk.config,
+                ddp_config=ddp_config,
+                module=Float16Module(chunk.config, chunk) if spec.train.precision != "fp32" else chunk,
+                disable_bucketing=i > 0,  # as Megatron-LM: only the first chunk's grads overlap in buckets
+            )
+            for i, chunk in enumerate(self.chunks)
+        ]
         self.config.finalize_model_grads_func = finalize_model_grads
-        self.config.no_sync_func = self.model.no_sync
+        no_sync = [model.no_sync for model in self.models]
+        self.config.no_sync_func = no_sync if len(no_sync) > 1 else no_sync[0]
         opt = spec.train.optimizer
         self.optimizer = get_megatron_optimizer(
             OptimizerConfig(
@@ -95,10 +101,10 @@ class MegatronTrainer:
                 clip_grad=spec.train.grad_clip,
                 bf16=spec.train.precision == "bf16",
                 fp16=spec.train.precision == "fp16",
-                params_dtype=gpt.config.params_dtype,
+                params_dtype=self.config.params_dtype,
                 use_distributed_optimizer=spec.parallel.distributed_optimizer,
             ),
-            [self.model],
+            self.models,
         )
         device = "cpu" if self.cpu else torch.cuda.current_device()
         s = self.seq_length
@@ -125,7 +131,8 @@ class MegatronTrainer:
         """Forward/backward over this rank's micro-batches, optimizer step; (loss, grad_norm, lr)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.model.zero_grad_buffer()
+        for model in self.models:
+            model.zero_grad_buffer()
         self.optimizer.zero_grad()
         outputs = self._schedule(batches, forward_only=False)
         _, grad_norm, _ = self.optimizer.step()
@@ -133,20 +140,24 @@ class MegatronTrainer:
 
     def eval_loss(self, batches: list[Batch]) -> float:
         """The mean token loss of these micro-batches over all DP ranks, no gradients, dropout off."""
-        self.model.eval()
+        for model in self.models:
+            model.eval()
         try:
             with torch.no_grad():
                 return self._mean_loss(self._schedule(batches, forward_only=True))
         finally:
-            self.model.train()
+            for model in self.models:
+                model.train()
 
     def _schedule(self, batches: list[Batch], forward_only: bool) -> list[dict[str, torch.Tensor]]:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        # interleaved: one iterator per chunk, each chunk's k-th forward takes micro-batch k
+        iterators = [iter(batches) for _ in self.models]
         return get_forward_backward_func()(
             forward_step_func=self._forward_step,
-            data_iterator=iter(batches),
-            model=[self.model],
+            data_iterator=iterators if len(iterators) > 1 else iterators[0],
+            model=self.models,
             num_microbatches=len(batches),
             seq_length=self.seq_length,
             micro_batch_size=self.micro_batch_size,
@@ -167,9 +178,20 @@ class MegatronTrainer:
 
     # -- checkpoint ------------------------------------------------------------------------------
 
+    def _model_state(self) -> dict[str, Any]:
+        """Every chunk's sharded state dict under Megatron-LM's checkpoint names: `model`, or `model<i>`."""
+        if len(self.chunks) == 1:
+            return {"model": self.chunks[0].sharded_state_dict()}
+        return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(self.chunks)}
+
+    def _load_model_state(self, state: dict[str, Any]) -> None:
+        names = ["model"] if len(self.chunks) == 1 else [f"model{i}" for i in range(len(self.chunks))]
+        for name, chunk in zip(names, self.chunks, strict=True):
+            chunk.load_state_dict(state[name])
+
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
-        model_sd = self.gpt.sharded_state_dict()
-        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=is_loading)}
+        models = self._model_state()
+        return {**models, "optimizer": self.optimizer.sharded_state_dict(models, is_loading=is_loading)}
 
     def save(self, directory: Path) -> None:
         from megatron.core import dist_checkpointing
@@ -184,8 +206,18 @@ class MegatronTrainer:
         from megatron.core import dist_checkpointing
 
         state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(directory / DIST_CKPT_DIR))
-        self.gpt.load_state_dict(state["model"])
+        self._load_model_state(state)
         self.optimizer.load_state_dict(state["optimizer"])
+
+    def init_from(self, directory: Path) -> None:
+        """The model weights of checkpoint step `directory` (train.init_from), resharded to this layout;
+        the optimizer's main parameters are refreshed from them (its states start fresh)."""
+        from megatron.core import dist_checkpointing
+
+        wanted = self._model_state()
+        require_model_tensors(directory / DIST_CKPT_DIR, wanted)
+        self._load_model_state(dist_checkpointing.load(wanted, str(directory / DIST_CKPT_DIR)))
+        self.optimizer.reload_model_params()
 
     def rng_state(self) -> dict[str, Any]:
         from megatron.core import tensor_parallel
