@@ -17,11 +17,16 @@ def megatron_flops(m, seq: int) -> float:  # noqa: ANN001
     swiglu = 3 / 2
     layers = m.num_layers
     if m.moe is None:
-        dense, moe_layers, topk, moe_ffn, shared_ffn = layers, 0, 0, 0, 0
+        dense, moe_layers, topk, moe_ffn, shared_ffn, last_is_moe = layers, 0, 0, 0, 0, 0
     else:
         moe_layers = layers - m.moe.first_dense_layers
         dense, topk, moe_ffn = m.moe.first_dense_layers, m.moe.top_k, m.moe.ffn_hidden_size
         shared_ffn = m.moe.ffn_hidden_size * m.moe.num_shared_experts
+        last_is_moe = 1
+    mtp = m.mtp_layers  # each MTP layer counts as one more layer of the last layer's kind
+    moe_layers += last_is_moe * mtp
+    dense += (1 - last_is_moe) * mtp
+    layers += mtp
     h, a = m.hidden_size, m.num_attention_heads
     if m.attention == "mla":
         x = m.mla
@@ -56,7 +61,8 @@ def megatron_flops(m, seq: int) -> float:  # noqa: ANN001
             + shared_ffn * swiglu * moe_layers / layers
         )
     )
-    return mlp + attn + 3 * 2 * h * m.vocab_size
+    mtp_norms_and_proj = 3 * 2 * mtp * (3 * h + 2 * h * h)
+    return mlp + attn + mtp_norms_and_proj + 3 * 2 * h * m.vocab_size * (mtp + 1)
 
 
 @pytest.mark.parametrize(
