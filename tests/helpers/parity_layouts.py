@@ -33,7 +33,6 @@ BASE = (
     "train.micro_batch_size=2",
     "train.global_batch_size=16",
     "train.seq_length=64",
-    f"train.steps={STEPS}",
     "train.eval_iters=0",
     "train.log_interval=1",
     f"train.checkpoint.interval={STEPS + 1}",
@@ -61,6 +60,7 @@ class ParityLayout:
     offload_params: bool = False
     recompute: str = "none"
     mtp_layers: int = 0
+    steps: int = STEPS
     init_from: str | None = field(default=None, compare=False)
 
     @property
@@ -76,6 +76,11 @@ class ParityLayout:
     def reference(self) -> ParityLayout:
         """The single-rank layout of the same model, backend and MTP that this one must equal."""
         return ParityLayout(self.model, 1, self.backend, mtp_layers=self.mtp_layers, init_from=self.init_from)
+
+    def seed(self) -> ParityLayout:
+        """The one-rank, one-step megatron run whose checkpoint every layout of this model and MTP starts
+        from (train.init_from): megatron's own initialisation depends on the layout."""
+        return ParityLayout(self.model, 1, self.backend, mtp_layers=self.mtp_layers, steps=1)
 
     def overrides(self) -> list[str]:
         """Hydra overrides, as a user would type them after `lmspec check`."""
@@ -98,6 +103,7 @@ class ParityLayout:
             f"parallel.offload_params={_yaml(self.offload_params)}",
             f"train.recompute={self.recompute}",
             f"model.mtp_layers={self.mtp_layers}",
+            f"train.steps={self.steps}",
         ]
         if self.init_from is not None:
             out.append(f"train.init_from={self.init_from}")
@@ -140,7 +146,12 @@ STATE_STAGES: tuple[dict[str, tuple[Any, ...]], ...] = (
     {"recompute": ("none", "selective", "full"), "mtp_layers": (0, 1)},
 )
 
-_SECTION = {"backend": "train", "recompute": "train", "mtp_layers": "model"}  # the rest are parallel.*
+_SECTION = {
+    "backend": "train",
+    "recompute": "train",
+    "steps": "train",
+    "mtp_layers": "model",
+}  # the rest are parallel.*
 
 
 @dataclass

@@ -19,13 +19,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from helpers.parity_layouts import MODELS, WORLDS, ParityLayout, enumerate_layouts
 from helpers.ports import free_port
 from helpers.processes import kill_group
-
 from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.pipeline import make_plan
 
@@ -41,7 +40,7 @@ SAMPLE = (
     ParityLayout("tiny", 2, tp=2, sequence_parallel=True),
     ParityLayout("tiny", 4, tp=2, pp=2, recompute="selective"),
     ParityLayout("tiny", 2, pp=2, virtual_stages=2),
-    ParityLayout("tiny_moe", 4, ep=2, etp=2, tp=2, sequence_parallel=True, recompute="full"),
+    ParityLayout("tiny_moe", 4, tp=2, ep=2, sequence_parallel=True, recompute="full"),
     ParityLayout("tiny_moe", 2, ep=2, mtp_layers=1),
     ParityLayout("tiny", 2, backend="deepspeed", zero_stage=3, recompute="full"),
     ParityLayout("tiny_moe", 4, backend="deepspeed", zero_stage=2, offload_optimizer=True),
@@ -147,15 +146,38 @@ def _read(results: Path) -> Iterable[dict]:
     return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
 
 
+def _seed_checkpoint(cwd: Path, seed: ParityLayout) -> str:
+    """The step directory the seed run wrote (runs/<name>/checkpoints/step_<N>)."""
+    found = sorted((cwd / "runs" / seed.name / "checkpoints").glob("step_*"))
+    if not found:
+        raise AssertionError(f"the seed run {seed.name} wrote no checkpoint; see {cwd}/worker-w1.log")
+    return str(found[-1])
+
+
+def _train(root: Path, world: int, group: Sequence[ParityLayout]) -> list[Outcome]:
+    builds = [compile_layout(root / "builds", lay) for lay in group]
+    return train_group(world, group, builds, root)
+
+
 def run_sweep(root: Path, layouts: Sequence[ParityLayout]) -> list[tuple[Outcome, float | None]]:
-    """Train the references, then `layouts` by world size; each outcome with its deviation."""
+    """Seed checkpoints (megatron), the references, then `layouts` by world size; each outcome with its
+    deviation from its reference. Every megatron layout starts from its seed's weights (train.init_from);
+    DeepSpeed builds its model from train.seed alike on every rank (its table lacks init_from)."""
+    seeds = sorted({lay.seed() for lay in layouts if lay.backend == "megatron"})
+    for seed, outcome in zip(seeds, _train(root, 1, seeds), strict=True):
+        if outcome.code:
+            raise AssertionError(f"the seed run {seed.name} failed: {outcome.error}")
+    start = {(s.model, s.mtp_layers): _seed_checkpoint(root, s) for s in seeds}
+
+    def started(lay: ParityLayout) -> ParityLayout:
+        return replace(lay, init_from=start[lay.model, lay.mtp_layers]) if lay.backend == "megatron" else lay
+
+    layouts = [started(lay) for lay in layouts]
     references = sorted({lay.reference() for lay in layouts})
     outcomes: dict[ParityLayout, Outcome] = {}
     for world, group in [(1, references), *((w, [lay for lay in layouts if lay.world == w]) for w in WORLDS)]:
-        if group:
-            builds = [compile_layout(root / "builds", lay) for lay in group]
-            for outcome in train_group(world, group, builds, root):
-                outcomes[outcome.layout] = outcome
+        for outcome in _train(root, world, group) if group else []:
+            outcomes[outcome.layout] = outcome
     return [(outcomes[lay], outcomes[lay].deviation(outcomes.get(lay.reference()))) for lay in layouts]
 
 
