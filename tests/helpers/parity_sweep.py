@@ -108,35 +108,32 @@ def _last_exception(log: Path) -> str:
 
 def train_group(world: int, layouts: Sequence[ParityLayout], builds: Sequence[Path], cwd: Path) -> list[Outcome]:
     """Train every build (all of `world` ranks) in as few torchruns as failures allow."""
-    by_name = {b.name: (lay, b) for lay, b in zip(layouts, builds, strict=True)}
+    by_name = {b.name: lay for lay, b in zip(layouts, builds, strict=True)}
     done: dict[str, Outcome] = {}
     results, log = cwd / f"results-w{world}.jsonl", cwd / f"worker-w{world}.log"
+
+    def collect() -> None:
+        for r in _read(results):
+            if r["name"] in by_name and r["name"] not in done:
+                losses = _losses(cwd, r["name"])
+                done[r["name"]] = Outcome(by_name[r["name"]], r["code"], r["wall_s"], r["error"], losses)
+
     while len(done) < len(by_name):
-        pending = [b for name, (_, b) in by_name.items() if name not in done]
+        pending = [b for b in builds if b.name not in done]
         proc = _worker(world, results, pending, cwd, log)
         seen, last_progress = len(done), time.monotonic()
         while proc.poll() is None and time.monotonic() - last_progress < STALL_S:
             time.sleep(0.5)
-            for record in _read(results):
-                if record["name"] in by_name and record["name"] not in done:
-                    lay = by_name[record["name"]][0]
-                    outcome = Outcome(lay, record["code"], record["wall_s"], record["error"], [])
-                    outcome.losses = _losses(cwd, record["name"])
-                    done[record["name"]] = outcome
+            collect()
             if len(done) > seen:
                 seen, last_progress = len(done), time.monotonic()
         hung = proc.poll() is None
         kill_group(proc)
-        for record in _read(results):  # records written between the last poll and the exit
-            if record["name"] in by_name and record["name"] not in done:
-                lay = by_name[record["name"]][0]
-                done[record["name"]] = Outcome(
-                    lay, record["code"], record["wall_s"], record["error"], _losses(cwd, record["name"])
-                )
+        collect()  # records written between the last poll and the exit
         stuck = next((b.name for b in pending if b.name not in done), None)
-        if stuck is not None and (hung or proc.returncode != 0):
+        if stuck is not None:  # the build the torchrun was on when it died or stalled
             why = f"no progress for {STALL_S:.0f} s (killed)" if hung else _last_exception(log)
-            done[stuck] = Outcome(by_name[stuck][0], proc.returncode or 1, STALL_S if hung else 0.0, why, [])
+            done[stuck] = Outcome(by_name[stuck], proc.returncode or 1, STALL_S if hung else 0.0, why, [])
     return [done[b.name] for b in builds]
 
 
