@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,8 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from helpers.parity_layouts import MODELS, WORLDS, ParityLayout, enumerate_layouts
-from helpers.ports import free_port
 from helpers.processes import kill_group
+from helpers.torchrun import workers
 from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.pipeline import make_plan
 
@@ -85,9 +86,8 @@ def _worker(world: int, results: Path, builds: Sequence[Path], cwd: Path, log: P
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",  # its store binds a port of its own: no race for a free port with concurrent runs
         f"--nproc-per-node={world}",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
         "--max-restarts=0",
         "-m",
         "helpers.parity_worker",
@@ -98,6 +98,16 @@ def _worker(world: int, results: Path, builds: Sequence[Path], cwd: Path, log: P
     env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with log.open("a") as fh:
         return subprocess.Popen(command, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """torchrun and its workers: torch.distributed.elastic starts each worker in a session of its own."""
+    for pid in workers(proc):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    kill_group(proc)
 
 
 def _last_exception(log: Path) -> str:
@@ -128,7 +138,7 @@ def train_group(world: int, layouts: Sequence[ParityLayout], builds: Sequence[Pa
             if len(done) > seen:
                 seen, last_progress = len(done), time.monotonic()
         hung = proc.poll() is None
-        kill_group(proc)
+        _kill(proc)
         collect()  # records written between the last poll and the exit
         stuck = next((b.name for b in pending if b.name not in done), None)
         if stuck is not None:  # the build the torchrun was on when it died or stalled
