@@ -129,6 +129,10 @@ TABLE: dict[Target, Capabilities] = {
             "precision_bf16": _MEGATRON_CPU,
             "precision_fp16": _MEGATRON_CPU,
             "distributed_optimizer": _MEGATRON_CPU,
+            "expert_tensor_parallel": (
+                "megatron-core's token dispatcher all-gathers uneven token counts over the expert tensor-parallel "
+                "group, which gloo cannot (the parity sweep's ep/etp layouts)"
+            ),
         }
     ),
     Target("megatron", "local", "gpu"): Capabilities(lacks=dict(_MEGATRON_LOCAL)),
