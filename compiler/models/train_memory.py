@@ -47,7 +47,7 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
 from lmspec.compiler.models.stages import stage_params
 from lmspec.compiler.models.units import FP32_BYTES, GIB, precision_bytes
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ModelSpec, Spec
 
 # Device memory PyTorch cannot allocate: CUDA context, cuBLAS/NCCL workspaces, driver reserve.
 DEVICE_RESERVE_GIB = 1.0
@@ -236,6 +236,14 @@ def in_flight_micro_batches(pp: int, stage: int, micro_batches: int, virtual_sta
     return min(chunks, v * micro_batches) / v
 
 
+def last_stage_activation_bytes(m: ModelSpec, act: ActivationSetting) -> Any:
+    """The last stage's activations beyond its layers: the output head, and each MTP module's embedding
+    lookup, one layer like the decoder's last and one more head and logits."""
+    last_layer = layer_shape(m, is_moe_layer(m, m.num_layers - 1))
+    mtp = layer_activation_bytes(last_layer, act) + embedding_activation_bytes(act) + head_activation_bytes(m, act)
+    return head_activation_bytes(m, act) + m.mtp_layers * mtp  # not in place: on arrays the shapes broadcast
+
+
 def estimate_train_memory(spec: Spec) -> TrainMemory | None:
     """Per-GPU memory of every pipeline stage; None when the layout itself is illegal."""
     dims = ParallelDims.from_spec(spec)
@@ -261,10 +269,7 @@ def estimate_train_memory(spec: Spec) -> TrainMemory | None:
         if index == 0:
             per_mb += embedding_activation_bytes(act)
         if index == len(dims.stage_layers) - 1:
-            # each MTP module: its embedding lookup, one layer like the last and one more head and logits
-            mtp = layer_activation_bytes(layer_shape(m, is_moe_layer(m, m.num_layers - 1)), act)
-            mtp += embedding_activation_bytes(act) + head_activation_bytes(m, act)
-            per_mb += head_activation_bytes(m, act) + m.mtp_layers * mtp
+            per_mb += last_stage_activation_bytes(m, act)
         in_flight = in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages)
         weights, grads, optim, activations, buffers = stage_terms(
             dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes

@@ -22,7 +22,6 @@ import numpy as np
 
 from lmspec.compiler.models.activations import (
     embedding_activation_bytes,
-    head_activation_bytes,
     layer_activation_bytes,
     layer_shape,
     working_layer_bytes,
@@ -35,6 +34,7 @@ from lmspec.compiler.models.train_memory import (
     activation_setting,
     budget_bytes,
     gathered_layer_bytes,
+    last_stage_activation_bytes,
     stage_terms,
     state_bytes,
 )
@@ -161,7 +161,7 @@ def _activation_lookup(
             layer_activation_bytes(dense_shape, act),
             0.0 if moe_shape is None else layer_activation_bytes(moe_shape, act),
             embedding_activation_bytes(act),
-            head_activation_bytes(m, act),
+            last_stage_activation_bytes(m, act),
             working_layer_bytes(dense_shape, act),
             0.0 if moe_shape is None else working_layer_bytes(moe_shape, act),
         )
