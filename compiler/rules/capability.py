@@ -28,9 +28,6 @@ from lmspec.compiler.plan import Device
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.spec.sections import Spec
 
-# Families whose released checkpoints carry multi-token-prediction modules (DeepSeek-V3's layer 61),
-# so trained MTP weights convert to and from the HF names.
-MTP_FAMILIES = ("deepseek_v3",)
 # The keys that pick a target, as `Target`'s fields name them.
 TARGET_KEYS = (("backend", "train.backend"), ("impl", "train.transformer_impl"))
 
@@ -152,17 +149,4 @@ def fp8_recipe_matches_precision(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def mtp_has_released_layout(ctx: RuleContext) -> Iterator[Problem]:
-    m = ctx.spec.model
-    if m.mtp_layers > 0 and m.family not in MTP_FAMILIES:
-        yield error(
-            "model.mtp_layers",
-            (
-                f"{ctx.show('model.mtp_layers')} with {ctx.show('model.family')}: only "
-                f"{', '.join(MTP_FAMILIES)} checkpoints carry multi-token-prediction modules, so trained ones "
-                "would not convert; set model.mtp_layers=0"
-            ),
-        )
-
-
-RULES = (target_runs_spec, fp8_has_tensor_cores, fp8_recipe_matches_precision, mtp_has_released_layout)
+RULES = (target_runs_spec, fp8_has_tensor_cores, fp8_recipe_matches_precision)

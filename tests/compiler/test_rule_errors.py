@@ -203,11 +203,6 @@ CASES = [
         id="fp8-recipe-without-fp8",
     ),
     pytest.param(
-        ["model.mtp_layers=1"],
-        ['model.mtp_layers=1 (command-line override) with model.family="llama"', "set model.mtp_layers=0"],
-        id="mtp-needs-released-layout",
-    ),
-    pytest.param(
         ["train.backend=deepspeed", "train.init_from=runs/a/checkpoints/step_00000010"],
         ['train.init_from="runs/a/checkpoints/step_00000010" (command-line override) needs train.backend=megatron'],
         id="deepspeed-init-from",
