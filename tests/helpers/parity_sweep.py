@@ -66,6 +66,13 @@ class Outcome:
         return max(abs(a - b) / abs(b) for a, b in zip(self.losses, reference.losses, strict=True))
 
 
+# Layouts one torchrun trains before the next starts: every layout's process groups stay alive in the
+# worker (megatron-core's destroy_model_parallel forgets its gloo groups without destroying them, and
+# DeepSpeed caches its own), each with busy gloo threads: ~4,500 threads a process after 120 layouts
+# slowed each layout tenfold. A fresh torchrun costs ~15 s.
+BUILDS_PER_TORCHRUN = 24
+
+
 def compile_layout(root: Path, layout: ParityLayout) -> Path:
     """The build of `layout` under root (what `lmspec compile -o root OVERRIDES` writes)."""
     plan = make_plan(layout.overrides())
@@ -118,7 +125,7 @@ def _last_exception(log: Path) -> str:
 
 
 def train_group(world: int, layouts: Sequence[ParityLayout], builds: Sequence[Path], cwd: Path) -> list[Outcome]:
-    """Train every build (all of `world` ranks) in as few torchruns as failures allow."""
+    """Train every build (all of `world` ranks), BUILDS_PER_TORCHRUN at most per torchrun (fewer where one fails)."""
     by_name = {b.name: lay for lay, b in zip(layouts, builds, strict=True)}
     done: dict[str, Outcome] = {}
     results, log = cwd / f"results-w{world}.jsonl", cwd / f"worker-w{world}.log"
@@ -130,7 +137,7 @@ def train_group(world: int, layouts: Sequence[ParityLayout], builds: Sequence[Pa
                 done[r["name"]] = Outcome(by_name[r["name"]], r["code"], r["wall_s"], r["error"], losses)
 
     while len(done) < len(by_name):
-        pending = [b for b in builds if b.name not in done]
+        pending = [b for b in builds if b.name not in done][:BUILDS_PER_TORCHRUN]
         proc = _worker(world, results, pending, cwd, log)
         seen, last_progress = len(done), time.monotonic()
         while proc.poll() is None and time.monotonic() - last_progress < STALL_S:

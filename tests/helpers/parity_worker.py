@@ -7,15 +7,11 @@ is up (load_build, the run-path and data checks, `train`), so only the torchrun 
 is shared. The process group is made once, from the first build (every build has the same world).
 megatron-core's CPU patches stay entered for the whole process (blocks nest), so a layout that
 fails half-built leaves none of them half-undone; its model-parallel state is destroyed before
-the next, and so is every process group it made: megatron-core's destroy_model_parallel only
-forgets its groups (it destroys the gloo ones it keeps beside NCCL), and on CPU every group is
-gloo, each with its own threads (~4,500 per process after 120 layouts, all of them busy).
-Rank 0 appends one JSON line per build to RESULTS: {"name", "code", "wall_s", "error"}.
+the next. Rank 0 appends one JSON line per build to RESULTS: {"name", "code", "wall_s", "error"}.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 import time
@@ -31,16 +27,8 @@ from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.train.loop import init_distributed, load_build, train
 
 
-def _process_groups() -> set[dist.ProcessGroup]:
-    """Every process group this process holds besides the default one (torch keeps no public list)."""
-    from torch.distributed import distributed_c10d
-
-    return set(distributed_c10d._world.pg_map) - {dist.group.WORLD}
-
-
 def _train_one(build_dir: Path) -> tuple[int, str | None]:
     """(exit code, the exception's last line) of one build trained as the runtime's main would."""
-    before = _process_groups()
     try:
         build = load_build(build_dir)
         require_run_paths_apart(build.spec)
@@ -55,9 +43,6 @@ def _train_one(build_dir: Path) -> tuple[int, str | None]:
 
         if parallel_state.model_parallel_is_initialized():
             parallel_state.destroy_model_parallel()
-        gc.collect()  # the trainer's modules and buckets hold groups too
-        for group in _process_groups() - before:
-            dist.destroy_process_group(group)
 
 
 def main(argv: list[str]) -> int:
