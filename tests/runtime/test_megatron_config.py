@@ -134,7 +134,8 @@ def test_transformer_engine_hands_megatron_lms_builder_its_arguments(monkeypatch
     monkeypatch.setattr(gpt_layer_specs, "get_gpt_decoder_block_spec", builder)
     config = _built(_kwargs(_plan("model=tiny_moe")))
     assert decoder_block_spec(config, pp_rank=0) is returned
-    assert calls == [(config, {"use_transformer_engine": True, "normalization": "RMSNorm", "pp_rank": 0})]
+    expected = {"use_transformer_engine": True, "normalization": "RMSNorm", "vp_stage": None, "pp_rank": 0}
+    assert calls == [(config, expected)]
     assert returned.layer_norm is None  # untouched
 
 
