@@ -1,12 +1,12 @@
 """DeepSeek-V2 and V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM): MLA, routed + shared experts,
-the first layers dense. One code path: V3 differs only by its sigmoid router scores (V2: softmax);
-its score-correction bias is the spec's `moe.router_score_bias`, which either may set.
+the first layers dense. One code path: V3's router scores with a sigmoid (V2: softmax,
+`moe.router_score_function`); its score-correction bias is the spec's `moe.router_score_bias`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
 from lmspec.compiler.conversion.rows import LayerRows, MtpRows, Row, decoder_layer
@@ -70,7 +70,6 @@ MTP = MtpRows(
 
 @dataclass(frozen=True)
 class DeepSeek(Family):
-    router_score_function: Literal["softmax", "sigmoid"]
     releases_mtp: bool  # V3's checkpoints carry its MTP module (config num_nextn_predict_layers)
 
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
@@ -107,12 +106,8 @@ class DeepSeek(Family):
         return MTP if self.releases_mtp else None
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
-        return megatron.decoder_config(m, self.router_score_function)
+        return megatron.decoder_config(m)
 
 
-DEEPSEEK_V2 = DeepSeek(
-    hf_class="DeepseekV2ForCausalLM", hf_model_type="deepseek_v2", router_score_function="softmax", releases_mtp=False
-)
-DEEPSEEK_V3 = DeepSeek(
-    hf_class="DeepseekV3ForCausalLM", hf_model_type="deepseek_v3", router_score_function="sigmoid", releases_mtp=True
-)
+DEEPSEEK_V2 = DeepSeek(hf_class="DeepseekV2ForCausalLM", hf_model_type="deepseek_v2", releases_mtp=False)
+DEEPSEEK_V3 = DeepSeek(hf_class="DeepseekV3ForCausalLM", hf_model_type="deepseek_v3", releases_mtp=True)

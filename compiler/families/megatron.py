@@ -4,7 +4,7 @@ shared experts and the first `moe.first_dense_layers` layers dense, dispatched a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.families.family import MegatronConfig
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 MOE_AUX_LOSS_COEFF = 1e-3
 
 
-def _moe_kwargs(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid"]) -> dict[str, Any]:
+def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
     moe = m.moe
     if moe is None:
         return {}
@@ -26,7 +26,7 @@ def _moe_kwargs(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid
         "moe_token_dispatcher_type": "alltoall",
         "moe_router_load_balancing_type": "none" if moe.router_score_bias else "aux_loss",
         "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else MOE_AUX_LOSS_COEFF,
-        "moe_router_score_function": router_score_function,
+        "moe_router_score_function": moe.router_score_function,
         "moe_router_enable_expert_bias": moe.router_score_bias,
         "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
         "moe_router_dtype": "fp32",
@@ -36,9 +36,8 @@ def _moe_kwargs(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid
     return kwargs
 
 
-def decoder_config(m: ModelSpec, router_score_function: Literal["softmax", "sigmoid"] = "softmax") -> MegatronConfig:
-    """The TransformerConfig arguments of `m`; `router_score_function` is how the family's router
-    scores experts (DeepSeek-V3: sigmoid)."""
+def decoder_config(m: ModelSpec) -> MegatronConfig:
+    """The TransformerConfig arguments of `m`."""
     kwargs: dict[str, Any] = {
         "num_layers": m.num_layers,
         "hidden_size": m.hidden_size,
@@ -50,7 +49,7 @@ def decoder_config(m: ModelSpec, router_score_function: Literal["softmax", "sigm
         "gated_linear_unit": True,
         "add_bias_linear": False,
         "add_qkv_bias": False,
-        **_moe_kwargs(m, router_score_function),
+        **_moe_kwargs(m),
     }
     if m.attention != "mla":
         return MegatronConfig("TransformerConfig", {**kwargs, "num_query_groups": m.num_kv_heads}, activation="silu")

@@ -102,8 +102,81 @@ def mtp_only_where_released(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+# The rope_scaling fields each type reads (HF's rope_scaling keys of that type); the others must stay null.
+ROPE_SCALING_FIELDS = {
+    "llama3": ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    "yarn": ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"),
+    "linear": (),
+}
+ROPE_SCALING_OPTIONAL = (
+    "original_max_position_embeddings",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+)
+
+
+def rope_scaling_fields_match_type(ctx: RuleContext) -> Iterator[Problem]:
+    rs = ctx.spec.model.rope_scaling
+    if rs is None:
+        return
+    wanted = ROPE_SCALING_FIELDS[rs.type]
+    for name in ROPE_SCALING_OPTIONAL:
+        path = f"model.rope_scaling.{name}"
+        value = getattr(rs, name)
+        if name in wanted and value is None:
+            yield error(path, f"{ctx.show(path)}: rope_scaling type {rs.type} needs it; set it from the config.json")
+        elif name not in wanted and value is not None:
+            yield error(path, f"{ctx.show(path)}: rope_scaling type {rs.type} does not use it; set {path}=null")
+
+
+def router_groups_consistent(ctx: RuleContext) -> Iterator[Problem]:
+    """Group-limited routing (DeepSeek-V3): experts split into equal groups, each token routed into the
+    best `router_group_topk` groups, its top_k experts taken from those."""
+    moe = ctx.spec.model.moe
+    if moe is None:
+        return
+    groups, top = moe.router_num_groups, moe.router_group_topk
+    if (groups is None) != (top is None):
+        yield error(
+            "model.moe.router_group_topk",
+            (
+                f"{ctx.show('model.moe.router_num_groups')} and {ctx.show('model.moe.router_group_topk')} "
+                "are set together or both null"
+            ),
+        )
+        return
+    if groups is None or top is None:
+        return
+    if moe.num_experts % groups:
+        valid = divisors(moe.num_experts)
+        yield error(
+            "model.moe.router_num_groups",
+            f"{ctx.show('model.moe.router_num_groups')} must divide {ctx.show('model.moe.num_experts')}; valid: "
+            f"{listed(valid)}",
+        )
+    elif top > groups:
+        yield error(
+            "model.moe.router_group_topk",
+            f"{ctx.show('model.moe.router_group_topk')} exceeds {ctx.show('model.moe.router_num_groups')}",
+        )
+    elif moe.top_k > top * (moe.num_experts // groups):
+        yield error(
+            "model.moe.top_k",
+            (
+                f"{ctx.show('model.moe.top_k')} exceeds the experts of the {top} groups a token may use "
+                f"({top} x {moe.num_experts // groups}); raise model.moe.router_group_topk"
+            ),
+        )
+
+
 RULES = (
     attention_block_matches_kind,
+    rope_scaling_fields_match_type,
+    router_groups_consistent,
     gqa_groups_even,
     mla_head_dims_consistent,
     moe_block_consistent,

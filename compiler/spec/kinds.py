@@ -264,3 +264,4 @@ BLEND_WEIGHT_MAX = 1e6  # blend weights are normalised; only their ratios matter
 SOURCES_MAX = 4096  # datasets in one blend (Megatron's --data-path list)
 EPS_MAX = 1.0
 ROPE_THETA_MAX = 1e12
+SCALE_MAX = 1e4  # RoPE scaling factors and coefficients, routed-expert scaling (released: <= 40)

@@ -95,6 +95,73 @@ class MoeSpec:
     router_score_bias: bool = key(
         "Router keeps a per-expert score-correction bias (DeepSeek-V3 aux-loss-free balancing).", example=True
     )
+    router_score_function: Literal["softmax", "sigmoid"] = key(
+        "How the router scores experts: softmax (Mixtral, Qwen3-MoE, DeepSeek-V2) or sigmoid (DeepSeek-V3; HF"
+        " scoring_func).",
+        example="sigmoid",
+    )
+    router_num_groups: int | None = key(
+        "Expert groups of group-limited routing (HF n_group; DeepSeek-V3: 8); null = no groups.",
+        example=8,
+        minimum=1,
+        maximum=K.EXPERTS_MAX,
+    )
+    router_group_topk: int | None = key(
+        "Groups each token may route into (HF topk_group; DeepSeek-V3: 4); set exactly when router_num_groups is.",
+        example=4,
+        minimum=1,
+        maximum=K.EXPERTS_MAX,
+    )
+    routed_scaling_factor: float = key(
+        "Factor on the routed experts' combined output (HF routed_scaling_factor; DeepSeek-V3: 2.5).",
+        example=2.5,
+        exclusive_minimum=0,
+        maximum=K.SCALE_MAX,
+    )
+    norm_topk_prob: bool = key(
+        "Renormalise the top-k routing weights to sum to 1 (HF norm_topk_prob; DeepSeek-V2-Lite: false).",
+        example=True,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeScalingSpec:
+    """RoPE context extension as the released config.json states it (HF `rope_scaling`); the fields a
+    type does not use stay null."""
+
+    type: Literal["llama3", "yarn", "linear"] = key(
+        "llama3 (Llama-3.1's frequency-band scaling), yarn (DeepSeek's) or linear (position interpolation).",
+        example="llama3",
+    )
+    factor: float = key("Context extension factor.", example=8.0, exclusive_minimum=0, maximum=K.SCALE_MAX)
+    original_max_position_embeddings: int | None = key(
+        "Context length the model was pretrained at (llama3, yarn); null for linear.",
+        example=8192,
+        minimum=1,
+        maximum=K.TOKENS_MAX,
+    )
+    low_freq_factor: float | None = key(
+        "llama3: wavelengths above original/low_freq_factor are scaled fully.",
+        example=1.0,
+        exclusive_minimum=0,
+        maximum=K.SCALE_MAX,
+    )
+    high_freq_factor: float | None = key(
+        "llama3: wavelengths below original/high_freq_factor stay unscaled.",
+        example=4.0,
+        exclusive_minimum=0,
+        maximum=K.SCALE_MAX,
+    )
+    beta_fast: float | None = key(
+        "yarn: fast rotation boundary.", example=32.0, exclusive_minimum=0, maximum=K.SCALE_MAX
+    )
+    beta_slow: float | None = key(
+        "yarn: slow rotation boundary.", example=1.0, exclusive_minimum=0, maximum=K.SCALE_MAX
+    )
+    mscale: float | None = key("yarn: attention temperature coefficient.", example=1.0, minimum=0, maximum=K.SCALE_MAX)
+    mscale_all_dim: float | None = key(
+        "yarn: the temperature coefficient applied to every dimension.", example=1.0, minimum=0, maximum=K.SCALE_MAX
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +198,11 @@ class ModelSpec:
     moe: MoeSpec | None = key("Mixture-of-experts block; null for a dense model.", example=None)
     norm_eps: float = key("RMSNorm epsilon.", example=1e-5, exclusive_minimum=0, maximum=K.EPS_MAX)
     rope_theta: float = key("RoPE base frequency.", example=500000.0, exclusive_minimum=0, maximum=K.ROPE_THETA_MAX)
+    rope_scaling: RopeScalingSpec | None = key(
+        "RoPE context extension (Llama-3.1: llama3; DeepSeek: yarn); null = plain RoPE.", example=None
+    )
+    qkv_bias: bool = key("Bias on the query, key and value projections, none on the output (Qwen2).", example=False)
+    qk_norm: bool = key("Per-head RMSNorm on queries and keys before RoPE (Qwen3).", example=False)
     tie_embeddings: bool = key("Output head shares the input embedding matrix.", example=False)
     mtp_layers: int = key(
         "Multi-token-prediction modules (DeepSeek-V3: 1); counted apart from the model's size.",

@@ -7,6 +7,27 @@ import pytest
 
 CASES = [
     pytest.param(
+        ["model=deepseek_v3", "hardware=h800_80g", "model.rope_scaling.low_freq_factor=1.0"],
+        [
+            "model.rope_scaling.low_freq_factor=1.0 (command-line override): rope_scaling type yarn does not use it",
+            "set model.rope_scaling.low_freq_factor=null",
+        ],
+        id="rope-scaling-fields-of-its-type",
+    ),
+    pytest.param(
+        ["model=deepseek_v3", "hardware=h800_80g", "model.moe.router_num_groups=3"],
+        [
+            "model.moe.router_num_groups=3 (command-line override) must divide model.moe.num_experts=256",
+            "valid: 1, 2, 4",
+        ],
+        id="router-groups-divide-experts",
+    ),
+    pytest.param(
+        ["model=deepseek_v3", "hardware=h800_80g", "model.moe.router_group_topk=null"],
+        ["model.moe.router_num_groups=8", "are set together or both null"],
+        id="router-groups-set-together",
+    ),
+    pytest.param(
         ["model.mtp_layers=1"],
         [
             "model.mtp_layers=1 (command-line override)",

@@ -59,6 +59,11 @@ def test_deepseek_v3_moe_and_mla_numbers() -> None:
         "ffn_hidden_size": 2048,
         "first_dense_layers": 3,
         "router_score_bias": True,
+        "router_score_function": "sigmoid",
+        "router_num_groups": 8,
+        "router_group_topk": 4,
+        "routed_scaling_factor": 2.5,
+        "norm_topk_prob": True,
     }
     assert model["mla"] == {
         "q_lora_rank": 1536,
@@ -67,6 +72,7 @@ def test_deepseek_v3_moe_and_mla_numbers() -> None:
         "qk_rope_head_dim": 64,
         "v_head_dim": 128,
     }
+    assert model["rope_scaling"]["type"] == "yarn" and model["rope_scaling"]["factor"] == 40.0
 
 
 def test_tiny_is_gqa_with_head_dim_32() -> None:
