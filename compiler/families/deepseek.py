@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
 from lmspec.compiler.conversion.rows import LayerRows, MtpRows, Row, decoder_layer
-from lmspec.compiler.families import hf, megatron
+from lmspec.compiler.families import hf, hf_import, megatron
 from lmspec.compiler.families.family import Family, MegatronConfig
 
 if TYPE_CHECKING:
+    from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec
 
 ROUTER = Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router")
@@ -101,6 +102,57 @@ class DeepSeek(Family):
         if self.releases_mtp:
             own["num_nextn_predict_layers"] = m.mtp_layers
         return hf.decoder_config(self, m, own)
+
+    def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
+        fields = hf_import.decoder_fields(config)
+        config.expect("attention_bias", False, why="DeepSeek's projections have no biases")
+        mla = {
+            "q_lora_rank": config.take("q_lora_rank"),
+            "kv_lora_rank": int(config.take("kv_lora_rank")),
+            "qk_nope_head_dim": int(config.take("qk_nope_head_dim")),
+            "qk_rope_head_dim": int(config.take("qk_rope_head_dim")),
+            "v_head_dim": int(config.take("v_head_dim")),
+        }
+        config.take("rope_interleave", True)  # transformers' layout flag of the released rope dims; lmspec's too
+        fields.update(
+            attention="mla",
+            mla=mla,
+            num_kv_heads=fields["num_attention_heads"],
+            head_dim=mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"],
+        )
+        if config.has("n_routed_experts") and config.take("n_routed_experts") is not None:
+            config.expect("moe_layer_freq", 1, why="lmspec's MoE layers follow the dense ones without gaps")
+            config.expect("ep_size", 1, why="a parallel degree of DeepSeek's own code, not of the architecture")
+            score = config.expect("scoring_func", "sigmoid" if self.releases_mtp else "softmax", why="the router")
+            groups, top = config.take("n_group", None), config.take("topk_group", None)
+            grouped = groups is not None and groups > 1
+            config.expect(
+                "topk_method",
+                *(
+                    ("noaux_tc",)
+                    if self.releases_mtp
+                    else ("group_limited_greedy", "greedy")
+                    if grouped
+                    else ("greedy",)
+                ),
+                why="how the release picks experts",
+            )
+            fields["moe"] = {
+                "num_experts": int(config.take("n_routed_experts")),
+                "top_k": int(config.take("num_experts_per_tok")),
+                "num_shared_experts": int(config.take("n_shared_experts", 0) or 0),
+                "ffn_hidden_size": int(config.take("moe_intermediate_size")),
+                "first_dense_layers": int(config.take("first_k_dense_replace", 0)),
+                "router_score_bias": self.releases_mtp,  # noaux_tc: the e_score_correction_bias buffer
+                "router_score_function": score,
+                "router_num_groups": groups if grouped else None,
+                "router_group_topk": top if grouped else None,
+                "routed_scaling_factor": float(config.take("routed_scaling_factor", 1.0)),
+                "norm_topk_prob": bool(config.take("norm_topk_prob", False)),
+            }
+        if self.releases_mtp:
+            fields["mtp_layers"] = int(config.take("num_nextn_predict_layers", 0))
+        return fields
 
     def mtp_rows(self) -> MtpRows | None:
         return MTP if self.releases_mtp else None

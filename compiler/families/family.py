@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # sections.py takes its family names from the registry
     from lmspec.compiler.conversion.rows import LayerRows, MtpRows
+    from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec
 
 
@@ -44,6 +45,13 @@ class Family(ABC):
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         """config.json of the HF model (sorted keys, no dtype): what the conversion writes and the
         DeepSpeed trainer builds its model from, so the two cannot drift apart."""
+
+    @abstractmethod
+    def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
+        """The model group (specs/model/NAME.yaml's keys but `name` and `family`) of a released
+        config.json of this class: the inverse of `hf_config`. Reads every field it keeps through
+        `config` and refuses (lmspec.compiler.families.hf_import.ImportRefused) any value lmspec
+        would have to approximate; `lmspec import-model` refuses whatever is left unread."""
 
     @abstractmethod
     def megatron(self, m: ModelSpec) -> MegatronConfig:

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.rows import LayerRows, decoder_layer
-from lmspec.compiler.families import hf, megatron
+from lmspec.compiler.families import hf, hf_import, megatron
 from lmspec.compiler.families.family import Family, MegatronConfig
 
 if TYPE_CHECKING:
+    from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec
 
 
@@ -20,6 +21,12 @@ class Llama(Family):
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         return hf.decoder_config(self, m, {"mlp_bias": False})
+
+    def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
+        fields = hf_import.decoder_fields(config)
+        config.expect("attention_bias", False, why="Llama's attention_bias also biases o_proj, which lmspec has not")
+        config.expect("mlp_bias", False, why="lmspec's MLPs have no biases")
+        return fields
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m)

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
 from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
-from lmspec.compiler.families import hf, megatron
+from lmspec.compiler.families import hf, hf_import, megatron
 from lmspec.compiler.families.family import Family, MegatronConfig
 
 if TYPE_CHECKING:
+    from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec
 
 ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("block_sparse_moe.gate.weight",), K.REPLICATED, "router"),)
@@ -56,6 +57,27 @@ class Mixtral(Family):
             }
         )
         return hf.decoder_config(self, m, own)
+
+    def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
+        fields = hf_import.decoder_fields(config)
+        if config.take("sliding_window", None) is not None:
+            raise hf_import.ImportRefused("sliding_window", "lmspec's attention is full causal; no sliding window")
+        config.expect("router_jitter_noise", 0.0, why="lmspec's router adds no noise")
+        experts = int(config.take("num_local_experts"))
+        fields["moe"] = {
+            "num_experts": experts,
+            "top_k": int(config.take("num_experts_per_tok")),
+            "num_shared_experts": 0,
+            "ffn_hidden_size": fields["ffn_hidden_size"],
+            "first_dense_layers": 0,
+            "router_score_bias": False,
+            "router_score_function": "softmax",
+            "router_num_groups": None,
+            "router_group_topk": None,
+            "routed_scaling_factor": 1.0,
+            "norm_topk_prob": True,  # Mixtral renormalises the top-k softmax weights
+        }
+        return fields
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m)

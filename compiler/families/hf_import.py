@@ -1,0 +1,153 @@
+"""Reading a released HF config.json into a model group: every field read or refused, none dropped.
+
+A family's `Family.from_hf_config` reads its fields through `HfConfig`: `take` what lmspec keeps,
+`expect` what must hold one value lmspec models (refused otherwise, naming the field), and
+`decoder_fields` the keys every family shares (the inverse of lmspec.compiler.families.hf's
+`decoder_config`). Whatever is left unread at the end that is not metadata (`METADATA`) is an error
+naming the field: a silent approximation would train and serve a different model than the release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lmspec.compiler.errors import UsageError
+
+# Fields that never change the computation lmspec trains or serves (token ids, dtype of the release,
+# library versions, inference caches, training-time knobs lmspec sets from the spec's train section).
+METADATA = frozenset(
+    {
+        "architectures",
+        "model_type",
+        "torch_dtype",
+        "dtype",
+        "transformers_version",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "use_cache",
+        "initializer_range",
+        "_name_or_path",
+        "auto_map",
+        "output_router_logits",
+        "router_aux_loss_coef",
+        "aux_loss_alpha",
+        "seq_aux",
+    }
+)
+
+
+class ImportRefused(UsageError):
+    """A config.json field lmspec cannot carry over exactly."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"config.json field {field}: {why}")
+        self.field = field
+
+
+class HfConfig:
+    """A config.json being read: each field is read once (take/expect), the rest is checked by `unread`."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = dict(config)
+        self._read: set[str] = set()
+
+    def has(self, field: str) -> bool:
+        return field in self._config
+
+    def take(self, field: str, default: Any = ...) -> Any:
+        """The field's value (marked read); `default` where the field is absent, an error without one."""
+        self._read.add(field)
+        if field in self._config:
+            return self._config[field]
+        if default is ...:
+            raise ImportRefused(field, "is missing, and lmspec has no default for it")
+        return default
+
+    def expect(self, field: str, *allowed: Any, why: str) -> Any:
+        """The field's value, which must be one of `allowed` where present (absent reads as allowed[0])."""
+        value = self.take(field, allowed[0])
+        if value not in allowed:
+            shown = " or ".join(repr(a) for a in allowed)
+            raise ImportRefused(field, f"is {value!r}; lmspec models only {shown} ({why})")
+        return value
+
+    def unread(self) -> list[str]:
+        """Fields neither read nor metadata, in file order."""
+        return [k for k in self._config if k not in self._read and k not in METADATA]
+
+
+def rope(config: HfConfig) -> tuple[float, dict[str, Any] | None]:
+    """(rope_theta, model.rope_scaling) from the legacy fields (`rope_theta`, `rope_scaling`) or
+    transformers 5's `rope_parameters`; a scaling type lmspec does not model is refused."""
+    if config.has("rope_parameters"):
+        params = dict(config.take("rope_parameters"))
+        theta = params.pop("rope_theta")
+        scaling: dict[str, Any] | None = params if params.get("rope_type", "default") != "default" else None
+    else:
+        theta = config.take("rope_theta", 10000.0)
+        scaling = config.take("rope_scaling", None)
+    if scaling is None:
+        return float(theta), None
+    scaling = dict(scaling)
+    kind = scaling.pop("rope_type", None) or scaling.pop("type", None)
+    scaling.pop("type", None)
+    fields = {
+        "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+        "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"),
+        "linear": ("factor",),
+    }
+    if kind not in fields:
+        raise ImportRefused("rope_scaling", f"type {kind!r} is not one lmspec models (llama3, yarn, linear)")
+    extra = sorted(set(scaling) - set(fields[kind]))
+    if extra:
+        raise ImportRefused(f"rope_scaling.{extra[0]}", f"is not a field of rope_scaling type {kind} lmspec models")
+    out: dict[str, Any] = dict.fromkeys(
+        (
+            "original_max_position_embeddings",
+            "low_freq_factor",
+            "high_freq_factor",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+        )
+    )
+    out.update({"type": kind, **{k: scaling[k] for k in fields[kind] if k in scaling}})
+    missing = [k for k in fields[kind] if out.get(k) is None]
+    if missing:
+        raise ImportRefused(f"rope_scaling.{missing[0]}", f"is missing; rope_scaling type {kind} needs it")
+    return float(theta), {
+        k: (float(v) if isinstance(v, int) and k != "original_max_position_embeddings" else v) for k, v in out.items()
+    }
+
+
+def decoder_fields(config: HfConfig) -> dict[str, Any]:
+    """The model-group keys every family shares, GQA attention and a dense model assumed (a family with
+    MLA or experts overwrites `attention`/`mla`/`moe` and the fields it reads)."""
+    hidden, heads = int(config.take("hidden_size")), int(config.take("num_attention_heads"))
+    config.expect("hidden_act", "silu", why="lmspec's MLPs are SwiGLU")
+    config.expect("attention_dropout", 0.0, why="lmspec trains without attention dropout")
+    config.expect("pretraining_tp", 1, why="a slicing knob of Llama's original code; values > 1 change the rounding")
+    theta, scaling = rope(config)
+    return {
+        "num_layers": int(config.take("num_hidden_layers")),
+        "hidden_size": hidden,
+        "ffn_hidden_size": int(config.take("intermediate_size")),
+        "num_attention_heads": heads,
+        "num_kv_heads": int(config.take("num_key_value_heads", heads)),
+        "head_dim": int(config.take("head_dim", None) or hidden // heads),
+        "vocab_size": int(config.take("vocab_size")),
+        "max_position_embeddings": int(config.take("max_position_embeddings")),
+        "attention": "gqa",
+        "mla": None,
+        "moe": None,
+        "norm_eps": float(config.take("rms_norm_eps")),
+        "rope_theta": theta,
+        "rope_scaling": scaling,
+        "qkv_bias": False,
+        "qk_norm": False,
+        "tie_embeddings": bool(config.take("tie_word_embeddings", False)),
+        "mtp_layers": 0,
+    }
