@@ -30,10 +30,12 @@ from lmspec.compiler.build.writer import build_files, write_build
 from lmspec.compiler.pipeline import make_plan
 
 # fp32 on CPU: a layout changes only the order of sums (TP/SP reductions, DP all-reduce, the pipeline's
-# micro-batch order). Measured over 3 steps (the full sweep, 2026-12-01): dense megatron layouts <= 1.2e-8
-# relative, DeepSpeed exactly 0, MoE with TP+SP up to 8.7e-5 (a rounding difference can flip a top-k
-# routing choice, and it grows with the steps). The bound sits just above that spread.
-RELATIVE_TOLERANCE = 1e-4
+# micro-batch order). Measured over 3 steps (the full sweep, 2026-12-01): dense megatron layouts <= 5.2e-8
+# relative, DeepSpeed exactly 0, MoE with TP+SP up to 1.7e-4 (tp=4). The first step's losses agree to 1e-8;
+# AdamW's first update moves every weight by ~lr x sign(grad), so a near-zero gradient whose sign the sum order
+# flips moves by the full lr. With SGD the same tp=4 and tp=2 MoE layouts deviate 1.9e-6 and 1.3e-6: reduction
+# noise, not a wrong gradient. The bound sits just above the AdamW spread.
+RELATIVE_TOLERANCE = 2e-4
 STALL_S = 180.0
 TESTS_DIR = Path(__file__).resolve().parent.parent
 
