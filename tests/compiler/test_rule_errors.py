@@ -24,6 +24,11 @@ CASES = [
         id="model-keys-fit-the-family",
     ),
     pytest.param(
+        ["model=qwen2_5_7b", "hardware=h100_80g", "model.head_dim=64"],
+        ["model.head_dim=64 (command-line override): Qwen2ForCausalLM", "set model.head_dim=128 or use family qwen3"],
+        id="qwen2-head-dim-derived",
+    ),
+    pytest.param(
         [
             "model=qwen3_8b",
             "hardware=h100_80g",
