@@ -3,6 +3,7 @@ to HF and compared by logits with transformers; then the HF weights imported bac
 checkpoint (runtime/convert/from_hf.py) and compared again. fp32 on CPU: within 1e-4 both ways.
 
 llama: Llama-3.1's llama3 rope scaling (megatron-core's rope_scaling against transformers' rope_parameters);
+mistral: Llama's tensors under MistralForCausalLM (sliding_window null);
 qwen2: the q/k/v biases (1-D, interleaved by query group like the weight) and tied embeddings;
 qwen3: the per-head q/k RMSNorms and a head_dim that is not hidden / heads.
 """
@@ -26,6 +27,7 @@ LLAMA3_ROPE = (
 )
 FAMILY_OVERRIDES = {
     "llama": [LLAMA3_ROPE, "model.rope_theta=500000.0"],
+    "mistral": ["model.family=mistral"],
     "qwen2": ["model.family=qwen2", "model.qkv_bias=true", "model.tie_embeddings=true"],
     "qwen3": ["model.family=qwen3", "model.qk_norm=true", "model.head_dim=48"],
 }
