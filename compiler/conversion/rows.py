@@ -68,6 +68,22 @@ GQA_ATTENTION = (
         "o_proj",
     ),
 )
+QK_NORM = (  # Qwen3: per-head RMSNorm on queries and keys (model.qk_norm), after the QKV projection
+    Row(
+        "self_attention.q_layernorm.weight",
+        "self_attention.q_layernorm.weight",
+        ("self_attn.q_norm.weight",),
+        K.REPLICATED,
+        "head",
+    ),
+    Row(
+        "self_attention.k_layernorm.weight",
+        "self_attention.k_layernorm.weight",
+        ("self_attn.k_norm.weight",),
+        K.REPLICATED,
+        "head",
+    ),
+)
 MLA_ATTENTION = (
     Row("input_layernorm.weight", "input_layernorm.weight", ("input_layernorm.weight",), K.REPLICATED, "hidden"),
     Row(
@@ -176,6 +192,8 @@ def decoder_layer(m: ModelSpec, layer: int, moe: tuple[Sequence[Row], Sequence[R
     if mla:
         assert m.mla is not None
         rows[1:1] = MLA_Q_COMPRESSED if m.mla.q_lora_rank is not None else MLA_Q_DIRECT
+    elif m.qk_norm:
+        rows[2:2] = QK_NORM
     rows.append(MLA_PRE_MLP_NORM if mla else GQA_PRE_MLP_NORM)
     if moe is None or m.moe is None or layer < m.moe.first_dense_layers:
         return rows + list(DENSE_MLP), []

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from lmspec.compiler.families import deepseek, llama, mixtral
+from lmspec.compiler.families import deepseek, llama, mixtral, qwen3_moe
 from lmspec.compiler.families.family import Family
 
 FAMILIES: dict[str, Family] = {
     "llama": llama.LLAMA,
     "mixtral": mixtral.MIXTRAL,
+    "qwen3_moe": qwen3_moe.QWEN3_MOE,
     "deepseek_v2": deepseek.DEEPSEEK_V2,
     "deepseek_v3": deepseek.DEEPSEEK_V3,
 }

@@ -28,7 +28,9 @@ def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
         "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else MOE_AUX_LOSS_COEFF,
         "moe_router_score_function": moe.router_score_function,
         "moe_router_enable_expert_bias": moe.router_score_bias,
-        "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
+        # softmax over the top-k logits = top-k softmax renormalised (HF norm_topk_prob); pre-softmax = not
+        # renormalised (megatron's sigmoid renormalises either way: moe_utils.topk_routing_with_score_function)
+        "moe_router_pre_softmax": not moe.norm_topk_prob,
         "moe_router_dtype": "fp32",
     }
     if moe.num_shared_experts:
@@ -49,6 +51,7 @@ def decoder_config(m: ModelSpec) -> MegatronConfig:
         "gated_linear_unit": True,
         "add_bias_linear": False,
         "add_qkv_bias": False,
+        "qk_layernorm": m.qk_norm,
         **_moe_kwargs(m),
     }
     if m.attention != "mla":

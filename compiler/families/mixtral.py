@@ -1,7 +1,7 @@
 """Mixtral (MixtralForCausalLM): Llama's attention, every MLP a softmax-routed MoE without shared experts.
 
 The rows name Mistral's released checkpoint (`block_sparse_moe`, experts' w1/w3/w2);
-transformers 5 renames and fuses them at load time (tests/convert/test_mixtral_names.py).
+transformers 5 renames and fuses them at load time (tests/convert/test_release_names.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
 from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
-from lmspec.compiler.families import hf, hf_import, megatron
+from lmspec.compiler.families import hf, hf_import, megatron, softmax_router
 from lmspec.compiler.families.family import Family, MegatronConfig
 
 if TYPE_CHECKING:
@@ -81,6 +81,19 @@ class Mixtral(Family):
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m)
+
+    def refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
+        found = softmax_router.refusals(m, "mixtral")
+        if m.moe is not None and not m.moe.norm_topk_prob:
+            why = "Mixtral (transformers, vLLM) always renormalises top-k weights; set model.moe.norm_topk_prob=true"
+            found.append(("model.moe.norm_topk_prob", why))
+        if m.moe is not None and m.moe.first_dense_layers:
+            why = "every Mixtral layer is MoE; set model.moe.first_dense_layers=0"
+            found.append(("model.moe.first_dense_layers", why))
+        if m.qk_norm or m.qkv_bias:
+            key = "model.qk_norm" if m.qk_norm else "model.qkv_bias"
+            found.append((key, f"Mixtral's attention is Llama's (no QK-norm, no biases); set {key}=false"))
+        return found
 
 
 MIXTRAL = Mixtral(hf_class="MixtralForCausalLM", hf_model_type="mixtral")
