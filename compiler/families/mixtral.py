@@ -44,18 +44,15 @@ class Mixtral(Family):
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         moe = m.moe
-        own = (
-            {}
-            if moe is None
-            else {
-                "intermediate_size": moe.ffn_hidden_size,
-                "num_local_experts": moe.num_experts,
-                "num_experts_per_tok": moe.top_k,
-                "sliding_window": None,
-                "router_jitter_noise": 0.0,
-                "output_router_logits": False,
-            }
-        )
+        assert moe is not None, "rule family_carries_the_model requires model.moe for mixtral"
+        own = {
+            "intermediate_size": moe.ffn_hidden_size,
+            "num_local_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k,
+            "sliding_window": None,
+            "router_jitter_noise": 0.0,
+            "output_router_logits": False,
+        }
         return hf.decoder_config(self, m, own)
 
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
