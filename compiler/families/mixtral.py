@@ -57,8 +57,7 @@ class Mixtral(Family):
 
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
-        if config.take("sliding_window", None) is not None:
-            raise hf_import.ImportRefused("sliding_window", "lmspec's attention is full causal; no sliding window")
+        hf_import.full_attention(config)
         config.expect("router_jitter_noise", 0.0, why="lmspec's router adds no noise")
         experts = int(config.take("num_local_experts"))
         fields["moe"] = {
@@ -87,9 +86,6 @@ class Mixtral(Family):
         if m.moe is not None and m.moe.first_dense_layers:
             why = "every Mixtral layer is MoE; set model.moe.first_dense_layers=0"
             found.append(("model.moe.first_dense_layers", why))
-        if m.qk_norm or m.qkv_bias:
-            key = "model.qk_norm" if m.qk_norm else "model.qkv_bias"
-            found.append((key, f"Mixtral's attention is Llama's (no QK-norm, no biases); set {key}=false"))
         return found
 
 

@@ -9,7 +9,7 @@ the release's `mlp_only_layers` [0, k), whose MLP is `intermediate_size` wide, a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
 from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
@@ -55,6 +55,8 @@ def _dense_layers(config: HfConfig, num_layers: int) -> int:
 
 @dataclass(frozen=True)
 class Qwen3Moe(Family):
+    fixed: ClassVar[tuple[tuple[str, Any], ...]] = (("qkv_bias", False), ("qk_norm", True))
+
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
         return decoder_layer(m, layer, moe=(ROUTER, EXPERT))
 
@@ -78,10 +80,7 @@ class Qwen3Moe(Family):
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
         config.expect("attention_bias", False, why="Qwen3's attention_bias also biases o_proj, which lmspec has not")
-        if config.take("use_sliding_window", False):
-            raise hf_import.ImportRefused("use_sliding_window", "lmspec's attention is full causal; no sliding window")
-        config.take("sliding_window", None)  # read by transformers and vLLM only under use_sliding_window
-        config.take("max_window_layers", None)  # the same
+        hf_import.full_attention(config)
         fields["qk_norm"] = True  # Qwen3's attention always norms q and k per head
         fields["moe"] = {
             "num_experts": int(config.take("num_experts")),
@@ -102,12 +101,7 @@ class Qwen3Moe(Family):
         return megatron.decoder_config(m)
 
     def refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
-        found = softmax_router.refusals(m, "qwen3_moe")
-        if not m.qk_norm:
-            found.append(("model.qk_norm", "Qwen3's attention always norms q and k per head; set model.qk_norm=true"))
-        if m.qkv_bias:
-            found.append(("model.qkv_bias", "Qwen3's q/k/v projections have no bias; set model.qkv_bias=false"))
-        return found
+        return softmax_router.refusals(m, "qwen3_moe")
 
 
 QWEN3_MOE = Qwen3Moe(hf_class="Qwen3MoeForCausalLM", hf_model_type="qwen3_moe")

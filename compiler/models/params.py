@@ -24,7 +24,7 @@ class LayerParams:
     """One decoder layer, split the way parallelism shards it."""
 
     attention: int  # projections (incl. MLA down/up projections and their norms)
-    attention_norms: int  # RMSNorm weights inside attention (MLA latent norms, QK-norm); replicated under TP
+    attention_norms: int  # RMSNorm weights inside attention (MLA latent norms); replicated under TP
     layer_norms: int  # the two pre-norms; replicated under TP
     dense_mlp: int  # dense MLP (dense layers) or shared experts (MoE layers)
     router: int  # router weight; replicated under TP
@@ -74,7 +74,9 @@ def attention_params(m: ModelSpec) -> tuple[int, int]:
     if m.attention == "gqa":
         q = h * heads * m.head_dim
         kv = 2 * h * m.num_kv_heads * m.head_dim
-        return q + kv + heads * m.head_dim * h, 2 * m.head_dim if m.qk_norm else 0  # one per-head norm on q, k
+        bias = (heads + 2 * m.num_kv_heads) * m.head_dim if m.qkv_bias else 0  # Qwen2: q, k, v; none on o
+        qk_norms = 2 * m.head_dim if m.qk_norm else 0  # Qwen3: one RMSNorm weight over head_dim for q, one for k
+        return q + kv + bias + heads * m.head_dim * h, qk_norms
     assert m.mla is not None, "validate() guarantees mla ranks for attention=mla"
     mla = m.mla
     qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim

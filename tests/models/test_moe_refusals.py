@@ -1,8 +1,7 @@
-"""The released Qwen3-MoE and Mixtral configs (tests/data/hf_configs) import with exact parameter counts,
-and what those classes cannot compute is refused naming the field or key.
+"""What Qwen3-MoE and Mixtral cannot compute is refused naming the field (import) or the key (check).
 
-Counts are checked against transformers' own model built from the released config.json on the meta
-device: total from its parameters, active as everything but the experts plus top_k of them per layer.
+The released configs themselves import exactly (tests/models/test_published_configs.py); here each
+is altered one field at a time, and a spec is given one MoE key its family's class cannot route.
 """
 
 from __future__ import annotations
@@ -14,21 +13,13 @@ import pytest
 
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.families.hf_import import HfConfig, ImportRefused
-from lmspec.compiler.models.params import count_params
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.rules.model import family_carries_the_model
 from lmspec.compiler.spec.sections import ModelSpec
 from lmspec.compiler.spec.typed import from_dict
 
-pytest.importorskip("transformers")
-
 CONFIGS = Path(__file__).parents[1] / "data" / "hf_configs"
-RELEASES = {  # config file: (family, publicly stated total / active parameters in billions)
-    "Qwen3-30B-A3B": ("qwen3_moe", 30.5, 3.3),
-    "Qwen3-235B-A22B": ("qwen3_moe", 235.1, 22.2),
-    "Mixtral-8x7B-v0.1": ("mixtral", 46.7, 12.9),
-    "Mixtral-8x22B-v0.1": ("mixtral", 140.6, 39.2),
-}
+RELEASES = {"Qwen3-30B-A3B": "qwen3_moe", "Mixtral-8x7B-v0.1": "mixtral"}  # config file: family
 
 
 def _released(name: str) -> dict:
@@ -36,36 +27,11 @@ def _released(name: str) -> dict:
 
 
 def _imported(name: str, config: dict) -> ModelSpec:
-    family = RELEASES[name][0]
+    family = RELEASES[name]
     read = HfConfig(config)
     group = FAMILIES[family].from_hf_config(read)
     assert read.unread() == []
     return from_dict(ModelSpec, {"name": name, "family": family, **group})
-
-
-def _meta_counts(config: dict) -> tuple[int, int]:
-    """(total, active) of transformers' model of `config`, from its parameters' names and sizes."""
-    import torch
-    import transformers
-
-    hf = transformers.AutoConfig.for_model(**config)
-    with torch.device("meta"):
-        model = getattr(transformers, config["architectures"][0])(hf)
-    experts = config.get("num_local_experts") or config["num_experts"]
-    total = sum(p.numel() for p in model.parameters())
-    routed = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
-    return total, total - routed + routed * config["num_experts_per_tok"] // experts
-
-
-@pytest.mark.parametrize("name", sorted(RELEASES))
-def test_the_released_config_imports_with_transformers_parameter_counts(name: str) -> None:
-    config = _released(name)
-    counts = count_params(_imported(name, config))
-    total, active = _meta_counts(config)
-    assert (counts.total, counts.active) == (total, active)
-    _, total_b, active_b = RELEASES[name]
-    assert total / 1e9 == pytest.approx(total_b, rel=0.005)  # stated sizes are rounded
-    assert active / 1e9 == pytest.approx(active_b, rel=0.02)
 
 
 @pytest.mark.parametrize(
@@ -96,11 +62,9 @@ def test_leading_dense_layers_import_as_first_dense_layers() -> None:
     [
         ("mixtral_8x7b", "model.moe.norm_topk_prob=false", "model.moe.norm_topk_prob"),
         ("mixtral_8x7b", "model.moe.first_dense_layers=1", "model.moe.first_dense_layers"),
-        ("mixtral_8x7b", "model.qk_norm=true", "model.qk_norm"),
         ("qwen3_30b_a3b", "model.moe.router_score_function=sigmoid", "model.moe.router_score_function"),
         ("qwen3_30b_a3b", "model.moe.routed_scaling_factor=2.5", "model.moe.routed_scaling_factor"),
         ("qwen3_30b_a3b", "model.moe.num_shared_experts=1", "model.moe.num_shared_experts"),
-        ("qwen3_30b_a3b", "model.qk_norm=false", "model.qk_norm"),
     ],
 )
 def test_a_spec_the_family_cannot_compute_is_refused_naming_the_key(preset: str, override: str, key: str) -> None:
