@@ -39,6 +39,7 @@ class Family(ABC):
     # (model key, value): what the class hard-codes (Qwen2 always biases q/k/v, Llama never); rule
     # `model_keys_fit_family` refuses another value, which the class could neither convert nor serve
     fixed: ClassVar[tuple[tuple[str, Any], ...]] = (("qkv_bias", False), ("qk_norm", False))
+    head_dim_derived: ClassVar[bool] = False  # the class (vLLM's Qwen2) takes head_dim = hidden / heads, ignoring it
 
     @abstractmethod
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:

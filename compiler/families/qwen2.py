@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Qwen2(Family):
     fixed: ClassVar[tuple[tuple[str, Any], ...]] = (("qkv_bias", True), ("qk_norm", False))
+    head_dim_derived: ClassVar[bool] = True
 
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
         return decoder_layer(m, layer, moe=None)

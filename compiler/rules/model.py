@@ -148,6 +148,15 @@ def model_keys_fit_family(ctx: RuleContext) -> Iterator[Problem]:
                     f"{key}={str(value).lower()}; set {path}={str(value).lower()} or pick the family that has it"
                 ),
             )
+    derived = m.hidden_size // m.num_attention_heads
+    if family.head_dim_derived and m.head_dim * m.num_attention_heads != m.hidden_size:
+        yield error(
+            "model.head_dim",
+            (
+                f"{ctx.show('model.head_dim')}: {family.hf_class} ({ctx.show('model.family')}) serves with head_dim "
+                f"= model.hidden_size / model.num_attention_heads; set model.head_dim={derived} or use family qwen3"
+            ),
+        )
 
 
 def router_groups_consistent(ctx: RuleContext) -> Iterator[Problem]:
