@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from lmspec.compiler.families import deepseek, llama, mistral, mixtral, qwen2, qwen3
+from lmspec.compiler.families import deepseek, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe
 from lmspec.compiler.families.family import Family
 
 FAMILIES: dict[str, Family] = {
@@ -19,6 +19,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": qwen2.QWEN2,
     "qwen3": qwen3.QWEN3,
     "mixtral": mixtral.MIXTRAL,
+    "qwen3_moe": qwen3_moe.QWEN3_MOE,
     "deepseek_v2": deepseek.DEEPSEEK_V2,
     "deepseek_v3": deepseek.DEEPSEEK_V3,
 }

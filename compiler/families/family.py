@@ -61,6 +61,11 @@ class Family(ABC):
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         """The TransformerConfig the megatron backend builds this architecture with."""
 
+    def refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
+        """(key, why and the way out) of every value of `m` this HF class cannot carry (its transformers
+        and vLLM models would compute something else); `lmspec check` refuses each by its key."""
+        return []
+
     def mtp_rows(self) -> MtpRows | None:
         """Conversion rows of one multi-token-prediction module beside its decoder layer, or None where
         the architecture's released checkpoints name no MTP layers (its specs keep model.mtp_layers=0)."""

@@ -29,7 +29,8 @@ def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
         "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else MOE_AUX_LOSS_COEFF,
         "moe_router_score_function": moe.router_score_function,
         "moe_router_enable_expert_bias": moe.router_score_bias,
-        "moe_router_pre_softmax": False,  # softmax/sigmoid scores renormalised over the top-k (HF norm_topk_prob)
+        # softmax over the top-k logits renormalises them (HF norm_topk_prob); softmax over all experts first does not
+        "moe_router_pre_softmax": moe.router_score_function == "softmax" and not moe.norm_topk_prob,
         "moe_router_dtype": "fp32",
     }
     if moe.num_shared_experts:

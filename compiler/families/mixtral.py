@@ -1,7 +1,7 @@
 """Mixtral (MixtralForCausalLM): Llama's attention, every MLP a softmax-routed MoE without shared experts.
 
 The rows name Mistral's released checkpoint (`block_sparse_moe`, experts' w1/w3/w2);
-transformers 5 renames and fuses them at load time (tests/convert/test_mixtral_names.py).
+transformers 5 renames and fuses them at load time (tests/convert/test_release_names.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
 from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
-from lmspec.compiler.families import hf, hf_import, megatron
+from lmspec.compiler.families import hf, hf_import, megatron, softmax_router
 from lmspec.compiler.families.family import Family, MegatronConfig
 
 if TYPE_CHECKING:
@@ -44,24 +44,20 @@ class Mixtral(Family):
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         moe = m.moe
-        own = (
-            {}
-            if moe is None
-            else {
-                "intermediate_size": moe.ffn_hidden_size,
-                "num_local_experts": moe.num_experts,
-                "num_experts_per_tok": moe.top_k,
-                "sliding_window": None,
-                "router_jitter_noise": 0.0,
-                "output_router_logits": False,
-            }
-        )
+        assert moe is not None, "rule family_carries_the_model requires model.moe for mixtral"
+        own = {
+            "intermediate_size": moe.ffn_hidden_size,
+            "num_local_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k,
+            "sliding_window": None,
+            "router_jitter_noise": 0.0,
+            "output_router_logits": False,
+        }
         return hf.decoder_config(self, m, own)
 
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
-        if config.take("sliding_window", None) is not None:
-            raise hf_import.ImportRefused("sliding_window", "lmspec's attention is full causal; no sliding window")
+        hf_import.full_attention(config)
         config.expect("router_jitter_noise", 0.0, why="lmspec's router adds no noise")
         experts = int(config.take("num_local_experts"))
         fields["moe"] = {
@@ -81,6 +77,16 @@ class Mixtral(Family):
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m)
+
+    def refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
+        found = softmax_router.refusals(m, "mixtral")
+        if m.moe is not None and not m.moe.norm_topk_prob:
+            why = "Mixtral (transformers, vLLM) always renormalises top-k weights; set model.moe.norm_topk_prob=true"
+            found.append(("model.moe.norm_topk_prob", why))
+        if m.moe is not None and m.moe.first_dense_layers:
+            why = "every Mixtral layer is MoE; set model.moe.first_dense_layers=0"
+            found.append(("model.moe.first_dense_layers", why))
+        return found
 
 
 MIXTRAL = Mixtral(hf_class="MixtralForCausalLM", hf_model_type="mixtral")

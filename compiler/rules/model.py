@@ -199,6 +199,13 @@ def router_groups_consistent(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+def family_carries_the_model(ctx: RuleContext) -> Iterator[Problem]:
+    """Every model value is one the family's HF class computes (lmspec.compiler.families.family.Family.refusals)."""
+    m = ctx.spec.model
+    for path, why in FAMILIES[m.family].refusals(m):
+        yield error(path, f"{ctx.show(path)} under {ctx.show('model.family')}: {why}")
+
+
 RULES = (
     attention_block_matches_kind,
     rope_scaling_fields_match_type,
@@ -209,4 +216,5 @@ RULES = (
     moe_block_consistent,
     seq_length_within_positions,
     mtp_only_where_released,
+    family_carries_the_model,
 )

@@ -9,7 +9,16 @@ from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec
 
-MODEL_PRESETS = ("tiny", "tiny_moe", "llama3_8b", "llama3_70b", "mixtral_8x7b", "deepseek_v2_lite", "deepseek_v3")
+MODEL_PRESETS = (
+    "tiny",
+    "tiny_moe",
+    "llama3_8b",
+    "llama3_70b",
+    "mixtral_8x7b",
+    "qwen3_30b_a3b",
+    "deepseek_v2_lite",
+    "deepseek_v3",
+)
 
 
 def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eager") -> Any:

@@ -15,6 +15,7 @@ PUBLISHED_B = {
     "llama3_8b": (8.0, 8.0),
     "llama3_70b": (70.6, 70.6),
     "mixtral_8x7b": (46.7, 12.9),
+    "qwen3_30b_a3b": (30.5, 3.3),
     "deepseek_v2_lite": (15.7, None),
     "deepseek_v3": (671.0, 37.0),
 }
