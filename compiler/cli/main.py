@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, SpecError, UsageError, print_problems
 
-# One module per verb, named after it (lmspec.compiler.cli.<verb>), in the order `--help` lists
+# One module per verb, named after it (lmspec.compiler.cli.<verb>, "-" read as "_"), in the order `--help` lists
 # them. Each has `register(subparsers)` and imports nothing heavy at module level (torch,
 # deepspeed, megatron, vllm load inside the handler, if at all).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lmspec.compiler.cli.hook",
     "lmspec.compiler.cli.plan",
     "lmspec.compiler.cli.data",
+    "lmspec.compiler.cli.import_model",
 )
 
 
@@ -41,7 +42,7 @@ def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
     by each pre-commit run.
     """
     command = next((word for word in argv if not word.startswith("-")), None)
-    module = f"lmspec.compiler.cli.{command}"
+    module = f"lmspec.compiler.cli.{command.replace('-', '_')}" if command else ""
     return (module,) if module in COMMAND_MODULES else COMMAND_MODULES
 
 

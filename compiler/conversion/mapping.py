@@ -77,6 +77,8 @@ def shape_table(m: ModelSpec) -> dict[str, Shape]:
         "fc1": (2 * m.ffn_hidden_size, h),
         "fc2": (h, m.ffn_hidden_size),
         "qkv": ((m.num_attention_heads + 2 * m.num_kv_heads) * hd, h),
+        "qkv_bias": ((m.num_attention_heads + 2 * m.num_kv_heads) * hd,),
+        "head": (hd,),
         "o_proj": (h, m.num_attention_heads * hd),
         "eh_proj": (h, 2 * h),  # MTP: [normed embedding; normed hidden state] -> hidden
     }

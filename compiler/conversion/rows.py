@@ -68,6 +68,29 @@ GQA_ATTENTION = (
         "o_proj",
     ),
 )
+GQA_QKV_BIAS = Row(  # Qwen2: 1-D, interleaved by query group like the weight's rows
+    "self_attention.linear_qkv.bias",
+    "self_attention.linear_qkv.bias",
+    ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+    K.QKV,
+    "qkv_bias",
+)
+GQA_QK_NORM = (  # Qwen3: one RMSNorm over head_dim shared by every query head, one by every key head
+    Row(
+        "self_attention.q_layernorm.weight",
+        "self_attention.q_layernorm.weight",
+        ("self_attn.q_norm.weight",),
+        K.REPLICATED,
+        "head",
+    ),
+    Row(
+        "self_attention.k_layernorm.weight",
+        "self_attention.k_layernorm.weight",
+        ("self_attn.k_norm.weight",),
+        K.REPLICATED,
+        "head",
+    ),
+)
 MLA_ATTENTION = (
     Row("input_layernorm.weight", "input_layernorm.weight", ("input_layernorm.weight",), K.REPLICATED, "hidden"),
     Row(
@@ -169,13 +192,16 @@ LayerRows = tuple[list[Row], list[Row]]
 
 
 def decoder_layer(m: ModelSpec, layer: int, moe: tuple[Sequence[Row], Sequence[Row]] | None) -> LayerRows:
-    """The rows of decoder layer `layer`: attention by `model.attention`, then the dense MLP, or for
+    """The rows of decoder layer `layer`: attention by `model.attention` (with GQA's q/k/v bias and
+    q/k norms where the model has them), then the dense MLP, or for
     an MoE layer the family's `moe` rows (router and shared experts, per-expert rows)."""
     mla = m.attention == "mla"
     rows = list(MLA_ATTENTION if mla else GQA_ATTENTION)
     if mla:
         assert m.mla is not None
         rows[1:1] = MLA_Q_COMPRESSED if m.mla.q_lora_rank is not None else MLA_Q_DIRECT
+    else:
+        rows[2:2] = [GQA_QKV_BIAS] * m.qkv_bias + list(GQA_QK_NORM) * m.qk_norm
     rows.append(MLA_PRE_MLP_NORM if mla else GQA_PRE_MLP_NORM)
     if moe is None or m.moe is None or layer < m.moe.first_dense_layers:
         return rows + list(DENSE_MLP), []

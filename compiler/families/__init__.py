@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from lmspec.compiler.families import deepseek, llama, mixtral
+from lmspec.compiler.families import deepseek, llama, mistral, mixtral, qwen2, qwen3
 from lmspec.compiler.families.family import Family
 
 FAMILIES: dict[str, Family] = {
     "llama": llama.LLAMA,
+    "mistral": mistral.MISTRAL,
+    "qwen2": qwen2.QWEN2,
+    "qwen3": qwen3.QWEN3,
     "mixtral": mixtral.MIXTRAL,
     "deepseek_v2": deepseek.DEEPSEEK_V2,
     "deepseek_v3": deepseek.DEEPSEEK_V3,

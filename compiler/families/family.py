@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:  # sections.py takes its family names from the registry
     from lmspec.compiler.conversion.rows import LayerRows, MtpRows
@@ -36,6 +36,10 @@ class Family(ABC):
 
     hf_class: str  # transformers' causal-LM class, e.g. "LlamaForCausalLM"
     hf_model_type: str  # its config's model_type (AutoConfig.for_model picks the class by it)
+    # (model key, value): what the class hard-codes (Qwen2 always biases q/k/v, Llama never); rule
+    # `model_keys_fit_family` refuses another value, which the class could neither convert nor serve
+    fixed: ClassVar[tuple[tuple[str, Any], ...]] = (("qkv_bias", False), ("qk_norm", False))
+    head_dim_derived: ClassVar[bool] = False  # the class (vLLM's Qwen2) takes head_dim = hidden / heads, ignoring it
 
     @abstractmethod
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:

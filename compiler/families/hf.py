@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lmspec.compiler.families.family import Family
     from lmspec.compiler.spec.sections import ModelSpec
+
+
+def rope_scaling(m: ModelSpec) -> dict[str, Any] | None:
+    """config.json's `rope_scaling` of `m`: the legacy key transformers 5 reads into `rope_parameters`
+    (with `rope_theta`) and vLLM reads through transformers' config; the spec's fields a type uses."""
+    if m.rope_scaling is None:
+        return None
+    fields = dataclasses.asdict(m.rope_scaling)
+    kind = fields.pop("type")
+    return {"rope_type": kind, **{k: v for k, v in fields.items() if v is not None}}
 
 
 def decoder_config(family: Family, m: ModelSpec, own: dict[str, Any]) -> dict[str, Any]:
@@ -25,7 +36,7 @@ def decoder_config(family: Family, m: ModelSpec, own: dict[str, Any]) -> dict[st
         "max_position_embeddings": m.max_position_embeddings,
         "rms_norm_eps": m.norm_eps,
         "rope_theta": m.rope_theta,
-        "rope_scaling": None,
+        "rope_scaling": rope_scaling(m),
         "tie_word_embeddings": m.tie_embeddings,
         "hidden_act": "silu",
         "attention_bias": False,

@@ -151,3 +151,20 @@ def decoder_fields(config: HfConfig) -> dict[str, Any]:
         "tie_embeddings": bool(config.take("tie_word_embeddings", False)),
         "mtp_layers": 0,
     }
+
+
+def full_attention(config: HfConfig) -> None:
+    """Read the sliding-window fields of the Mistral/Qwen configs: lmspec's attention is full causal, so
+    a window that applies is refused; Qwen's window sizes, unused under `use_sliding_window: false`
+    (transformers then builds every layer full), are read as the metadata they are there."""
+    why = "lmspec's attention is full causal over the sequence; a sliding window would train a different model"
+    windowed = config.has("use_sliding_window")
+    if windowed:
+        config.expect("use_sliding_window", False, why=why)
+        config.take("sliding_window", None)
+        config.take("max_window_layers", None)
+    elif config.take("sliding_window", None) is not None:
+        raise ImportRefused("sliding_window", f"is {config.take('sliding_window')!r}; {why} (null is accepted)")
+    kinds = set(config.take("layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        raise ImportRefused("layer_types", f"has {sorted(kinds - {'full_attention'})}; {why}")

@@ -1,5 +1,6 @@
 """The megatron-core TransformerConfig arguments every family shares: RMSNorm, SwiGLU, RoPE, no
-biases; GQA via `num_query_groups` or MLA with RMSNorm on the q/kv latents; MoE with top-k routing,
+biases but the q/k/v one where the model has it; GQA via `num_query_groups` (per-head q/k RMSNorm where
+the model has it) or MLA with RMSNorm on the q/kv latents; MoE with top-k routing,
 shared experts and the first `moe.first_dense_layers` layers dense, dispatched all-to-all."""
 
 from __future__ import annotations
@@ -71,11 +72,12 @@ def decoder_config(m: ModelSpec) -> MegatronConfig:
         "layernorm_epsilon": m.norm_eps,
         "gated_linear_unit": True,
         "add_bias_linear": False,
-        "add_qkv_bias": False,
+        "add_qkv_bias": m.qkv_bias,
         **_moe_kwargs(m),
     }
     if m.attention != "mla":
-        return MegatronConfig("TransformerConfig", {**kwargs, "num_query_groups": m.num_kv_heads}, activation="silu")
+        gqa = {"num_query_groups": m.num_kv_heads, "qk_layernorm": m.qk_norm}
+        return MegatronConfig("TransformerConfig", {**kwargs, **gqa}, activation="silu")
     assert m.mla is not None, "validate() requires model.mla with attention=mla"
     mla = {
         "num_query_groups": m.num_attention_heads,

@@ -74,7 +74,9 @@ def attention_params(m: ModelSpec) -> tuple[int, int]:
     if m.attention == "gqa":
         q = h * heads * m.head_dim
         kv = 2 * h * m.num_kv_heads * m.head_dim
-        return q + kv + heads * m.head_dim * h, 0
+        bias = (heads + 2 * m.num_kv_heads) * m.head_dim if m.qkv_bias else 0  # Qwen2: q, k, v; none on o
+        qk_norms = 2 * m.head_dim if m.qk_norm else 0  # Qwen3: one RMSNorm weight over head_dim for q, one for k
+        return q + kv + bias + heads * m.head_dim * h, qk_norms
     assert m.mla is not None, "validate() guarantees mla ranks for attention=mla"
     mla = m.mla
     qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim

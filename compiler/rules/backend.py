@@ -32,4 +32,38 @@ def megatron_sequence_parallel_hint(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-RULES = (offload_needs_zero_stage, megatron_sequence_parallel_hint)
+# megatron-core 0.16.1's RotaryEmbedding._apply_scaling takes only the factor (GPTModel's
+# rope_scaling_factor); Llama-3.1's band limits and pretraining length are its defaults, fixed.
+MEGATRON_LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def megatron_rope_scaling_runs(ctx: RuleContext) -> Iterator[Problem]:
+    """The rope scaling megatron-core 0.16.1's GPTModel can apply to GQA attention: llama3 at Llama-3.1's
+    fixed band (factor free) and linear (seq_len_interpolation_factor); YaRN only with MLA (DeepSeek)."""
+    s, rs = ctx.spec, ctx.spec.model.rope_scaling
+    if s.train.backend != "megatron" or rs is None or s.model.attention != "gqa":
+        return
+    if rs.type == "yarn":
+        yield error(
+            "model.rope_scaling.type",
+            (
+                f"{ctx.show('model.rope_scaling.type')} with GQA attention: lmspec's megatron backend applies "
+                "YaRN only to MLA attention; use train.backend=deepspeed (transformers applies it)"
+            ),
+        )
+        return
+    if rs.type != "llama3":
+        return
+    for name, fixed in MEGATRON_LLAMA3_FIXED.items():
+        path = f"model.rope_scaling.{name}"
+        if getattr(rs, name) != fixed:
+            yield error(
+                path,
+                (
+                    f"{ctx.show(path)}: megatron-core 0.16.1 applies llama3 rope scaling only with {name}={fixed} "
+                    "(RotaryEmbedding._apply_scaling fixes it); use train.backend=deepspeed for this model"
+                ),
+            )
+
+
+RULES = (offload_needs_zero_stage, megatron_sequence_parallel_hint, megatron_rope_scaling_runs)

@@ -133,6 +133,32 @@ def rope_scaling_fields_match_type(ctx: RuleContext) -> Iterator[Problem]:
             yield error(path, f"{ctx.show(path)}: rope_scaling type {rs.type} does not use it; set {path}=null")
 
 
+def model_keys_fit_family(ctx: RuleContext) -> Iterator[Problem]:
+    """A key the family's HF class hard-codes (Qwen2 always biases q/k/v, Llama never normalises q/k)
+    must hold that value: another one could be trained but neither converted nor served as that class."""
+    m = ctx.spec.model
+    family = FAMILIES[m.family]
+    for key, value in family.fixed:
+        if getattr(m, key) != value:
+            path = f"model.{key}"
+            yield error(
+                path,
+                (
+                    f"{ctx.show(path)}: {family.hf_class} ({ctx.show('model.family')}) always has "
+                    f"{key}={str(value).lower()}; set {path}={str(value).lower()} or pick the family that has it"
+                ),
+            )
+    derived = m.hidden_size // m.num_attention_heads
+    if family.head_dim_derived and m.head_dim * m.num_attention_heads != m.hidden_size:
+        yield error(
+            "model.head_dim",
+            (
+                f"{ctx.show('model.head_dim')}: {family.hf_class} ({ctx.show('model.family')}) serves with head_dim "
+                f"= model.hidden_size / model.num_attention_heads; set model.head_dim={derived} or use family qwen3"
+            ),
+        )
+
+
 def router_groups_consistent(ctx: RuleContext) -> Iterator[Problem]:
     """Group-limited routing (DeepSeek-V3): experts split into equal groups, each token routed into the
     best `router_group_topk` groups, its top_k experts taken from those."""
@@ -176,6 +202,7 @@ def router_groups_consistent(ctx: RuleContext) -> Iterator[Problem]:
 RULES = (
     attention_block_matches_kind,
     rope_scaling_fields_match_type,
+    model_keys_fit_family,
     router_groups_consistent,
     gqa_groups_even,
     mla_head_dims_consistent,

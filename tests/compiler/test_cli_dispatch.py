@@ -23,6 +23,7 @@ def test_a_command_imports_just_its_module() -> None:
     assert _command_modules(["check", "--spec", "x.yaml"]) == (f"{CLI}.check",)
     assert _command_modules(["plan", "--gpus", "64"]) == (f"{CLI}.plan",)
     assert _command_modules(["hook", "compile-check"]) == (f"{CLI}.hook",)
+    assert _command_modules(["import-model", "config.json"]) == (f"{CLI}.import_model",)  # a verb's "-" is "_"
     assert _command_modules([]) == COMMAND_MODULES
     assert _command_modules(["main"]) == COMMAND_MODULES  # a module that is no verb is a typo
 
@@ -58,7 +59,7 @@ def test_help_and_unknown_commands_list_every_command(argv: list[str], capsys) -
         run(argv)
     out = capsys.readouterr()
     listed = out.out + out.err
-    assert all(m.removeprefix(f"{CLI}.") in listed for m in COMMAND_MODULES)
+    assert all(m.removeprefix(f"{CLI}.").replace("_", "-") in listed for m in COMMAND_MODULES)
 
 
 def _module_files() -> dict[str, Path]:

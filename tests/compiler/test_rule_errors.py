@@ -15,6 +15,35 @@ CASES = [
         id="rope-scaling-fields-of-its-type",
     ),
     pytest.param(
+        ["model=qwen2_5_7b", "hardware=h100_80g", "model.qkv_bias=false"],
+        [
+            "model.qkv_bias=false (command-line override): Qwen2ForCausalLM",
+            'model.family="qwen2" (lmspec:specs/model/qwen2_5_7b.yaml:',
+            "always has qkv_bias=true; set model.qkv_bias=true or pick the family that has it",
+        ],
+        id="model-keys-fit-the-family",
+    ),
+    pytest.param(
+        ["model=qwen2_5_7b", "hardware=h100_80g", "model.head_dim=64"],
+        ["model.head_dim=64 (command-line override): Qwen2ForCausalLM", "set model.head_dim=128 or use family qwen3"],
+        id="qwen2-head-dim-derived",
+    ),
+    pytest.param(
+        [
+            "model=qwen3_8b",
+            "hardware=h100_80g",
+            "parallel.tp=4",
+            "+model.rope_scaling={type:llama3,factor:8.0,original_max_position_embeddings:4096,low_freq_factor:1.0,"
+            "high_freq_factor:4.0,beta_fast:null,beta_slow:null,mscale:null,mscale_all_dim:null}",
+        ],
+        [
+            "model.rope_scaling.original_max_position_embeddings=4096 (command-line override): megatron-core 0.16.1",
+            "only with original_max_position_embeddings=8192",
+            "use train.backend=deepspeed",
+        ],
+        id="megatron-llama3-rope-band-fixed",
+    ),
+    pytest.param(
         ["model=deepseek_v3", "hardware=h800_80g", "model.moe.router_num_groups=3"],
         [
             "model.moe.router_num_groups=3 (command-line override) must divide model.moe.num_experts=256",

@@ -1,7 +1,8 @@
 """Build megatron-core's GPTModel from a spec: the model chunks of this pipeline rank.
 
-What is built: the family's architecture (lmspec.compiler.families: RMSNorm, SwiGLU, RoPE,
-no biases; GQA, or MLA; MoE), no dropout, with the TransformerConfig of
+What is built: the family's architecture (lmspec.compiler.families: RMSNorm, SwiGLU, RoPE with
+Llama-3.1's scaling, no biases but Qwen2's q/k/v; GQA with Qwen3's q/k norms, or MLA; MoE), no
+dropout, with the TransformerConfig of
 `lmspec.runtime.train.megatron.config` and the layer specs of `...megatron.layer_specs`.
 MoE tokens are dispatched all-to-all over the expert-parallel group; the pipeline split
 follows the Plan's `stage_layers` (the spec's `pp_layout`) through
@@ -13,9 +14,11 @@ initialised with the same degrees, and on CPU inside `lmspec.runtime.compat.mega
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ModelSpec, Spec
 from lmspec.runtime.train.megatron.config import ParallelDegrees, transformer_config
 from lmspec.runtime.train.megatron.layer_specs import decoder_block_spec, mtp_block_spec
 
@@ -48,6 +51,7 @@ def build_model(
         share_embeddings_and_output_weights=m.tie_embeddings,
         position_embedding_type="rope",
         rotary_base=int(m.rope_theta),
+        **rope_scaling_kwargs(m),
         mtp_block_spec=mtp_block_spec(config, block_spec, pp_rank=pp_rank, vp_stage=vp_stage),
         pg_collection=None,
         vp_stage=vp_stage,
@@ -55,6 +59,19 @@ def build_model(
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def rope_scaling_kwargs(m: ModelSpec) -> dict[str, Any]:
+    """GPTModel's arguments for `model.rope_scaling` on GQA attention: llama3 as megatron-core's
+    `rope_scaling` (band limits fixed; rule megatron_rope_scaling_runs), linear as position interpolation.
+    MLA's YaRN goes through its MLATransformerConfig (lmspec.compiler.families.megatron)."""
+    rs = m.rope_scaling
+    if rs is None or m.attention != "gqa":
+        return {}
+    if rs.type == "llama3":
+        return {"rope_scaling": True, "rope_scaling_factor": rs.factor}
+    assert rs.type == "linear", "rule megatron_rope_scaling_runs refuses yarn with GQA attention"
+    return {"seq_len_interpolation_factor": rs.factor}
 
 
 def build_chunks(spec: Spec, degrees: ParallelDegrees) -> list:

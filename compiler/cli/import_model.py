@@ -1,0 +1,118 @@
+"""`lmspec import-model`: a model group file (specs/model/NAME.yaml) from a released HF config.json.
+
+The family is the one whose transformers class is the config's `architectures[0]`; its
+`from_hf_config` reads the fields it keeps and refuses what lmspec cannot carry over, and any field
+left unread is refused here by name, so an import is exact or is no import. The file names its
+source and the source's sha256 (the review trail of where an architecture came from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+from lmspec.compiler.errors import EXIT_OK, UsageError
+
+IMPORT_HEADER = "# Imported by `lmspec import-model` from "  # an existing file not starting so is not replaced
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import-model", help="write a model group file from a Hugging Face config.json")
+    p.add_argument("source", type=Path, metavar="CONFIG_JSON_OR_DIR", help="a config.json, or the directory holding it")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the file to write, e.g. specs/model/NAME.yaml")
+    p.add_argument("--name", help="model.name (default: the output file's stem)")
+    p.set_defaults(handler=_cmd_import_model)
+
+
+def read_config(source: Path) -> tuple[Path, bytes, dict[str, Any]]:
+    """(the config.json's path, its bytes, its fields); a directory stands for its config.json."""
+    path = source / "config.json" if source.is_dir() else source
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        config = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{path} holds a JSON {type(config).__name__}, not a config object")
+    return path, data, config
+
+
+def model_group(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """The model group of `config` (name and family first, then the family's fields), or an error
+    naming every field lmspec would have to drop."""
+    from lmspec.compiler.families import FAMILIES
+    from lmspec.compiler.families.hf_import import HfConfig
+
+    by_class = {family.hf_class: family_name for family_name, family in FAMILIES.items()}
+    architectures = config.get("architectures")
+    arch = architectures[0] if isinstance(architectures, list) and architectures else None
+    if arch not in by_class:
+        raise UsageError(
+            f"config.json field architectures: {architectures!r} is no class lmspec supports "
+            f"({', '.join(sorted(by_class))})"
+        )
+    family_name = by_class[arch]
+    read = HfConfig(config)
+    fields = FAMILIES[family_name].from_hf_config(read)
+    unread = read.unread()
+    if unread:
+        raise UsageError(
+            f"config.json field(s) {', '.join(unread)}: lmspec does not model them, so importing would train "
+            f"and serve a different model than the release ({arch})"
+        )
+    return {"name": name, "family": family_name, **fields}
+
+
+def _ordered(cls: type, group: dict[str, Any]) -> dict[str, Any]:
+    """`group` in the order of `cls`'s fields (the presets' and the schema's order), nested groups too."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        value = group[f.name]
+        inner = [a for a in typing.get_args(hints[f.name]) if isinstance(a, type) and dataclasses.is_dataclass(a)]
+        out[f.name] = _ordered(inner[0], value) if inner and isinstance(value, dict) else value
+    return out
+
+
+def group_text(group: dict[str, Any], source: Path, digest: str, output: Path) -> str:
+    import yaml
+
+    from lmspec.compiler.paths import SCHEMA_FILE, display_path
+    from lmspec.compiler.spec.sections import ModelSpec
+
+    schema_file, folder = SCHEMA_FILE.with_name("model.schema.json"), output.resolve().parent
+    inside = folder.is_relative_to(SCHEMA_FILE.parent.parent)  # lmspec's own presets: the relative path
+    schema = Path(os.path.relpath(schema_file, folder)).as_posix() if inside else schema_file.as_uri()
+    body = yaml.safe_dump(_ordered(ModelSpec, group), sort_keys=False, default_flow_style=False, width=1000)
+    header = f"{IMPORT_HEADER}{display_path(source)} (sha256 {digest}).\n"
+    return f"{header}# yaml-language-server: $schema={schema}\n{body}"
+
+
+def _cmd_import_model(args: argparse.Namespace) -> int:
+    from lmspec.compiler.build.writer import require_own_file, write_file_atomic
+    from lmspec.compiler.spec.kinds import PLAIN_NAME
+
+    output: Path = args.output
+    if output.suffix != ".yaml":  # Hydra finds a group option by its name + ".yaml"
+        raise UsageError(f"-o {output}: a model group file ends in .yaml (e.g. specs/model/NAME.yaml)")
+    name = args.name if args.name is not None else output.stem
+    if not re.fullmatch(PLAIN_NAME.pattern, name):
+        raise UsageError(f"model name {name!r} is not {PLAIN_NAME.what}; pass --name")
+    require_own_file(output, IMPORT_HEADER)  # before reading: a refusal costs nothing
+    path, data, config = read_config(args.source)
+    group = model_group(config, name)
+    write_file_atomic(
+        output, group_text(group, path, hashlib.sha256(data).hexdigest(), output), owned_prefix=IMPORT_HEADER
+    )
+    print(f"wrote {output} ({group['family']}, {group['num_layers']} layers, from {path})")
+    return EXIT_OK
