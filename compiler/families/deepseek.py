@@ -15,7 +15,7 @@ from lmspec.compiler.families.family import Family, MegatronConfig
 
 if TYPE_CHECKING:
     from lmspec.compiler.families.hf_import import HfConfig
-    from lmspec.compiler.spec.sections import ModelSpec
+    from lmspec.compiler.spec.sections import ModelSpec, MoeSpec
 
 ROUTER = Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router")
 SHARED_EXPERTS = (
@@ -69,6 +69,31 @@ MTP = MtpRows(
 )
 
 
+def _hf_rope_scaling(m: ModelSpec) -> dict[str, Any] | None:
+    """YaRN as the release writes it (legacy `rope_scaling`, which transformers 5 and vLLM both read)."""
+    rs = m.rope_scaling
+    if rs is None:
+        return None
+    fields = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+    return {"type": rs.type, **{k: getattr(rs, k) for k in fields if getattr(rs, k) is not None}}
+
+
+# DeepSeek-V3's weights as released: FP8 e4m3 with one float scale_inv per 128x128 block, activations quantised
+# at run time. lmspec trains in the spec's dtype; `lmspec run --stage import` dequantises these weights.
+RELEASED_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def _expect_released_fp8(quantization: dict[str, Any]) -> None:
+    """Accept only the FP8 block quantisation of DeepSeek's release (weights stored as fp8 x scale_inv)."""
+    for field in sorted(set(quantization) | set(RELEASED_FP8)):
+        if quantization.get(field) != RELEASED_FP8.get(field):
+            raise hf_import.ImportRefused(
+                f"quantization_config.{field}",
+                f"is {quantization.get(field)!r}; lmspec reads only weights released as {RELEASED_FP8} "
+                "(dequantised to the training dtype by `lmspec run --stage import`)",
+            )
+
+
 @dataclass(frozen=True)
 class DeepSeek(Family):
     releases_mtp: bool  # V3's checkpoints carry its MTP module (config num_nextn_predict_layers)
@@ -82,26 +107,32 @@ class DeepSeek(Family):
         return decoder_layer(m, layer, moe=(routed, EXPERT))
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
-        moe = m.moe
-        own = (
-            {}
-            if moe is None
-            else {
-                "moe_intermediate_size": moe.ffn_hidden_size,
-                "n_routed_experts": moe.num_experts,
-                "n_shared_experts": moe.num_shared_experts,
-                "num_experts_per_tok": moe.top_k,
-                "first_k_dense_replace": moe.first_dense_layers,
-                "moe_layer_freq": 1,
-                "n_group": 1,
-                "topk_group": 1,
-                "norm_topk_prob": True,
-                "routed_scaling_factor": 1.0,
-            }
-        )
+        own: dict[str, Any] = {"rope_scaling": _hf_rope_scaling(m)}
+        if m.moe is not None:
+            own.update(self._hf_router(m.moe))
         if self.releases_mtp:
             own["num_nextn_predict_layers"] = m.mtp_layers
         return hf.decoder_config(self, m, own)
+
+    def _hf_router(self, moe: MoeSpec) -> dict[str, Any]:
+        """The experts' and router's keys as both transformers' class and vLLM's deepseek_v2.py read them
+        (rules/deepseek.py refuses what either cannot carry)."""
+        grouped = moe.router_num_groups is not None
+        method = "noaux_tc" if self.releases_mtp else "group_limited_greedy" if grouped else "greedy"
+        return {
+            "moe_intermediate_size": moe.ffn_hidden_size,
+            "n_routed_experts": moe.num_experts,
+            "n_shared_experts": moe.num_shared_experts,
+            "num_experts_per_tok": moe.top_k,
+            "first_k_dense_replace": moe.first_dense_layers,
+            "moe_layer_freq": 1,
+            "n_group": moe.router_num_groups or 1,
+            "topk_group": moe.router_group_topk or 1,
+            "topk_method": method,
+            "scoring_func": moe.router_score_function,
+            "norm_topk_prob": moe.norm_topk_prob,
+            "routed_scaling_factor": moe.routed_scaling_factor,
+        }
 
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
@@ -124,19 +155,10 @@ class DeepSeek(Family):
             config.expect("moe_layer_freq", 1, why="lmspec's MoE layers follow the dense ones without gaps")
             config.expect("ep_size", 1, why="a parallel degree of DeepSeek's own code, not of the architecture")
             score = config.expect("scoring_func", "sigmoid" if self.releases_mtp else "softmax", why="the router")
+            methods = ("noaux_tc",) if self.releases_mtp else ("greedy", "group_limited_greedy")
+            method = config.expect("topk_method", *methods, why="how the release picks experts")
             groups, top = config.take("n_group", None), config.take("topk_group", None)
-            grouped = groups is not None and groups > 1
-            config.expect(
-                "topk_method",
-                *(
-                    ("noaux_tc",)
-                    if self.releases_mtp
-                    else ("group_limited_greedy", "greedy")
-                    if grouped
-                    else ("greedy",)
-                ),
-                why="how the release picks experts",
-            )
+            grouped = method != "greedy" and groups is not None and groups > 1  # V2's greedy ignores the groups
             fields["moe"] = {
                 "num_experts": int(config.take("n_routed_experts")),
                 "top_k": int(config.take("num_experts_per_tok")),
@@ -152,6 +174,8 @@ class DeepSeek(Family):
             }
         if self.releases_mtp:
             fields["mtp_layers"] = int(config.take("num_nextn_predict_layers", 0))
+        if config.has("quantization_config"):
+            _expect_released_fp8(config.take("quantization_config"))
         return fields
 
     def mtp_rows(self) -> MtpRows | None:

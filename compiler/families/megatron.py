@@ -32,10 +32,32 @@ def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
         # softmax over the top-k logits renormalises them (HF norm_topk_prob); softmax over all experts first does not
         "moe_router_pre_softmax": moe.router_score_function == "softmax" and not moe.norm_topk_prob,
         "moe_router_dtype": "fp32",
+        "moe_router_num_groups": moe.router_num_groups,  # group-limited routing (DeepSeek-V3: 8 groups, top 4)
+        "moe_router_group_topk": moe.router_group_topk,
+        "moe_router_topk_scaling_factor": moe.routed_scaling_factor,
     }
     if moe.num_shared_experts:
         kwargs["moe_shared_expert_intermediate_size"] = moe.num_shared_experts * moe.ffn_hidden_size
     return kwargs
+
+
+def _mla_rope(m: ModelSpec) -> dict[str, Any]:
+    """MLA's rope: plain, or YaRN (megatron-core's YarnRotaryEmbedding: the cos/sin scaled by
+    mscale(factor, mscale) / mscale(factor, mscale_all_dim), the softmax by mscale(factor, mscale_all_dim)^2,
+    as transformers' DeepseekV2/V3 do); rules/deepseek.py refuses the other rope_scaling types."""
+    rs = m.rope_scaling
+    if rs is None:
+        return {"rope_type": "rope"}
+    assert rs.type == "yarn", "rules/deepseek.py: MLA rope_scaling is yarn or null"
+    return {
+        "rope_type": "yarn",
+        "rotary_scaling_factor": rs.factor,
+        "original_max_position_embeddings": rs.original_max_position_embeddings,
+        "beta_fast": rs.beta_fast,
+        "beta_slow": rs.beta_slow,
+        "mscale": rs.mscale,
+        "mscale_all_dim": rs.mscale_all_dim,
+    }
 
 
 def decoder_config(m: ModelSpec) -> MegatronConfig:
@@ -65,7 +87,7 @@ def decoder_config(m: ModelSpec) -> MegatronConfig:
         "qk_head_dim": m.mla.qk_nope_head_dim,
         "qk_pos_emb_head_dim": m.mla.qk_rope_head_dim,
         "v_head_dim": m.mla.v_head_dim,
-        "rope_type": "rope",
         "rotary_base": m.rope_theta,
+        **_mla_rope(m),
     }
     return MegatronConfig("MLATransformerConfig", {**kwargs, **mla}, activation="silu")

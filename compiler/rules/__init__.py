@@ -12,6 +12,7 @@ from lmspec.compiler.rules import (
     budget,
     capability,
     data,
+    deepseek,
     experts,
     launch,
     layout,
@@ -25,6 +26,7 @@ from lmspec.compiler.spec.sections import Spec
 
 RULES = (
     *model.RULES,
+    *deepseek.RULES,
     *layout.RULES,
     *experts.RULES,
     *batch.RULES,

@@ -57,6 +57,37 @@ CASES = [
         id="router-groups-set-together",
     ),
     pytest.param(
+        ["model=deepseek_v2_lite", "hardware=h800_80g", "model.moe.norm_topk_prob=true"],
+        [
+            "model.moe.norm_topk_prob=true (command-line override): transformers' DeepseekV2 ignores norm_topk_prob",
+            "set model.moe.norm_topk_prob=false",
+        ],
+        id="deepseek-v2-cannot-renormalise",
+    ),
+    pytest.param(
+        ["model=deepseek_v3", "hardware=h800_80g", "model.moe.router_group_topk=2"],
+        [
+            "model.moe.router_group_topk=2 (command-line override) with model.moe.top_k=8",
+            "scores a group by its top 4 experts, transformers' and vLLM's deepseek_v3 by its top 2",
+            "set model.moe.top_k=4 or model.moe.router_group_topk=4",
+        ],
+        id="deepseek-v3-group-score-width",
+    ),
+    pytest.param(
+        ["model=deepseek_v3", "hardware=h800_80g", "model.moe.router_score_function=softmax"],
+        ["transformers' and vLLM's deepseek_v3 score experts with sigmoid", "router_score_function=sigmoid"],
+        id="deepseek-v3-scores-with-sigmoid",
+    ),
+    pytest.param(
+        [
+            "model=deepseek_v3",
+            "hardware=h800_80g",
+            "model.rope_scaling={type: linear, factor: 4.0}",
+        ],
+        ["multi-latent attention scales rope only with yarn", "model.rope_scaling=null"],
+        id="mla-rope-is-yarn",
+    ),
+    pytest.param(
         ["model.mtp_layers=1"],
         [
             "model.mtp_layers=1 (command-line override)",

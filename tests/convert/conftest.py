@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.convert import MOE_TP2_EP2, Trained, train
+from helpers.convert import MOE_TP2_EP2, V2_TP2_EP2, Trained, train
 
 
 @pytest.fixture(scope="session")
@@ -26,8 +26,15 @@ def tiny_pp2(workdir: Path) -> Trained:
 
 @pytest.fixture(scope="session")
 def tiny_moe_tp2_ep2(workdir: Path) -> Trained:
-    """tiny_moe (MLA, 8 experts top-2, 1 shared, first layer dense, one MTP module) at TP=2 with EP=2."""
+    """tiny_moe (DeepSeek-V3-shaped: MLA, 8 experts top-4 of 2 of 4 groups, sigmoid + correction bias, scaled
+    by 2.5, 1 shared, first layer dense, YaRN, one MTP module) at TP=2 with EP=2."""
     return train(workdir, "tiny_moe_tp2_ep2", MOE_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")
+
+
+@pytest.fixture(scope="session")
+def tiny_v2_tp2_ep2(workdir: Path) -> Trained:
+    """tiny_moe as DeepSeek-V2 (helpers.convert.V2_TP2_EP2) at TP=2 with EP=2."""
+    return train(workdir, "tiny_v2_tp2_ep2", V2_TP2_EP2, spec="tiny_moe_pretrain_2rank_cpu_fp32")
 
 
 @pytest.fixture(scope="session")

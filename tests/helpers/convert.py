@@ -29,6 +29,19 @@ TRAIN_STEPS = 3
 # megatron-core refuses to train MoE with TP but without sequence parallelism; one MTP module as
 # DeepSeek-V3 has, so every conversion test of the MoE model carries it (model.layers.4.*)
 MOE_TP2_EP2 = ["parallel.tp=2", "parallel.sequence_parallel=true", "model.mtp_layers=1"]
+# tiny_moe as DeepSeek-V2 has it: softmax scores over all experts, never renormalised, no correction bias,
+# no query compression; group-limited (the best expert of each group scores it), routed output scaled
+V2_TP2_EP2 = [
+    "parallel.tp=2",
+    "parallel.sequence_parallel=true",
+    "model.family=deepseek_v2",
+    "model.mla.q_lora_rank=null",
+    "model.moe.router_score_function=softmax",
+    "model.moe.router_score_bias=false",
+    "model.moe.norm_topk_prob=false",
+    "model.moe.top_k=2",
+    "model.moe.routed_scaling_factor=1.5",
+]
 
 
 def _one_thread() -> dict[str, str]:

@@ -1,5 +1,5 @@
 """megatron-core on 2 CPU ranks: TP=2 with sequence parallel, PP=2 with an uneven layout,
-MoE with EP=2 (tiny_moe: MLA, top-2, shared expert, first layer dense), and a TP=2
+MoE with EP=2 (tiny_moe: MLA, group-limited top-4, shared expert, first layer dense), and a TP=2
 checkpoint resumed at TP=1."""
 
 from __future__ import annotations
