@@ -162,12 +162,16 @@ def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[
 
 
 def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    from transformers import AutoModelForCausalLM
-
     from lmspec.runtime.convert.hf_source import QUANTIZATION, read_config
 
-    if QUANTIZATION in read_config(hf_dir):
-        return _forward(_dequantized_hf_model(hf_dir), tokens)
+    model = _dequantized_hf_model(hf_dir) if QUANTIZATION in read_config(hf_dir) else _loaded_cleanly(hf_dir)
+    return _forward(model, tokens)
+
+
+def _loaded_cleanly(hf_dir: Path) -> Any:
+    """transformers' model of `hf_dir`; UsageError if any weight is missing or left over."""
+    from transformers import AutoModelForCausalLM
+
     # transformers annotates from_pretrained's return as the model alone, even with output_loading_info=True
     model, info = cast(
         tuple[Any, dict[str, Any]],
@@ -177,28 +181,26 @@ def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[t
     bad = {kind: sorted(map(str, names)) for kind, names in info.items() if names and kind != "error_msgs"}
     if bad:  # transformers initialises missing weights randomly: that must not pass as "converted"
         raise UsageError(f"{hf_dir}: transformers did not load it cleanly: {bad}")
-    return _forward(model, tokens)
+    return model
 
 
 def _dequantized_hf_model(hf_dir: Path) -> Any:
-    """transformers' model of a block-FP8 directory's config, holding its weights dequantised (module docstring)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """transformers' own loading of a block-FP8 directory's weights dequantised by the release's formula
+    (module docstring), from a temporary float32 copy of the directory without its quantization_config."""
+    import tempfile
 
-    from lmspec.runtime.convert.hf_source import QUANTIZATION, SCALE_SUFFIX, HfTensors
+    from safetensors.torch import save_file
 
-    config = AutoConfig.from_pretrained(str(hf_dir))
-    delattr(config, QUANTIZATION)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    from lmspec.runtime.convert.hf_source import CONFIG, QUANTIZATION, SCALE_SUFFIX, SINGLE, HfTensors, read_config
+
+    config = {k: v for k, v in read_config(hf_dir).items() if k != QUANTIZATION}
     hf = HfTensors(hf_dir)
-    state = {
-        name: hf.get(name).float()
-        for name in hf.weight_map
-        if not name.endswith(SCALE_SUFFIX) and not _is_mtp(name, config)
-    }
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise UsageError(f"{hf_dir}: the dequantised weights do not fit transformers' model: {missing=} {unexpected=}")
-    return model
+    with tempfile.TemporaryDirectory(prefix="lmspec-verify-dequantised-") as tmp:
+        (Path(tmp) / CONFIG).write_text(json.dumps(config), encoding="utf-8")
+        weights = {name: hf.get(name).float() for name in hf.weight_map if not name.endswith(SCALE_SUFFIX)}
+        save_file(weights, str(Path(tmp) / SINGLE), metadata={"format": "pt"})
+        del weights
+        return _loaded_cleanly(Path(tmp))
 
 
 def _is_mtp(name: str, config: Any) -> bool:

@@ -103,9 +103,10 @@ def import_weights(build: Build, hf_dir: Path, out_root: Path) -> int:
         )
     count, largest = load_into_model(chunks[0], build.mapping, hf_dir, ps)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    shard = sum(p.numel() * p.element_size() for p in chunks[0].state_dict().values() if torch.is_tensor(p))
     print(
-        f"import rank {torch.distributed.get_rank()}: {count} tensors, largest read {largest / 2**20:.1f} MiB, "
-        f"peak RSS {peak / 2**20:.1f} MiB before saving",
+        f"import rank {torch.distributed.get_rank()}: {count} tensors, model shard {shard / 2**20:.1f} MiB, "
+        f"largest read {largest / 2**20:.1f} MiB, peak RSS {peak / 2**20:.1f} MiB before saving",
         flush=True,
     )
     reload = getattr(trainer.optimizer, "reload_model_params", None)  # type: ignore[attr-defined]
