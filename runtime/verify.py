@@ -4,11 +4,18 @@ Loads the conversion output with transformers' `AutoModelForCausalLM.from_pretra
 and the newest checkpoint with the training backend (megatron: lmspec.runtime.train.megatron.model's
 builder, one process, TP=PP=EP=1, dist_checkpointing reshards whatever layout was
 trained; deepspeed: the trainer's own HF model with DeepSpeed's ZeRO consolidation),
-runs the same token batch through both and compares logits: cosine similarity (must
-reach MIN_LOGITS_COSINE) and max absolute difference. Forward hooks record every
-decoder layer's output on both sides; every layer must also stay above
-MIN_LAYER_COSINE, and a failure names the first layer whose outputs diverge, which is
-where a bad mapping entry lives.
+runs the same token batch through both and compares logits: the max absolute difference must
+stay within MAX_LOGITS_ABS_DIFF (fp32: a routing or renormalisation error that a cosine >= 0.99
+cannot see moves logits by 1e-2). Cosine similarity is reported; forward hooks record every
+decoder layer's output on both sides, and a failure names the first layer whose outputs fall
+below MIN_LAYER_COSINE, which is where a bad mapping entry lives.
+
+`--from HF_DIR` compares another HF directory; on a build that imported weights (`--stage import`)
+the reference is then the imported checkpoint (runs/<name>/imported/step_0), so the import is judged
+against transformers on the very directory it read. A block-FP8 directory (DeepSeek-V3's release) is
+judged by transformers' model on the weights dequantised with the release's formula
+(lmspec.runtime.convert.hf_source.BlockFp8): transformers' own FP8 loader needs `accelerate`, which
+this environment does not install, and its dequantisation assumes blocks that divide the weight.
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, MAPPING
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
-MIN_LOGITS_COSINE = 0.99  # what issue 6 requires; fp32 on CPU reaches >= 0.9999
-MIN_LAYER_COSINE = 0.999  # a layer whose outputs fall below this is "diverging"
+MAX_LOGITS_ABS_DIFF = 1e-4  # fp32 (issue 18); a wrong norm_topk_prob measured 0.0137
+MIN_LAYER_COSINE = 0.999  # a layer whose outputs fall below this is "diverging" (the locator, not the criterion)
 VERIFY_SEQUENCES = 2
 VERIFY_TOKENS = 64
 
@@ -42,22 +49,21 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Logits close enough AND no layer off: a lightly trained model can hide a wrong layer
-        behind a logits cosine above 0.99 (a swapped kv group measured 0.993 with layer 2 at 0.91)."""
-        return self.cosine >= MIN_LOGITS_COSINE and self.first_divergence() is None
+        return self.max_abs_diff <= MAX_LOGITS_ABS_DIFF
 
     def first_divergence(self) -> str | None:
+        """Where a failure starts: the first layer below MIN_LAYER_COSINE, else the output head."""
         for name, cos in self.layers:
             if cos < MIN_LAYER_COSINE:
                 return name
-        return "the output head (lm_head / output_layer)" if self.cosine < MIN_LOGITS_COSINE else None
+        return None if self.ok else "the output head (lm_head / output_layer)"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "logits_cosine": self.cosine,
             "max_abs_diff": self.max_abs_diff,
             "ok": self.ok,
-            "min_cosine": MIN_LOGITS_COSINE,
+            "max_abs_diff_allowed": MAX_LOGITS_ABS_DIFF,
             "min_layer_cosine": MIN_LAYER_COSINE,
             "first_diverging": self.first_divergence(),
             "layers": {name: cos for name, cos in self.layers},
@@ -156,6 +162,14 @@ def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[
 
 
 def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    from lmspec.runtime.convert.hf_source import QUANTIZATION, read_config
+
+    model = _dequantized_hf_model(hf_dir) if QUANTIZATION in read_config(hf_dir) else _loaded_cleanly(hf_dir)
+    return _forward(model, tokens)
+
+
+def _loaded_cleanly(hf_dir: Path) -> Any:
+    """transformers' model of `hf_dir`; UsageError if any weight is missing or left over."""
     from transformers import AutoModelForCausalLM
 
     # transformers annotates from_pretrained's return as the model alone, even with output_loading_info=True
@@ -167,7 +181,26 @@ def hf_outputs(hf_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[t
     bad = {kind: sorted(map(str, names)) for kind, names in info.items() if names and kind != "error_msgs"}
     if bad:  # transformers initialises missing weights randomly: that must not pass as "converted"
         raise UsageError(f"{hf_dir}: transformers did not load it cleanly: {bad}")
-    return _forward(model, tokens)
+    return model
+
+
+def _dequantized_hf_model(hf_dir: Path) -> Any:
+    """transformers' own loading of a block-FP8 directory's weights dequantised by the release's formula
+    (module docstring), from a temporary float32 copy of the directory without its quantization_config."""
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    from lmspec.runtime.convert.hf_source import CONFIG, QUANTIZATION, SCALE_SUFFIX, SINGLE, HfTensors, read_config
+
+    config = {k: v for k, v in read_config(hf_dir).items() if k != QUANTIZATION}
+    hf = HfTensors(hf_dir)
+    with tempfile.TemporaryDirectory(prefix="lmspec-verify-dequantised-") as tmp:
+        (Path(tmp) / CONFIG).write_text(json.dumps(config), encoding="utf-8")
+        weights = {name: hf.get(name).float() for name in hf.weight_map if not name.endswith(SCALE_SUFFIX)}
+        save_file(weights, str(Path(tmp) / SINGLE), metadata={"format": "pt"})
+        del weights
+        return _loaded_cleanly(Path(tmp))
 
 
 def _is_mtp(name: str, config: Any) -> bool:
@@ -205,16 +238,27 @@ def compare(
     return Report(cosine(ref_logits, hf_logits), float((ref_logits - hf_logits).abs().max()), layers)
 
 
-def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
-    """Compare the newest checkpoint of the build with `hf_dir` (default: the build's convert.output)."""
+def reference_step(build: Build, hf_dir: Path | None) -> Path:
+    """The checkpoint to judge: the imported one when comparing with another HF directory and the build
+    has one (module docstring), else the newest of train.checkpoint.dir."""
+    from lmspec.compiler.build.files import step_dir
+    from lmspec.runtime.convert.import_stage import imported_root
     from lmspec.runtime.convert.to_hf import latest_checkpoint
 
+    imported = imported_root(build) / step_dir(0)
+    if hf_dir is not None and imported.is_dir():
+        return imported
+    return latest_checkpoint(Path(build.plan.paths.checkpoint_dir))
+
+
+def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
+    """Compare the build's checkpoint (reference_step) with `hf_dir` (default: the build's convert.output)."""
     spec, paths = build.spec, build.plan.paths
     _ = build.mapping  # the table the comparison judges, checked before anything is loaded
+    step = reference_step(build, hf_dir)
     hf_dir = Path(paths.convert_output) if hf_dir is None else hf_dir
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
-    step = latest_checkpoint(Path(paths.checkpoint_dir))
     tokens = token_batch(spec, Path(paths.run_dir))
     if spec.train.backend == "deepspeed":
         reference = deepspeed_outputs(spec, step, tokens)
@@ -236,13 +280,13 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
     print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     if report.ok:
         print(
-            f"verify: ok: logits cosine {report.cosine:.6f} >= {MIN_LOGITS_COSINE}, "
-            f"max |diff| {report.max_abs_diff:.3e}"
+            f"verify: ok: logits max |diff| {report.max_abs_diff:.3e} <= {MAX_LOGITS_ABS_DIFF:g}, "
+            f"cosine {report.cosine:.6f}"
         )
         return EXIT_OK
     print(
-        f"verify: FAILED: logits cosine {report.cosine:.6f} (>= {MIN_LOGITS_COSINE} required), max |diff| "
-        f"{report.max_abs_diff:.3e}; first diverging: {report.first_divergence()} (layer outputs below "
+        f"verify: FAILED: logits max |diff| {report.max_abs_diff:.3e} (<= {MAX_LOGITS_ABS_DIFF:g} required), "
+        f"cosine {report.cosine:.6f}; first diverging: {report.first_divergence()} (layer outputs below "
         f"{MIN_LAYER_COSINE} cosine); check its entries in {MAPPING}",
         file=sys.stderr,
     )

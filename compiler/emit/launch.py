@@ -16,6 +16,7 @@ from lmspec.compiler.plan import Plan
 
 PYTHON_ENV = "LMSPEC_PYTHON"  # interpreter running torch.distributed.run (default python3); named in torchrun.sh.j2
 TRAIN_MODULE = "lmspec.runtime.train"
+IMPORT_MODULE = "lmspec.runtime.convert.from_hf"  # torchrun.sh's `import` entry: released HF weights in
 LOOPBACK_ADDR = "127.0.0.1"  # one node: rendezvous on loopback, no hostname resolution needed
 
 
@@ -35,6 +36,7 @@ def torchrun_sh(plan: Plan) -> str:
         master_port=s.cluster.master_port,
         rdzv_id=shell(f"lmspec-{plan.name}"),
         train_module=TRAIN_MODULE,
+        import_module=IMPORT_MODULE,
         checkpoint_dir=shell(s.train.checkpoint.dir),
         resume=s.train.checkpoint.resume == "auto",
     )

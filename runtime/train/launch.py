@@ -38,17 +38,10 @@ POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
 def run_train(build: Build, options: argparse.Namespace) -> int:
     launcher = build.spec.cluster.launcher
     root = launch_root(build)
-    env = dict(os.environ)
-    env.setdefault(PYTHON_ENV, sys.executable)
-    command = train_command(root, launcher)
+    env = launch_env()
+    command = launch_command(root, launcher)
     if options.dry_run:
-        print(shell_line(command, env))
-        if launcher == "slurm":
-            print(
-                "squeue --noheader --jobs <job id> --format '%T %M %R'   # every "
-                f"{POLL_INTERVAL_S:g} s until the job ends"
-            )
-        return EXIT_OK
+        return print_dry_run(command, env, launcher)
     ready = data_ready(build.plan)  # before any worker starts or anything is written (--smoke too)
     if not (init_from_ready(build.spec) and ready):
         return EXIT_FAILED
@@ -58,9 +51,30 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
             return EXIT_FAILED
     if options.smoke:
         return smoke(root, launcher, env)
+    return launch(command, env, launcher, build.spec.name)
+
+
+def launch_env() -> dict[str, str]:
+    """This process's environment, with $LMSPEC_PYTHON defaulting to this interpreter."""
+    env = dict(os.environ)
+    env.setdefault(PYTHON_ENV, sys.executable)
+    return env
+
+
+def print_dry_run(command: list[str], env: dict[str, str], launcher: str) -> int:
+    print(shell_line(command, env))
+    if launcher == "slurm":
+        print(
+            f"squeue --noheader --jobs <job id> --format '%T %M %R'   # every {POLL_INTERVAL_S:g} s until the job ends"
+        )
+    return EXIT_OK
+
+
+def launch(command: list[str], env: dict[str, str], launcher: str, name: str) -> int:
+    """Run `command` (launch_command's) to its end: a local process group, or a Slurm job followed."""
     if launcher == "local":
         return _run_local(command, env)
-    return _run_slurm(command, env, build.spec.name)
+    return _run_slurm(command, env, name)
 
 
 def launch_root(build: Build) -> Path:
@@ -71,10 +85,11 @@ def launch_root(build: Build) -> Path:
     return build.root.resolve()
 
 
-def train_command(build: Path, launcher: str) -> list[str]:
+def launch_command(build: Path, launcher: str, entry: tuple[str, ...] = ()) -> list[str]:
+    """The build's own launcher; `entry` (torchrun.sh's ENTRY ARGS...) picks what every rank runs, default train."""
     if launcher == "local":
-        return ["bash", str(build / TORCHRUN_SH), str(build)]
-    return ["sbatch", "--parsable", "--wait", str(build / SBATCH_SH), str(build)]
+        return ["bash", str(build / TORCHRUN_SH), str(build), *entry]
+    return ["sbatch", "--parsable", "--wait", str(build / SBATCH_SH), str(build), *entry]
 
 
 def shell_line(command: list[str], env: dict[str, str]) -> str:

@@ -10,9 +10,6 @@ qwen3: the per-head q/k RMSNorms and a head_dim that is not hidden / heads.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from helpers.convert import Trained, compile_run_build, lmspec, train, verify_report
 
@@ -55,17 +52,11 @@ def test_megatron_to_hf_logits_match_transformers(converted: tuple[str, Trained]
 
 
 def test_hf_to_megatron_logits_match_transformers(converted: tuple[str, Trained], record_property) -> None:  # noqa: ANN001
-    from lmspec.runtime.convert.from_hf import reverse_build
-
     family, source = converted
     name = f"tiny_{family}_from_hf"
     build = compile_run_build(source.workdir, name, [*TP2, *FAMILY_OVERRIDES[family]])
-    cwd = Path.cwd()
-    try:
-        os.chdir(source.workdir)
-        reverse_build(build, source.hf_dir)
-    finally:
-        os.chdir(cwd)
+    imported = lmspec("run", str(build), "--stage", "import", "--from", str(source.hf_dir), cwd=source.workdir)
+    assert imported.returncode == 0, imported.stderr[-3000:]
     code, report, err = verify_report(Trained(source.workdir, build, name), source.hf_dir)
     assert code == 0, err[-3000:]
     record_property("max_abs_diff", report["max_abs_diff"])

@@ -113,7 +113,9 @@ def test_scripts_carry_the_plans_numbers(variant: str, builds: dict[str, Path]) 
     assert f"NNODES={layout.nodes}\n" in torchrun
     assert f"NPROC_PER_NODE={layout.gpus_per_node}\n" in torchrun
     assert f"${{MASTER_PORT:-{s.cluster.master_port}}}" in torchrun
-    assert '-m lmspec.runtime.train "$BUILD_DIR"' in torchrun
+    assert "  train) MODULE=lmspec.runtime.train ;;\n" in torchrun
+    assert "  import) MODULE=lmspec.runtime.convert.from_hf ;;\n" in torchrun
+    assert '-m "$MODULE" "$BUILD_DIR" "${ENTRY_ARGS[@]}"' in torchrun
     options = _sbatch_options((builds[variant] / SBATCH_SH).read_text())
     assert options["--nodes"] == str(layout.nodes)
     assert options["--ntasks-per-node"] == "1"

@@ -1,0 +1,67 @@
+"""`lmspec run BUILD --stage import --from HF_DIR`: released HF weights -> a checkpoint at the build's layout.
+
+Checked here, before any rank starts: the build trains with megatron (a deepspeed build reads HF
+weights through its own HF model, not a Megatron checkpoint: refused with the way out), and HF_DIR
+holds the build's model with a quantisation lmspec can undo (lmspec.runtime.convert.hf_source). Then
+the build's own launcher runs the `import` entry of launch/torchrun.sh (lmspec.runtime.convert.from_hf)
+exactly as `--stage train` runs training: torchrun locally, or sbatch with one torchrun per node. The
+checkpoint lands in runs/<name>/imported/step_0 (IMPORTED_DIR, outside train.checkpoint.dir: a run's
+own checkpoints are resumed, not initialised from), written under a temporary name and renamed when
+every rank has saved; the stage then prints the override that trains from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from lmspec.compiler.build.files import run_dir, step_dir
+from lmspec.compiler.build.reader import Build
+from lmspec.compiler.errors import EXIT_OK, UsageError
+from lmspec.runtime.convert.hf_source import check_source
+from lmspec.runtime.train.checkpoint import TMP_PREFIX
+from lmspec.runtime.train.launch import launch, launch_command, launch_env, launch_root, print_dry_run
+
+IMPORTED_DIR = "imported"  # under the run directory: the checkpoints `--stage import` writes
+IMPORT_ENTRY = "import"  # launch/torchrun.sh's entry for lmspec.runtime.convert.from_hf
+
+
+def imported_root(build: Build) -> Path:
+    """runs/<name>/imported, relative to the working directory as every run path is."""
+    return Path(run_dir(build.spec.name)) / IMPORTED_DIR
+
+
+def run_import(build: Build, options: argparse.Namespace) -> int:
+    hf_dir: Path | None = getattr(options, "hf_dir", None)
+    if hf_dir is None:
+        raise UsageError("--stage import needs --from HF_DIR (a HuggingFace model directory)")
+    if build.spec.train.backend != "megatron":
+        raise UsageError(
+            f"--stage import writes a Megatron checkpoint; this build has train.backend="
+            f"{build.spec.train.backend!r}. Compile it with train.backend=megatron, or fine-tune the HF "
+            "directory with a deepspeed build's own HF model"
+        )
+    fp8 = check_source(hf_dir, build.mapping["hf_config"])
+    out = imported_root(build)
+    launcher = build.spec.cluster.launcher
+    entry = (IMPORT_ENTRY, str(hf_dir.resolve()), str(out.resolve()))
+    command = launch_command(launch_root(build), launcher, entry)
+    env = launch_env()
+    if options.dry_run:
+        return print_dry_run(command, env, launcher)
+    if fp8 is not None:
+        print(f"import: {hf_dir} is block-FP8 ({fp8.block[0]}x{fp8.block[1]}); dequantising while reading", flush=True)
+    code = launch(command, env, launcher, build.spec.name)
+    if code != EXIT_OK:
+        for partial in out.glob(f"{TMP_PREFIX}*"):  # the save's temporary directory: never a checkpoint
+            shutil.rmtree(partial, ignore_errors=True)
+        print(f"lmspec run: the import failed (exit code {code}); no checkpoint was written", file=sys.stderr)
+        return code
+    print(
+        f"import: wrote {out / step_dir(0)}; train from it by compiling with the override "
+        f"train.init_from={out / step_dir(0)}",
+        flush=True,
+    )
+    return EXIT_OK
