@@ -94,6 +94,37 @@ def _expect_released_fp8(quantization: dict[str, Any]) -> None:
             )
 
 
+# How many of a group's best scores sum to the group's score: transformers and vLLM take V2's maximum
+# (group_limited_greedy) and V3's top-2 sum; megatron-core sums the top (top_k / router_group_topk).
+GROUP_SCORE_TOP = {"deepseek_v2": 1, "deepseek_v3": 2}
+
+
+def _rope_refusals(m: ModelSpec) -> list[tuple[str, str]]:
+    """megatron-core's MLA scales rope with YaRN only; transformers reads mscale and mscale_all_dim only when
+    both are non-zero."""
+    rs = m.rope_scaling
+    if m.attention != "mla" or rs is None:
+        return []
+    if rs.type != "yarn":
+        return [
+            (
+                "model.rope_scaling.type",
+                "megatron-core's multi-latent attention scales rope only with yarn; set "
+                "model.rope_scaling.type=yarn with its fields, or model.rope_scaling=null",
+            )
+        ]
+    if not (rs.mscale and rs.mscale_all_dim) and (rs.mscale != 1.0 or rs.mscale_all_dim):
+        return [
+            (
+                "model.rope_scaling.mscale",
+                f"with model.rope_scaling.mscale_all_dim={rs.mscale_all_dim} transformers reads the two only when "
+                "both are non-zero (else it scales cos/sin as mscale=1.0), megatron-core and vLLM always; set both "
+                "non-zero, or mscale=1.0 and mscale_all_dim=0.0",
+            )
+        ]
+    return []
+
+
 @dataclass(frozen=True)
 class DeepSeek(Family):
     releases_mtp: bool  # V3's checkpoints carry its MTP module (config num_nextn_predict_layers)
@@ -116,7 +147,7 @@ class DeepSeek(Family):
 
     def _hf_router(self, moe: MoeSpec) -> dict[str, Any]:
         """The experts' and router's keys as both transformers' class and vLLM's deepseek_v2.py read them
-        (rules/deepseek.py refuses what either cannot carry)."""
+        (`refusals` names what either cannot carry)."""
         grouped = moe.router_num_groups is not None
         method = "noaux_tc" if self.releases_mtp else "group_limited_greedy" if grouped else "greedy"
         return {
@@ -177,6 +208,59 @@ class DeepSeek(Family):
         if config.has("quantization_config"):
             _expect_released_fp8(config.take("quantization_config"))
         return fields
+
+    def refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
+        """transformers' DeepseekV2/V3 and vLLM's deepseek_v2.py hard-code part of the router and the rope;
+        megatron-core trains the spec as written: a value one of them would compute differently."""
+        found = _rope_refusals(m)
+        moe = m.moe
+        if moe is None:
+            return found
+        score, bias = ("sigmoid", True) if self.releases_mtp else ("softmax", False)
+        if moe.router_score_function != score:
+            found.append(
+                (
+                    "model.moe.router_score_function",
+                    f"transformers' and vLLM's {self.hf_model_type} score experts with {score}; "
+                    f"set model.moe.router_score_function={score}",
+                )
+            )
+        if moe.router_score_bias != bias:
+            found.append(
+                (
+                    "model.moe.router_score_bias",
+                    f"{self.hf_class} {'always carries' if bias else 'has no'} a score-correction bias "
+                    f"(e_score_correction_bias); set model.moe.router_score_bias={str(bias).lower()}",
+                )
+            )
+        if not self.releases_mtp and moe.norm_topk_prob:
+            found.append(
+                (
+                    "model.moe.norm_topk_prob",
+                    "transformers' DeepseekV2 ignores norm_topk_prob (it never renormalises the top-k weights) "
+                    "while megatron-core and vLLM would; set model.moe.norm_topk_prob=false",
+                )
+            )
+        if score == "sigmoid" and not moe.norm_topk_prob and moe.top_k > 1:
+            found.append(
+                (
+                    "model.moe.norm_topk_prob",
+                    "megatron-core always renormalises sigmoid top-k weights (top_k > 1); "
+                    "set model.moe.norm_topk_prob=true",
+                )
+            )
+        top, per_group = moe.router_group_topk, GROUP_SCORE_TOP[self.hf_model_type]
+        if top is not None and moe.top_k != per_group * top:
+            fewer = max(moe.top_k // per_group, 1)
+            found.append(
+                (
+                    "model.moe.router_group_topk",
+                    f"with model.moe.top_k={moe.top_k} megatron-core scores a group by its top {moe.top_k // top} "
+                    f"experts, transformers' and vLLM's {self.hf_model_type} by its top {per_group}; set "
+                    f"model.moe.top_k={per_group * top} or model.moe.router_group_topk={fewer}",
+                )
+            )
+        return found
 
     def mtp_rows(self) -> MtpRows | None:
         return MTP if self.releases_mtp else None

@@ -44,11 +44,11 @@ def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
 def _mla_rope(m: ModelSpec) -> dict[str, Any]:
     """MLA's rope: plain, or YaRN (megatron-core's YarnRotaryEmbedding: the cos/sin scaled by
     mscale(factor, mscale) / mscale(factor, mscale_all_dim), the softmax by mscale(factor, mscale_all_dim)^2,
-    as transformers' DeepseekV2/V3 do); rules/deepseek.py refuses the other rope_scaling types."""
+    as transformers' DeepseekV2/V3 do); DeepSeek.refusals refuses the other rope_scaling types."""
     rs = m.rope_scaling
     if rs is None:
         return {"rope_type": "rope"}
-    assert rs.type == "yarn", "rules/deepseek.py: MLA rope_scaling is yarn or null"
+    assert rs.type == "yarn", "DeepSeek.refusals: MLA rope_scaling is yarn or null"
     return {
         "rope_type": "yarn",
         "rotary_scaling_factor": rs.factor,

@@ -12,7 +12,6 @@ from lmspec.compiler.rules import (
     budget,
     capability,
     data,
-    deepseek,
     experts,
     launch,
     layout,
@@ -26,7 +25,6 @@ from lmspec.compiler.spec.sections import Spec
 
 RULES = (
     *model.RULES,
-    *deepseek.RULES,
     *layout.RULES,
     *experts.RULES,
     *batch.RULES,

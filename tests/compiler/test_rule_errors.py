@@ -59,7 +59,8 @@ CASES = [
     pytest.param(
         ["model=deepseek_v2_lite", "hardware=h800_80g", "model.moe.norm_topk_prob=true"],
         [
-            "model.moe.norm_topk_prob=true (command-line override): transformers' DeepseekV2 ignores norm_topk_prob",
+            "model.moe.norm_topk_prob=true (command-line override) under model.family=",
+            "transformers' DeepseekV2 ignores norm_topk_prob",
             "set model.moe.norm_topk_prob=false",
         ],
         id="deepseek-v2-cannot-renormalise",
@@ -67,7 +68,8 @@ CASES = [
     pytest.param(
         ["model=deepseek_v3", "hardware=h800_80g", "model.moe.router_group_topk=2"],
         [
-            "model.moe.router_group_topk=2 (command-line override) with model.moe.top_k=8",
+            "model.moe.router_group_topk=2 (command-line override) under model.family=",
+            "with model.moe.top_k=8 megatron-core",
             "scores a group by its top 4 experts, transformers' and vLLM's deepseek_v3 by its top 2",
             "set model.moe.top_k=4 or model.moe.router_group_topk=4",
         ],
