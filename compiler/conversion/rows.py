@@ -177,6 +177,24 @@ DENSE_MLP = (
     Row("mlp.linear_fc2.weight", "mlp.linear_fc2.weight", ("mlp.down_proj.weight",), K.ROW, "fc2"),
 )
 
+# Routed experts as DeepSeek's and Qwen3-MoE's releases name them (Mixtral's are w1/w3/w2: its module).
+PROJ_EXPERTS = (
+    Row(
+        "mlp.experts.experts.linear_fc1.weight",
+        "mlp.experts.local_experts.{i}.linear_fc1.weight",
+        ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
+        K.GATED_MLP,
+        "expert_fc1",
+    ),
+    Row(
+        "mlp.experts.experts.linear_fc2.weight",
+        "mlp.experts.local_experts.{i}.linear_fc2.weight",
+        ("mlp.experts.{e}.down_proj.weight",),
+        K.ROW,
+        "expert_fc2",
+    ),
+)
+
 
 class MtpRows(NamedTuple):
     """A family's multi-token-prediction module beside its decoder layer: its own rows (checkpoint and

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
-from lmspec.compiler.conversion.rows import LayerRows, MtpRows, Row, decoder_layer
+from lmspec.compiler.conversion.rows import PROJ_EXPERTS, LayerRows, MtpRows, Row, decoder_layer
 from lmspec.compiler.families import hf, hf_import, megatron
 from lmspec.compiler.families.family import Family, MegatronConfig
 
@@ -36,22 +36,6 @@ SHARED_EXPERTS = (
 )
 ROUTER_BIAS = Row(
     "mlp.router.expert_bias", "mlp.router.expert_bias", ("mlp.gate.e_score_correction_bias",), K.REPLICATED, "experts"
-)
-EXPERT = (
-    Row(
-        "mlp.experts.experts.linear_fc1.weight",
-        "mlp.experts.local_experts.{i}.linear_fc1.weight",
-        ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
-        K.GATED_MLP,
-        "expert_fc1",
-    ),
-    Row(
-        "mlp.experts.experts.linear_fc2.weight",
-        "mlp.experts.local_experts.{i}.linear_fc2.weight",
-        ("mlp.experts.{e}.down_proj.weight",),
-        K.ROW,
-        "expert_fc2",
-    ),
 )
 
 
@@ -135,7 +119,7 @@ class DeepSeek(Family):
         routed = [ROUTER, *(SHARED_EXPERTS if m.moe.num_shared_experts else ())]
         if m.moe.router_score_bias:
             routed.append(ROUTER_BIAS)
-        return decoder_layer(m, layer, moe=(routed, EXPERT))
+        return decoder_layer(m, layer, moe=(routed, PROJ_EXPERTS))
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         own: dict[str, Any] = {"rope_scaling": _hf_rope_scaling(m)}

@@ -81,6 +81,10 @@ class HfConfig:
 def rope(config: HfConfig) -> tuple[float, dict[str, Any] | None]:
     """(rope_theta, model.rope_scaling) from the legacy fields (`rope_theta`, `rope_scaling`) or
     transformers 5's `rope_parameters`; a scaling type lmspec does not model is refused."""
+    import dataclasses
+
+    from lmspec.compiler.spec.sections import ROPE_SCALING_FIELDS, RopeScalingSpec  # sections imports families
+
     if config.has("rope_parameters"):
         params = dict(config.take("rope_parameters"))
         theta = params.pop("rope_theta")
@@ -93,29 +97,17 @@ def rope(config: HfConfig) -> tuple[float, dict[str, Any] | None]:
     scaling = dict(scaling)
     kind = scaling.pop("rope_type", None) or scaling.pop("type", None)
     scaling.pop("type", None)
-    fields = {
-        "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-        "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"),
-        "linear": ("factor",),
-    }
-    if kind not in fields:
-        raise ImportRefused("rope_scaling", f"type {kind!r} is not one lmspec models (llama3, yarn, linear)")
-    extra = sorted(set(scaling) - set(fields[kind]))
+    if kind not in ROPE_SCALING_FIELDS:
+        raise ImportRefused(
+            "rope_scaling", f"type {kind!r} is not one lmspec models ({', '.join(ROPE_SCALING_FIELDS)})"
+        )
+    read = ("factor", *ROPE_SCALING_FIELDS[kind])
+    extra = sorted(set(scaling) - set(read))
     if extra:
         raise ImportRefused(f"rope_scaling.{extra[0]}", f"is not a field of rope_scaling type {kind} lmspec models")
-    out: dict[str, Any] = dict.fromkeys(
-        (
-            "original_max_position_embeddings",
-            "low_freq_factor",
-            "high_freq_factor",
-            "beta_fast",
-            "beta_slow",
-            "mscale",
-            "mscale_all_dim",
-        )
-    )
-    out.update({"type": kind, **{k: scaling[k] for k in fields[kind] if k in scaling}})
-    missing = [k for k in fields[kind] if out.get(k) is None]
+    out: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields(RopeScalingSpec))
+    out.update({"type": kind, **{k: scaling[k] for k in read if k in scaling}})
+    missing = [k for k in read if out.get(k) is None]
     if missing:
         raise ImportRefused(f"rope_scaling.{missing[0]}", f"is missing; rope_scaling type {kind} needs it")
     return float(theta), {

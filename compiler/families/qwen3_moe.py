@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmspec.compiler.conversion.kinds import SplitKind as K
-from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
+from lmspec.compiler.conversion.rows import PROJ_EXPERTS, LayerRows, Row, decoder_layer
 from lmspec.compiler.families import hf, hf_import, megatron, softmax_router
 from lmspec.compiler.families.family import Family, MegatronConfig
 
@@ -21,22 +21,6 @@ if TYPE_CHECKING:
     from lmspec.compiler.spec.sections import ModelSpec
 
 ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router"),)
-EXPERT = (
-    Row(
-        "mlp.experts.experts.linear_fc1.weight",
-        "mlp.experts.local_experts.{i}.linear_fc1.weight",
-        ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
-        K.GATED_MLP,
-        "expert_fc1",
-    ),
-    Row(
-        "mlp.experts.experts.linear_fc2.weight",
-        "mlp.experts.local_experts.{i}.linear_fc2.weight",
-        ("mlp.experts.{e}.down_proj.weight",),
-        K.ROW,
-        "expert_fc2",
-    ),
-)
 
 
 def _dense_layers(config: HfConfig, num_layers: int) -> int:
@@ -58,7 +42,7 @@ class Qwen3Moe(Family):
     fixed: ClassVar[tuple[tuple[str, Any], ...]] = (("qkv_bias", False), ("qk_norm", True))
 
     def layer_rows(self, m: ModelSpec, layer: int) -> LayerRows:
-        return decoder_layer(m, layer, moe=(ROUTER, EXPERT))
+        return decoder_layer(m, layer, moe=(ROUTER, PROJ_EXPERTS))
 
     def hf_config(self, m: ModelSpec) -> dict[str, Any]:
         moe = m.moe

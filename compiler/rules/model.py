@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import fields
 
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.models.dims import divisors
 from lmspec.compiler.rules.context import RuleContext, listed
+from lmspec.compiler.spec.sections import ROPE_SCALING_FIELDS, RopeScalingSpec
 
 
 def attention_block_matches_kind(ctx: RuleContext) -> Iterator[Problem]:
@@ -102,29 +104,12 @@ def mtp_only_where_released(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-# The rope_scaling fields each type reads (HF's rope_scaling keys of that type); the others must stay null.
-ROPE_SCALING_FIELDS = {
-    "llama3": ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-    "yarn": ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"),
-    "linear": (),
-}
-ROPE_SCALING_OPTIONAL = (
-    "original_max_position_embeddings",
-    "low_freq_factor",
-    "high_freq_factor",
-    "beta_fast",
-    "beta_slow",
-    "mscale",
-    "mscale_all_dim",
-)
-
-
 def rope_scaling_fields_match_type(ctx: RuleContext) -> Iterator[Problem]:
     rs = ctx.spec.model.rope_scaling
     if rs is None:
         return
     wanted = ROPE_SCALING_FIELDS[rs.type]
-    for name in ROPE_SCALING_OPTIONAL:
+    for name in (f.name for f in fields(RopeScalingSpec) if f.name not in ("type", "factor")):
         path = f"model.rope_scaling.{name}"
         value = getattr(rs, name)
         if name in wanted and value is None:

@@ -124,6 +124,15 @@ class MoeSpec:
     )
 
 
+# The rope_scaling fields each type reads besides `factor` (HF's rope_scaling keys of that type); a spec
+# leaves the others null (rule rope_scaling_fields_match_type), an import refuses them.
+ROPE_SCALING_FIELDS: dict[str, tuple[str, ...]] = {
+    "llama3": ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    "yarn": ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"),
+    "linear": (),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RopeScalingSpec:
     """RoPE context extension as the released config.json states it (HF `rope_scaling`); the fields a
