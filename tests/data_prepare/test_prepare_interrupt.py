@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import LMSPEC
-from helpers.processes import kill_group
+from helpers.processes import default_sigint, kill_group
 from helpers.tokenizers import builtin_documents, write_jsonl
 
 
@@ -37,7 +37,14 @@ def test_interrupted_run_leaves_nothing(tmp_path: Path, tokenizer_dir: Path, big
         "--workers",
         "2",
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
     try:
         deadline = time.monotonic() + 120
         while not any(out.iterdir()) and proc.poll() is None and time.monotonic() < deadline:

@@ -17,6 +17,13 @@ import pytest
 OUTPUT_TAIL_CHARS = 3000
 
 
+def default_sigint() -> None:
+    """Popen's preexec_fn for a child the test stops with SIGINT: a shell's background job (`cmd &` without
+    job control, as a CI runner may start pytest) ignores SIGINT, the ignore is inherited, and Python then
+    installs no KeyboardInterrupt handler, so Ctrl-C would never reach the code under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group `proc` leads, then reap `proc`."""
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers.build import compile_build
 from helpers.cli import LMSPEC
+from helpers.processes import default_sigint
 
 from lmspec.compiler.cli.main import run as lmspec
 from lmspec.compiler.cli.run import STAGES
@@ -104,6 +105,7 @@ def test_stopping_lmspec_run_stops_the_whole_group(signum: int, builds: dict[str
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 30
