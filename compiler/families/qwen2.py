@@ -31,7 +31,7 @@ class Qwen2(Family):
         fields = hf_import.decoder_fields(config)
         hf_import.full_attention(config)
         config.expect("use_mrope", False, why="multimodal rotary sections are Qwen2-VL's, not a text model's")
-        return {**fields, "qkv_bias": True}
+        return {**fields, **dict(self.fixed)}
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m)

@@ -29,7 +29,7 @@ class Qwen3(Family):
         fields = hf_import.decoder_fields(config)
         hf_import.full_attention(config)
         config.expect("attention_bias", False, why="Qwen3's attention_bias also biases o_proj, which lmspec has not")
-        return {**fields, "qk_norm": True}
+        return {**fields, **dict(self.fixed)}
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:
         return megatron.decoder_config(m)

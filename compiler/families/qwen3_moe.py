@@ -65,7 +65,7 @@ class Qwen3Moe(Family):
         fields = hf_import.decoder_fields(config)
         config.expect("attention_bias", False, why="Qwen3's attention_bias also biases o_proj, which lmspec has not")
         hf_import.full_attention(config)
-        fields["qk_norm"] = True  # Qwen3's attention always norms q and k per head
+        fields.update(self.fixed)  # Qwen3's attention always norms q and k per head
         fields["moe"] = {
             "num_experts": int(config.take("num_experts")),
             "top_k": int(config.take("num_experts_per_tok")),
