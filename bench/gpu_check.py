@@ -123,8 +123,8 @@ def rows(work: Path) -> list[dict[str, object]]:
         if not root.is_dir():
             continue
         plan = Build.open(root).plan
-        t, layout = plan.spec.train, plan.layout
-        step = estimate_step_time(plan.spec, plan.memory)
+        t, layout = plan.spec.train, plan.trained().layout
+        step = estimate_step_time(plan.spec, plan.trained().memory)
         measured = _measured(work / "runs" / plan.name / "metrics.jsonl")
         status_file = work / "status" / variant.name  # bench/gpu_check.sh writes the run's outcome there
         status = status_file.read_text().strip() if status_file.is_file() else "-"
@@ -134,7 +134,7 @@ def rows(work: Path) -> list[dict[str, object]]:
                 "layout": f"tp{layout.tp} pp{layout.pp} cp{layout.cp} dp{layout.dp}",
                 "impl": t.transformer_impl,
                 "precision": t.precision if t.fp8_recipe is None else f"{t.precision}/{t.fp8_recipe}",
-                "estimated_gib": plan.memory.worst.total_bytes / GIB,
+                "estimated_gib": plan.trained().memory.worst.total_bytes / GIB,
                 "peak_gib": None if measured is None else measured[0],
                 "estimated_step_s": None if step is None else float(step.total),
                 "step_s": None if measured is None else measured[1],

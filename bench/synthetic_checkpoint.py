@@ -65,7 +65,7 @@ def main(build_dir: Path) -> None:
 
     dist.init_process_group("gloo")
     build = Build.open(build_dir)
-    ckpts = Checkpoints(Path(build.plan.paths.checkpoint_dir), keep_last_k=1)
+    ckpts = Checkpoints(Path(build.training().train.checkpoint.dir), keep_last_k=1)
     tmp = ckpts.begin_save(1)  # the trainer's own writer: manifest, run id, `latest`
     target = tmp / DIST_CKPT_DIR
     if dist.get_rank() == 0:

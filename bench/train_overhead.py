@@ -110,7 +110,7 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
     from lmspec.runtime.train.megatron.config import ParallelDegrees
     from lmspec.runtime.train.megatron.model import build_model
 
-    batch = plan.batch
+    batch = plan.trained().batch
     ps.initialize_model_parallel()
     torch.manual_seed(spec.train.seed)
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)

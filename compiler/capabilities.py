@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmspec.compiler.plan import Device, device_kind
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 Backend = Literal["megatron", "deepspeed"]
 Impl = Literal["local", "transformer_engine"]
@@ -155,16 +155,16 @@ NO_TARGET: dict[tuple[Backend, Impl], str] = {
 }
 
 
-def target_of(spec: Spec) -> Target:
+def target_of(spec: TrainingSpec) -> Target:
     return Target(spec.train.backend, spec.train.transformer_impl, device_kind(spec))
 
 
-def capabilities_of(spec: Spec) -> Capabilities | None:
+def capabilities_of(spec: TrainingSpec) -> Capabilities | None:
     """The spec's target's capabilities; None where no such target exists (NO_TARGET says why)."""
     return TABLE.get(target_of(spec))
 
 
-def requested_features(spec: Spec) -> tuple[Feature, ...]:
+def requested_features(spec: TrainingSpec) -> tuple[Feature, ...]:
     """The features a spec asks for, in FEATURE_KEYS' order."""
     p, t, m = spec.parallel, spec.train, spec.model
     asked: dict[Feature, bool] = {

@@ -13,11 +13,12 @@ from typing import Any, Literal
 
 from lmspec.compiler import __version__
 from lmspec.compiler.build.files import run_dir
-from lmspec.compiler.errors import Problem
+from lmspec.compiler.errors import Problem, UsageError
 from lmspec.compiler.models.comm import CommEstimate, estimate_comm
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
+from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
 from lmspec.compiler.models.summary import (
     FlopsSummary,
@@ -31,7 +32,7 @@ from lmspec.compiler.models.summary import (
 from lmspec.compiler.models.train_memory import TrainMemory, estimate_train_memory
 from lmspec.compiler.spec.load import Composed
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ConvertSpec, ServingSpec, Spec, TrainingSpec, serving, training
 
 Device = Literal["cpu", "gpu"]
 
@@ -72,22 +73,41 @@ class RunPaths:
     """The directories a run writes and reads, relative to the job's working directory."""
 
     run_dir: str  # runs/<name>/: metrics.jsonl, vllm.log, ... (compiler/build/files.py)
-    checkpoint_dir: str  # train.checkpoint.dir
-    convert_output: str  # convert.output: the HuggingFace model the convert stage writes
-    served_model_dir: str  # what vLLM serves: serve.model_path, else the conversion output
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainPlan:
+    """Training's derived numbers; present when the spec trains."""
+
+    spec: TrainingSpec
+    layout: Layout
+    batch: Batch
+    memory: TrainMemory  # per-GPU training memory of every pipeline stage
+    flops: FlopsSummary
+    comm: CommEstimate  # communication per step against compute, nothing overlapped
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServePlan:
+    """Serving's derived numbers; present when the spec serves."""
+
+    spec: ServingSpec
+    model_dir: str  # what vLLM serves, relative to the job's working directory
+    layout: ServeLayout  # the engine's GPUs, nodes and node roles
+    memory: ServeMemory  # per GPU, the same on every node role
+
+
+class MissingPart(UsageError):
+    """A command asked for a part of the job the spec does not have (train: null or serve: null): exit 2."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     lmspec_version: str
     spec: Spec
-    layout: Layout
-    batch: Batch
     params: ParamCounts
-    memory: TrainMemory  # per-GPU training memory of every pipeline stage
-    flops: FlopsSummary
-    serving: ServeMemory
-    comm: CommEstimate  # communication per step against compute, nothing overlapped
+    train: TrainPlan | None  # None for a serve-only job (train: null)
+    serve: ServePlan | None  # None for a train-only job (serve: null)
     overrides: tuple[str, ...]
     choices: tuple[tuple[str, str], ...]
     warnings: tuple[Problem, ...]
@@ -100,20 +120,40 @@ class Plan:
     def name(self) -> str:
         return self.spec.name
 
+    def trained(self) -> TrainPlan:
+        """The training part; MissingPart names the key when the job does not train."""
+        if self.train is None:
+            raise MissingPart(f"{self.name} does not train (train: null): it is a serve-only job")
+        return self.train
+
+    def served(self) -> ServePlan:
+        """The serving part; MissingPart names the key when the job does not serve."""
+        if self.serve is None:
+            raise MissingPart(f"{self.name} does not serve (serve: null): it is a train-only job")
+        return self.serve
+
+    def conversion(self) -> ConvertSpec:
+        """The convert section of a job that trains; MissingPart when there is nothing to convert."""
+        if self.spec.convert is None or self.train is None:
+            raise MissingPart(f"{self.name} converts no checkpoint (train or convert is null)")
+        return self.spec.convert
+
     def spec_dict(self) -> dict[str, Any]:
         """The resolved spec as plain data (lists, not tuples), in the sections' order."""
         return _plain(dataclasses.asdict(self.spec))
 
     def derived_dict(self) -> dict[str, Any]:
-        """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec."""
+        """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec.
+        A part the job does not have is null."""
+        t, v = self.train, self.serve
         return {
-            "layout": _plain(dataclasses.asdict(self.layout)),
-            "batch": dataclasses.asdict(self.batch),
+            "layout": _plain(dataclasses.asdict(t.layout)) if t else None,
+            "batch": dataclasses.asdict(t.batch) if t else None,
             "params": params_dict(self.params),
-            "memory": memory_dict(self.memory),
-            "flops": flops_dict(self.flops),
-            "serve": serve_dict(self.serving),
-            "comm": comm_dict(self.comm),
+            "memory": memory_dict(t.memory) if t else None,
+            "flops": flops_dict(t.flops) if t else None,
+            "serve": {**serve_dict(v.memory), "layout": _plain(dataclasses.asdict(v.layout))} if v else None,
+            "comm": comm_dict(t.comm) if t else None,
         }
 
     def to_document(self) -> dict[str, Any]:
@@ -150,12 +190,15 @@ _MISSING = object()
 
 
 def run_paths(spec: Spec) -> RunPaths:
-    return RunPaths(
-        run_dir=run_dir(spec.name),
-        checkpoint_dir=spec.train.checkpoint.dir,
-        convert_output=spec.convert.output,
-        served_model_dir=spec.serve.model_path or spec.convert.output,
-    )
+    return RunPaths(run_dir=run_dir(spec.name))
+
+
+def served_model_dir(spec: ServingSpec) -> str:
+    """What vLLM serves: serve.model_path, else the conversion output (rules.jobs: one of them is set)."""
+    if spec.serve.model_path is not None:
+        return spec.serve.model_path
+    assert spec.convert is not None, "rules.jobs.serving_has_a_model"
+    return spec.convert.output
 
 
 def device_kind(spec: Spec) -> Device:
@@ -173,6 +216,29 @@ def _plain(value: Any) -> Any:
 
 def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
     """Derive every number from a spec that `validate` accepted."""
+    trains, serves = training(spec), serving(spec)
+    return Plan(
+        lmspec_version=__version__,
+        spec=spec,
+        params=count_params(spec.model),
+        train=train_plan(trains) if trains is not None else None,
+        serve=serve_plan(serves) if serves is not None else None,
+        overrides=composed.overrides,
+        choices=tuple(sorted(composed.choices.items())),
+        warnings=tuple(warnings),
+        paths=run_paths(spec),
+        device=device_kind(spec),
+        origins=composed.origins,
+    )
+
+
+def serve_plan(spec: ServingSpec) -> ServePlan:
+    return ServePlan(
+        spec=spec, model_dir=served_model_dir(spec), layout=serve_layout(spec), memory=estimate_serve_memory(spec)
+    )
+
+
+def train_plan(spec: TrainingSpec) -> TrainPlan:
     p, t = spec.parallel, spec.train
     dims = ParallelDims.from_spec(spec)
     assert dims is not None, "validate() guarantees a legal layout"
@@ -205,20 +271,11 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
     assert memory is not None, "validate() guarantees a legal layout"
     comm = estimate_comm(spec, memory)
     assert comm is not None, "validate() guarantees a legal layout"
-    return Plan(
-        lmspec_version=__version__,
+    return TrainPlan(
         spec=spec,
         layout=layout,
         batch=batch,
-        params=count_params(spec.model),
         memory=memory,
         flops=flops_summary(spec, batch.tokens_per_step, dims.world),
-        serving=estimate_serve_memory(spec),
         comm=comm,
-        overrides=composed.overrides,
-        choices=tuple(sorted(composed.choices.items())),
-        warnings=tuple(warnings),
-        paths=run_paths(spec),
-        device=device_kind(spec),
-        origins=composed.origins,
     )

@@ -248,15 +248,15 @@ def reference_step(build: Build, hf_dir: Path | None) -> Path:
     imported = imported_root(build) / step_dir(0)
     if hf_dir is not None and imported.is_dir():
         return imported
-    return latest_checkpoint(Path(build.plan.paths.checkpoint_dir))
+    return latest_checkpoint(Path(build.training().train.checkpoint.dir))
 
 
 def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
     """Compare the build's checkpoint (reference_step) with `hf_dir` (default: the build's convert.output)."""
-    spec, paths = build.spec, build.plan.paths
+    spec, paths = build.training(), build.plan.paths
     _ = build.mapping  # the table the comparison judges, checked before anything is loaded
     step = reference_step(build, hf_dir)
-    hf_dir = Path(paths.convert_output) if hf_dir is None else hf_dir
+    hf_dir = Path(build.plan.conversion().output) if hf_dir is None else hf_dir
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     tokens = token_batch(spec, Path(paths.run_dir))
@@ -269,11 +269,11 @@ def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
     if getattr(options, "dry_run", False):
-        spec, paths = build.spec, build.plan.paths
+        spec, paths = build.training(), build.plan.paths
         _ = build.mapping  # what the comparison reads, checked without running it
         print(
             f"would compare the logits of the converted model and the newest checkpoint of {build.root} "
-            f"({paths.convert_output} against {spec.train.backend} {paths.checkpoint_dir})"
+            f"({build.plan.conversion().output} against {spec.train.backend} {spec.train.checkpoint.dir})"
         )
         return EXIT_OK
     report = verify_build(build, getattr(options, "hf_dir", None))

@@ -49,7 +49,7 @@ from lmspec.compiler.build.digest import sha256
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.load import Composed
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ServingSpec, Spec, TrainingSpec, serving, training
 
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest lists a dozen files: ~2 KB
 MAX_FILE_BYTES = 64 << 20  # the largest artifact, DeepSeek-V3's mapping, is well under 1 MB
@@ -194,6 +194,26 @@ class Build:
         build.spec = spec
         build.plan = build._read_plan(spec, data, origins)
         return build
+
+    def training(self) -> TrainingSpec:
+        """The spec of a build that trains; UsageError for a serve-only build (train: null)."""
+        trains = training(self.spec)
+        if trains is None:
+            raise UsageError(
+                f"{_shown(self.root)} is a serve-only job (train: null): it has no training, checkpoint or "
+                f"conversion; run `lmspec run {shlex.quote(_shown(self.root))} --stage serve`"
+            )
+        return trains
+
+    def serving(self) -> ServingSpec:
+        """The spec of a build that serves; UsageError for a train-only build (serve: null)."""
+        serves = serving(self.spec)
+        if serves is None:
+            raise UsageError(
+                f"{_shown(self.root)} is a train-only job (serve: null): it has no serving artifacts; "
+                "compile it with a serve section (serve=default) to serve"
+            )
+        return serves
 
     def refuse(self, rel: str, problem: str, fix: str | None = None) -> DamagedBuild:
         return DamagedBuild(rel, f"{_shown(self.root, rel)}: {printable(problem)}; {fix or self.recompile()}")

@@ -6,6 +6,7 @@ import argparse
 
 from lmspec.compiler.cli.spec_args import add_spec_args
 from lmspec.compiler.errors import EXIT_OK, print_problems
+from lmspec.compiler.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +20,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     plan = make_plan(list(args.overrides), args.spec)
     print_problems(plan.warnings)
-    print(
-        f"{plan.name}: valid ({plan.layout.world_size} ranks: tp {plan.layout.tp} x pp {plan.layout.pp} "
-        f"x dp {plan.layout.dp} x cp {plan.layout.cp}; {len(plan.warnings)} warnings)"
-    )
+    print(f"{plan.name}: valid ({'; '.join(_parts(plan))}; {len(plan.warnings)} warnings)")
     return EXIT_OK
+
+
+def _parts(plan: Plan) -> list[str]:
+    """What the job does, one phrase per part it has."""
+    parts = []
+    if plan.train is not None:
+        t = plan.train.layout
+        parts.append(f"trains on {t.world_size} ranks: tp {t.tp} x pp {t.pp} x dp {t.dp} x cp {t.cp}")
+    if plan.serve is not None:
+        v, layout = plan.serve.spec.serve, plan.serve.layout
+        nodes = f" on {layout.nodes} nodes ({layout.mode.replace('_', ' ')})" if layout.nodes > 1 else ""
+        parts.append(f"serves on {layout.gpus} GPU(s): tp {v.tp} x pp {v.pp} x dp {v.dp}{nodes}")
+    return parts

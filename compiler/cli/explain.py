@@ -26,7 +26,7 @@ def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def _derived(plan: Plan) -> dict[str, Any]:
     """plan.json's numbers, and the step time `lmspec plan` gives this layout (not in plan.json)."""
-    step = estimate_step_time(plan.spec, plan.memory)
+    step = estimate_step_time(plan.trained().spec, plan.trained().memory)
     return {**plan.derived_dict(), **({"step_time": step_time_dict(step)} if step is not None else {})}
 
 
@@ -38,7 +38,7 @@ def explain_text(plan: Plan, origins: Origins) -> str:
     lines.append("")
     lines.append("derived:")
     lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(_derived(plan))]
-    lines += ["", memory_table_text(plan.memory, "training memory per GPU (worst stage)")]
+    lines += ["", memory_table_text(plan.trained().memory, "training memory per GPU (worst stage)")]
     return "\n".join(lines)
 
 

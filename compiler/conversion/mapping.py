@@ -143,10 +143,10 @@ def make_transform(row: Row, m: ModelSpec, megatron: str, hf: tuple[str, ...], p
 def build_entries(plan: Plan) -> list[Entry]:
     """Every tensor of the model, in checkpoint order: embedding, layers (experts by id), norm, head, then
     the MTP modules (DeepSeek-V3)."""
-    m, lay = plan.spec.model, plan.layout
+    m, lay = plan.spec.model, plan.trained().layout
     family = FAMILIES[m.family]
-    src = PRECISION_DTYPE[plan.spec.train.precision]
-    dst = plan.spec.convert.dtype
+    src = PRECISION_DTYPE[plan.trained().spec.train.precision]
+    dst = plan.conversion().dtype
     stacked = m.moe is None  # megatron stacks homogeneous layers on a leading axis; MoE layer lists are not
     last = lay.pp - 1
 
@@ -232,4 +232,4 @@ def _named(prefix: str, row: Row) -> tuple[str, ...]:
 def hf_config(plan: Plan) -> dict[str, Any]:
     """config.json of the converted model: the family's, from the spec, with the written dtype."""
     config = FAMILIES[plan.spec.model.family].hf_config(plan.spec.model)
-    return dict(sorted({**config, "torch_dtype": plan.spec.convert.dtype}.items()))
+    return dict(sorted({**config, "torch_dtype": plan.conversion().dtype}.items()))

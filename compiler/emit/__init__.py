@@ -1,6 +1,7 @@
 """Emitters: one pure function per artifact kind, Plan -> {relative path: text}.
 
-EMITTERS is a plain table; `emit_all` runs each and refuses two emitters writing one path.
+Plain tables, one per part of the job (the whole spec, training, conversion, serving); `emit_all` runs
+those of the parts the spec has and refuses two emitters writing one path.
 The memory chart is called apart: its matplotlib import costs more than the rest of a
 compile, so a caller holding a chart drawn from the same numbers (the writer, from the build
 it replaces) passes it in and it is not drawn again.
@@ -23,24 +24,30 @@ from lmspec.compiler.plan import Plan
 
 Emitter = Callable[[Plan], dict[str, str]]
 
-EMITTERS: tuple[Emitter, ...] = (
-    emit_resolved_spec,
-    emit_plan_json,
-    emit_report,
-    emit_ds_config,
-    emit_launch,
-    emit_nccl_env,
-    emit_serve,
-    emit_conversion,
-)
+EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report, emit_nccl_env)
+TRAINING_EMITTERS: tuple[Emitter, ...] = (emit_ds_config, emit_launch)  # when the spec trains
+CONVERSION_EMITTERS: tuple[Emitter, ...] = (emit_conversion,)  # when it trains and converts
+SERVING_EMITTERS: tuple[Emitter, ...] = (emit_serve,)  # when it serves
+
+
+def _emitters(plan: Plan) -> tuple[Emitter, ...]:
+    trains, converts = plan.train is not None, plan.train is not None and plan.spec.convert is not None
+    return (
+        *EMITTERS,
+        *(TRAINING_EMITTERS if trains else ()),
+        *(CONVERSION_EMITTERS if converts else ()),
+        *(SERVING_EMITTERS if plan.serve is not None else ()),
+    )
 
 
 def emit_all(plan: Plan, chart: str | None = None) -> dict[str, str]:
-    """Every artifact; `chart`, when given, is report/memory.svg already drawn from this plan's numbers."""
-    outputs = [(emitter.__name__, emitter(plan)) for emitter in EMITTERS]
-    outputs.append(
-        (emit_memory_chart.__name__, {MEMORY_CHART: chart} if chart is not None else emit_memory_chart(plan))
-    )
+    """Every artifact of the parts the job has; `chart`, when given, is report/memory.svg already drawn
+    from this plan's numbers (training memory: a serve-only job has none)."""
+    outputs = [(emitter.__name__, emitter(plan)) for emitter in _emitters(plan)]
+    if plan.train is not None:
+        outputs.append(
+            (emit_memory_chart.__name__, {MEMORY_CHART: chart} if chart is not None else emit_memory_chart(plan))
+        )
     files: dict[str, str] = {}
     for name, produced in outputs:
         clash = files.keys() & produced.keys()

@@ -48,14 +48,14 @@ def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
 
 def mapping_document(plan: Plan) -> dict[str, Any]:
     entries = build_entries(plan)
-    lay, backend = plan.layout, plan.spec.train.backend
+    lay, backend = plan.trained().layout, plan.trained().spec.train.backend
     doc: dict[str, Any] = {
         "format": FORMAT,
         "backend": backend,
         "family": plan.spec.model.family,
         "layout": {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "etp": lay.etp, "stage_layers": list(lay.stage_layers)},
-        "output": plan.spec.convert.output,
-        "checkpoint_dir": plan.spec.train.checkpoint.dir,
+        "output": plan.conversion().output,
+        "checkpoint_dir": plan.trained().spec.train.checkpoint.dir,
         "hf_config": hf_config(plan),
     }
     if backend == "megatron":
@@ -81,7 +81,7 @@ def emit_conversion(plan: Plan) -> dict[str, str]:
     try:
         return {MAPPING: dump_mapping(mapping_document(plan))}
     except MappingError as exc:  # a size the rules let through but no rank split can hold
-        lay = plan.layout
+        lay = plan.trained().layout
         raise SpecError(
             [
                 error(

@@ -50,16 +50,16 @@ ZERO3_PERSISTENCE_PER_HIDDEN = 10
 
 
 def emit_ds_config(plan: Plan) -> dict[str, str]:
-    if plan.spec.train.backend != "deepspeed":
+    if plan.trained().spec.train.backend != "deepspeed":
         return {}
     return {DS_CONFIG: dump_json(ds_config(plan))}
 
 
 def ds_config(plan: Plan) -> dict[str, Any]:
     """The config as a dict; `train_batch_size = micro x grad_accum x dp` by construction."""
-    t, b = plan.spec.train, plan.batch
+    t, b = plan.trained().spec.train, plan.trained().batch
     config: dict[str, Any] = {
-        "train_batch_size": b.micro_batch_size * b.grad_accum_steps * plan.layout.dp,
+        "train_batch_size": b.micro_batch_size * b.grad_accum_steps * plan.trained().layout.dp,
         "train_micro_batch_size_per_gpu": b.micro_batch_size,
         "gradient_accumulation_steps": b.grad_accum_steps,
         "steps_per_print": t.log_interval,
@@ -71,7 +71,7 @@ def ds_config(plan: Plan) -> dict[str, Any]:
         "scheduler": _scheduler(plan),
         "checkpoint": {"tag_validation": "Warn", "load_universal": False, "use_node_local_storage": False},
     }
-    if t.optimizer.name == "sgd" and plan.layout.zero_stage > 0:
+    if t.optimizer.name == "sgd" and plan.trained().layout.zero_stage > 0:
         config["zero_allow_untested_optimizer"] = True  # torch SGD is outside ZeRO's tested list
     if t.recompute == "full":  # read by the trainer's deepspeed.checkpointing.configure
         config["activation_checkpointing"] = {
@@ -102,7 +102,7 @@ def _precision(precision: str) -> dict[str, Any]:
 
 
 def _zero(plan: Plan) -> dict[str, Any]:
-    stage, p = plan.layout.zero_stage, plan.spec.parallel
+    stage, p = plan.trained().layout.zero_stage, plan.trained().spec.parallel
     if stage == 0:
         return {"stage": 0}
     hidden = plan.spec.model.hidden_size
@@ -129,12 +129,12 @@ def _zero(plan: Plan) -> dict[str, Any]:
 
 
 def _optimizer(plan: Plan) -> dict[str, Any]:
-    o = plan.spec.train.optimizer
+    o = plan.trained().spec.train.optimizer
     kind, adam_w_mode = OPTIMIZER_TYPES[o.name]
     params: dict[str, Any] = {"lr": o.lr, "weight_decay": o.weight_decay}
     if adam_w_mode is not None:
         params.update(betas=[o.beta1, o.beta2], eps=o.eps, adam_w_mode=adam_w_mode)
-        if not plan.spec.parallel.offload_optimizer:
+        if not plan.trained().spec.parallel.offload_optimizer:
             # torch's Adam/AdamW instead of FusedAdam (CUDA, JIT-compiled); offloaded, DeepSpeed runs its CPU Adam
             params["torch_adam"] = True
     return {"type": kind, "params": params}
@@ -142,7 +142,7 @@ def _optimizer(plan: Plan) -> dict[str, Any]:
 
 def optimizer_summary(plan: Plan) -> str:
     """REPORT.md's line: the optimizer the ds_config asks DeepSpeed for, and the runtime's fallback."""
-    o, p = plan.spec.train.optimizer, plan.spec.parallel
+    o, p = plan.trained().spec.train.optimizer, plan.trained().spec.parallel
     kind, adam_w_mode = OPTIMIZER_TYPES[o.name]
     if adam_w_mode is not None and p.offload_optimizer:
         return f"DeepSpeedCPUAdam ({kind}, offloaded; torch's {kind} where its cpu_adam op cannot be built)"
@@ -150,7 +150,7 @@ def optimizer_summary(plan: Plan) -> str:
 
 
 def _scheduler(plan: Plan) -> dict[str, Any]:
-    t = plan.spec.train
+    t = plan.trained().spec.train
     o, s = t.optimizer, t.lr_schedule
     kind = SCHEDULER_TYPES[s.decay]
     warmup_steps = max(1, s.warmup_steps)  # DeepSpeed rejects 0 (and warms up >= 2 steps anyway)

@@ -17,7 +17,9 @@ from lmspec.compiler.plan import Plan
 
 def kernel_settings(plan: Plan) -> list[tuple[str, str, Quoted]]:
     """(why, NAME, shell-quoted value) for every exported variable, in file order."""
-    t = plan.spec.train
+    if plan.train is None:  # vLLM sets its own
+        return []
+    t = plan.train.spec.train
     if plan.device == "cpu" or t.backend != "megatron":
         return []
     out = [

@@ -25,7 +25,7 @@ def emit_launch(plan: Plan) -> dict[str, str]:
 
 
 def torchrun_sh(plan: Plan) -> str:
-    s, layout = plan.spec, plan.layout
+    s, layout = plan.trained().spec, plan.trained().layout
     return render(
         "torchrun.sh.j2",
         name=plan.name,
@@ -47,7 +47,7 @@ def sbatch_options(plan: Plan) -> list[str]:
     slurm = plan.spec.cluster.slurm
     options = []
     if not cpu_ranks(plan):
-        options.append(f"--gpus-per-node={plan.layout.gpus_per_node}")
+        options.append(f"--gpus-per-node={plan.trained().layout.gpus_per_node}")
     options += [f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
     if slurm.partition:
         options.append(f"--partition={slurm.partition}")
@@ -62,7 +62,7 @@ def sbatch_options(plan: Plan) -> list[str]:
 
 
 def sbatch_sh(plan: Plan) -> str:
-    layout, slurm = plan.layout, plan.spec.cluster.slurm
+    layout, slurm = plan.trained().layout, plan.spec.cluster.slurm
     return render(
         "sbatch.sh.j2",
         name=plan.name,

@@ -49,12 +49,12 @@ class ChartData:
 
     @classmethod
     def of(cls, plan: Plan) -> ChartData:
-        stages = plan.memory.stages
+        stages = plan.trained().memory.stages
         return cls(
             title=f"{plan.name}: training memory per GPU ({plan.spec.hardware.gpu.name})",
             stage_labels=[str(s.stage) for s in stages] if len(stages) > 1 else ["every GPU"],
             gib_by_term={term: [s.terms()[term] / GIB for s in stages] for term in TERMS},
-            budget_gib=plan.memory.budget_bytes / GIB,
+            budget_gib=plan.trained().memory.budget_bytes / GIB,
             lmspec_version=plan.lmspec_version,
         )
 

@@ -35,13 +35,14 @@ def nccl_settings(plan: Plan) -> list[tuple[str, str, Quoted]]:
     def put(why: str, name: str, value: str | int) -> None:
         out.append((why, name, shell(value)))
 
-    put(
-        f"DeepSpeed's default collective timeout, minutes: cluster.nccl.timeout_minutes; it must "
-        f"outlast the longest checkpoint save (saved every train.checkpoint.interval="
-        f"{plan.spec.train.checkpoint.interval} steps)",
-        "DEEPSPEED_TIMEOUT",
-        c.nccl.timeout_minutes,
-    )
+    if plan.train is not None:
+        put(
+            f"DeepSpeed's default collective timeout, minutes: cluster.nccl.timeout_minutes; it must "
+            f"outlast the longest checkpoint save (saved every train.checkpoint.interval="
+            f"{plan.train.spec.train.checkpoint.interval} steps)",
+            "DEEPSPEED_TIMEOUT",
+            c.nccl.timeout_minutes,
+        )
     if cpu_ranks(plan):
         if net.socket_ifname:
             put(

@@ -8,6 +8,8 @@ compile without the data (CI) reports less.
 
 from __future__ import annotations
 
+from typing import Any
+
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.capabilities import capabilities_of, target_of
 from lmspec.compiler.emit.deepspeed_config import optimizer_summary
@@ -20,7 +22,34 @@ from lmspec.compiler.plan import Plan
 
 
 def emit_report(plan: Plan) -> dict[str, str]:
-    s, layout = plan.spec, plan.layout
+    s = plan.spec
+    return {
+        REPORT: render(
+            "report.md.j2",
+            name=plan.name,
+            model=s.model.name,
+            hardware=s.hardware.name,
+            job=_job_line(plan),
+            training=_training(plan) if plan.train is not None else None,
+            params_rows=_params_rows(plan),
+            serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)] if plan.serve is not None else None,
+            warnings=[w.message for w in plan.warnings],
+        )
+    }
+
+
+def _job_line(plan: Plan) -> str:
+    t, v = plan.spec.train, plan.spec.serve
+    if t is None:
+        return "Serve-only job (train: null): serve.model_path is served with vLLM; nothing is trained."
+    trained = f"trained with {t.backend} in {t.precision}"
+    return trained + ("; then served with vLLM." if v is not None else "; not served (serve: null).")
+
+
+def _training(plan: Plan) -> dict[str, Any]:
+    """The training sections of the report: layout, batch, data, memory, FLOPs."""
+    train = plan.trained()
+    s, layout = train.spec, train.layout
     rows = [
         ("world size", f"{layout.world_size} = {layout.nodes} node(s) x {layout.gpus_per_node}"),
         ("tp x pp x dp x cp", f"{layout.tp} x {layout.pp} x {layout.dp} x {layout.cp}"),
@@ -31,7 +60,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
     ]
     if s.train.backend == "deepspeed":
         rows.append(("optimizer", optimizer_summary(plan)))
-    batch = plan.batch
+    batch = train.batch
     batch_rows = [
         (
             "micro batch x grad accum x dp",
@@ -41,32 +70,21 @@ def emit_report(plan: Plan) -> dict[str, str]:
         ("tokens per step", f"{batch.tokens_per_step:,}"),
     ]
     return {
-        REPORT: render(
-            "report.md.j2",
-            name=plan.name,
-            model=s.model.name,
-            hardware=s.hardware.name,
-            backend=s.train.backend,
-            precision=s.train.precision,
-            target=_target_line(plan),
-            layout_rows=rows,
-            batch_rows=batch_rows,
-            data=data_section(plan),
-            source_columns=SOURCE_COLUMNS,
-            params_rows=_params_rows(plan),
-            memory_rows=_memory_rows(plan),
-            memory_note=_memory_note(plan),
-            chart=MEMORY_CHART,
-            flops_rows=_flops_rows(plan),
-            serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)],
-            warnings=[w.message for w in plan.warnings],
-        )
+        "target": _target_line(plan),
+        "layout_rows": rows,
+        "batch_rows": batch_rows,
+        "data": data_section(plan),
+        "source_columns": SOURCE_COLUMNS,
+        "memory_rows": _memory_rows(plan),
+        "memory_note": _memory_note(plan),
+        "chart": MEMORY_CHART,
+        "flops_rows": _flops_rows(plan),
     }
 
 
 def _target_line(plan: Plan) -> str:
     """The code that trains the build (compiler/capabilities.py) and the kernels it picks."""
-    s = plan.spec
+    s = plan.trained().spec
     t, caps = target_of(s), capabilities_of(s)
     uses = ["fused attention" if s.train.flash_attention else "unfused attention (stores the s x s scores)"]
     if s.model.moe is not None:
@@ -115,35 +133,35 @@ def _params_rows(plan: Plan) -> list[tuple[str, str]]:
 
 
 def _memory_rows(plan: Plan) -> list[tuple[str, str, str]]:
-    worst = plan.memory.worst
+    worst = plan.trained().memory.worst
     rows = [(term, *_gib_gb(value)) for term, value in worst.terms().items()]
     total_gib, total_gb = _gib_gb(worst.total_bytes)
     rows.append(("**total**", f"**{total_gib}**", f"**{total_gb}**"))
-    rows.append(("usable (device minus reserve)", *_gib_gb(plan.memory.budget_bytes)))
+    rows.append(("usable (device minus reserve)", *_gib_gb(plan.trained().memory.budget_bytes)))
     if worst.host_bytes:
         rows.append(("offloaded to host", *_gib_gb(worst.host_bytes)))
     return rows
 
 
 def _memory_note(plan: Plan) -> str:
-    m = plan.memory
+    m = plan.trained().memory
     worst = m.worst
     where = f"pipeline stage {worst.stage} of {len(m.stages)}" if len(m.stages) > 1 else "every GPU"
     verdict = "fits" if m.fits else "does NOT fit"
     return (
         f"Worst GPU: {where} ({worst.layers} layers, {worst.in_flight:g} micro-batch(es) in flight, "
-        f"recompute {plan.spec.train.recompute}); {verdict}. Terms: {', '.join(TERMS)}."
+        f"recompute {plan.trained().spec.train.recompute}); {verdict}. Terms: {', '.join(TERMS)}."
     )
 
 
 def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
-    f = plan.flops
+    f = plan.trained().flops
     rows = [
         ("model FLOPs per token", f"{f.per_token:.4g}"),
         ("hardware FLOPs per token (with recompute)", f"{f.hardware_per_token:.4g}"),
         ("step time at 100% MFU", f"{f.ideal_step_time_s:.4g} s ({f.n_gpus} x {f.peak_tflops_per_gpu:g} TFLOP/s)"),
     ]
-    c = plan.comm
+    c = plan.trained().comm
     rows.append(
         (
             "communication per step (nothing overlapped)",
@@ -156,7 +174,7 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
         )
     )
     gpu = plan.spec.hardware.gpu
-    if plan.spec.train.precision == "fp8":
+    if plan.trained().spec.train.precision == "fp8":
         rows.append(
             (
                 "MFU with FP8 GEMMs",
@@ -177,7 +195,7 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
 
 
 def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
-    v, s = plan.serving, plan.spec.serve
+    v, s = plan.served().memory, plan.served().spec.serve
     return [
         (
             "weights per GPU",
@@ -190,6 +208,7 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
 
 
 def _sharding(plan: Plan) -> str:
-    if plan.spec.train.backend == "deepspeed":
-        return f"DeepSpeed ZeRO stage {plan.layout.zero_stage}"
-    return "Megatron distributed optimizer" if plan.layout.distributed_optimizer else "none (Megatron DDP)"
+    train = plan.trained()
+    if train.spec.train.backend == "deepspeed":
+        return f"DeepSpeed ZeRO stage {train.layout.zero_stage}"
+    return "Megatron distributed optimizer" if train.layout.distributed_optimizer else "none (Megatron DDP)"

@@ -7,7 +7,7 @@ machine without the data (CI) reports less: "(no sidecar: tokens unknown)"; a la
 beside the data reports tokens and epochs, so `lmspec compile --check` sees the two differ. The
 text depends on nothing else (no absolute path, no time), so it is deterministic given the files.
 
-The run's sample counts are the Plan's (plan.batch.samples); only the per-source shares and the
+The run's sample counts are the Plan's (plan.trained().batch.samples); only the per-source shares and the
 epochs are computed here, and they are estimates, said so in the report.
 """
 
@@ -48,7 +48,7 @@ def code(text: str) -> str:
 
 
 def data_section(plan: Plan) -> DataSection:
-    t, batch = plan.spec.train, plan.batch
+    t, batch = plan.trained().spec.train, plan.trained().batch
     weights = split_weights(t.data.split)
     shares = [w / sum(weights) for w in weights]
     samples = batch.samples
@@ -87,7 +87,7 @@ def data_section(plan: Plan) -> DataSection:
 
 
 def _tokenizer(plan: Plan) -> tuple[str, TokenizerFiles | None]:
-    data = plan.spec.train.data
+    data = plan.trained().spec.train.data
     if data.tokenizer == "byte" or data.tokenizer_path is None:
         return f"byte ({BYTE_TOKENIZER_IDS} ids: 256 bytes, end-of-text, pad)", None
     files = local_tokenizer(data.tokenizer_path)

@@ -46,9 +46,9 @@ def endpoint(host: str, port: int) -> str:
 
 def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
     """(vLLM option name, value) in file order; options left at vLLM's default are omitted."""
-    v = plan.spec.serve
+    v = plan.served().spec.serve
     options: list[tuple[str, Any]] = [
-        ("model", plan.paths.served_model_dir),
+        ("model", plan.served().model_dir),
         ("served-model-name", v.served_model_name),
         ("host", v.host),
         ("port", v.port),
@@ -97,7 +97,7 @@ def serve_env(plan: Plan) -> list[tuple[str, str, Quoted]]:
             (
                 "CPU backend: KV cache size in GiB (serve.cpu_kvcache_space_gib)",
                 "VLLM_CPU_KVCACHE_SPACE",
-                shell(_whole(plan.spec.serve.cpu_kvcache_space_gib)),
+                shell(_whole(plan.served().spec.serve.cpu_kvcache_space_gib)),
             )
         )
     return env
@@ -118,7 +118,7 @@ def vllm_yaml(plan: Plan) -> str:
 
 def api_key_line(plan: Plan) -> Quoted:
     """The one line that hands the key to vLLM, or drops a stray one when the spec wants no auth."""
-    source = plan.spec.serve.api_key_env
+    source = plan.served().spec.serve.api_key_env
     if source is None:
         return Quoted(f"unset {VLLM_API_KEY_ENV}")
     name = word(source)  # an environment variable name (lmspec.compiler.spec.kinds.ENV_NAME): plain inside ${...}
@@ -129,7 +129,7 @@ def api_key_line(plan: Plan) -> Quoted:
 
 
 def serve_sh(plan: Plan) -> str:
-    v = plan.spec.serve
+    v = plan.served().spec.serve
     return render(
         "serve.sh.j2",
         name=plan.name,
@@ -139,22 +139,26 @@ def serve_sh(plan: Plan) -> str:
         api_key_line=api_key_line(plan),
         cli=Quoted(f"${{{VLLM_CLI_ENV}:-{word(CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm')}}}"),
         cpu_cli=CPU_VLLM_CLI,
-        model=shell(plan.paths.served_model_dir),
+        model=shell(plan.served().model_dir),
     )
 
 
 def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
     """REPORT.md's serving rows that are not memory: layout, lengths, dtypes, quantization, endpoint."""
-    s, v = plan.spec, plan.spec.serve
+    s, v = plan.spec, plan.served().spec.serve
     layout = f"tp {v.tp} x pp {v.pp} x dp {v.dp}" + (" with expert parallel" if v.expert_parallel else "")
     source = "serve.model_path" if v.model_path else "the conversion output"
     auth = f"key from ${v.api_key_env}" if v.api_key_env else "no API key"
     return [
         ("engine layout", f"{layout} = {v.tp * v.pp * v.dp} GPU(s)"),
-        ("max model len", f"{v.max_model_len:,} tokens (training sequences: {s.train.seq_length:,})"),
+        (
+            "max model len",
+            f"{v.max_model_len:,} tokens"
+            + (f" (training sequences: {s.train.seq_length:,})" if s.train is not None else ""),
+        ),
         ("dtype / KV cache dtype", f"{v.dtype} / {v.kv_cache_dtype}"),
         ("quantization", QUANTIZATION_NOTES[v.quantization] if v.quantization else "none"),
-        ("model served", f"`{plan.paths.served_model_dir}` ({source})"),
+        ("model served", f"`{plan.served().model_dir}` ({source})"),
         ("endpoint", f"{endpoint(v.host, v.port)} as `{v.served_model_name}`, {auth}"),
         ("run", f"`lmspec run build/{plan.name} --stage serve` ({SERVE_SH} with {VLLM_YAML})"),
     ]

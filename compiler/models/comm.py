@@ -28,7 +28,7 @@ from lmspec.compiler.models.params import count_params, layer_params
 from lmspec.compiler.models.stages import slowest_stage_work, stage_params
 from lmspec.compiler.models.train_memory import TrainMemory
 from lmspec.compiler.models.units import BITS_PER_BYTE, FP32_BYTES, GB, TFLOPS, precision_bytes
-from lmspec.compiler.spec.sections import HardwareSpec, Spec
+from lmspec.compiler.spec.sections import HardwareSpec, TrainingSpec
 
 COMPUTE_EFFICIENCY = 0.5  # share of the dense peak large matmuls reach; sets compute time per step
 COMM_SHARE_WARNING = 0.30  # the seed: communication above 30% of compute time is where TP stops paying
@@ -145,7 +145,7 @@ def dp_seconds_per_byte(dims: ParallelDims, dense_params: Any, expert_params: An
     return dense + expert
 
 
-def worst_gpu_params(spec: Spec, dims: ParallelDims, memory: TrainMemory) -> tuple[float, float]:
+def worst_gpu_params(spec: TrainingSpec, dims: ParallelDims, memory: TrainMemory) -> tuple[float, float]:
     """(dense, routed-expert) parameters on one GPU of the stage the memory model finds worst, unrounded:
     the parameters whose gradients the DP collectives move and whose optimizer step the GPU runs."""
     m, p = spec.model, spec.parallel
@@ -157,7 +157,7 @@ def worst_gpu_params(spec: Spec, dims: ParallelDims, memory: TrainMemory) -> tup
     return float(dense), float(expert)
 
 
-def estimate_comm(spec: Spec, memory: TrainMemory) -> CommEstimate | None:
+def estimate_comm(spec: TrainingSpec, memory: TrainMemory) -> CommEstimate | None:
     """Per step, on the GPU the memory model finds worst (`memory`): its stage's parameters travel in DP."""
     dims = ParallelDims.from_spec(spec)
     if dims is None:

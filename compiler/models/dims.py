@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 Device = Literal["cpu", "gpu"]
 
@@ -54,7 +54,7 @@ def micro_batches_per_step(global_batch_size: Any, micro_batch_size: Any, dp: An
     return n + (n < 1) * (1 - n)
 
 
-def data_parallel_size(spec: Spec) -> int | None:
+def data_parallel_size(spec: TrainingSpec) -> int | None:
     """The spec's dp: as given, or derived for `auto`; None when that does not divide (the rules, which
     check one factor at a time, need it before the whole layout is known to be legal)."""
     p = spec.parallel
@@ -81,7 +81,7 @@ class ParallelDims:
     device: Device = "gpu"
 
     @staticmethod
-    def from_spec(spec: Spec) -> ParallelDims | None:
+    def from_spec(spec: TrainingSpec) -> ParallelDims | None:
         """The spec's degrees, or None when dp or the stage split is not legal (the rules say why)."""
         hw, p, t = spec.hardware, spec.parallel, spec.train
         dp, stages = data_parallel_size(spec), stage_layers(spec)
@@ -157,7 +157,7 @@ def balanced_stages(num_layers: int, pp: int) -> tuple[int, ...]:
     return tuple(stages)
 
 
-def stage_layers(spec: Spec) -> tuple[int, ...] | None:
+def stage_layers(spec: TrainingSpec) -> tuple[int, ...] | None:
     """Layers on each pipeline stage, or None when the layout is not legal."""
     layers, pp, layout = spec.model.num_layers, spec.parallel.pp, spec.parallel.pp_layout
     if layout is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from lmspec.compiler.models.params import count_params
 from lmspec.compiler.models.units import DTYPE_BYTES, FP32_BYTES, GIB
-from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.compiler.spec.sections import ModelSpec, ServingSpec
 
 KV_FP8_BYTES = 1
 # Bytes per weight of the linear layers under each quantization (4-bit packs two per byte).
@@ -36,9 +36,18 @@ class ServeMemory:
     max_model_len_that_fits: int  # longest single sequence the cache holds
 
 
-def weight_bytes(spec: Spec) -> int:
+def served_dtype(spec: ServingSpec) -> str:
+    """serve.dtype; for auto, the dtype the model is stored in: convert.dtype for the conversion output,
+    bfloat16 for a directory of serve.model_path (what released checkpoints hold)."""
+    v = spec.serve
+    if v.dtype != "auto":
+        return v.dtype
+    return spec.convert.dtype if v.model_path is None and spec.convert is not None else "bfloat16"
+
+
+def weight_bytes(spec: ServingSpec) -> int:
     s, m = spec.serve, spec.model
-    dtype = DTYPE_BYTES[s.dtype if s.dtype != "auto" else spec.convert.dtype]
+    dtype = DTYPE_BYTES[served_dtype(spec)]
     counts = count_params(m)
     vocab = counts.embedding + counts.output_head
     linear = QUANT_WEIGHT_BYTES.get(s.quantization or "", dtype)
@@ -48,9 +57,9 @@ def weight_bytes(spec: Spec) -> int:
     return round(dense / (s.tp * s.pp) + experts / (expert_shards * s.pp))
 
 
-def kv_bytes_per_token(spec: Spec) -> int:
+def kv_bytes_per_token(spec: ServingSpec) -> int:
     s, m = spec.serve, spec.model
-    dtype = DTYPE_BYTES[s.dtype if s.dtype != "auto" else spec.convert.dtype]
+    dtype = DTYPE_BYTES[served_dtype(spec)]
     element = KV_FP8_BYTES if s.kv_cache_dtype.startswith("fp8") else dtype
     layers = -(-m.num_layers // s.pp)  # the fullest pipeline stage
     if m.attention == "mla":
@@ -60,11 +69,11 @@ def kv_bytes_per_token(spec: Spec) -> int:
     return layers * 2 * kv_heads * m.head_dim * element
 
 
-def activation_reserve(spec: Spec, m: ModelSpec) -> int:
+def activation_reserve(spec: ServingSpec, m: ModelSpec) -> int:
     """Peak of vLLM's profiling forward: one chunk of batched tokens through the widest MLP,
     plus fp32 logits for every running sequence."""
     s = spec.serve
-    dtype = DTYPE_BYTES[s.dtype if s.dtype != "auto" else spec.convert.dtype]
+    dtype = DTYPE_BYTES[served_dtype(spec)]
     tokens = s.max_num_batched_tokens or max(DEFAULT_BATCHED_TOKENS, s.max_model_len)
     widest = max(m.ffn_hidden_size, (m.moe.ffn_hidden_size * m.moe.top_k) if m.moe else 0)
     per_token = (4 * m.hidden_size + 3 * widest / s.tp) * dtype
@@ -72,7 +81,7 @@ def activation_reserve(spec: Spec, m: ModelSpec) -> int:
     return round(tokens * per_token + logits + SERVE_OVERHEAD_GIB * GIB)
 
 
-def estimate_serve_memory(spec: Spec) -> ServeMemory:
+def estimate_serve_memory(spec: ServingSpec) -> ServeMemory:
     s, hw = spec.serve, spec.hardware
     weights, per_token = weight_bytes(spec), kv_bytes_per_token(spec)
     reserve = activation_reserve(spec, spec.model)

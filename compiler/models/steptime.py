@@ -49,7 +49,7 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.stages import slowest_stage_work
 from lmspec.compiler.models.train_memory import TrainMemory
 from lmspec.compiler.models.units import GB, GBIT, TFLOPS, precision_bytes
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 # --- efficiency curve (fitted to Megatron's published MFU, see tests/plan) ---
 # Fraction of the dense bf16 peak the transformer's GEMMs (and the fused kernels around them)
@@ -245,7 +245,7 @@ def _dp_exposed(x: StepInputs, link: Links, compute_mb: Any) -> Any:
     return _max(once * per_byte - hidden_by, 0.0) + x.dims.micro_batches * _max(every * per_byte - hidden_by, 0.0)
 
 
-def step_constants(spec: Spec) -> dict[str, Any]:
+def step_constants(spec: TrainingSpec) -> dict[str, Any]:
     """The step-time model's keyword arguments that depend on the job, not on the layout."""
     hw = spec.hardware
     fp8_tflops = hw.gpu.fp8_tflops if spec.train.precision == "fp8" else None
@@ -259,7 +259,7 @@ def step_constants(spec: Spec) -> dict[str, Any]:
     }
 
 
-def estimate_step_time(spec: Spec, memory: TrainMemory) -> StepTime | None:
+def estimate_step_time(spec: TrainingSpec, memory: TrainMemory) -> StepTime | None:
     """The step time of the spec's own layout, as `lmspec plan` prices that layout among its candidates;
     the DP traffic and optimizer update are those of the GPU the memory model finds worst (`memory`)."""
     dims = ParallelDims.from_spec(spec)

@@ -12,7 +12,7 @@ from lmspec.compiler.models.serve_memory import ServeMemory
 from lmspec.compiler.models.steptime import StepTime
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, FRAGMENTATION_FRACTION, TERMS, TrainMemory
 from lmspec.compiler.models.units import TFLOPS
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 MFU_POINTS = (0.6, 0.5, 0.4, 0.3)  # the step times shown are those that would reach these MFUs
 TRILLION = 1e12
@@ -44,7 +44,7 @@ class FlopsSummary:
         }
 
 
-def flops_summary(spec: Spec, tokens_per_step: int, n_gpus: int) -> FlopsSummary:
+def flops_summary(spec: TrainingSpec, tokens_per_step: int, n_gpus: int) -> FlopsSummary:
     per_token = flops_breakdown(spec.model, spec.train.seq_length).total
     return FlopsSummary(
         per_token=per_token,

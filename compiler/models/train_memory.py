@@ -47,7 +47,7 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
 from lmspec.compiler.models.stages import stage_params
 from lmspec.compiler.models.units import FP32_BYTES, GIB, precision_bytes
-from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
 
 # Device memory PyTorch cannot allocate: CUDA context, cuBLAS/NCCL workspaces, driver reserve.
 DEVICE_RESERVE_GIB = 1.0
@@ -113,7 +113,7 @@ class TrainMemory:
         return self.worst.total_bytes <= self.budget_bytes
 
 
-def optimizer_states(spec: Spec) -> int:
+def optimizer_states(spec: TrainingSpec) -> int:
     return ADAM_STATES if spec.train.optimizer.name in ("adam", "adamw") else SGD_STATES
 
 
@@ -148,7 +148,7 @@ def zero_state_bytes(
     return StateBytes(weights=weights, gradients=gradients, optimizer=optimizer, host=host)
 
 
-def state_bytes(spec: Spec, shards: ArrayOrNumber) -> StateBytes:
+def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber) -> StateBytes:
     """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
     t, p = spec.train, spec.parallel
     mixed = t.precision != "fp32"
@@ -171,7 +171,7 @@ def state_bytes(spec: Spec, shards: ArrayOrNumber) -> StateBytes:
     )
 
 
-def activation_setting(spec: Spec) -> ActivationSetting:
+def activation_setting(spec: TrainingSpec) -> ActivationSetting:
     t, p = spec.train, spec.parallel
     return ActivationSetting(
         style="megatron" if t.backend == "megatron" else "hf",
@@ -188,7 +188,7 @@ def activation_setting(spec: Spec) -> ActivationSetting:
     )
 
 
-def gathered_layer_bytes(spec: Spec) -> int:
+def gathered_layer_bytes(spec: TrainingSpec) -> int:
     """ZeRO-3 gathers one module's 16-bit weights and gradients at a time; 0 otherwise."""
     t, p = spec.train, spec.parallel
     if t.backend == "deepspeed" and p.zero_stage == 3:
@@ -244,7 +244,7 @@ def last_stage_activation_bytes(m: ModelSpec, act: ActivationSetting) -> Any:
     return head_activation_bytes(m, act) + m.mtp_layers * mtp  # not in place: on arrays the shapes broadcast
 
 
-def estimate_train_memory(spec: Spec) -> TrainMemory | None:
+def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
     """Per-GPU memory of every pipeline stage; None when the layout itself is illegal."""
     dims = ParallelDims.from_spec(spec)
     if dims is None:

@@ -1,6 +1,8 @@
 """Layer two of validation: semantic rules, each a small function yielding problems.
 
-RULES is a plain table; a rule reads the typed spec and origins and never writes.
+Three plain tables: RULES judge the whole spec; TRAINING_RULES run only when it trains and read it
+narrowed (a TrainingContext), SERVING_RULES only when it serves (a ServingContext). A rule reads
+the typed spec and origins and never writes.
 """
 
 from __future__ import annotations
@@ -13,31 +15,40 @@ from lmspec.compiler.rules import (
     capability,
     data,
     experts,
+    jobs,
     launch,
     layout,
     model,
     run_paths,
+    serve_budget,
     serving,
 )
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import RuleContext, ServingContext, TrainingContext
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import Spec, serving as serving_part, training as training_part
 
-RULES = (
-    *model.RULES,
+RULES = (*jobs.RULES, *model.RULES, *launch.RULES, *run_paths.RULES)
+TRAINING_RULES = (
+    *model.TRAINING_RULES,
     *layout.RULES,
     *experts.RULES,
     *batch.RULES,
     *capability.RULES,
     *backend.RULES,
-    *serving.RULES,
-    *launch.RULES,
-    *run_paths.RULES,
+    *launch.TRAINING_RULES,
+    *run_paths.TRAINING_RULES,
     *data.RULES,
     *budget.RULES,
 )
+SERVING_RULES = (*serving.RULES, *serve_budget.RULES)
 
 
 def rule_problems(spec: Spec, origins: Origins) -> list[Problem]:
-    ctx = RuleContext(spec, origins)
-    return [problem for rule in RULES for problem in rule(ctx)]
+    problems = [problem for rule in RULES for problem in rule(RuleContext(spec, origins))]
+    if (trains := training_part(spec)) is not None:
+        ctx = TrainingContext(trains, origins)
+        problems += [problem for rule in TRAINING_RULES for problem in rule(ctx)]
+    if (serves := serving_part(spec)) is not None:
+        serve_ctx = ServingContext(serves, origins)
+        problems += [problem for rule in SERVING_RULES for problem in rule(serve_ctx)]
+    return problems

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error, warning
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import TrainingContext
 
 
-def offload_needs_zero_stage(ctx: RuleContext) -> Iterator[Problem]:
+def offload_needs_zero_stage(ctx: TrainingContext) -> Iterator[Problem]:
     """DeepSpeed offloads what ZeRO partitions: optimizer states from stage 1, parameters at stage 3.
     (Offload on Megatron is refused by capability.target_runs_spec.)"""
     s, p = ctx.spec, ctx.spec.parallel
@@ -19,7 +19,7 @@ def offload_needs_zero_stage(ctx: RuleContext) -> Iterator[Problem]:
             yield error(key, f"{ctx.show(key)} needs parallel.zero_stage>={needed} ({ctx.show('parallel.zero_stage')})")
 
 
-def megatron_sequence_parallel_hint(ctx: RuleContext) -> Iterator[Problem]:
+def megatron_sequence_parallel_hint(ctx: TrainingContext) -> Iterator[Problem]:
     s = ctx.spec
     dense = s.model.moe is None  # MoE under TP needs it outright (experts.moe_tensor_parallel_needs_...)
     if s.train.backend == "megatron" and dense and s.parallel.tp > 1 and not s.parallel.sequence_parallel:
@@ -37,7 +37,7 @@ def megatron_sequence_parallel_hint(ctx: RuleContext) -> Iterator[Problem]:
 MEGATRON_LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
-def megatron_rope_scaling_runs(ctx: RuleContext) -> Iterator[Problem]:
+def megatron_rope_scaling_runs(ctx: TrainingContext) -> Iterator[Problem]:
     """The rope scaling megatron-core 0.16.1's GPTModel can apply to GQA attention: llama3 at Llama-3.1's
     fixed band (factor free) and linear (seq_len_interpolation_factor); YaRN only with MLA (DeepSeek)."""
     s, rs = ctx.spec, ctx.spec.model.rope_scaling

@@ -7,7 +7,7 @@ from typing import Any
 
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.models.dims import data_parallel_size
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import TrainingContext
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
@@ -16,7 +16,7 @@ def global_batch_splits(global_batch_size: Any, micro_batch_size: Any, dp: Any) 
     return global_batch_size % (micro_batch_size * dp) == 0
 
 
-def global_batch_divides(ctx: RuleContext) -> Iterator[Problem]:
+def global_batch_divides(ctx: TrainingContext) -> Iterator[Problem]:
     t = ctx.spec.train
     dp = data_parallel_size(ctx.spec)
     if dp is None:

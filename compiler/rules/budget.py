@@ -1,5 +1,5 @@
-"""The memory budget: the worst GPU of a training layout must fit its device, and vLLM
-must hold at least one `serve.max_model_len` sequence in its KV cache.
+"""The training budget: the worst GPU of a training layout must fit its device, and its
+communication should not dominate the step (serving's budget: rules/serve_budget.py).
 
 A layout that does not fit is an error naming the biggest term and the fixes in the order
 the seed teaches (cheapest first): lower the micro batch, turn on recompute, shard more
@@ -12,21 +12,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
 from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
-from lmspec.compiler.models.serve_memory import estimate_serve_memory
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
 from lmspec.compiler.models.units import GB, GIB
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import TrainingContext
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import Spec, TrainingSpec
 
 MAX_NODE_MULTIPLE = 1024  # how far "add GPUs" searches: up to this many times the nodes given
 SCAN_MAX = 256  # node counts tried between the last two doublings (evenly spread when there are more)
 RECOMPUTE_ORDER = ("none", "selective", "full")
+S = TypeVar("S")
 
 
 def with_value(spec: Any, key: str, value: Any) -> Any:
@@ -37,7 +37,7 @@ def with_value(spec: Any, key: str, value: Any) -> Any:
     return dataclasses.replace(spec, **{head: with_value(getattr(spec, head), rest, value)})
 
 
-def with_values(spec: Spec, changes: dict[str, Any]) -> Spec:
+def with_values(spec: S, changes: dict[str, Any]) -> S:
     for key, value in changes.items():
         spec = with_value(spec, key, value)
     return spec
@@ -51,15 +51,15 @@ def both(n_bytes: float) -> str:
     return f"{n_bytes / GIB:,.1f} GiB ({n_bytes / GB:,.1f} GB)"
 
 
-def _shown(changes: dict[str, Any]) -> str:
+def shown_changes(changes: dict[str, Any]) -> str:
     def value(v: Any) -> str:
         return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
     return " ".join(f"{k}={value(v)}" for k, v in changes.items())
 
 
-def candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
-    """Spec changes in the seed's order; each is checked before it is offered."""
+def candidate_fixes(spec: TrainingSpec) -> Iterator[dict[str, Any]]:
+    """TrainingSpec changes in the seed's order; each is checked before it is offered."""
     t, p, m = spec.train, spec.parallel, spec.model
     if t.micro_batch_size > 1:
         yield {"train.micro_batch_size": 1}
@@ -97,7 +97,7 @@ def candidate_fixes(spec: Spec) -> Iterator[dict[str, Any]]:
                 yield ep_fix
 
 
-def _legal_eps(spec: Spec) -> list[int]:
+def _legal_eps(spec: TrainingSpec) -> list[int]:
     """Expert-parallel sizes that divide the experts and fold into one stage's dp x tp x cp ranks."""
     p, moe = spec.parallel, spec.model.moe
     dp = data_parallel_size(spec)
@@ -107,7 +107,7 @@ def _legal_eps(spec: Spec) -> list[int]:
     return [n for n in divisors(moe.num_experts) if ranks % (n * p.etp) == 0]
 
 
-def _first_fitting_or_last(spec: Spec, options: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _first_fitting_or_last(spec: TrainingSpec, options: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The smallest change that fits alone, else the one that goes furthest."""
     for changes in options:
         memory = estimate(with_values(spec, changes))
@@ -121,17 +121,17 @@ def computable(spec: Spec) -> bool:
     return spec.model.attention != "mla" or spec.model.mla is not None
 
 
-def estimate(spec: Spec) -> TrainMemory | None:
+def estimate(spec: TrainingSpec) -> TrainMemory | None:
     return estimate_train_memory(spec) if computable(spec) else None
 
 
-def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
+def _fewest_nodes(spec: TrainingSpec) -> tuple[int, TrainingSpec, TrainMemory] | None:
     """Smallest node count (dp=auto; experts spread over the most EP ranks that divide them)
     whose worst GPU fits. Fit is not monotonic in the node count (EP must divide the experts and
     the ranks), so double the nodes until one fits, then scan the legal counts since the last double."""
     base = with_value(spec, "parallel.dp", "auto")
 
-    def grown(nodes: int) -> Spec:
+    def grown(nodes: int) -> TrainingSpec:
         bigger = with_value(base, "hardware.nodes", nodes)
         eps = _legal_eps(bigger) if spec.train.backend == "megatron" else []
         return with_value(bigger, "parallel.ep", eps[-1]) if eps and eps[-1] > spec.parallel.ep else bigger
@@ -156,19 +156,19 @@ def _fewest_nodes(spec: Spec) -> tuple[int, Spec, TrainMemory] | None:
     raise AssertionError("unreachable: hi itself fits")
 
 
-def _failing_layout_rules(spec: Spec) -> set[str]:
+def _failing_layout_rules(spec: TrainingSpec) -> set[str]:
     from lmspec.compiler.rules import experts, layout  # siblings of this rule in the same table
 
-    ctx = RuleContext(spec, Origins())
+    ctx = TrainingContext(spec, Origins())
     return {rule.__name__ for rule in (*layout.RULES, *experts.RULES) if any(p.severity == "error" for p in rule(ctx))}
 
 
-def _host(spec: Spec, memory: TrainMemory) -> str:
+def _host(spec: TrainingSpec, memory: TrainMemory) -> str:
     host = max(s.host_bytes for s in memory.stages)
     return f" + {gib(host * spec.hardware.gpus_per_node)} host memory per node" if host else ""
 
 
-def _fix_lines(spec: Spec) -> list[str]:
+def _fix_lines(spec: TrainingSpec) -> list[str]:
     """Each fix alone with its result; when none fits alone, the fixes stacked in order until one does."""
     lines: list[str] = []
     stacked: dict[str, Any] = {}
@@ -186,13 +186,13 @@ def _fix_lines(spec: Spec) -> list[str]:
             stacked.update(changes)
             stacked_spec = with_values(spec, stacked)
         lines.append(
-            f"{_shown(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
+            f"{shown_changes(changes)} -> {gib(alone.worst.total_bytes)}{_host(spec, alone)} "
             f"({'fits' if alone.fits else 'still over'})"
         )
     if not any(line.endswith("(fits)") for line in lines) and len(lines) > 1 and stacked:
         together = estimate(stacked_spec)
         if together is not None:
-            which = "all of these" if len(stacked) == sum(len(c) for c in offered) else _shown(stacked)
+            which = "all of these" if len(stacked) == sum(len(c) for c in offered) else shown_changes(stacked)
             lines.append(
                 f"{which} together -> {gib(together.worst.total_bytes)}{_host(spec, together)} "
                 f"({'fits' if together.fits else 'still over'})"
@@ -215,7 +215,7 @@ def _fix_lines(spec: Spec) -> list[str]:
     return lines
 
 
-def training_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
+def training_fits_memory(ctx: TrainingContext) -> Iterator[Problem]:
     spec = ctx.spec
     memory = estimate(spec)
     if memory is None or memory.fits:
@@ -257,66 +257,10 @@ def training_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
     )
 
 
-def _serve_fixes(spec: Spec) -> list[str]:
-    s = spec.serve
-    candidates: list[dict[str, Any]] = []
-    if s.gpu_memory_utilization < 0.95:
-        candidates.append({"serve.gpu_memory_utilization": 0.95})
-    if not s.kv_cache_dtype.startswith("fp8"):
-        candidates.append({"serve.kv_cache_dtype": "fp8"})
-    if s.quantization is None:
-        candidates.append({"serve.quantization": "fp8"})
-    heads = spec.model.num_attention_heads
-    tp = next((n for n in divisors(heads) if n > s.tp and n <= spec.hardware.gpus_per_node), None)
-    if tp is not None:
-        candidates.append({"serve.tp": tp})
-    for pp in range(s.pp + 1, spec.model.num_layers + 1):
-        if estimate_serve_memory(with_value(spec, "serve.pp", pp)).max_tokens_in_cache >= s.max_model_len:
-            candidates.append({"serve.pp": pp})
-            break
-    lines = []
-    now = estimate_serve_memory(spec).max_tokens_in_cache
-    for changes in candidates:
-        after = estimate_serve_memory(with_values(spec, changes))
-        if after.max_tokens_in_cache <= now:
-            continue
-        verdict = "fits" if after.max_tokens_in_cache >= s.max_model_len else "still short"
-        lines.append(f"{_shown(changes)} -> {after.max_tokens_in_cache:,} tokens ({verdict})")
-    return lines
-
-
-def serving_fits_memory(ctx: RuleContext) -> Iterator[Problem]:
-    spec = ctx.spec
-    if not computable(spec):
-        return
-    est = estimate_serve_memory(spec)
-    if est.max_tokens_in_cache >= spec.serve.max_model_len:
-        return
-    s = spec.serve
-    fixes = _serve_fixes(spec)
-    if est.max_tokens_in_cache:
-        longest = f"the longest that fits is serve.max_model_len={est.max_tokens_in_cache}"
-    else:
-        longest = "no sequence fits: the weights and activation reserve leave nothing for the KV cache"
-    yield error(
-        "serve.max_model_len",
-        (
-            f"serving does not fit: {ctx.show('serve.max_model_len')} "
-            f"needs {both(s.max_model_len * est.kv_cache_bytes_per_token)} "
-            f"of KV cache per GPU ({est.kv_cache_bytes_per_token:,} bytes/token), but "
-            f"{ctx.show('serve.gpu_memory_utilization')} x {ctx.show('hardware.gpu.memory_gib')} minus weights "
-            f"{both(est.weights_bytes_per_gpu)} per GPU ({ctx.show('serve.tp')}, "
-            f"{ctx.show('serve.pp')}) and an activation "
-            f"reserve of {gib(est.activation_reserve_bytes)} leaves {gib(est.cache_budget_bytes)}; {longest}. Fixes: "
-            + ("; ".join(fixes) if fixes else "serve a smaller model or use GPUs with more memory")
-        ),
-    )
-
-
 COMM_KEYS = {"tp": "parallel.tp", "dp": "parallel.dp", "ep": "parallel.ep", "pp": "parallel.pp"}
 
 
-def communication_within_budget(ctx: RuleContext) -> Iterator[Problem]:
+def communication_within_budget(ctx: TrainingContext) -> Iterator[Problem]:
     """A warning: estimated communication above 30% of compute time (the seed's TP8 slowdown)."""
     memory = estimate(ctx.spec)
     comm = estimate_comm(ctx.spec, memory) if memory is not None else None
@@ -345,4 +289,4 @@ def communication_within_budget(ctx: RuleContext) -> Iterator[Problem]:
     )
 
 
-RULES = (training_fits_memory, serving_fits_memory, communication_within_budget)
+RULES = (training_fits_memory, communication_within_budget)

@@ -25,14 +25,14 @@ from lmspec.compiler.capabilities import (
 )
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.plan import Device
-from lmspec.compiler.rules.context import RuleContext
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.rules.context import TrainingContext
+from lmspec.compiler.spec.sections import TrainingSpec
 
 # The keys that pick a target, as `Target`'s fields name them.
 TARGET_KEYS = (("backend", "train.backend"), ("impl", "train.transformer_impl"))
 
 
-def runs_spec(spec: Spec) -> bool:
+def runs_spec(spec: TrainingSpec) -> bool:
     """True where the spec's target exists and runs every feature the spec asks for."""
     caps = capabilities_of(spec)
     return caps is not None and all(caps.runs(f) for f in requested_features(spec))
@@ -45,7 +45,7 @@ def with_value(section: Any, key: str, value: Any) -> Any:
     return dataclasses.replace(section, **{head: inner})
 
 
-def without(spec: Spec, feature: Feature, caps: Capabilities) -> Any:
+def without(spec: TrainingSpec, feature: Feature, caps: Capabilities) -> Any:
     """The value of the feature's key that the target runs: FEATURE_KEYS' value, followed down while
     that value asks for another feature the target lacks (parallel.zero_stage 3 -> 2 -> 1 -> 0)."""
     key, value = FEATURE_KEYS[feature]
@@ -87,7 +87,7 @@ def _shown(value: Any) -> str:
     return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
-def target_runs_spec(ctx: RuleContext) -> Iterator[Problem]:
+def target_runs_spec(ctx: TrainingContext) -> Iterator[Problem]:
     """One error per feature the target lacks; one error on train.transformer_impl for no target."""
     spec = ctx.spec
     own = target_of(spec)
@@ -114,7 +114,7 @@ def target_runs_spec(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def fp8_has_tensor_cores(ctx: RuleContext) -> Iterator[Problem]:
+def fp8_has_tensor_cores(ctx: TrainingContext) -> Iterator[Problem]:
     """On a target that runs FP8 (one that does not is refused by target_runs_spec, once)."""
     t, gpu = ctx.spec.train, ctx.spec.hardware.gpu
     caps = capabilities_of(ctx.spec)
@@ -128,7 +128,7 @@ def fp8_has_tensor_cores(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def fp8_recipe_matches_precision(ctx: RuleContext) -> Iterator[Problem]:
+def fp8_recipe_matches_precision(ctx: TrainingContext) -> Iterator[Problem]:
     """A recipe without FP8 would do nothing; FP8 without a recipe leaves the scaling unsaid."""
     t = ctx.spec.train
     if t.precision == "fp8" and t.fp8_recipe is None:

@@ -7,19 +7,25 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ServingSpec, Spec, TrainingSpec
+
+S = TypeVar("S", bound=Spec)
 
 
 @dataclass(frozen=True)
-class RuleContext:
-    spec: Spec
+class SpecContext(Generic[S]):
+    """A rule's view: `spec` is the whole spec (RuleContext), or the spec narrowed to the part the
+    rule judges (TrainingContext, ServingContext), which runs only when that part is present."""
+
+    spec: S
     origins: Origins
 
     def value(self, key: str) -> Any:
-        return reduce(getattr, key.split("."), self.spec)
+        """The key's value; None under a section the spec sets to null (`train.seq_length` of train: null)."""
+        return reduce(lambda node, part: None if node is None else getattr(node, part), key.split("."), self.spec)
 
     def show(self, key: str) -> str:
         """`parallel.tp=6 (command-line override)`: the key, its value and its origin."""
@@ -33,6 +39,11 @@ class RuleContext:
     def factor(self, key: str) -> str:
         """`parallel.tp(8)`: a factor of a product, for messages that print every factor."""
         return f"{key}({self.value(key)})"
+
+
+RuleContext = SpecContext[Spec]
+TrainingContext = SpecContext[TrainingSpec]
+ServingContext = SpecContext[ServingSpec]
 
 
 HINT_VALUES = 8  # a hint lists at most this many values, however many would do

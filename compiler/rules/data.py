@@ -27,7 +27,7 @@ from lmspec.compiler.data.tokenizer_files import TokenizerFiles, TokenizerFilesE
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.params import count_params
 from lmspec.compiler.rules.budget import computable
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import TrainingContext
 from lmspec.compiler.rules.run_paths import resolve
 
 # The ids of lmspec.runtime.data.byte_tokenizer (256 bytes, end-of-text, pad), which the compiler
@@ -51,8 +51,8 @@ def source_key(index: int, field: str = "path") -> str:
     return f"train.data.sources.{index}.{field}"
 
 
-def show_source(ctx: RuleContext, index: int) -> str:
-    """`train.data.sources.0.path="a" (file:line)`: RuleContext.show for a list item."""
+def show_source(ctx: TrainingContext, index: int) -> str:
+    """`train.data.sources.0.path="a" (file:line)`: TrainingContext.show for a list item."""
     sources = ctx.spec.train.data.sources or ()
     key = source_key(index)
     return f"{key}={json.dumps(sources[index].path)} ({ctx.origins.of(key)})"
@@ -75,7 +75,7 @@ def local_tokenizer(path: str) -> TokenizerFiles | TokenizerFilesError:
         return TokenizerFilesError(exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
 
 
-def tokenizer_needs_its_path(ctx: RuleContext) -> Iterator[Problem]:
+def tokenizer_needs_its_path(ctx: TrainingContext) -> Iterator[Problem]:
     data = ctx.spec.train.data
     if data.tokenizer == "hf" and data.tokenizer_path is None:
         yield error(
@@ -114,7 +114,7 @@ def _raw_corpus(path: str) -> str | None:
     return None
 
 
-def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
+def sources_are_prefixes(ctx: TrainingContext) -> Iterator[Problem]:
     data = ctx.spec.train.data
     hf = data.tokenizer == "hf" and data.tokenizer_path is not None
     tokenizer = shlex.quote(data.tokenizer_path) if hf and data.tokenizer_path else "DIR"
@@ -140,7 +140,7 @@ def sources_are_prefixes(ctx: RuleContext) -> Iterator[Problem]:
             )
 
 
-def sources_listed_once(ctx: RuleContext) -> Iterator[Problem]:
+def sources_listed_once(ctx: TrainingContext) -> Iterator[Problem]:
     try:
         cwd = os.getcwd()
     except OSError:  # the working directory was deleted: compare the paths as written
@@ -164,7 +164,7 @@ def sources_listed_once(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def vocabulary_fits_the_embedding(ctx: RuleContext) -> Iterator[Problem]:
+def vocabulary_fits_the_embedding(ctx: TrainingContext) -> Iterator[Problem]:
     data, rows = ctx.spec.train.data, ctx.spec.model.vocab_size
     if data.tokenizer == "byte" and BYTE_TOKENIZER_IDS > rows:
         yield error(
@@ -199,7 +199,7 @@ def split_weights(split: str) -> tuple[float, float, float]:
     return train, valid, test
 
 
-def validation_has_a_split(ctx: RuleContext) -> Iterator[Problem]:
+def validation_has_a_split(ctx: TrainingContext) -> Iterator[Problem]:
     t = ctx.spec.train
     if t.eval_iters > 0 and split_weights(t.data.split)[1] == 0:
         yield error(
@@ -212,7 +212,7 @@ def validation_has_a_split(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def real_data_at_scale(ctx: RuleContext) -> Iterator[Problem]:
+def real_data_at_scale(ctx: TrainingContext) -> Iterator[Problem]:
     s = ctx.spec
     params = count_params(s.model).total if computable(s) else 0  # else the model rules report it
     scale = []

@@ -7,7 +7,7 @@ from typing import Any
 
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.models.dims import data_parallel_size, divisors, ranks_per_stage
-from lmspec.compiler.rules.context import RuleContext, listed
+from lmspec.compiler.rules.context import TrainingContext, listed
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
@@ -28,14 +28,14 @@ def moe_tp_has_sequence_parallel(megatron: Any, is_moe: Any, tp: Any, sequence_p
     return (megatron == 0) | (is_moe == 0) | (tp == 1) | (sequence_parallel != 0)
 
 
-def ep_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
+def ep_needs_moe(ctx: TrainingContext) -> Iterator[Problem]:
     p = ctx.spec.parallel
     if not expert_parallel_has_moe(ctx.spec.model.moe is not None, p.ep, p.etp):
         key = "parallel.ep" if p.ep > 1 else "parallel.etp"
         yield error(key, f"{ctx.show(key)} needs a MoE model, but {ctx.show('model.moe')}; set {key}=1")
 
 
-def experts_divide_by_ep(ctx: RuleContext) -> Iterator[Problem]:
+def experts_divide_by_ep(ctx: TrainingContext) -> Iterator[Problem]:
     moe, ep = ctx.spec.model.moe, ctx.spec.parallel.ep
     if moe is not None and not ep_divides_experts(moe.num_experts, ep):
         yield error(
@@ -47,7 +47,7 @@ def experts_divide_by_ep(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
+def expert_group_fits_ranks(ctx: TrainingContext) -> Iterator[Problem]:
     """Megatron folds EP x ETP over the dense layers' DP x TP x CP ranks of one stage."""
     p = ctx.spec.parallel
     dp = data_parallel_size(ctx.spec)
@@ -68,7 +68,7 @@ def expert_group_fits_ranks(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def moe_tensor_parallel_needs_sequence_parallel(ctx: RuleContext) -> Iterator[Problem]:
+def moe_tensor_parallel_needs_sequence_parallel(ctx: TrainingContext) -> Iterator[Problem]:
     """megatron-core raises at model build for MoE layers under TP without sequence parallelism."""
     s = ctx.spec
     if not moe_tp_has_sequence_parallel(

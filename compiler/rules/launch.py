@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error, warning
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import RuleContext, TrainingContext
 
 DEEPSPEED_MIN_WARMUP_STEPS = 2  # DeepSpeed's Warmup* schedulers use max(2, warmup_num_steps)
 SECONDS_PER = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
@@ -57,7 +57,7 @@ def roce_gid_index(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def local_launcher_is_one_node(ctx: RuleContext) -> Iterator[Problem]:
+def local_launcher_is_one_node(ctx: TrainingContext) -> Iterator[Problem]:
     s = ctx.spec
     if s.cluster.launcher == "local" and s.hardware.nodes > 1:
         yield warning(
@@ -69,7 +69,7 @@ def local_launcher_is_one_node(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def deepspeed_schedule(ctx: RuleContext) -> Iterator[Problem]:
+def deepspeed_schedule(ctx: TrainingContext) -> Iterator[Problem]:
     t = ctx.spec.train
     if t.backend != "deepspeed":
         return
@@ -92,9 +92,5 @@ def deepspeed_schedule(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-RULES = (
-    slurm_signal_before_time_limit,
-    roce_gid_index,
-    local_launcher_is_one_node,
-    deepspeed_schedule,
-)
+RULES = (slurm_signal_before_time_limit, roce_gid_index)
+TRAINING_RULES = (local_launcher_is_one_node, deepspeed_schedule)

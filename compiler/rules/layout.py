@@ -16,7 +16,7 @@ from lmspec.compiler.models.dims import (
     stage_layers,
     world_size,
 )
-from lmspec.compiler.rules.context import RuleContext, listed
+from lmspec.compiler.rules.context import TrainingContext, listed
 
 GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
 
@@ -66,7 +66,7 @@ def sequence_parallel_has_tp(sequence_parallel: Any, tp: Any) -> Any:
     return (sequence_parallel == 0) | (tp > 1)
 
 
-def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
+def world_size_matches(ctx: TrainingContext) -> Iterator[Problem]:
     s = ctx.spec
     world = world_size(s.hardware.gpus_per_node, s.hardware.nodes)
     world_factors = f"{ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {world}"
@@ -98,7 +98,7 @@ def world_size_matches(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
+def heads_divide_by_tp(ctx: TrainingContext) -> Iterator[Problem]:
     heads, tp = ctx.spec.model.num_attention_heads, ctx.spec.parallel.tp
     if not tp_divides_heads(heads, tp):
         yield error(
@@ -110,7 +110,7 @@ def heads_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def kv_heads_fit_tp(ctx: RuleContext) -> Iterator[Problem]:
+def kv_heads_fit_tp(ctx: TrainingContext) -> Iterator[Problem]:
     m, tp = ctx.spec.model, ctx.spec.parallel.tp
     if m.attention == "gqa" and not kv_heads_split_evenly(m.num_kv_heads, tp):
         valid = [d for d in divisors(m.num_attention_heads) if m.num_kv_heads % d == 0]
@@ -123,7 +123,7 @@ def kv_heads_fit_tp(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def widths_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
+def widths_divide_by_tp(ctx: TrainingContext) -> Iterator[Problem]:
     m, tp = ctx.spec.model, ctx.spec.parallel.tp
     if not tp_splits_widths(m.ffn_hidden_size, m.vocab_size, tp):
         uneven = [key for key in ("model.ffn_hidden_size", "model.vocab_size") if ctx.value(key) % tp]
@@ -138,7 +138,7 @@ def widths_divide_by_tp(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def layers_fit_pipeline(ctx: RuleContext) -> Iterator[Problem]:
+def layers_fit_pipeline(ctx: TrainingContext) -> Iterator[Problem]:
     m, p = ctx.spec.model, ctx.spec.parallel
     layout = p.pp_layout
     if layout is None and m.num_layers % p.pp:
@@ -166,7 +166,7 @@ def layers_fit_pipeline(ctx: RuleContext) -> Iterator[Problem]:
             )
 
 
-def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
+def virtual_stages_fit(ctx: TrainingContext) -> Iterator[Problem]:
     """What megatron-core 0.16.1 builds and schedules for interleaved 1F1B: more than one chunk per
     rank, every stage's layers split evenly into its chunks (compiler.models.dims.chunk_layers), and
     micro-batches in whole groups of pp (its schedule raises when a step's count is not a multiple of pp)."""
@@ -223,7 +223,7 @@ def virtual_stages_fit(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def tp_inside_node(ctx: RuleContext) -> Iterator[Problem]:
+def tp_inside_node(ctx: TrainingContext) -> Iterator[Problem]:
     tp, per_node = ctx.spec.parallel.tp, ctx.spec.hardware.gpus_per_node
     if not tp_within_node(tp, per_node):
         yield error(
@@ -243,7 +243,7 @@ def tp_inside_node(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def cp_divides_sequence(ctx: RuleContext) -> Iterator[Problem]:
+def cp_divides_sequence(ctx: TrainingContext) -> Iterator[Problem]:
     cp, seq = ctx.spec.parallel.cp, ctx.spec.train.seq_length
     if not cp_splits_sequence(seq, cp):
         yield error(
@@ -255,7 +255,7 @@ def cp_divides_sequence(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def sequence_parallel_needs_tp(ctx: RuleContext) -> Iterator[Problem]:
+def sequence_parallel_needs_tp(ctx: TrainingContext) -> Iterator[Problem]:
     if not sequence_parallel_has_tp(ctx.spec.parallel.sequence_parallel, ctx.spec.parallel.tp):
         yield warning(
             "parallel.sequence_parallel",

@@ -8,7 +8,7 @@ from dataclasses import fields
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.models.dims import divisors
-from lmspec.compiler.rules.context import RuleContext, listed
+from lmspec.compiler.rules.context import RuleContext, TrainingContext, listed
 from lmspec.compiler.spec.sections import ROPE_SCALING_FIELDS, RopeScalingSpec
 
 
@@ -79,7 +79,7 @@ def moe_block_consistent(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def seq_length_within_positions(ctx: RuleContext) -> Iterator[Problem]:
+def seq_length_within_positions(ctx: TrainingContext) -> Iterator[Problem]:
     if ctx.spec.train.seq_length > ctx.spec.model.max_position_embeddings:
         yield error(
             "train.seq_length",
@@ -199,7 +199,7 @@ RULES = (
     gqa_groups_even,
     mla_head_dims_consistent,
     moe_block_consistent,
-    seq_length_within_positions,
     mtp_only_where_released,
     family_carries_the_model,
 )
+TRAINING_RULES = (seq_length_within_positions,)

@@ -39,7 +39,7 @@ from typing import Literal
 
 from lmspec.compiler.build.files import RUN_DIR_ENTRIES, STEP_PREFIX, run_dir, step_number
 from lmspec.compiler.errors import Problem, UsageError, error
-from lmspec.compiler.rules.context import RuleContext
+from lmspec.compiler.rules.context import RuleContext, TrainingContext
 from lmspec.compiler.spec.sections import Spec
 
 RUN_DIR = "the run directory"  # the label of `runs/<name>/` in messages (its key is `name`)
@@ -47,7 +47,7 @@ RUN_DIR = "the run directory"  # the label of `runs/<name>/` in messages (its ke
 Relation = Literal["same", "inside", "contains"]
 
 
-def resolve(path: str, cwd: str) -> str | None:
+def resolve(path: str | None, cwd: str) -> str | None:
     """`path` as the runtime opens it from `cwd`, normalised; None when it cannot be a path."""
     if not path:
         return None
@@ -108,13 +108,23 @@ _HARM: dict[tuple[str, str, Relation], str] = {
 }
 
 
+def path_values(spec: Spec) -> dict[str, str | None]:
+    """The run's directories as the spec writes them; None where its section is null (train: null, ...).
+    A serve-only job reads neither convert.output nor a checkpoint directory."""
+    t, c, v = spec.train, spec.convert, spec.serve
+    return {
+        "convert.output": c.output if c is not None and t is not None else None,
+        "train.checkpoint.dir": t.checkpoint.dir if t is not None else None,
+        "serve.model_path": v.model_path if v is not None else None,
+        "train.init_from": t.init_from if t is not None else None,
+    }
+
+
 def overlaps(spec: Spec, cwd: str) -> list[Clash]:
     """Every overlap of the run's directories as seen from working directory `cwd` (no I/O but realpath)."""
     run = resolve(run_dir(spec.name), cwd)
-    paths = {
-        "convert.output": resolve(spec.convert.output, cwd),
-        "train.checkpoint.dir": resolve(spec.train.checkpoint.dir, cwd),
-    }
+    written = path_values(spec)
+    paths = {key: resolve(written[key], cwd) for key in ("convert.output", "train.checkpoint.dir")}
     ckpt = paths["train.checkpoint.dir"]
     defaults = _defaults(spec)
     clashes: list[Clash] = []
@@ -151,7 +161,7 @@ def overlaps(spec: Spec, cwd: str) -> list[Clash]:
         )
         clashes.append(Clash(key, RUN_DIR, relation(path, at) or "inside", path, at, entry, harm, fix_for(key)))
 
-    model = resolve(spec.serve.model_path, cwd) if spec.serve.model_path is not None else None
+    model = resolve(written["serve.model_path"], cwd)
     if model is not None and ckpt is not None and (rel := relation(model, ckpt)) in ("same", "inside"):
         clashes.append(
             Clash(
@@ -166,7 +176,7 @@ def overlaps(spec: Spec, cwd: str) -> list[Clash]:
                 "or a directory outside train.checkpoint.dir",
             )
         )
-    start = resolve(spec.train.init_from, cwd) if spec.train.init_from is not None else None
+    start = resolve(written["train.init_from"], cwd)
     if start is not None and ckpt is not None and (rel := relation(start, ckpt)) in ("same", "inside"):
         clashes.append(
             Clash(
@@ -211,13 +221,7 @@ def require_run_paths_apart(spec: Spec) -> None:
 
 def runtime_problems(spec: Spec, cwd: str) -> list[str]:
     """The same check at run time, from the job's own working directory (no origins there)."""
-    values = {
-        "convert.output": spec.convert.output,
-        "train.checkpoint.dir": spec.train.checkpoint.dir,
-        "serve.model_path": spec.serve.model_path,
-        "train.init_from": spec.train.init_from,
-        "name": spec.name,
-    }
+    values: dict[str, str | None] = {**path_values(spec), "name": spec.name}
     show = {key: f"{key}={json.dumps(value)}" for key, value in values.items()}
     show[RUN_DIR] = f"{run_dir(spec.name)}/ of {show['name']}"
     return [f"{describe(clash, show)} (working directory {cwd})" for clash in overlaps(spec, cwd)]
@@ -235,7 +239,7 @@ def run_paths_apart(ctx: RuleContext) -> Iterator[Problem]:
         yield error(clash.key, describe(clash, show))
 
 
-def init_from_names_a_step(ctx: RuleContext) -> Iterator[Problem]:
+def init_from_names_a_step(ctx: TrainingContext) -> Iterator[Problem]:
     """train.init_from names one checkpoint: a `step_<N>` directory, as lmspec writes them."""
     start = ctx.spec.train.init_from
     if not start:
@@ -254,4 +258,5 @@ def init_from_names_a_step(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-RULES = (run_paths_apart, init_from_names_a_step)
+RULES = (run_paths_apart,)
+TRAINING_RULES = (init_from_names_a_step,)

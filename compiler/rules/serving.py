@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.dims import divisors, world_size
-from lmspec.compiler.rules.context import RuleContext, listed
+from lmspec.compiler.rules.context import ServingContext, listed
 
 # Above this fraction vLLM leaves too little device memory for the CUDA context, NCCL buffers
 # and the sampler's peaks (the seed's pitfall); vLLM's own default is 0.9.
@@ -20,12 +20,12 @@ CALIBRATED_QUANTIZATION = ("awq", "gptq")  # scales come from a calibration run,
 _SERVE_GPU_KEYS = ("serve.tp", "serve.pp", "serve.dp", "hardware.nodes")
 
 
-def _cpu(ctx: RuleContext) -> bool:
+def _cpu(ctx: ServingContext) -> bool:
     """The `cpu` hardware (as lmspec.compiler.emit.nccl.cpu_ranks): vLLM's CPU backend."""
     return ctx.spec.hardware.intra_node.link == "shm"
 
 
-def serve_tp_divides_heads(ctx: RuleContext) -> Iterator[Problem]:
+def serve_tp_divides_heads(ctx: ServingContext) -> Iterator[Problem]:
     heads, tp = ctx.spec.model.num_attention_heads, ctx.spec.serve.tp
     if heads % tp:
         yield error(
@@ -37,7 +37,7 @@ def serve_tp_divides_heads(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def serve_tp_fits_kv_heads(ctx: RuleContext) -> Iterator[Problem]:
+def serve_tp_fits_kv_heads(ctx: ServingContext) -> Iterator[Problem]:
     """vLLM splits kv heads over TP ranks, or replicates them when TP exceeds them; both even."""
     m, tp = ctx.spec.model, ctx.spec.serve.tp
     if m.attention == "gqa" and m.num_kv_heads % tp and tp % m.num_kv_heads:
@@ -51,7 +51,7 @@ def serve_tp_fits_kv_heads(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
+def serve_fits_gpus(ctx: ServingContext) -> Iterator[Problem]:
     v = ctx.spec.serve
     gpus = world_size(ctx.spec.hardware.gpus_per_node, ctx.spec.hardware.nodes)
     used = v.tp * v.pp * v.dp
@@ -76,7 +76,7 @@ def serve_fits_gpus(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def serve_pp_fits_layers(ctx: RuleContext) -> Iterator[Problem]:
+def serve_pp_fits_layers(ctx: ServingContext) -> Iterator[Problem]:
     if ctx.spec.serve.pp > ctx.spec.model.num_layers:
         yield error(
             "serve.pp",
@@ -87,7 +87,7 @@ def serve_pp_fits_layers(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def serve_len_within_positions(ctx: RuleContext) -> Iterator[Problem]:
+def serve_len_within_positions(ctx: ServingContext) -> Iterator[Problem]:
     s = ctx.spec
     if s.serve.max_model_len > s.model.max_position_embeddings:
         yield error(
@@ -97,7 +97,7 @@ def serve_len_within_positions(ctx: RuleContext) -> Iterator[Problem]:
                 f"use serve.max_model_len<={s.model.max_position_embeddings}"
             ),
         )
-    elif s.serve.max_model_len < s.train.seq_length:
+    elif s.train is not None and s.serve.max_model_len < s.train.seq_length:
         yield warning(
             "serve.max_model_len",
             (
@@ -108,7 +108,7 @@ def serve_len_within_positions(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def serve_memory_utilization_leaves_headroom(ctx: RuleContext) -> Iterator[Problem]:
+def serve_memory_utilization_leaves_headroom(ctx: ServingContext) -> Iterator[Problem]:
     # (0, 1] itself is the schema's bound; this is the headroom vLLM does not manage.
     if not _cpu(ctx) and ctx.spec.serve.gpu_memory_utilization > GPU_MEMORY_UTILIZATION_WARN:
         yield warning(
@@ -121,7 +121,7 @@ def serve_memory_utilization_leaves_headroom(ctx: RuleContext) -> Iterator[Probl
         )
 
 
-def serve_quantization_has_checkpoint(ctx: RuleContext) -> Iterator[Problem]:
+def serve_quantization_has_checkpoint(ctx: ServingContext) -> Iterator[Problem]:
     v = ctx.spec.serve
     if v.quantization in CALIBRATED_QUANTIZATION and v.model_path is None:
         yield error(
@@ -129,13 +129,13 @@ def serve_quantization_has_checkpoint(ctx: RuleContext) -> Iterator[Problem]:
             (
                 f"{ctx.show('serve.quantization')} needs a checkpoint calibrated for {v.quantization.upper()}, "
                 f"but the model served is the conversion output ({ctx.show('convert.output')}), unquantized "
-                f"{ctx.spec.convert.dtype}; calibrate it and set serve.model_path to the quantized directory, "
+                f"{ctx.value('convert.dtype')}; calibrate it and set serve.model_path to the quantized directory, "
                 "or use serve.quantization=fp8 (quantized by vLLM on load)"
             ),
         )
 
 
-def serve_expert_parallel_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
+def serve_expert_parallel_needs_moe(ctx: ServingContext) -> Iterator[Problem]:
     if ctx.spec.serve.expert_parallel and ctx.spec.model.moe is None:
         yield error(
             "serve.expert_parallel",
@@ -146,7 +146,7 @@ def serve_expert_parallel_needs_moe(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def serve_cpu_kvcache_whole_gib(ctx: RuleContext) -> Iterator[Problem]:
+def serve_cpu_kvcache_whole_gib(ctx: ServingContext) -> Iterator[Problem]:
     space = ctx.spec.serve.cpu_kvcache_space_gib
     if _cpu(ctx) and space != int(space):
         yield error(

@@ -15,7 +15,7 @@ from lmspec.compiler.models.steptime import StepInputs, StepTime, step_constants
 from lmspec.compiler.models.units import precision_bytes
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, dims_of, world
 from lmspec.compiler.search.memory import stage_table, worst_stage_memory
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class PipelineWork:
     stage_moe_layers: np.ndarray
 
 
-def pipeline_work(spec: Spec) -> PipelineWork:
+def pipeline_work(spec: TrainingSpec) -> PipelineWork:
     m, seq = spec.model, spec.train.seq_length
     work = [
         [slowest_stage_work(m, seq, balanced_stages(m.num_layers, pp), r) for r in RECOMPUTE]
@@ -61,7 +61,7 @@ class Priced:
     mfu: np.ndarray
 
 
-def derive(spec: Spec, c: Columns) -> Columns:
+def derive(spec: TrainingSpec, c: Columns) -> Columns:
     """Add world, dp and micro-batches per step to the candidate columns."""
     out = Columns(c)
     out["world"] = world(c, spec)
@@ -70,7 +70,7 @@ def derive(spec: Spec, c: Columns) -> Columns:
     return out
 
 
-def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
+def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
     """The step-time model's inputs for candidates carrying memory's dense/expert parameter columns."""
     work = pipeline_work(spec)
     s = f.pp - 1
@@ -95,7 +95,7 @@ def price_inputs(spec: Spec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
     return inputs, step_constants(spec)
 
 
-def price(spec: Spec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
+def price(spec: TrainingSpec, c: Columns, axes_values: dict[str, np.ndarray]) -> Priced:
     """Price candidates sorted by pp; `axes_values` are the sorted tp, cp and micro-batch values searched."""
     c = derive(spec, c)
     memory = worst_stage_memory(spec, c, stage_table(spec), axes_values)

@@ -21,7 +21,7 @@ import numpy as np
 
 from lmspec.compiler.models.dims import ParallelDims, derived_dp, ranks_per_stage, world_size
 from lmspec.compiler.rules import batch, capability, experts, layout
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 BACKENDS: tuple[Literal["megatron", "deepspeed"], ...] = ("megatron", "deepspeed")
 RECOMPUTE: tuple[Literal["none", "selective", "full"], ...] = ("none", "selective", "full")
@@ -45,7 +45,7 @@ class Columns(dict[str, np.ndarray]):
         return Columns({k: v[mask] for k, v in self.items()})
 
 
-Predicate = Callable[[Columns, Spec], Any]
+Predicate = Callable[[Columns, TrainingSpec], Any]
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,16 @@ class Check:
     passes: Predicate  # True where the candidate is legal for this rule
 
 
-def world(c: Columns, s: Spec) -> np.ndarray:
+def world(c: Columns, s: TrainingSpec) -> np.ndarray:
     return world_size(s.hardware.gpus_per_node, c.nodes)
 
 
-def data_parallel(c: Columns, s: Spec) -> np.ndarray:
+def data_parallel(c: Columns, s: TrainingSpec) -> np.ndarray:
     """dp = world / (tp x pp x cp), as `parallel.dp=auto` derives it (0 where it does not divide)."""
     return derived_dp(world(c, s), c.tp, c.pp, c.cp)
 
 
-def dims_of(c: Columns, s: Spec) -> ParallelDims:
+def dims_of(c: Columns, s: TrainingSpec) -> ParallelDims:
     """The degrees of candidates that carry dp and micro_batches (`evaluate.derive`), as arrays."""
     return ParallelDims(
         gpus_per_node=s.hardware.gpus_per_node,
@@ -82,7 +82,7 @@ def _deepspeed(c: Columns) -> np.ndarray:
     return c.backend == BACKENDS.index("deepspeed")
 
 
-def _expert_group_fits(c: Columns, s: Spec) -> Any:
+def _expert_group_fits(c: Columns, s: TrainingSpec) -> Any:
     if s.model.moe is None:  # the rule checks MoE models only
         return True
     return experts.expert_group_fits(ranks_per_stage(data_parallel(c, s), c.tp, c.cp), c.ep, s.parallel.etp)
@@ -123,7 +123,7 @@ BATCH_CHECKS = (
 )
 
 
-def candidate_impl(deepspeed: bool, spec: Spec) -> Literal["local", "transformer_engine"]:
+def candidate_impl(deepspeed: bool, spec: TrainingSpec) -> Literal["local", "transformer_engine"]:
     """The transformer_impl a candidate runs with: DeepSpeed's trainer is transformers' PyTorch code
     (local); Megatron candidates keep the spec's own implementation."""
     return "local" if deepspeed else spec.train.transformer_impl
@@ -144,7 +144,7 @@ _FEATURE_COLUMNS: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], int], ...
 )
 
 
-def _candidate_spec(spec: Spec, values: tuple[int, ...]) -> Spec:
+def _candidate_spec(spec: TrainingSpec, values: tuple[int, ...]) -> TrainingSpec:
     """The spec with one combination of reduced feature columns written in (degrees > 1 as 2)."""
     backend, tp, pp, cp, ep, sp, recompute, zero_stage, distributed_optimizer = values
     parallel = dataclasses.replace(
@@ -169,7 +169,7 @@ def _candidate_spec(spec: Spec, values: tuple[int, ...]) -> Spec:
     return dataclasses.replace(spec, parallel=parallel, train=train)
 
 
-def _target_runs(c: Columns, s: Spec) -> np.ndarray:
+def _target_runs(c: Columns, s: TrainingSpec) -> np.ndarray:
     """`capability.runs_spec` of each candidate: evaluated once per combination of the reduced feature
     columns present, then looked up by the combination's mixed-radix code."""
     code: Any = 0

@@ -39,7 +39,7 @@ from lmspec.compiler.models.train_memory import (
     state_bytes,
 )
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, ZERO_STAGES, Columns, dims_of
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _worth_pricing(kinds: list[tuple[int, int]], moe_model: bool) -> list[int]:
     return sorted(picked)
 
 
-def stage_table(spec: Spec) -> StageTable:
+def stage_table(spec: TrainingSpec) -> StageTable:
     m = spec.model
     counts = count_params(m)
     layers = [layer_params(m, i) for i in range(m.num_layers)]
@@ -119,8 +119,8 @@ class Memory:
 
 
 def _group_spec(
-    spec: Spec, backend: int, zero: int = 0, dopt: bool = False, sp: bool = False, recompute: int = 0
-) -> Spec:
+    spec: TrainingSpec, backend: int, zero: int = 0, dopt: bool = False, sp: bool = False, recompute: int = 0
+) -> TrainingSpec:
     parallel = dataclasses.replace(
         spec.parallel,
         zero_stage=ZERO_STAGES[zero],
@@ -138,7 +138,7 @@ ACTIVATION_TERMS = ("dense_layer", "moe_layer", "embedding", "head", "dense_work
 
 
 def _activation_lookup(
-    spec: Spec, c: Columns, tp_values: np.ndarray, cp_values: np.ndarray, mbs_values: np.ndarray
+    spec: TrainingSpec, c: Columns, tp_values: np.ndarray, cp_values: np.ndarray, mbs_values: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Activation bytes per micro-batch of each candidate, from the model's functions evaluated once
     on the small grid of (backend, sp, recompute, tp, cp, micro batch) and looked up."""
@@ -179,7 +179,7 @@ def _activation_lookup(
     return {k: t.ravel()[flat] for k, t in tables.items()}
 
 
-def _state_columns(spec: Spec, c: Columns) -> tuple[StateBytes, StateBytes, np.ndarray]:
+def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateBytes, np.ndarray]:
     """Bytes per dense and per expert parameter, and gathered-layer bytes, of each candidate."""
     n = c.size
     dense = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
@@ -201,7 +201,7 @@ def _state_columns(spec: Spec, c: Columns) -> tuple[StateBytes, StateBytes, np.n
     return StateBytes(**dense), StateBytes(**expert), gather
 
 
-def worst_stage_memory(spec: Spec, c: Columns, table: StageTable, axes_values: dict[str, np.ndarray]) -> Memory:
+def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_values: dict[str, np.ndarray]) -> Memory:
     """Memory of each candidate's worst stage. `c` is sorted by pp and carries dp, world and
     micro_batches; `axes_values` holds the sorted tp, cp and micro-batch values searched."""
     n = c.size

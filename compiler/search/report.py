@@ -132,7 +132,7 @@ def rows(result: SearchResult, top: int) -> list[Row]:
 
 
 def overrides(values: dict[str, Any]) -> list[str]:
-    """Spec overrides that select this layout (dp derived, stages balanced)."""
+    """TrainingSpec overrides that select this layout (dp derived, stages balanced)."""
 
     def shown(v: Any) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)

@@ -10,7 +10,7 @@ import numpy as np
 
 from lmspec.compiler.search.evaluate import Priced, price
 from lmspec.compiler.search.space import Axes, default_axes, enumerate_legal
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 OBJECTIVES = ("throughput", "cost", "min-gpus")
 BUDGET = "memory budget (budget.training_fits_memory)"
@@ -19,7 +19,7 @@ MAX_FALLBACK_GPUS = 65536  # how far the "fewest GPUs that fit" search goes when
 
 @dataclass(frozen=True)
 class SearchResult:
-    spec: Spec
+    spec: TrainingSpec
     axes: Axes
     raw_size: int
     rejected: dict[str, int]  # rule -> raw candidates it rejected first; BUDGET -> legal ones over memory
@@ -58,7 +58,9 @@ def rank(priced: Priced, objective: str, keep: int) -> np.ndarray:
     return chosen[np.lexsort(tuple(k[chosen] for k in keys))][:keep]
 
 
-def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective: str, top: int = 10) -> SearchResult:
+def search(
+    spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[str], objective: str, top: int = 10
+) -> SearchResult:
     """Every legal layout of `spec` on each node count, priced and ranked by `objective`."""
     start = time.perf_counter()
     axes = default_axes(spec, nodes, backends)
@@ -80,7 +82,7 @@ def search(spec: Spec, nodes: Sequence[int], backends: Sequence[str], objective:
     )
 
 
-def fewest_gpus(spec: Spec, above_nodes: int, backends: Sequence[str]) -> SearchResult | None:
+def fewest_gpus(spec: TrainingSpec, above_nodes: int, backends: Sequence[str]) -> SearchResult | None:
     """The smallest node count above `above_nodes` on which any legal layout fits, searched in
     doubling blocks of node counts; None when nothing fits up to MAX_FALLBACK_GPUS."""
     lo = above_nodes + 1

@@ -24,7 +24,7 @@ from lmspec.compiler.search.legality import (
     Check,
     Columns,
 )
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 MAX_CONTEXT_PARALLEL = 16  # ring attention beyond 16 ranks is outside what the step-time model covers
 MAX_MICRO_BATCH = 16  # sequences per micro-batch; beyond this activations dominate at any length
@@ -69,7 +69,7 @@ class Axes:
         )
 
 
-def default_axes(spec: Spec, nodes: Sequence[int], backends: Sequence[str]) -> Axes:
+def default_axes(spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[str]) -> Axes:
     """Every value worth trying for this model and hardware."""
     m = spec.model
     experts = [1]
@@ -106,7 +106,7 @@ def _stage(
     columns: Columns,
     new: dict[str, np.ndarray],
     checks: Sequence[Check],
-    spec: Spec,
+    spec: TrainingSpec,
     weight: int,
     rejected: dict[str, int],
 ) -> Columns:
@@ -124,7 +124,7 @@ def _stage(
     return out
 
 
-def enumerate_legal(spec: Spec, axes: Axes) -> Enumeration:
+def enumerate_legal(spec: TrainingSpec, axes: Axes) -> Enumeration:
     """The legal candidates, as columns, and what each rule rejected of the raw space."""
     rejected: dict[str, int] = {}
     n_ep, n_mbs = len(axes.ep), len(axes.micro_batch_size)

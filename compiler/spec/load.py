@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from lmspec.compiler.errors import Problem, SpecError, UsageError, error
 from lmspec.compiler.paths import SPECS_DIR, display_path
 from lmspec.compiler.spec import hydra_compat
 from lmspec.compiler.spec.provenance import COMMAND_LINE, Origins, replay
+from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.yaml_files import YamlFile, YamlFiles
 
 DEFAULT_CONFIG = "config"
@@ -61,6 +63,23 @@ def _value_override_keys(parsed: list[Override], choices: dict[str, str]) -> lis
             continue
         keys.append(key)
     return keys
+
+
+def nullable_sections() -> tuple[str, ...]:
+    """The sections a spec may set to null (train, serve, ...): `X | None` in lmspec.compiler.spec.sections."""
+    hints = typing.get_type_hints(Spec)
+    return tuple(name for name, hint in hints.items() if type(None) in typing.get_args(hint))
+
+
+def _nulled(parsed: list[Override]) -> list[Override]:
+    """`serve=null` or `~serve` for a section that may be null: the section is null, whatever files of
+    the defaults list (hardware=cpu sizes serve too) put into it. lmspec sets it after Hydra composes."""
+    sections = nullable_sections()
+    return [
+        o
+        for o in parsed
+        if o.key_or_group in sections and not o.is_hydra_override() and (o.is_delete() or o.value() is None)
+    ]
 
 
 def _hydra_overrides(spec_file: Path | None) -> list[str]:
@@ -343,9 +362,11 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
         _check_spec_file(spec_file, files)
     dirs = _search_dirs(spec_file)
     parsed = parse_overrides(list(overrides))
+    nulled = _nulled(parsed)
+    parsed = [o for o in parsed if o not in nulled]
     _check_overrides(parsed, dirs)
     config_name = spec_file.stem if spec_file else DEFAULT_CONFIG
-    all_overrides = _hydra_overrides(spec_file) + list(overrides)
+    all_overrides = _hydra_overrides(spec_file) + [o.input_line for o in parsed]
     reads = _Reads(files, parsed)
     GlobalHydra.instance().clear()
     try:
@@ -366,8 +387,11 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
                 if read is None or config_path.startswith("hydra/") or package.startswith("hydra"):
                     continue
                 sources.append((read, package))
-            origins = replay(sources, _value_override_keys(parsed, choices))
+            origins = replay(sources, [*_value_override_keys(parsed, choices), *(o.key_or_group for o in nulled)])
             _check_merges(cfg, parsed, dirs)
+            with open_dict(cfg):
+                for override in nulled:
+                    cfg[override.key_or_group] = None
             raw = OmegaConf.to_container(cfg, resolve=False)
             _refuse_expansion(raw, parsed, origins)
             try:
@@ -510,6 +534,12 @@ def _interpolation_problem(raw: Any, exc: OmegaConfBaseException, parsed: list[O
         parts = reference.split(".")
         prefixes = [".".join(parts[: i + 1]) for i in range(len(parts))]
         flat = next((p for p in prefixes[:-1] if _raw_at(raw, p) is not _ABSENT and not _is_mapping(raw, p)), None)
+        if flat is not None and _raw_at(raw, flat) is None and flat in nullable_sections():
+            return error(
+                broken.holder,
+                f"{said} reads {reference} through {broken.written}, but {_said(flat, parsed, origins)} is "
+                f"null: set {broken.holder} to a value of its own",
+            )
         if flat is not None:  # e.g. `train: 5` replaced the section the reference reads from
             return error(
                 flat,

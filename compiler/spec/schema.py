@@ -154,11 +154,19 @@ def _file_schema(title: str, file_id: str, body: dict[str, Any]) -> dict[str, An
     return schema
 
 
+def section_types() -> dict[str, type]:
+    """The spec's sections that are Hydra config groups (model, hardware, ...), each with its dataclass
+    (a section the spec may set to null, as train, is `X | None`: its X)."""
+    out: dict[str, type] = {}
+    for name, hint in typing.get_type_hints(Spec).items():
+        options = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        if len(options) == 1 and isinstance(options[0], type) and dataclasses.is_dataclass(options[0]):
+            out[name] = options[0]
+    return out
+
+
 def section_names() -> tuple[str, ...]:
-    """The spec's sections that are Hydra config groups (model, hardware, ...)."""
-    return tuple(
-        f.name for f in dataclasses.fields(Spec) if dataclasses.is_dataclass(typing.get_type_hints(Spec)[f.name])
-    )
+    return tuple(section_types())
 
 
 def schema_files() -> dict[str, str]:
@@ -171,10 +179,9 @@ def schema_files() -> dict[str, str]:
             )
         ),
     }
-    hints = typing.get_type_hints(Spec)
-    for name in section_names():
+    for name, section in section_types().items():
         files[f"{name}.schema.json"] = _text(
-            _file_schema(f"lmspec {name} group file", f"{name}.schema.json", _object_schema(hints[name], f"{name}."))
+            _file_schema(f"lmspec {name} group file", f"{name}.schema.json", _object_schema(section, f"{name}."))
         )
     return files
 

@@ -9,8 +9,9 @@ override prefix are the same word.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from lmspec.compiler.families import FamilyName
 from lmspec.compiler.spec import kinds as K
@@ -44,6 +45,7 @@ def key(
 
 
 Auto = Literal["auto"]
+_S = TypeVar("_S", bound="Spec")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,7 +480,7 @@ class TrainSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ServeSpec:
-    """Serving the converted model with vLLM."""
+    """Serving a HuggingFace model directory with vLLM: the converted one, or serve.model_path."""
 
     engine: Literal["vllm"] = key("Serving engine.", example="vllm")
     tp: int = key("vLLM --tensor-parallel-size.", example=8, minimum=1, maximum=K.RANKS_MAX)
@@ -510,15 +512,36 @@ class ServeSpec:
         minimum=1,
         maximum=K.BATCHED_TOKENS_MAX,
     )
-    host: str = key("Bind address.", example="127.0.0.1", kind=K.HOST)
-    port: int = key("Port.", example=8000, minimum=1, maximum=K.PORT_MAX)
+    host: str = key(
+        "Address the API server binds (node 0's in a multi-node engine, which must not be loopback).",
+        example="127.0.0.1",
+        kind=K.HOST,
+    )
+    port: int = key("Port of the OpenAI-compatible API.", example=8000, minimum=1, maximum=K.PORT_MAX)
+    multi_node: Auto | Literal["ray", "data_parallel"] = key(
+        "How an engine larger than one node spans nodes: ray = one Ray cluster, tensor/pipeline parallel "
+        "across nodes (--distributed-executor-backend ray); data_parallel = vLLM's data parallel with one "
+        "headless engine per further node (each data-parallel rank inside a node); auto = data_parallel "
+        "where serve.tp x serve.pp fits in a node, else ray. Unused by a one-node engine.",
+        example="auto",
+    )
+    ray_port: int = key(
+        "Port of the Ray head on node 0 (serve.multi_node=ray).", example=6379, minimum=1, maximum=K.PORT_MAX
+    )
+    data_parallel_rpc_port: int = key(
+        "vLLM --data-parallel-rpc-port on node 0 (serve.multi_node=data_parallel).",
+        example=13345,
+        minimum=1,
+        maximum=K.PORT_MAX,
+    )
     api_key_env: str | None = key(
         "Name of the environment variable holding the API key (never the key itself); null = no auth.",
         example="VLLM_API_KEY",
         kind=K.ENV_NAME,
     )
     model_path: str | None = key(
-        "Model directory to serve; null = the conversion output (convert.output).",
+        "HuggingFace model directory to serve (a released or converted one); null = the conversion output "
+        "(convert.output). Required when train is null.",
         example="runs/llama3_8b/hf",
         kind=K.PATH,
     )
@@ -588,7 +611,10 @@ class ConvertSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Spec:
-    """A whole lmspec job: model, hardware, layout, training, launch, conversion and serving."""
+    """A whole lmspec job: model, hardware, layout, training, launch, conversion and serving.
+
+    Three kinds of job: train and serve; train only (serve: null); serve only (train: null, which
+    leaves parallel and convert unread and serves serve.model_path)."""
 
     name: str = key(
         "Job name: the build directory build/<name>/ and the Slurm job name.",
@@ -597,8 +623,44 @@ class Spec:
     )
     model: ModelSpec = key("Model architecture.")
     hardware: HardwareSpec = key("Hardware.")
-    parallel: ParallelSpec = key("Parallel layout.")
-    train: TrainSpec = key("Training.")
+    parallel: ParallelSpec | None = key("Training's parallel layout; null (or unread) in a serve-only job.")
+    train: TrainSpec | None = key("Training; null = a serve-only job (serve.model_path is served).")
     cluster: ClusterSpec = key("Launch.")
-    convert: ConvertSpec = key("Conversion.")
-    serve: ServeSpec = key("Serving.")
+    convert: ConvertSpec | None = key("Conversion of training checkpoints; null = none (serve-only jobs).")
+    serve: ServeSpec | None = key("Serving; null = a train-only job.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSpec(Spec):
+    """A spec that trains (train and parallel set): the type training's models, rules, emitters and
+    runtime read, so none of them tests for a missing section."""
+
+    parallel: ParallelSpec
+    train: TrainSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingSpec(Spec):
+    """A spec that serves (serve set): the type serving's models, rules, emitters and runtime read."""
+
+    serve: ServeSpec
+
+
+def _narrowed(cls: type[_S], spec: Spec) -> _S:
+    return cls(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(Spec)})
+
+
+def training(spec: Spec) -> TrainingSpec | None:
+    """The spec as a TrainingSpec, or None for a serve-only job (train: null) or one without a layout."""
+    if isinstance(spec, TrainingSpec):
+        return spec
+    if spec.train is None or spec.parallel is None:
+        return None
+    return _narrowed(TrainingSpec, spec)
+
+
+def serving(spec: Spec) -> ServingSpec | None:
+    """The spec as a ServingSpec, or None for a train-only job (serve: null)."""
+    if isinstance(spec, ServingSpec):
+        return spec
+    return None if spec.serve is None else _narrowed(ServingSpec, spec)

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     build_dir, hf_dir, out_root = (Path(a) for a in argv)
     try:
         build = Build.open(build_dir)
-        init_distributed(build.spec, build.plan)
+        init_distributed(build.training(), build.plan)
         return import_weights(build, hf_dir, out_root)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)

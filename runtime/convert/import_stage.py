@@ -37,10 +37,11 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
     hf_dir: Path | None = getattr(options, "hf_dir", None)
     if hf_dir is None:
         raise UsageError("--stage import needs --from HF_DIR (a HuggingFace model directory)")
-    if build.spec.train.backend != "megatron":
+    backend = build.training().train.backend
+    if backend != "megatron":
         raise UsageError(
             f"--stage import writes a Megatron checkpoint; this build has train.backend="
-            f"{build.spec.train.backend!r}. Compile it with train.backend=megatron, or fine-tune the HF "
+            f"{backend!r}. Compile it with train.backend=megatron, or fine-tune the HF "
             "directory with a deepspeed build's own HF model"
         )
     fp8 = check_source(hf_dir, build.mapping["hf_config"])

@@ -309,15 +309,15 @@ def convert_deepspeed(
 def convert_build(
     build: Build, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
 ) -> tuple[Path, dict[str, Any]]:
+    spec = build.training()
     doc = build.mapping
     if doc["backend"] != "deepspeed":
         mapped_tensors(build, doc, classes)  # a malformed entry is refused before any checkpoint is read
-    paths = build.plan.paths
-    output = Path(paths.convert_output)
-    require_run_paths_apart(build.spec)
+    output = Path(build.plan.conversion().output)
+    require_run_paths_apart(spec)
     require_replaceable(output, CONVERTED, OUTPUT_LABEL)  # refused before the checkpoint is read
-    tokenizer = training_tokenizer(build.spec.train.data)  # likewise: a tokenizer gone is known before the work
-    step = latest_checkpoint(Path(paths.checkpoint_dir))
+    tokenizer = training_tokenizer(spec.train.data)  # likewise: a tokenizer gone is known before the work
+    step = latest_checkpoint(Path(spec.train.checkpoint.dir))
     if doc["backend"] == "deepspeed":
         return output, convert_deepspeed(doc, step, output, tokenizer)
     return output, convert_megatron(
@@ -326,15 +326,15 @@ def convert_build(
 
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
+    spec = build.training()
     doc = build.mapping
     if doc["backend"] != "deepspeed":
         mapped_tensors(build, doc)
     if getattr(options, "dry_run", False):
-        paths = build.plan.paths
-        step = Path(paths.checkpoint_dir) / LATEST
+        step = Path(spec.train.checkpoint.dir) / LATEST
         print(
             f"would convert the checkpoint named by {step} ({len(doc['tensors'])} mapping entries, "
-            f"{doc['hf_tensor_count']} HF tensors) into {paths.convert_output}"
+            f"{doc['hf_tensor_count']} HF tensors) into {build.plan.conversion().output}"
         )
         return EXIT_OK
     start = time.perf_counter()

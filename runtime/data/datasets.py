@@ -2,7 +2,7 @@
 
 `BlendedMegatronDatasetBuilder(GPTDataset, ...)` over `train.data.sources` (prefixes and weights, as
 `--data-path`) with `train.data.split`, `train.seq_length` and `train.seed`, asked for the Plan's
-sample counts (plan.batch.samples). The builder coordinates the ranks itself: rank 0 builds and
+sample counts (plan.trained().batch.samples). The builder coordinates the ranks itself: rank 0 builds and
 caches the document/sample/shuffle indices, a barrier, then the others load them. The cache lives
 in the run directory (`<run dir>/datasets/cache`), never beside the user's data. As in Megatron-LM,
 a multi-node job needs that directory on a filesystem every node sees.
@@ -28,7 +28,7 @@ from lmspec.compiler.build.files import DATA_DIR, TOKENIZER_DIR
 from lmspec.compiler.data.sidecar import read_sidecar
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.data import padded_vocab_size
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.data.builtin_corpus import corpus_files
 from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer
 from lmspec.runtime.data.tokenizer import TextTokenizer, load_tokenizer
@@ -68,7 +68,7 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def run_tokenizer(spec: Spec, run_dir: Path) -> TextTokenizer:
+def run_tokenizer(spec: TrainingSpec, run_dir: Path) -> TextTokenizer:
     """The spec's tokenizer: train.data.tokenizer_path, or the byte tokenizer written into the run directory
     (by rank 0, the others wait). DataError when its ids do not fit the model's embedding."""
     data = spec.train.data
@@ -105,13 +105,13 @@ def builtin_prefix(tokenizer: TextTokenizer, run_dir: Path) -> Path:
     return prefix
 
 
-def build_datasets(spec: Spec, plan: Plan) -> TrainingData:
+def build_datasets(spec: TrainingSpec, plan: Plan) -> TrainingData:
     """The run's train and valid datasets (call on every rank: the builder synchronises them)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     run_dir = Path(plan.paths.run_dir)
-    data, samples = spec.train.data, plan.batch.samples
+    data, samples = spec.train.data, plan.trained().batch.samples
     tokenizer = run_tokenizer(spec, run_dir)
     if data.sources is None:
         prefixes, weights = [str(builtin_prefix(tokenizer, run_dir))], [1.0]

@@ -48,7 +48,7 @@ def check_training_data(plan: Plan) -> list[Problem]:
     """Every problem of the tokenizer and of `train.data.sources` for this plan, errors and warnings."""
     problems: list[Problem] = []
     tokenizer = _check_tokenizer(plan, problems)
-    for index, source in enumerate(plan.spec.train.data.sources or ()):
+    for index, source in enumerate(plan.trained().spec.train.data.sources or ()):
         problems += _check_source(plan, index, source, tokenizer)
     return problems
 
@@ -69,7 +69,7 @@ def data_ready(plan: Plan, *, report: bool = True) -> bool:
 
 
 def _check_tokenizer(plan: Plan, problems: list[Problem]) -> _Tokenizer:
-    data, vocab = plan.spec.train.data, plan.spec.model.vocab_size
+    data, vocab = plan.trained().spec.train.data, plan.spec.model.vocab_size
     if data.tokenizer == "byte":
         return _Tokenizer(None, "DIR")  # the byte tokenizer is built in: nothing to load
     from lmspec.runtime.data.tokenizer import TokenizerError, load_tokenizer
@@ -175,7 +175,7 @@ def _check_sidecar(
             warning(
                 key,
                 f"{named}: no {sidecar_file.name} beside it (a dataset made by Megatron-LM?): whether it was "
-                f"tokenized with train.data.tokenizer={plan.spec.train.data.tokenizer} "
+                f"tokenized with train.data.tokenizer={plan.trained().spec.train.data.tokenizer} "
                 f"({tokenizer.directory}) could not be checked; {prepare} to have lmspec record it",
             )
         ]
@@ -210,7 +210,7 @@ def _check_identity(
     prepare: str,
     tokenizer: _Tokenizer,
 ) -> list[Problem]:
-    data = plan.spec.train.data
+    data = plan.trained().spec.train.data
     if data.tokenizer == "byte":
         files, using = _byte_tokenizer_files(), "the byte tokenizer (train.data.tokenizer=byte)"
     elif tokenizer.files is None:
@@ -232,7 +232,7 @@ def _check_identity(
 def _check_splits(plan: Plan, index: int, path: str, prefix: Path, tokens: int) -> list[Problem]:
     """Megatron's builder divides each source's documents between the splits; each split the run reads
     needs one sample: seq_length + 1 tokens (GPTDataset's samples overlap by the one extra token)."""
-    train, samples = plan.spec.train, plan.batch.samples
+    train, samples = plan.trained().spec.train, plan.trained().batch.samples
     need = train.seq_length + 1
     read = [("train", samples.train, "")]
     if samples.valid:

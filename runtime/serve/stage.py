@@ -33,7 +33,7 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 
 HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
@@ -51,7 +51,7 @@ class ServeFailure(Exception):
 
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
-    spec, plan = build.spec, build.plan
+    spec, plan = build.serving(), build.plan
     for rel in SERVE_FILES:  # serve.sh runs vLLM with vllm.yaml: both as compiled, or nothing starts
         build.script(rel)
     extra = _tokenizer_flags(plan) if not options.dry_run else []
@@ -88,7 +88,9 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
         return EXIT_SIGTERM
 
 
-def _serve(spec: Spec, proc: subprocess.Popen[bytes], env: dict[str, str], log_path: Path, *, smoke: bool) -> int:
+def _serve(
+    spec: ServingSpec, proc: subprocess.Popen[bytes], env: dict[str, str], log_path: Path, *, smoke: bool
+) -> int:
     v = spec.serve
     base = f"http://{v.host}:{v.port}"
     key = env.get(v.api_key_env) if v.api_key_env else None
@@ -184,20 +186,26 @@ def _tokenizer_flags(plan: Plan) -> list[str]:
     from lmspec.runtime.data.byte_tokenizer import has_tokenizer
     from lmspec.runtime.data.training_tokenizer import training_tokenizer
 
-    model = Path(plan.paths.served_model_dir)
+    model = Path(plan.served().model_dir)
     if not model.is_dir() or has_tokenizer(model):
         return []
+    train = plan.spec.train
+    if train is None:
+        raise UsageError(
+            f"serve.model_path={str(model)!r} has no tokenizer (no tokenizer.json or tokenizer_config.json) and a "
+            "serve-only job has no training tokenizer to lend it; copy the model's tokenizer files into it"
+        )
     directory = Path(plan.paths.run_dir) / TOKENIZER_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    training_tokenizer(plan.spec.train.data).write(directory)
+    training_tokenizer(train.data).write(directory)
     print(f"serve: {model} has no tokenizer; serving with the training tokenizer written to {directory}")
     return ["--tokenizer", str(directory)]
 
 
 def _preflight(plan: Plan, env: dict[str, str]) -> None:
     """The mistakes that would otherwise surface as a vLLM traceback minutes later."""
-    spec = plan.spec
-    v, model = spec.serve, Path(plan.paths.served_model_dir)
+    spec = plan.served().spec
+    v, model = spec.serve, Path(plan.served().model_dir)
     if not (model / "config.json").is_file():
         source = "serve.model_path" if v.model_path else "convert.output"
         raise UsageError(

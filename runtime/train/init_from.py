@@ -19,7 +19,7 @@ from typing import Any
 
 from lmspec.compiler.build.files import DIST_CKPT_DIR, STEP_MANIFEST
 from lmspec.compiler.errors import Problem, error, print_problems
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.convert.dist_metadata import METADATA_FILE, read_metadata
 from lmspec.runtime.train.checkpoint import CheckpointError, verify
 
@@ -27,7 +27,7 @@ KEY = "train.init_from"
 _SHOWN_TENSORS = 3  # mismatching tensors named in a message
 
 
-def init_from_problems(spec: Spec) -> list[Problem]:
+def init_from_problems(spec: TrainingSpec) -> list[Problem]:
     """Why `train.init_from` cannot be loaded, from this working directory; [] when it can (or is null)."""
     start = spec.train.init_from
     if start is None:
@@ -47,7 +47,7 @@ def init_from_problems(spec: Spec) -> list[Problem]:
     return []
 
 
-def init_from_ready(spec: Spec, *, report: bool = True) -> bool:
+def init_from_ready(spec: TrainingSpec, *, report: bool = True) -> bool:
     """Print `init_from_problems` (when `report`); False when there is any."""
     problems = init_from_problems(spec)
     if problems and report:

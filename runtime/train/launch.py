@@ -36,22 +36,23 @@ POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
 
 
 def run_train(build: Build, options: argparse.Namespace) -> int:
-    launcher = build.spec.cluster.launcher
+    spec = build.training()
+    launcher = spec.cluster.launcher
     root = launch_root(build)
     env = launch_env()
     command = launch_command(root, launcher)
     if options.dry_run:
         return print_dry_run(command, env, launcher)
     ready = data_ready(build.plan)  # before any worker starts or anything is written (--smoke too)
-    if not (init_from_ready(build.spec) and ready):
+    if not (init_from_ready(spec) and ready):
         return EXIT_FAILED
-    if launcher == "local" and build.spec.train.transformer_impl == "transformer_engine":
+    if launcher == "local" and spec.train.transformer_impl == "transformer_engine":
         # TE and a GPU, asked of the interpreter the ranks will run (it may not be this one)
         if subprocess.run([env[PYTHON_ENV], "-m", TE_PREFLIGHT_MODULE, str(root)], env=env, check=False).returncode:
             return EXIT_FAILED
     if options.smoke:
         return smoke(root, launcher, env)
-    return launch(command, env, launcher, build.spec.name)
+    return launch(command, env, launcher, spec.name)
 
 
 def launch_env() -> dict[str, str]:

@@ -1,6 +1,6 @@
 """`python -m lmspec.runtime.train <build dir>`: train what was compiled.
 
-Reads `<build dir>/spec.resolved.yaml` (through the schema into the compiler's typed Spec)
+Reads `<build dir>/spec.resolved.yaml` (through the schema into the compiler's typed TrainingSpec)
 and `plan.json` (layout, batch), each verified against manifest.json, as are the launch
 files; no other arguments. Runs under torchrun (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); nccl on GPU, gloo on CPU.
@@ -43,7 +43,7 @@ from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.models.samples import evaluates_after, evaluation_index
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.run_paths import require_run_paths_apart
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.data.datasets import DataError, build_datasets
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.data.tokenizer import TokenizerError
@@ -73,18 +73,18 @@ class Trainer(Protocol):
 
 def load_build(build_dir: Path) -> Build:
     """A build lmspec wrote, verified against its manifest (compiler/build/reader.py): its typed
-    Spec and Plan, the launch files that started this process (a build edited by hand is refused
+    TrainingSpec and Plan, the launch files that started this process (a build edited by hand is refused
     here too when its scripts are run directly: torchrun.sh, sbatch) and, for DeepSpeed, ds_config.json,
     all checked before the ranks meet."""
     build = Build.open(build_dir)
     for rel in LAUNCH_FILES:
         build.script(rel)
-    if build.spec.train.backend == "deepspeed":
+    if build.training().train.backend == "deepspeed":
         build.json(DS_CONFIG)
     return build
 
 
-def lr_at(spec: Spec, step: int) -> float:
+def lr_at(spec: TrainingSpec, step: int) -> float:
     """Learning rate for optimizer step `step` (1-based): linear warm-up, then decay to min_lr."""
     opt, sched, total = spec.train.optimizer, spec.train.lr_schedule, spec.train.steps
     if sched.warmup_steps and step <= sched.warmup_steps:
@@ -96,8 +96,8 @@ def lr_at(spec: Spec, step: int) -> float:
     return opt.min_lr + (opt.lr - opt.min_lr) * shape
 
 
-def init_distributed(spec: Spec, plan: Plan) -> None:
-    expected = plan.layout.world_size
+def init_distributed(spec: TrainingSpec, plan: Plan) -> None:
+    expected = plan.trained().layout.world_size
     world = int(os.environ.get("WORLD_SIZE", "0"))
     if world != expected:
         raise UsageError(
@@ -114,7 +114,7 @@ def init_distributed(spec: Spec, plan: Plan) -> None:
 
 
 def make_trainer(build: Build) -> Trainer:
-    spec, plan = build.spec, build.plan
+    spec, plan = build.training(), build.plan
     if spec.train.backend == "megatron":
         from lmspec.runtime.train.megatron.trainer import MegatronTrainer
 
@@ -160,9 +160,9 @@ def load_checkpoint(path: Path, trainer: Trainer) -> tuple[int, int]:
     return int(state["step"]), int(state["consumed_samples"])
 
 
-def validate(spec: Spec, plan: Plan, trainer: Trainer, valid: Any, step: int) -> float:
+def validate(spec: TrainingSpec, plan: Plan, trainer: Trainer, valid: Any, step: int) -> float:
     """The loss over the valid samples of the evaluation after `step` (eval_iters global batches)."""
-    first = evaluation_index(spec.train, step) * plan.batch.samples.samples_per_evaluation
+    first = evaluation_index(spec.train, step) * plan.trained().batch.samples.samples_per_evaluation
     count = spec.train.eval_iters * trainer.num_micro_batches
     return trainer.eval_loss(
         micro_batches(valid, first, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, count)
@@ -170,16 +170,14 @@ def validate(spec: Spec, plan: Plan, trainer: Trainer, valid: Any, step: int) ->
 
 
 def train(build: Build) -> int:
-    spec, plan = build.spec, build.plan
+    spec, plan = build.training(), build.plan
     rank0 = dist.get_rank() == 0
     torch.manual_seed(spec.train.seed)
     random.seed(spec.train.seed)
     data = build_datasets(spec, plan)
     trainer = make_trainer(build)
     ckpt_spec = spec.train.checkpoint
-    ckpts = Checkpoints(
-        Path(plan.paths.checkpoint_dir), ckpt_spec.keep_last_k, required=(f"{TRAINER_STATE}/rank_0.pt",)
-    )
+    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k, required=(f"{TRAINER_STATE}/rank_0.pt",))
     step, consumed = 0, 0
     path = ckpts.open_run(ckpt_spec.resume)
     if path is not None:
@@ -202,8 +200,8 @@ def train(build: Build) -> int:
         spec.train.steps,
         step,
         fresh_run=path is None,
-        tokens_per_step=plan.batch.tokens_per_step,
-        flops_per_token=plan.flops.per_token,
+        tokens_per_step=plan.trained().batch.tokens_per_step,
+        flops_per_token=plan.trained().flops.per_token,
     )
     global_batch = spec.train.global_batch_size
     try:
@@ -249,14 +247,15 @@ def main(argv: list[str]) -> int:
     build_dir = Path(argv[0])
     try:
         build = load_build(build_dir)
-        require_run_paths_apart(build.spec)
+        spec = build.training()
+        require_run_paths_apart(spec)
         report = os.environ.get("LOCAL_RANK", "0") == "0"  # one report per node
-        if not transformer_engine_ready(build.spec, report=report):
+        if not transformer_engine_ready(spec, report=report):
             return EXIT_FAILED
         ready = data_ready(build.plan, report=report)
-        if not (init_from_ready(build.spec, report=report) and ready):
+        if not (init_from_ready(spec, report=report) and ready):
             return EXIT_FAILED
-        init_distributed(build.spec, build.plan)
+        init_distributed(spec, build.plan)
     except UsageError as exc:
         print(f"lmspec: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

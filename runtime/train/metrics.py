@@ -24,7 +24,7 @@ import torch
 from lmspec.compiler.build.files import METRICS
 from lmspec.compiler.models.flops import mfu
 from lmspec.compiler.observe.metrics_record import StepMetrics
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 _KIB = 1024
 
@@ -39,7 +39,7 @@ def peak_memory_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _KIB  # Linux: KiB
 
 
-def check_finite(step: int, loss: float, spec: Spec) -> None:
+def check_finite(step: int, loss: float, spec: TrainingSpec) -> None:
     if math.isfinite(loss):
         return
     t = spec.train
@@ -68,7 +68,7 @@ class MetricsLog:
 
     def __init__(
         self,
-        spec: Spec,
+        spec: TrainingSpec,
         run_dir: Path,
         world_size: int,
         is_rank0: bool,

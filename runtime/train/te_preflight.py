@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Problem, error, print_problems
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 TE_PREFLIGHT_MODULE = "lmspec.runtime.train.te_preflight"
 KEY = "train.transformer_impl"
@@ -27,7 +27,7 @@ INSTALL = "pip install transformer_engine[pytorch]"
 FP8_SUPPORT_CHECKS = {"delayed": "check_fp8_support", "blockwise": "check_fp8_block_scaling_support"}
 
 
-def check_transformer_engine(spec: Spec) -> list[Problem]:
+def check_transformer_engine(spec: TrainingSpec) -> list[Problem]:
     """Every reason this process cannot run `spec`'s Transformer Engine layers; none for the local path."""
     if spec.train.transformer_impl != "transformer_engine":
         return []
@@ -73,7 +73,7 @@ def _check_fp8(recipe: str) -> list[Problem]:
     return [] if supported else [error("train.fp8_recipe", f"{named} cannot run on this GPU: {reason}; {fix}")]
 
 
-def transformer_engine_ready(spec: Spec, *, report: bool = True) -> bool:
+def transformer_engine_ready(spec: TrainingSpec, *, report: bool = True) -> bool:
     """Print the problems (when `report`); False when there is any."""
     problems = check_transformer_engine(spec)
     if problems and report:
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(f"usage: python -m {TE_PREFLIGHT_MODULE} <build dir>", file=sys.stderr)
         return EXIT_USAGE
-    return EXIT_OK if transformer_engine_ready(Build.open(Path(argv[0])).spec) else EXIT_FAILED
+    return EXIT_OK if transformer_engine_ready(Build.open(Path(argv[0])).training()) else EXIT_FAILED
 
 
 if __name__ == "__main__":

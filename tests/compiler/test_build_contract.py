@@ -64,8 +64,7 @@ def test_build_open_returns_the_compiled_spec_and_plan(
 def test_the_plan_carries_where_the_run_writes() -> None:
     plan, _ = _compiled(SPECS_DIR / "tiny_moe_pretrain_2rank_cpu_fp32.yaml")
     assert plan.paths.run_dir == files.run_dir(plan.name) == f"runs/{plan.name}"
-    assert plan.paths.checkpoint_dir == plan.spec.train.checkpoint.dir
-    assert plan.paths.convert_output == plan.spec.convert.output == plan.paths.served_model_dir
+    assert plan.served().model_dir == plan.spec.convert.output  # no serve.model_path: the conversion output
     assert plan.device == "cpu"
     gpu, _ = _compiled(SPECS_DIR / "llama3_8b_pretrain_8gpu_h100_bf16.yaml")
     assert gpu.device == "gpu"

@@ -38,7 +38,7 @@ def test_the_builtin_corpus_and_the_byte_tokenizer(workdir: Path) -> None:
     assert "| training tokenizer | byte (258 ids: 256 bytes, end-of-text, pad) |" in section
     assert "| split (train, valid, test) | `949,50,1`: 94.9%, 5.0%, 0.1% of each source's documents |" in section
     assert "| train samples | 480 sequences x 128 tokens = 61,440 tokens |" in section
-    samples = plan.batch.samples
+    samples = plan.trained().batch.samples
     assert (
         f"| validation | {samples.evaluations} evaluation(s) x {samples.samples_per_evaluation} sequences "
         f"= {samples.valid} valid samples |" in section

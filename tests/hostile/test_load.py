@@ -383,7 +383,9 @@ CASES = [
     pytest.param(
         {}, ["model=null"], 1, ["model=null (command-line override)", "model=OPTION", "tiny_moe"], id="model-null"
     ),
-    pytest.param({}, ["serve=null"], 1, ["serve=null (command-line override)", "one of default"], id="serve-null"),
+    pytest.param(
+        {}, ["hardware=null"], 1, ["hardware=null (command-line override)", "one of a100_40g"], id="hardware-null"
+    ),
     pytest.param({}, ["model=5"], 1, ["model=5 (command-line override)", "5 is not one"], id="model-number"),
     pytest.param({}, ["model=[]"], 1, ["model=[]", "an empty list chooses none"], id="model-empty-list"),
     pytest.param({}, ["model=''"], 1, ["model=''", "'' is not one"], id="model-empty-string"),

@@ -369,7 +369,10 @@ def test_a_fresh_run_starts_its_own_metrics_file(tmp_path: Path) -> None:
     from lmspec.runtime.train.metrics import MetricsLog
 
     plan = make_plan([])
-    spec, numbers = plan.spec, {"tokens_per_step": plan.batch.tokens_per_step, "flops_per_token": plan.flops.per_token}
+    spec, numbers = (
+        plan.spec,
+        {"tokens_per_step": plan.trained().batch.tokens_per_step, "flops_per_token": plan.trained().flops.per_token},
+    )
     (tmp_path / "metrics.jsonl").write_text('{"step": 10}\n')
     (tmp_path / "metrics.previous-1.jsonl").write_text('{"step": 5}\n')
     MetricsLog(spec, tmp_path, 2, True, 30, 0, fresh_run=True, **numbers).close()

@@ -114,13 +114,13 @@ def test_deepspeed_accepts_emitted_config(
 ) -> None:
     plan, config = _plan_and_config(overrides, Path(spec) if spec else None)
     tracked = _ReadTracking(config)
-    ds = _deepspeed_config(tracked, plan.layout.dp, monkeypatch)
+    ds = _deepspeed_config(tracked, plan.trained().layout.dp, monkeypatch)
 
-    assert ds.world_size == plan.layout.dp
-    assert ds.train_batch_size == plan.batch.global_batch_size
-    assert ds.train_micro_batch_size_per_gpu == plan.batch.micro_batch_size
-    assert ds.gradient_accumulation_steps == plan.batch.grad_accum_steps
-    assert ds.zero_optimization_stage == plan.layout.zero_stage
+    assert ds.world_size == plan.trained().layout.dp
+    assert ds.train_batch_size == plan.trained().batch.global_batch_size
+    assert ds.train_micro_batch_size_per_gpu == plan.trained().batch.micro_batch_size
+    assert ds.gradient_accumulation_steps == plan.trained().batch.grad_accum_steps
+    assert ds.zero_optimization_stage == plan.trained().layout.zero_stage
     assert ds.bfloat16_config.enabled == (plan.spec.train.precision == "bf16")
     assert ds.float16_config.enabled == (plan.spec.train.precision == "fp16")
     assert ds.gradient_clipping == plan.spec.train.grad_clip
@@ -137,7 +137,7 @@ def test_optimizer_and_scheduler_are_real_and_accept_their_params(
 ) -> None:
     """DeepSpeed takes any optimizer/scheduler name silently; build both from its own tables."""
     plan, config = _plan_and_config(overrides, Path(spec) if spec else None)
-    ds = _deepspeed_config(config, plan.layout.dp, monkeypatch)
+    ds = _deepspeed_config(config, plan.trained().layout.dp, monkeypatch)
     name = ds.optimizer_name
     params = dict(ds.optimizer_params)
     assert name in deepspeed_config.DEEPSPEED_OPTIMIZERS or hasattr(torch.optim, name), name
@@ -189,10 +189,10 @@ def test_deepspeed_judge_is_live(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = json.loads(json.dumps(config))
     broken["zero_optimization"]["stage3_prefech_bucket_size"] = 1  # typo inside a section
     with pytest.raises(Exception, match="stage3_prefech_bucket_size"):
-        _deepspeed_config(broken, plan.layout.dp, monkeypatch)
+        _deepspeed_config(broken, plan.trained().layout.dp, monkeypatch)
     wrong_batch = dict(config, train_batch_size=config["train_batch_size"] + 1)
     with pytest.raises(AssertionError, match="train_batch_size"):
-        _deepspeed_config(wrong_batch, plan.layout.dp, monkeypatch)
+        _deepspeed_config(wrong_batch, plan.trained().layout.dp, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -221,7 +221,7 @@ def test_activation_checkpointing_section_only_for_full_recompute(
     """The section is what the trainer hands deepspeed.checkpointing.configure: present exactly when asked."""
     plan, config = _plan_and_config(DS + ["parallel.zero_stage=2", f"train.recompute={recompute}"])
     assert ("activation_checkpointing" in config) == (recompute == "full")
-    checkpointing = _deepspeed_config(config, plan.layout.dp, monkeypatch).activation_checkpointing_config
+    checkpointing = _deepspeed_config(config, plan.trained().layout.dp, monkeypatch).activation_checkpointing_config
     if recompute == "full":
         assert checkpointing.number_checkpoints == plan.spec.model.num_layers
         assert not checkpointing.partition_activations and not checkpointing.cpu_checkpointing
@@ -262,5 +262,5 @@ def test_cpu_adam_that_cannot_build_falls_back_to_torch_adam(monkeypatch: pytest
     ran, reason = with_available_optimizer(config)
     assert reason is not None and "Ninja is required" in reason and "falls back to torch's AdamW" in reason
     assert ran["optimizer"]["params"]["torch_adam"] is True and "torch_adam" not in config["optimizer"]["params"]
-    ds = _deepspeed_config(ran, plan.layout.dp, monkeypatch)
+    ds = _deepspeed_config(ran, plan.trained().layout.dp, monkeypatch)
     assert ds.optimizer_params[deepspeed_config.TORCH_ADAM_PARAM] is True

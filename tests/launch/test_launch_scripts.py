@@ -108,7 +108,7 @@ def _sbatch_options(text: str) -> dict[str, str]:
 def test_scripts_carry_the_plans_numbers(variant: str, builds: dict[str, Path]) -> None:
     overrides, spec = VARIANTS[variant]
     plan = make_plan(list(overrides), Path(spec) if spec else None)
-    s, layout = plan.spec, plan.layout
+    s, layout = plan.spec, plan.trained().layout
     torchrun = (builds[variant] / TORCHRUN_SH).read_text()
     assert f"NNODES={layout.nodes}\n" in torchrun
     assert f"NPROC_PER_NODE={layout.gpus_per_node}\n" in torchrun

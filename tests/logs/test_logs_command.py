@@ -42,7 +42,7 @@ def test_megatron_mfu_from_flops_model(lmspec) -> None:
     steady = [s for s in parse_log(LOG_DATA / "healthy_megatron.log").steps if s.step > 10]
     tokens = [s.global_batch_size * 4096 / s.step_time_s for s in steady]
     # the typed Plan's numbers (the FLOPs model's, through the Plan), never derived again
-    per_token, hw_per_token = context.plan.flops.per_token, context.plan.flops.hardware_per_token
+    per_token, hw_per_token = context.plan.trained().flops.per_token, context.plan.trained().flops.hardware_per_token
     assert per_token == model_flops_per_token(spec.model, 4096)
     assert hw_per_token == hardware_flops_per_token(spec.model, 4096, spec.train.recompute)
     assert report["steps_used"] == len(steady) and report["flops_per_token"] == per_token

@@ -61,11 +61,11 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
     plan = Build.open(tmp_path / "build/tiny").plan
-    tokens = [plan.batch.tokens_per_step / r["step_time_s"] for r in rows]
+    tokens = [plan.trained().batch.tokens_per_step / r["step_time_s"] for r in rows]
     assert data["metrics"]["tokens_per_s"]["mean"] == pytest.approx(sum(tokens) / len(tokens))
     # the runtime's own MFU (the Plan's tokens per step and FLOPs per token, its own clock) is the one lmspec
     # logs computes from the same Plan
-    flops = plan.flops
+    flops = plan.trained().flops
     expected = [mfu(t, flops.per_token, flops.n_gpus, flops.peak_tflops_per_gpu) for t in tokens]
     assert data["metrics"]["mfu"]["mean"] == pytest.approx(sum(expected) / len(expected))
     assert [r["mfu"] for r in rows] == pytest.approx(expected, rel=1e-12)

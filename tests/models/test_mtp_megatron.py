@@ -33,7 +33,9 @@ def test_the_memory_model_holds_the_mtp_module_on_the_last_stage(report: dict) -
     from lmspec.compiler.pipeline import make_plan
 
     plan = make_plan(["model=tiny_moe", "hardware=cpu", "model.mtp_layers=1"])
-    (stage,) = plan.memory.stages  # tp = ep = pp = 1: the one stage holds the whole model, as megatron builds it
+    (stage,) = (
+        plan.trained().memory.stages
+    )  # tp = ep = pp = 1: the one stage holds the whole model, as megatron builds it
     assert stage.dense_params + stage.expert_params == report["tiny_moe_model_built"]
 
 

@@ -27,7 +27,7 @@ def test_table_names_the_winner_and_what_each_rule_rejected(lmspec: Lmspec) -> N
     assert "hardware.nodes=8" in args and "parallel.dp=auto" in args
     checked = lmspec("check", *args)
     assert checked.code == 0, checked.err
-    assert "valid (64 ranks" in checked.out
+    assert "valid (trains on 64 ranks" in checked.out
 
 
 def test_json_accounts_for_every_candidate(lmspec: Lmspec) -> None:

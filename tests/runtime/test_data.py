@@ -46,9 +46,11 @@ def test_blend_draws_both_sources_by_weight_and_caches_in_the_run_dir(
     monkeypatch.chdir(tmp_path)
     plan = compile_build(tmp_path / "build", overrides).plan
     data = build_datasets(plan.spec, plan)
-    assert len(data.train) >= plan.batch.samples.train and len(data.valid) >= plan.batch.samples.valid
-    drawn = torch.bincount(torch.from_numpy(data.train.dataset_index[: plan.batch.samples.train]).long())
-    assert drawn.tolist() == [round(w * plan.batch.samples.train) for w in WEIGHTS]
+    assert (
+        len(data.train) >= plan.trained().batch.samples.train and len(data.valid) >= plan.trained().batch.samples.valid
+    )
+    drawn = torch.bincount(torch.from_numpy(data.train.dataset_index[: plan.trained().batch.samples.train]).long())
+    assert drawn.tolist() == [round(w * plan.trained().batch.samples.train) for w in WEIGHTS]
     sample = data.train[0]
     assert sample["tokens"].shape == (plan.spec.train.seq_length,)
     assert int(sample["tokens"].max()) < data.tokenizer.files.vocab_size <= plan.spec.model.vocab_size

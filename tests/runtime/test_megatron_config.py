@@ -31,7 +31,7 @@ def _plan(*overrides: str) -> Plan:
 
 
 def _kwargs(plan: Plan, wgrad_fusion: bool = True) -> dict[str, Any]:
-    return transformer_config_kwargs(plan.spec, ParallelDegrees.of(plan.layout), wgrad_fusion=wgrad_fusion)
+    return transformer_config_kwargs(plan.spec, ParallelDegrees.of(plan.trained().layout), wgrad_fusion=wgrad_fusion)
 
 
 def _built(kwargs: dict[str, Any]) -> Any:
@@ -104,7 +104,7 @@ def test_moe_on_transformer_engine_runs_grouped_gemm_experts_and_mla_keeps_plain
 
 def test_context_parallel_degree_reaches_the_config() -> None:
     plan = _plan("hardware.gpus_per_node=2", "parallel.cp=2")
-    assert plan.layout.cp == 2
+    assert plan.trained().layout.cp == 2
     assert _kwargs(plan)["context_parallel_size"] == 2
 
 

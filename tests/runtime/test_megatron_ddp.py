@@ -13,7 +13,7 @@ H200 = ["hardware=h200_141g", "train.seq_length=1024", "serve.max_model_len=1024
 
 def _ddp(*overrides: str):
     plan = make_plan(list(overrides), None)
-    return plan.layout, ddp_config(plan.spec, plan.layout)
+    return plan.trained().layout, ddp_config(plan.spec, plan.trained().layout)
 
 
 @pytest.mark.parametrize("distributed_optimizer", [False, True])

@@ -56,8 +56,8 @@ def _metrics_log(build: Path, run_dir: Path) -> MetricsLog:
         is_rank0=True,
         total_steps=30,
         first_step=0,
-        tokens_per_step=opened.plan.batch.tokens_per_step,
-        flops_per_token=opened.plan.flops.per_token,
+        tokens_per_step=opened.plan.trained().batch.tokens_per_step,
+        flops_per_token=opened.plan.trained().flops.per_token,
     )
 
 
@@ -82,8 +82,8 @@ def test_metrics_line_every_log_interval(tiny_build: Path, tmp_path: Path, capsy
     rows = [json.loads(line) for line in lines]
     assert [r["step"] for r in rows] == [2, 4]
     assert all(list(r) == sorted(RUNTIME_FIELDS) for r in rows)  # keys sorted, as metrics.jsonl always had them
-    assert rows[0]["tokens_per_s"] == plan.batch.tokens_per_step / 0.25
-    flops = plan.flops
+    assert rows[0]["tokens_per_s"] == plan.trained().batch.tokens_per_step / 0.25
+    flops = plan.trained().flops
     assert rows[0]["mfu"] == mfu(rows[0]["tokens_per_s"], flops.per_token, 2, flops.peak_tflops_per_gpu)
     assert rows[0]["peak_memory_bytes"] > 0
     printed = capsys.readouterr().out.splitlines()

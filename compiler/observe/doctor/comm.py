@@ -15,7 +15,7 @@ from typing import Any
 from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText
 from lmspec.compiler.observe.logs.context import RunContext
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 COMM_SHARE_LIMIT = 0.30  # the seed: comm over 30% of the step is where TP stops paying
 MAX_PP_MULTIPLE = 8  # how far the search adds pipeline stages to hold memory as TP drops
@@ -43,7 +43,7 @@ class _Option:
     fits: bool
 
 
-def _option(spec: Spec, changes: dict[str, Any]) -> _Option | None:
+def _option(spec: TrainingSpec, changes: dict[str, Any]) -> _Option | None:
     """A layout change with the comm share and worst-GPU memory the models give it; None if illegal."""
     from lmspec.compiler.models.comm import estimate_comm
     from lmspec.compiler.rules.budget import estimate, with_values
@@ -56,7 +56,7 @@ def _option(spec: Spec, changes: dict[str, Any]) -> _Option | None:
     return _Option(changes, comm.share_of_step, memory.worst.total_bytes, memory.fits)
 
 
-def _candidates(spec: Spec) -> list[dict[str, Any]]:
+def _candidates(spec: TrainingSpec) -> list[dict[str, Any]]:
     """Every lower TP that divides the heads, each with the pipeline stages multiplied by 1, 2, 4, ..."""
     tp, pp, layers = spec.parallel.tp, spec.parallel.pp, spec.model.num_layers
     out = []
@@ -72,7 +72,7 @@ def _candidates(spec: Spec) -> list[dict[str, Any]]:
     return out
 
 
-def _tp_fixes(spec: Spec) -> list[Fix]:
+def _tp_fixes(spec: TrainingSpec) -> list[Fix]:
     """The best lower-TP layouts by comm share: those that fit first, then the least comm."""
     from lmspec.compiler.rules.budget import gib
 
@@ -94,12 +94,12 @@ class TpSlowdown:
     watches = ()  # reads the Plan, and the log's steps (LogText.steps) only when the Plan says so
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        if context is None or context.plan.layout.tp <= 1:
+        if context is None or context.plan.trained().layout.tp <= 1:
             return None
-        comm = tp_bound_comm(context.plan.comm)
+        comm = tp_bound_comm(context.plan.trained().comm)
         if comm is None:
             return None
-        tp = context.plan.layout.tp
+        tp = context.plan.trained().layout.tp
         cause = (
             f"The Plan estimates communication at {comm.share_of_step:.0%} of the step (> "
             f"{COMM_SHARE_LIMIT:.0%}), most of it TP: {comm.tp_s:.3g} s of all-reduces per step against "
@@ -120,5 +120,5 @@ class TpSlowdown:
             "tensor parallelism dominated by communication",
             cause,
             tuple(evidence),
-            tuple(_tp_fixes(context.spec)),
+            tuple(_tp_fixes(context.training)),
         )

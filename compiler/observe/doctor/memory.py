@@ -68,7 +68,7 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
     """
     from lmspec.compiler.rules.budget import candidate_fixes, estimate, gib, with_values
 
-    spec = context.spec
+    spec = context.training
     planned = estimate(spec)
     if planned is None:
         return "", generic_fixes()

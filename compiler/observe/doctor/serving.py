@@ -63,7 +63,7 @@ class VllmKvCacheTooSmall:
         if m.group(4):
             fitting = int(m.group(4)) // _LEN_QUANTUM_TOKENS * _LEN_QUANTUM_TOKENS or int(m.group(4))
             fixes.append(Fix("serve.max_model_len", str(fitting), f"vLLM's own estimate of what fits: {m.group(4)}"))
-        if context is not None:
+        if context is not None and context.spec.serve is not None:
             serve, gpu_gib = context.spec.serve, context.spec.hardware.gpu.memory_gib
             wanted = serve.gpu_memory_utilization + (needed - available) / gpu_gib
             if wanted <= MAX_GPU_MEMORY_UTILIZATION:

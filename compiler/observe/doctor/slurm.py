@@ -25,7 +25,7 @@ class SlurmTimeLimit:
         if not hits:
             return None
         slurm = context.spec.cluster.slurm if context else None
-        ckpt = context.spec.train.checkpoint if context else None
+        ckpt = context.spec.train.checkpoint if context and context.spec.train else None
         fixes = [
             Fix("cluster.slurm.requeue", "true", "requeue after the pre-timeout checkpoint; training resumes"),
             Fix(

@@ -14,7 +14,7 @@ from lmspec.compiler.errors import UsageError
 
 if TYPE_CHECKING:
     from lmspec.compiler.plan import Plan
-    from lmspec.compiler.spec.sections import Spec
+    from lmspec.compiler.spec.sections import Spec, TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -27,30 +27,35 @@ class RunContext:
         return self.plan.spec
 
     @property
+    def training(self) -> TrainingSpec:
+        """The spec of the training run that wrote the log; UsageError (MissingPart) for a serve-only job."""
+        return self.plan.trained().spec
+
+    @property
     def n_gpus(self) -> int:
-        return self.plan.layout.world_size
+        return self.plan.trained().layout.world_size
 
     @property
     def seq_length(self) -> int:
-        return self.spec.train.seq_length
+        return self.training.train.seq_length
 
     @property
     def tokens_per_step(self) -> int:
-        return self.plan.batch.tokens_per_step
+        return self.plan.trained().batch.tokens_per_step
 
     @property
     def flops_per_token(self) -> float:
         """Model FLOPs per token (forward + backward): MFU's numerator."""
-        return self.plan.flops.per_token
+        return self.plan.trained().flops.per_token
 
     @property
     def hardware_flops_per_token(self) -> float:
         """Model FLOPs plus the forward work recompute repeats: HFU's numerator."""
-        return self.plan.flops.hardware_per_token
+        return self.plan.trained().flops.hardware_per_token
 
     @property
     def peak_tflops_per_gpu(self) -> float:
-        return self.plan.flops.peak_tflops_per_gpu
+        return self.plan.trained().flops.peak_tflops_per_gpu
 
 
 def load_build(build_dir: Path) -> RunContext:

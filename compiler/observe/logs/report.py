@@ -107,7 +107,7 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
 def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[str]:
     if context is None:
         return []
-    spec, layout = context.spec, context.plan.layout
+    spec, layout = context.training, context.plan.trained().layout
     job = {
         "seq_length": ("train.seq_length", spec.train.seq_length),
         "global_batch_size": ("train.global_batch_size", spec.train.global_batch_size),
@@ -127,7 +127,7 @@ def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[st
 def _job(context: RunContext | None) -> str | None:
     if context is None:
         return None
-    s = context.spec
+    s = context.training
     return (
         f"{s.model.name} on {context.n_gpus} x {s.hardware.gpu.name} "
         f"({context.peak_tflops_per_gpu:g} TFLOP/s bf16 peak), seq {s.train.seq_length}, "

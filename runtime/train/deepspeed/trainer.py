@@ -26,7 +26,7 @@ from lmspec.compiler.build.files import DEEPSPEED_DIR
 from lmspec.compiler.capabilities import TABLE, target_of
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
 from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.deepspeed.activation_checkpointing import enable_activation_checkpointing
@@ -35,7 +35,7 @@ from lmspec.runtime.train.deepspeed.cpu_adam import with_available_optimizer
 DS_TAG = "state"
 
 
-def hf_config(spec: Spec) -> Any:
+def hf_config(spec: TrainingSpec) -> Any:
     """The transformers config this trainer builds its model from, with the attention kernel
     `train.flash_attention` asks for (eager stores the s x s scores the memory model then counts)."""
     return transformers_config(spec.model, "sdpa" if spec.train.flash_attention else "eager")
@@ -52,7 +52,7 @@ def transformers_config(m: ModelSpec, attn_implementation: str) -> Any:
 
 
 class DeepSpeedTrainer:
-    def __init__(self, spec: Spec, plan: Plan, ds_config: dict[str, Any]) -> None:
+    def __init__(self, spec: TrainingSpec, plan: Plan, ds_config: dict[str, Any]) -> None:
         """`ds_config`: the build's ds_config.json, as compiled (lmspec.runtime.train.loop reads it through Build)."""
         import deepspeed
         import transformers
@@ -60,8 +60,8 @@ class DeepSpeedTrainer:
         with no_cpu_shm_op_build():
             deepspeed.init_distributed(dist_backend=dist.get_backend())
         self.spec = spec
-        self.micro_batch_size = plan.batch.micro_batch_size
-        self.num_micro_batches = plan.batch.grad_accum_steps
+        self.micro_batch_size = plan.trained().batch.micro_batch_size
+        self.num_micro_batches = plan.trained().batch.grad_accum_steps
         self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
         checkpointed = enable_activation_checkpointing(model, ds_config)

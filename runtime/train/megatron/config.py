@@ -20,7 +20,7 @@ from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.models.dims import chunk_layers
 from lmspec.compiler.models.units import PRECISION_DTYPE
 from lmspec.compiler.plan import Layout
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.dtypes import torch_dtype
 
 # train.fp8_recipe -> (TransformerConfig.fp8, .fp8_recipe), as Megatron-LM's --fp8-format/--fp8-recipe
@@ -77,7 +77,7 @@ def wgrad_fusion_kernel() -> bool:
     return importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
 
 
-def implementation_settings(spec: Spec, *, wgrad_fusion: bool) -> dict[str, Any]:
+def implementation_settings(spec: TrainingSpec, *, wgrad_fusion: bool) -> dict[str, Any]:
     """The TransformerConfig settings of `train.transformer_impl`.
 
     local: no fusions (megatron-core's pure-PyTorch layers; several fused kernels need CUDA).
@@ -120,7 +120,7 @@ def implementation_settings(spec: Spec, *, wgrad_fusion: bool) -> dict[str, Any]
 
 
 def transformer_config_kwargs(
-    spec: Spec, degrees: ParallelDegrees, *, wgrad_fusion: bool, mtp: bool = True
+    spec: TrainingSpec, degrees: ParallelDegrees, *, wgrad_fusion: bool, mtp: bool = True
 ) -> dict[str, Any]:
     """Every argument of the TransformerConfig of `spec` at `degrees` (a pure function: what tests check);
     `mtp=False` leaves out the model's multi-token-prediction layers."""
@@ -168,7 +168,7 @@ def transformer_config_kwargs(
     return kwargs
 
 
-def transformer_config(spec: Spec, degrees: ParallelDegrees, mtp: bool = True):
+def transformer_config(spec: TrainingSpec, degrees: ParallelDegrees, mtp: bool = True):
     """The TransformerConfig of `spec` for the given parallel degrees: the
     family's architecture (lmspec.compiler.families), this runtime's degrees, precision and settings;
     `mtp=False` leaves out the model's multi-token-prediction layers."""

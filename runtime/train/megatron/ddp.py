@@ -11,7 +11,7 @@ Gradients are reduced in fp32 whenever the weights are 16-bit (Megatron-LM's
 from __future__ import annotations
 
 from lmspec.compiler.plan import Layout, device_kind
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 # Megatron-LM's default bucket when --ddp-bucket-size is unset: at least 40M elements, and 1M per
 # data-parallel rank (DP x CP) so each rank's share of a ring reduce stays bandwidth-bound.
@@ -23,7 +23,7 @@ def bucket_elements(layout: Layout) -> int:
     return max(MIN_BUCKET_ELEMENTS, BUCKET_ELEMENTS_PER_DP_RANK * layout.dp * layout.cp)
 
 
-def ddp_config(spec: Spec, layout: Layout):
+def ddp_config(spec: TrainingSpec, layout: Layout):
     """megatron-core's DistributedDataParallelConfig for this spec at this layout."""
     from megatron.core.distributed import DistributedDataParallelConfig
 

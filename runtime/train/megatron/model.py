@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from lmspec.compiler.spec.sections import ModelSpec, Spec
+from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
 from lmspec.runtime.train.megatron.config import ParallelDegrees, transformer_config
 from lmspec.runtime.train.megatron.layer_specs import decoder_block_spec, mtp_block_spec
 
 
 def build_model(
-    spec: Spec,
+    spec: TrainingSpec,
     pre_process: bool,
     post_process: bool,
     degrees: ParallelDegrees,
@@ -74,7 +74,7 @@ def rope_scaling_kwargs(m: ModelSpec) -> dict[str, Any]:
     return {"seq_len_interpolation_factor": rs.factor}
 
 
-def build_chunks(spec: Spec, degrees: ParallelDegrees) -> list:
+def build_chunks(spec: TrainingSpec, degrees: ParallelDegrees) -> list:
     """This pipeline rank's model chunks in schedule order: one, or `degrees.virtual_stages`."""
     from megatron.core import parallel_state as ps
 

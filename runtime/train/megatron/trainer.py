@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from lmspec.compiler.build.files import DIST_CKPT_DIR
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.init_from import require_model_tensors
@@ -35,7 +35,7 @@ from lmspec.runtime.train.megatron.model import build_chunks
 
 
 class MegatronTrainer:
-    def __init__(self, spec: Spec, plan: Plan) -> None:
+    def __init__(self, spec: TrainingSpec, plan: Plan) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
         from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
@@ -43,7 +43,7 @@ class MegatronTrainer:
         from megatron.core.transformer.module import Float16Module
 
         self.spec = spec
-        layout, batch = plan.layout, plan.batch
+        layout, batch = plan.trained().layout, plan.trained().batch
         self._compat = ExitStack()  # megatron-core's CPU patches for the trainer's life; close() undoes them
         self.cpu = self._compat.enter_context(megatron_on_cpu())
         ps.initialize_model_parallel(
