@@ -269,7 +269,7 @@ def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
     if getattr(options, "dry_run", False):
-        spec, paths = build.training(), build.plan.paths
+        spec = build.training()
         _ = build.mapping  # what the comparison reads, checked without running it
         print(
             f"would compare the logits of the converted model and the newest checkpoint of {build.root} "

@@ -25,7 +25,9 @@ from lmspec.compiler.rules import (
 )
 from lmspec.compiler.rules.context import RuleContext, ServingContext, TrainingContext
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec, serving as serving_part, training as training_part
+from lmspec.compiler.spec.sections import Spec
+from lmspec.compiler.spec.sections import serving as serving_part
+from lmspec.compiler.spec.sections import training as training_part
 
 RULES = (*jobs.RULES, *model.RULES, *launch.RULES, *run_paths.RULES)
 TRAINING_RULES = (

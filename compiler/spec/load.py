@@ -361,12 +361,13 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
         spec_file = resolve_spec_file(spec_file)
         _check_spec_file(spec_file, files)
     dirs = _search_dirs(spec_file)
-    parsed = parse_overrides(list(overrides))
-    nulled = _nulled(parsed)
-    parsed = [o for o in parsed if o not in nulled]
+    every = parse_overrides(list(overrides))
+    nulled = _nulled(every)
+    parsed = [o for o in every if o not in nulled]
     _check_overrides(parsed, dirs)
     config_name = spec_file.stem if spec_file else DEFAULT_CONFIG
-    all_overrides = _hydra_overrides(spec_file) + [o.input_line for o in parsed]
+    kept = [line for line, o in zip(overrides, every, strict=True) if o not in nulled]
+    all_overrides = _hydra_overrides(spec_file) + kept
     reads = _Reads(files, parsed)
     GlobalHydra.instance().clear()
     try:
