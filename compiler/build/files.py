@@ -22,7 +22,10 @@ NCCL_ENV = "launch/nccl.env"
 DS_CONFIG = "ds_config.json"  # train.backend=deepspeed only
 MAPPING = "convert/mapping.json"  # the reviewed checkpoint -> HuggingFace table
 VLLM_YAML = "serve/vllm.yaml"
-SERVE_SH = "serve/serve.sh"
+SERVE_SH = "serve/serve.sh"  # a one-node engine
+SERVE_HEAD_SH = "serve/head.sh"  # node 0 of a multi-node engine: `bash serve/head.sh HEAD_ADDRESS`
+SERVE_WORKER_SH = "serve/worker.sh"  # the other nodes: `bash serve/worker.sh HEAD_ADDRESS NODE_RANK`
+SERVE_SBATCH_SH = "serve/sbatch.sh"  # cluster=slurm: the whole engine as one Slurm job
 LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)  # what bash reads when a training starts
 
 # -- a converted model (convert.output): the converter's record of what it wrote ----------------------------
