@@ -48,17 +48,23 @@ def parse_gpus(text: str, per_node: int) -> list[int]:
 
 def _base_spec(args: argparse.Namespace) -> tuple[Any, Any]:
     """The composed spec, typed; only the schema is checked (the search checks the rules)."""
-    from lmspec.compiler.errors import SpecError
+    from lmspec.compiler.errors import SpecError, UsageError
     from lmspec.compiler.spec.load import compose_spec
     from lmspec.compiler.spec.schema_check import schema_problems
-    from lmspec.compiler.spec.sections import Spec
+    from lmspec.compiler.spec.sections import Spec, training
     from lmspec.compiler.spec.typed import from_dict
 
     composed = compose_spec(list(args.overrides), args.spec)
     problems = schema_problems(composed.spec, composed.origins)
     if problems:
         raise SpecError(problems)
-    return from_dict(Spec, composed.spec), composed
+    spec = training(from_dict(Spec, composed.spec))
+    if spec is None:
+        raise UsageError(
+            "lmspec plan searches training layouts, and this spec does not train (train or parallel is null); "
+            "a serve-only job's layout is serve.tp/pp/dp, checked by `lmspec check`"
+        )
+    return spec, composed
 
 
 def _nodes(args: argparse.Namespace, spec: Any, composed: Any) -> list[int]:
