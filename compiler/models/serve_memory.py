@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmspec.compiler.models.params import count_params
+from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.models.units import DTYPE_BYTES, FP32_BYTES, GIB
 from lmspec.compiler.spec.sections import ModelSpec, ServingSpec
 
@@ -97,5 +98,5 @@ def estimate_serve_memory(spec: ServingSpec) -> ServeMemory:
         cache_budget_bytes=budget,
         max_tokens_in_cache=tokens,
         max_concurrent_seqs=tokens // s.max_model_len,
-        max_model_len_that_fits=min(tokens, spec.model.max_position_embeddings),
+        max_model_len_that_fits=min(tokens, vllm_max_model_len(spec.model)),
     )
