@@ -15,7 +15,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from lmspec.compiler.errors import UsageError
-from lmspec.compiler.spec.sections import ServeSpec, ServingSpec
+from lmspec.compiler.models.serve_length import vllm_max_model_len
+from lmspec.compiler.spec.sections import ModelSpec, ServeSpec, ServingSpec
+from lmspec.compiler.spec.typed import from_dict
 
 QUANTIZATION_CONFIG = "quantization_config"  # HF's record of how released weights are quantized
 CALIBRATED = ("awq", "gptq")  # methods whose scales come from calibration: only a checkpoint that has them
@@ -48,11 +50,11 @@ def served_config_problems(spec: ServingSpec, config: Mapping[str, Any]) -> list
             f"serve.tp={v.tp} does not divide the served model's {heads} attention heads ({source}); "
             f"use a serve.tp that divides {heads}"
         )
-    positions = served["max_position_embeddings"]
-    if v.max_model_len > positions:
+    longest = vllm_max_model_len(from_dict(ModelSpec, served))
+    if v.max_model_len > longest:
         problems.append(
-            f"serve.max_model_len={v.max_model_len} exceeds the {positions} positions of {source} "
-            f"(max_position_embeddings); use serve.max_model_len<={positions}"
+            f"serve.max_model_len={v.max_model_len} exceeds the {longest} tokens vLLM derives from {source} "
+            f"(max_position_embeddings, rope_scaling); use serve.max_model_len<={longest}"
         )
     if v.expert_parallel and served["moe"] is None:
         problems.append(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_SBATCH_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
+from lmspec.compiler.build.files import NCCL_ENV, SERVE_HEAD_SH, SERVE_SBATCH_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.models.serve_layout import ServeLayout
@@ -24,9 +24,11 @@ ADDRESS = "ADDRESS"  # placeholder for node 0's address as the other nodes reach
 
 
 def engine_files(layout: ServeLayout, slurm: bool) -> tuple[str, ...]:
-    """What bash and vLLM read: a one-node engine's serve.sh, or head.sh + worker.sh; sbatch.sh under Slurm."""
+    """What bash and vLLM read: a one-node engine's serve.sh, or head.sh + worker.sh (which source the
+    build's network settings, as sbatch.sh does); sbatch.sh under Slurm."""
     scripts = (SERVE_SH,) if layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
-    return (*((SERVE_SBATCH_SH,) if slurm else ()), *scripts, VLLM_YAML)
+    network = (NCCL_ENV,) if slurm or layout.nodes > 1 else ()
+    return (*((SERVE_SBATCH_SH,) if slurm else ()), *scripts, *network, VLLM_YAML)
 
 
 def print_node_commands(build: Build, env_prefix: str) -> int:
@@ -63,10 +65,10 @@ def submit_engine(build: Build, env: dict[str, str], env_prefix: str, *, dry_run
     proc.wait()
     host = "NODE0"
     print(
-        f"submitted Slurm job {job_id}: vLLM on {build.plan.served().layout.nodes} node(s); clients: "
-        f"{endpoint(spec, host)} with {host} the job's first node "
-        f"(`squeue --noheader --jobs {job_id} --format %N` lists them) once {endpoint(spec, host, '/health')} "
-        f"answers; `scancel {job_id}` stops it",
+        f"submitted Slurm job {job_id}: vLLM on {build.plan.served().layout.nodes} node(s), logging to "
+        f"serve-{spec.name}-{job_id}-node<N>.log here; clients: {endpoint(spec, host)} with {host} the job's "
+        f"first node (`squeue --noheader --jobs {job_id} --format %N` lists them) once "
+        f"{endpoint(spec, host, '/health')} answers; `scancel {job_id}` stops it",
         flush=True,
     )
     return EXIT_OK

@@ -62,7 +62,8 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
         env.setdefault(VLLM_CLI_ENV, str(cli))
     prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
     if slurm or layout.nodes > 1:
-        check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
+        if not options.dry_run:
+            check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
         if slurm:
             return submit_engine(build, env, prefix, dry_run=options.dry_run)
         return print_node_commands(build, prefix)  # never a one-node engine for a multi-node layout
