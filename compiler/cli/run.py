@@ -28,12 +28,13 @@ STAGES: dict[str, str] = {
 }
 SERVE_STAGE = "serve"  # the one stage of a serve-only job (train: null); every other stage needs the training
 STAGE_HELP = (
-    "what to run: train (a job that trains: launch/, the default when it trains), "
-    "import (an HF checkpoint into a training checkpoint, --from HF_DIR), "
-    "convert (the last checkpoint to HF, convert.output), "
-    "verify (the converted model against the checkpoint), "
-    "serve (vLLM on convert.output or serve.model_path; the default of a serve-only job; a multi-node "
-    "engine prints what to run on each node, cluster=slurm submits serve/sbatch.sh)"
+    "what to run, and what each needs: "
+    "train (a job that trains; the default when it does), "
+    "import (a job that trains, and --from HF_DIR: a released model into a training checkpoint), "
+    "convert (a job that trains and converts, and a checkpoint: writes convert.output), "
+    "verify (a checkpoint and its converted model, or --from HF_DIR), "
+    "serve (a serve section, and the model at convert.output or serve.model_path; the default of a "
+    "serve-only job; a multi-node engine prints what to run on each node, cluster=slurm submits serve/sbatch.sh)"
 )
 
 

@@ -68,7 +68,14 @@ def test_run_help_says_what_each_stage_needs(lmspec: Lmspec, capsys: pytest.Capt
     with pytest.raises(SystemExit):
         lmspec("run", "--help")
     text = " ".join(capsys.readouterr().out.split())
-    for needs in ("train (a job that trains", "import (", "convert (", "verify (", "serve (vLLM on", "serve-only job"):
+    for needs in (
+        "train (a job that trains",
+        "import (a job that trains",
+        "convert (a job that trains and converts",
+        "verify (a checkpoint",
+        "serve (a serve section",
+        "the default of a serve-only job",
+    ):
         assert needs in text, needs
 
 
