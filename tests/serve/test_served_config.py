@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from helpers.paths import ROOT
 
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.serve_config import served_config_problems
-from lmspec.compiler.spec.sections import ServingSpec
+from lmspec.compiler.spec.sections import ModelSpec, ServingSpec
+from lmspec.compiler.spec.typed import from_dict
 
 CONFIGS = ROOT / "tests" / "data" / "hf_configs"
+MODEL_PRESETS = sorted(p.stem for p in (ROOT / "specs" / "model").glob("*.yaml"))
 
 
 def _config(name: str) -> dict[str, Any]:
@@ -106,3 +110,12 @@ def test_max_model_len_is_the_length_vllm_derives(llama70b: ServingSpec) -> None
     config = {**_config("Meta-Llama-3-70B"), "rope_scaling": {"type": "linear", "factor": 2.0}}
     (problem,) = served_config_problems(_serve(llama70b, max_model_len=9000), config)
     assert problem.startswith("models/Meta-Llama-3-70B/config.json is not the spec's model: model.rope_scaling")
+
+
+@pytest.mark.parametrize("preset", MODEL_PRESETS)
+def test_the_config_lmspec_converts_to_is_the_spec_s_model(preset: str, llama70b: ServingSpec) -> None:
+    """What the converter writes (the family's hf_config) is served without a complaint, for every family."""
+    model = from_dict(ModelSpec, yaml.safe_load((ROOT / "specs" / "model" / f"{preset}.yaml").read_text()))
+    spec = dataclasses.replace(llama70b, model=model)
+    spec = _serve(spec, tp=1, max_model_len=128, expert_parallel=False, quantization=None)
+    assert served_config_problems(spec, FAMILIES[model.family].hf_config(model)) == []
