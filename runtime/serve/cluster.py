@@ -31,7 +31,7 @@ def engine_files(layout: ServeLayout, slurm: bool) -> tuple[str, ...]:
     return (*((SERVE_SBATCH_SH,) if slurm else ()), *scripts, *network, VLLM_YAML)
 
 
-def print_node_commands(build: Build, env_prefix: str) -> int:
+def print_node_commands(build: Build, env_prefix: str, extra: list[str]) -> int:
     """What to run on each node of a multi-node engine (cluster.launcher=local); starts nothing."""
     spec, layout = build.serving(), build.plan.served().layout
     root = build.root.resolve()
@@ -46,16 +46,18 @@ def print_node_commands(build: Build, env_prefix: str) -> int:
         script = root / (SERVE_HEAD_SH if role.name == "head" else SERVE_WORKER_SH)
         for node in role.nodes:
             args = [ADDRESS] if role.name == "head" else [ADDRESS, str(node)]
-            print(f"  node {node} ({role.name}): {env_prefix}{shlex.join(['bash', str(script)])} {' '.join(args)}")
+            line = f"{env_prefix}{shlex.join(['bash', str(script)])} {' '.join(args)}"
+            print(f"  node {node} ({role.name}): {' '.join([line, *map(shlex.quote, extra)])}")
     print(f"clients: {endpoint(spec, ADDRESS)} once node 0 answers {endpoint(spec, ADDRESS, '/health')}")
     print("cluster=slurm starts the whole engine as one job: compile with cluster=slurm, then run this again")
     return EXIT_OK
 
 
-def submit_engine(build: Build, env: dict[str, str], env_prefix: str, *, dry_run: bool) -> int:
-    """serve/sbatch.sh submitted (cluster.launcher=slurm): the engine runs until its job is cancelled."""
+def submit_engine(build: Build, env: dict[str, str], env_prefix: str, extra: list[str], *, dry_run: bool) -> int:
+    """serve/sbatch.sh submitted (cluster.launcher=slurm): the engine runs until its job is cancelled;
+    `extra` vLLM flags go to every node's script."""
     spec, root = build.serving(), build.root.resolve()
-    command = sbatch_command(root / SERVE_SBATCH_SH, (str(root),), wait=False)
+    command = sbatch_command(root / SERVE_SBATCH_SH, (str(root), *extra), wait=False)
     if dry_run:
         print(env_prefix + shlex.join(command))
         return EXIT_OK

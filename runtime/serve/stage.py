@@ -62,11 +62,13 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
         env.setdefault(VLLM_CLI_ENV, str(cli))
     prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
     if slurm or layout.nodes > 1:
+        extra: list[str] = []
         if not options.dry_run:
             check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
+            extra = _tokenizer_flags(plan)  # written under runs/, which every node reads from the same directory
         if slurm:
-            return submit_engine(build, env, prefix, dry_run=options.dry_run)
-        return print_node_commands(build, prefix)  # never a one-node engine for a multi-node layout
+            return submit_engine(build, env, prefix, extra, dry_run=options.dry_run)
+        return print_node_commands(build, prefix, extra)  # never a one-node engine for a multi-node layout
     command = ["bash", str(build.root.resolve() / SERVE_SH)]
     if options.dry_run:
         print(prefix + shlex.join(command))

@@ -108,6 +108,9 @@ def test_multi_node_checks_the_served_model_where_it_is_here(
     assert "node 0" not in result.out
     (tmp_path / "models" / "DeepSeek-V3" / "config.json").write_text(json.dumps(release))
     result = lmspec("run", str(builds["two_nodes"]), "--stage", "serve")
+    result.assert_reports(2, ["models/DeepSeek-V3' has no tokenizer", "copy the model's tokenizer files into it"])
+    (tmp_path / "models" / "DeepSeek-V3" / "tokenizer_config.json").write_text("{}")
+    result = lmspec("run", str(builds["two_nodes"]), "--stage", "serve")
     assert result.code == 0 and result.out.startswith(str(builds["two_nodes"])), result.err
 
 
