@@ -156,14 +156,15 @@ def _script_words(flags: list[str]) -> list[Quoted]:
     return [Quoted(f'"${flag}"') if flag in (HEAD_ADDRESS, START_RANK) else shell(flag) for flag in flags]
 
 
+def serve_scripts(plan: Plan) -> tuple[str, ...]:
+    """The scripts that start vLLM on the nodes: serve.sh for one node, head.sh and worker.sh for more."""
+    return (SERVE_SH,) if plan.served().layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
+
+
 def emit_serve(plan: Plan) -> dict[str, str]:
     files = {VLLM_YAML: vllm_yaml(plan)}
-    layout = plan.served().layout
-    if layout.nodes == 1:
-        files[SERVE_SH] = serve_sh(plan)
-    else:
-        files[SERVE_HEAD_SH] = node_sh(plan, "head")
-        files[SERVE_WORKER_SH] = node_sh(plan, "worker")
+    for rel in serve_scripts(plan):
+        files[rel] = serve_sh(plan) if rel == SERVE_SH else node_sh(plan, "head" if rel == SERVE_HEAD_SH else "worker")
     if plan.spec.cluster.launcher == "slurm":
         files[SERVE_SBATCH_SH] = serve_sbatch_sh(plan)
     return files
