@@ -10,7 +10,11 @@ A model without tokenizer files (serve.model_path naming one; the converter writ
 beside every model) gets the training tokenizer written to runs/<name>/tokenizer and passed as
 `--tokenizer` (vLLM needs one to take text prompts).
 The spec is the typed one of compiler/build/reader.py, and serve.sh and vllm.yaml are checked
-against manifest.json before anything starts.
+against manifest.json before anything starts; so is the served config.json against the spec
+(compiler/serve_config.py: the model, tp against its heads, max_model_len, expert parallel,
+quantization), every problem listed (exit 2) before vLLM is started.
+An engine on several nodes, or any under cluster.launcher=slurm, is not started here: the stage
+prints each node's command or submits serve/sbatch.sh (runtime/serve/cluster.py).
 """
 
 from __future__ import annotations
