@@ -18,6 +18,11 @@ def sbatch_command(script: Path, args: tuple[str, ...] | list[str], *, wait: boo
     return ["sbatch", "--parsable", *(["--wait"] if wait else []), str(script), *args]
 
 
+def sbatch_test_command(script: Path, args: tuple[str, ...] | list[str]) -> list[str]:
+    """`sbatch --test-only SCRIPT ARGS...`: Slurm says whether it would accept the job, and submits nothing."""
+    return ["sbatch", "--test-only", str(script), *args]
+
+
 def submit(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     """Start `command` (sbatch_command's) in its own session; (the sbatch process, the job id), the id
     empty when sbatch refused the script (it printed why on stderr)."""

@@ -18,7 +18,8 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.models.serve_layout import ServeLayout
 from lmspec.compiler.spec.sections import ServingSpec
-from lmspec.runtime.slurm import sbatch_command, submit
+from lmspec.runtime.slurm import sbatch_command, sbatch_test_command, submit
+from lmspec.runtime.smoke_checks import Check, run_checks
 
 ADDRESS = "ADDRESS"  # placeholder for node 0's address as the other nodes reach it
 
@@ -53,14 +54,25 @@ def print_node_commands(build: Build, env_prefix: str, extra: list[str]) -> int:
     return EXIT_OK
 
 
-def submit_engine(build: Build, env: dict[str, str], env_prefix: str, extra: list[str], *, dry_run: bool) -> int:
+def submit_engine(
+    build: Build, env: dict[str, str], env_prefix: str, extra: list[str], *, dry_run: bool, smoke: bool
+) -> int:
     """serve/sbatch.sh submitted (cluster.launcher=slurm): the engine runs until its job is cancelled;
-    `extra` vLLM flags go to every node's script."""
+    `extra` vLLM flags go to every node's script. `smoke`: the scripts parse and Slurm would accept
+    the job (sbatch --test-only); nothing is submitted."""
     spec, root = build.serving(), build.root.resolve()
-    command = sbatch_command(root / SERVE_SBATCH_SH, (str(root), *extra), wait=False)
+    args = (str(root), *extra)
+    command = sbatch_command(root / SERVE_SBATCH_SH, args, wait=False)
     if dry_run:
         print(env_prefix + shlex.join(command))
         return EXIT_OK
+    if smoke:
+        files = engine_files(build.plan.served().layout, slurm=True)
+        checks: list[Check] = [
+            (f"{r} parses (bash -n)", ["bash", "-n", str(root / r)]) for r in files if r.endswith(".sh")
+        ]
+        checks.append(("Slurm accepts the job (sbatch --test-only)", sbatch_test_command(root / SERVE_SBATCH_SH, args)))
+        return run_checks(checks, env)
     proc, job_id = submit(command, env)
     if not job_id:
         return proc.wait() or 1  # sbatch refused the script; it printed why

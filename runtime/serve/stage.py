@@ -71,7 +71,7 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
             check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
             extra = _tokenizer_flags(plan)  # written under runs/, which every node reads from the same directory
         if slurm:
-            return submit_engine(build, env, prefix, extra, dry_run=options.dry_run)
+            return submit_engine(build, env, prefix, extra, dry_run=options.dry_run, smoke=options.smoke)
         return print_node_commands(build, prefix, extra)  # never a one-node engine for a multi-node layout
     command = ["bash", str(build.root.resolve() / SERVE_SH)]
     if options.dry_run:

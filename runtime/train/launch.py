@@ -29,7 +29,8 @@ from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
-from lmspec.runtime.slurm import sbatch_command, submit
+from lmspec.runtime.slurm import sbatch_command, sbatch_test_command, submit
+from lmspec.runtime.smoke_checks import Check, run_checks
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
 
@@ -164,7 +165,7 @@ def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> in
 def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
-    checks = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
+    checks: list[Check] = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
     checks.append(
         (
             f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",
@@ -180,17 +181,7 @@ def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
         checks.append(
             (
                 "Slurm accepts the job (sbatch --test-only)",
-                ["sbatch", "--test-only", str(build / SBATCH_SH), str(build)],
+                sbatch_test_command(build / SBATCH_SH, (str(build),)),
             )
         )
-    for label, check in checks:
-        try:
-            result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
-        except FileNotFoundError as exc:
-            print(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}", file=sys.stderr)
-            return EXIT_FAILED
-        if result.returncode != 0:
-            print(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
-            return EXIT_FAILED
-        print(f"smoke: ok {label}")
-    return EXIT_OK
+    return run_checks(checks, env)

@@ -46,3 +46,19 @@ def _queued(job_id: str, env: dict[str, str]) -> bool:
     command = ["squeue", "--noheader", "--jobs", job_id]
     listed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     return job_id in listed.stdout
+
+
+def test_serve_smoke_asks_slurm_without_submitting(local_slurm, tmp_path: Path) -> None:  # noqa: ANN001
+    overrides = ["cluster=slurm", "train=null", "parallel=null", "convert=null", "serve.model_path=models/absent"]
+    build = compile_build(tmp_path / "build", [*overrides, "serve.max_model_len=128"]).dir
+    lmspec = Path(sys.executable).with_name("lmspec")
+
+    command = [lmspec, "run", str(build), "--stage", "serve", "--smoke"]
+    result = run_in_group(command, cwd=tmp_path, timeout_s=JOB_TIMEOUT_S, env=local_slurm.env)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "smoke: ok serve/sbatch.sh parses (bash -n)" in result.stdout
+    assert "smoke: ok serve/serve.sh parses (bash -n)" in result.stdout
+    assert "smoke: ok Slurm accepts the job (sbatch --test-only)" in result.stdout
+    queue = subprocess.run(["squeue", "--noheader"], env=local_slurm.env, capture_output=True, text=True, check=True)
+    assert queue.stdout.strip() == ""  # nothing was submitted
