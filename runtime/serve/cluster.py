@@ -49,6 +49,8 @@ def print_node_commands(build: Build, env_prefix: str, extra: list[str]) -> int:
             args = [ADDRESS] if role.name == "head" else [ADDRESS, str(node)]
             line = f"{env_prefix}{shlex.join(['bash', str(script)])} {' '.join(args)}"
             print(f"  node {node} ({role.name}): {' '.join([line, *map(shlex.quote, extra)])}")
+    if layout.mode == "ray":
+        print("start node 0 first: it starts the Ray head, the workers join it, and vLLM starts once all have joined")
     print(f"clients: {endpoint(spec, ADDRESS)} once node 0 answers {endpoint(spec, ADDRESS, '/health')}")
     print("cluster=slurm starts the whole engine as one job: compile with cluster=slurm, then run this again")
     return EXIT_OK

@@ -206,3 +206,15 @@ def test_doctor_reads_a_vllm_log_against_a_serve_only_build(builds: dict[str, Pa
 def test_logs_with_a_serve_only_build_says_what_it_reads(builds: dict[str, Path], lmspec: Lmspec) -> None:
     result = lmspec("logs", str(LOG_DATA / "healthy_lmspec_metrics.jsonl"), "--build", str(builds["serve_only"]))
     result.assert_reports(2, ["is a serve-only job (train: null)", "lmspec doctor LOG --build"])
+
+
+def test_ray_engine_prints_the_order_the_nodes_start_in(
+    lmspec: Lmspec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ray = ["serve.multi_node=ray", "serve.dp=1", "serve.tp=8", "serve.pp=2", "serve.expert_parallel=false"]
+    build = compile_build(tmp_path / "build", ray, spec=TWO_NODES).dir
+    result = lmspec("run", str(build), "--stage", "serve", "--dry-run")
+    assert result.code == 0, result.err
+    assert "serves on 2 nodes (ray, 16 GPUs" in result.out and "start node 0 first" in result.out
+    assert f"bash {build.resolve() / 'serve' / 'worker.sh'} ADDRESS 1\n" in result.out
