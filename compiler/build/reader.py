@@ -311,7 +311,8 @@ class Build:
         from lmspec.compiler.rules.context import RuleContext
         from lmspec.compiler.rules.run_paths import run_paths_apart
 
-        doc = self._document(PLAN, {"lmspec_version": str, "layout": dict, "batch": dict})
+        parts = {"layout": dict, "batch": dict} if training(spec) is not None else {}
+        doc = self._document(PLAN, {"lmspec_version": str, **parts, **({"serve": dict} if serving(spec) else {})})
         if doc["lmspec_version"] != self.manifest.lmspec_version:
             raise self.refuse(PLAN, f"written by lmspec {doc['lmspec_version']!r}, {MANIFEST} by {__version__}")
         problems = rule_problems(spec, origins)
