@@ -293,15 +293,12 @@ class Build:
             raise self.refuse(SPEC, f"names the job {spec.name!r}, {MANIFEST} names it {self.manifest.name!r}")
         return spec, data, origins
 
-    def _document(self, rel: str, sections: dict[str, type], nullable: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The JSON mapping `rel`, each of `sections` present and of its kind (null allowed for `nullable`)."""
+    def _document(self, rel: str, sections: dict[str, type]) -> dict[str, Any]:
         doc = self.json(rel)
         if not isinstance(doc, dict):
             raise self.refuse(rel, f"a JSON {type(doc).__name__} where a mapping belongs")
         for key, kind in sections.items():
             value = doc.get(key)
-            if key in nullable and key in doc and value is None:
-                continue
             if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
                 raise self.refuse(rel, f"its {key!r} entry is missing or not a {kind.__name__}")
         return doc
@@ -314,8 +311,8 @@ class Build:
         from lmspec.compiler.rules.context import RuleContext
         from lmspec.compiler.rules.run_paths import run_paths_apart
 
-        # a serve-only job's plan has no training: layout and batch are null (Plan.from_json checks which)
-        doc = self._document(PLAN, {"lmspec_version": str, "layout": dict, "batch": dict}, nullable=("layout", "batch"))
+        parts = {"layout": dict, "batch": dict} if training(spec) is not None else {}
+        doc = self._document(PLAN, {"lmspec_version": str, **parts, **({"serve": dict} if serving(spec) else {})})
         if doc["lmspec_version"] != self.manifest.lmspec_version:
             raise self.refuse(PLAN, f"written by lmspec {doc['lmspec_version']!r}, {MANIFEST} by {__version__}")
         problems = rule_problems(spec, origins)
@@ -346,3 +343,4 @@ class Build:
                 "hf_config": dict,
             },
         )
+

@@ -230,28 +230,32 @@ def serve_data_parallel_applies(ctx: ServingContext) -> Iterator[Problem]:
 
 
 def serve_cpu_attention_supported(ctx: ServingContext) -> Iterator[Problem]:
-    """vLLM's CPU backend checks neither at start-up: a wrong size serves until the first request fails."""
+    """vLLM's CPU backend checks neither at start-up: a wrong size serves until the first request fails.
+    MLA outside DeepSeek's latent is refused for a serve-only job and a warning on a train+serve one
+    (tiny_moe, the CPU training model of the DeepSeek shape, trains; its serving is what cannot run)."""
     m = ctx.spec.model
     if not _cpu(ctx):
         return
     if m.attention == "mla":
         assert m.mla is not None
+        problem = error if ctx.spec.train is None else warning
+        fix = "" if ctx.spec.train is None else " or serve=null (train only)"
         width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
         if width != CPU_MLA_LATENT_WIDTH:
-            yield error(
+            yield problem(
                 "model.mla.kv_lora_rank",
                 (
                     f"{ctx.show('model.mla.kv_lora_rank')} + {ctx.show('model.mla.qk_rope_head_dim')} = {width}: "
                     f"vLLM's CPU MLA kernel supports only a latent of {CPU_MLA_LATENT_WIDTH} (512 + 64, "
-                    "DeepSeek-V2/V3); serve this model on GPUs (hardware=h100_80g, ...)"
+                    f"DeepSeek-V2/V3); serve this model on GPUs (hardware=h100_80g, ...){fix}"
                 ),
             )
         if ctx.spec.serve.kv_cache_dtype != "auto":
-            yield error(
+            yield problem(
                 "serve.kv_cache_dtype",
                 (
                     f"{ctx.show('serve.kv_cache_dtype')}: vLLM's CPU MLA supports only an unquantized KV cache; "
-                    "use serve.kv_cache_dtype=auto"
+                    f"use serve.kv_cache_dtype=auto{fix}"
                 ),
             )
     elif m.head_dim not in CPU_ATTENTION_HEAD_DIMS:

@@ -236,3 +236,10 @@ def test_train_and_serve_fixes_name_serve_keys_never_hardware(lmspec, overrides:
         fixes = line.partition("Fixes: ")[2] or line.partition(" are available (")[2].partition("); ")[2]
         assert "serve=null" in fixes and "hardware." not in fixes, line
         assert "serve." in fixes, line
+
+
+def test_cpu_mla_outside_deepseeks_latent_only_warns_on_a_training_job(lmspec) -> None:
+    """tiny_moe (MLA latent 96) trains on CPU; only its serving cannot run there: a warning naming serve=null."""
+    result = lmspec("check", "--spec", "tiny_moe_pretrain_2rank_cpu_fp32")
+    assert result.code == 0, result.err
+    assert "vLLM's CPU MLA kernel supports only a latent of 576" in result.err and "or serve=null" in result.err
