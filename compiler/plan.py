@@ -18,6 +18,7 @@ from lmspec.compiler.models.comm import CommEstimate, estimate_comm
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
+from lmspec.compiler.models.serve_decode import ServeNumbers, serve_numbers
 from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
 from lmspec.compiler.models.summary import (
@@ -95,6 +96,7 @@ class ServePlan:
     model_dir: str  # what vLLM serves, relative to the job's working directory
     layout: ServeLayout  # the engine's GPUs, nodes and node roles
     memory: ServeMemory  # per GPU, the same on every node role
+    numbers: ServeNumbers  # per node role, and the decode-throughput bound
 
 
 class MissingPart(UsageError):
@@ -152,7 +154,15 @@ class Plan:
             "params": params_dict(self.params),
             "memory": memory_dict(t.memory) if t else None,
             "flops": flops_dict(t.flops) if t else None,
-            "serve": {**serve_dict(v.memory), "layout": _plain(dataclasses.asdict(v.layout))} if v else None,
+            "serve": (
+                {
+                    **serve_dict(v.memory),
+                    "layout": _plain(dataclasses.asdict(v.layout)),
+                    "numbers": _plain(dataclasses.asdict(v.numbers)),
+                }
+                if v
+                else None
+            ),
             "comm": comm_dict(t.comm) if t else None,
         }
 
@@ -233,8 +243,13 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
 
 
 def serve_plan(spec: ServingSpec) -> ServePlan:
+    layout, memory = serve_layout(spec), estimate_serve_memory(spec)
     return ServePlan(
-        spec=spec, model_dir=served_model_dir(spec), layout=serve_layout(spec), memory=estimate_serve_memory(spec)
+        spec=spec,
+        model_dir=served_model_dir(spec),
+        layout=layout,
+        memory=memory,
+        numbers=serve_numbers(spec, layout, memory),
     )
 
 

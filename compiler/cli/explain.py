@@ -25,8 +25,9 @@ def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def _derived(plan: Plan) -> dict[str, Any]:
-    """plan.json's numbers, and the step time `lmspec plan` gives this layout (not in plan.json)."""
-    step = estimate_step_time(plan.trained().spec, plan.trained().memory)
+    """plan.json's numbers (a part the job lacks is null), and the step time `lmspec plan` gives a
+    training layout (not in plan.json)."""
+    step = estimate_step_time(plan.train.spec, plan.train.memory) if plan.train else None
     return {**plan.derived_dict(), **({"step_time": step_time_dict(step)} if step is not None else {})}
 
 
@@ -37,8 +38,10 @@ def explain_text(plan: Plan, origins: Origins) -> str:
     lines = [f"{k:<{width_key}}  {v:<{width_value}}  # {o}" for k, v, o in rows]
     lines.append("")
     lines.append("derived:")
-    lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(_derived(plan))]
-    lines += ["", memory_table_text(plan.trained().memory, "training memory per GPU (worst stage)")]
+    present = {part: numbers for part, numbers in _derived(plan).items() if numbers is not None}
+    lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(present)]
+    if plan.train:
+        lines += ["", memory_table_text(plan.train.memory, "training memory per GPU (worst stage)")]
     return "\n".join(lines)
 
 

@@ -74,6 +74,11 @@ def _cmd_logs(args: argparse.Namespace) -> int:
             "DeepSpeed logs are read); describe other formats with --regex"
         )
     context = job_context(args)
+    if context is not None and not context.trains:
+        raise UsageError(
+            f"--build {args.build}: {context.plan.name} is a serve-only job (train: null) with no training numbers "
+            f"to compare {parsed.path} with; drop --build, and read a vLLM log with `lmspec doctor LOG --build`"
+        )
     report = build_report(parsed, context, args.warmup_steps)
     print(report.to_json() if args.format == "json" else format_text(report))
     if args.plot is not None:

@@ -4,7 +4,9 @@ STAGES maps a stage name to "module:function", imported only when that stage run
 runtime's heavy imports stay out of the compiler). Each function is
 `run_stage(build: Build, options: argparse.Namespace) -> int` and returns the exit code; the
 build is opened here (compiler/build/reader.py: manifest checked, every file it hands out
-verified), so a damaged build is refused before any runtime module is imported.
+verified), so a damaged build is refused before any runtime module is imported, and so is a
+stage the job has no part for (build.training() / build.serving() name what the build is and the
+stage that works). Without --stage a job that trains trains, and a serve-only job serves.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lmspec.compiler.build.reader import Build
+from lmspec.compiler.spec.sections import training
 
 STAGES: dict[str, str] = {
     "train": "lmspec.runtime.train.launch:run_train",
@@ -23,13 +26,22 @@ STAGES: dict[str, str] = {
     "verify": "lmspec.runtime.verify:run_stage",
     "serve": "lmspec.runtime.serve.stage:run_stage",
 }
-DEFAULT_STAGE = "train"
+SERVE_STAGE = "serve"  # the one stage of a serve-only job (train: null); every other stage needs the training
+STAGE_HELP = (
+    "what to run, and what each needs: "
+    "train (a job that trains; the default when it does), "
+    "import (a job that trains, and --from HF_DIR: a released model into a training checkpoint), "
+    "convert (a job that trains and converts, and a checkpoint: writes convert.output), "
+    "verify (a checkpoint and its converted model, or --from HF_DIR), "
+    "serve (a serve section, and the model at convert.output or serve.model_path; the default of a "
+    "serve-only job; a multi-node engine prints what to run on each node, cluster=slurm submits serve/sbatch.sh)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("run", help="run a compiled build: train (default), import, convert, verify, serve")
+    p = subparsers.add_parser("run", help="run a compiled build: train, import, convert, verify, serve")
     p.add_argument("build_dir", type=Path, metavar="BUILD_DIR", help="a directory written by `lmspec compile`")
-    p.add_argument("--stage", choices=tuple(STAGES), default=DEFAULT_STAGE, help="what to run (default: train)")
+    p.add_argument("--stage", choices=tuple(STAGES), help=STAGE_HELP)
     p.add_argument("--dry-run", action="store_true", help="print the exact commands; run nothing")
     p.add_argument(
         "--from",
@@ -49,4 +61,10 @@ def stage_function(stage: str) -> Callable[[Build, argparse.Namespace], int]:
 
 def run_build(args: argparse.Namespace) -> int:
     build = Build.open(args.build_dir)
-    return stage_function(args.stage)(build, args)
+    trains = training(build.spec) is not None
+    stage = args.stage or ("train" if trains else SERVE_STAGE)
+    if stage == SERVE_STAGE:
+        build.serving()
+    else:
+        build.training()
+    return stage_function(stage)(build, args)

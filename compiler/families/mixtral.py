@@ -58,6 +58,7 @@ class Mixtral(Family):
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
         hf_import.full_attention(config)
+        hf_import.inert_attention_bias(config)
         config.expect("router_jitter_noise", 0.0, why="lmspec's router adds no noise")
         experts = int(config.take("num_local_experts"))
         fields["moe"] = {

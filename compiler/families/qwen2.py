@@ -30,6 +30,7 @@ class Qwen2(Family):
     def from_hf_config(self, config: HfConfig) -> dict[str, Any]:
         fields = hf_import.decoder_fields(config)
         hf_import.full_attention(config)
+        hf_import.inert_attention_bias(config)
         config.expect("use_mrope", False, why="multimodal rotary sections are Qwen2-VL's, not a text model's")
         return {**fields, **dict(self.fixed)}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmspec.compiler.models.params import count_params
+from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.models.units import DTYPE_BYTES, FP32_BYTES, GIB
 from lmspec.compiler.spec.sections import ModelSpec, ServingSpec
 
@@ -45,7 +46,16 @@ def served_dtype(spec: ServingSpec) -> str:
     return spec.convert.dtype if v.model_path is None and spec.convert is not None else "bfloat16"
 
 
-def weight_bytes(spec: ServingSpec) -> int:
+@dataclass(frozen=True, kw_only=True)
+class WeightSplit:
+    """Weights on one GPU: the routed experts (sharded by TP, or over TP x DP with expert parallel)
+    apart from everything else (sharded by TP x PP)."""
+
+    dense: float
+    experts: float
+
+
+def weight_split(spec: ServingSpec) -> WeightSplit:
     s, m = spec.serve, spec.model
     dtype = DTYPE_BYTES[served_dtype(spec)]
     counts = count_params(m)
@@ -54,7 +64,12 @@ def weight_bytes(spec: ServingSpec) -> int:
     experts = counts.expert * linear
     dense = (counts.total - counts.expert - vocab) * linear + vocab * dtype
     expert_shards = s.tp * s.dp if s.expert_parallel else s.tp
-    return round(dense / (s.tp * s.pp) + experts / (expert_shards * s.pp))
+    return WeightSplit(dense=dense / (s.tp * s.pp), experts=experts / (expert_shards * s.pp))
+
+
+def weight_bytes(spec: ServingSpec) -> int:
+    split = weight_split(spec)
+    return round(split.dense + split.experts)
 
 
 def kv_bytes_per_token(spec: ServingSpec) -> int:
@@ -97,5 +112,5 @@ def estimate_serve_memory(spec: ServingSpec) -> ServeMemory:
         cache_budget_bytes=budget,
         max_tokens_in_cache=tokens,
         max_concurrent_seqs=tokens // s.max_model_len,
-        max_model_len_that_fits=min(tokens, spec.model.max_position_embeddings),
+        max_model_len_that_fits=min(tokens, vllm_max_model_len(spec.model)),
     )

@@ -1,6 +1,7 @@
 """Serving's budget: vLLM must hold at least one `serve.max_model_len` sequence in the KV cache
-left after the weights. Each fix is computed on a copy of the spec and shown with its result; the
-fixes name serve keys only (a train+serve spec's hardware is sized for training).
+left after the weights. Each fix is computed on a copy of the spec and shown with its result. A
+train+serve spec's hardware is sized for training: its fixes name serve keys and `serve=null`, never
+hardware; a serve-only spec's hardware is the engine's, so a longer pipeline may bring more nodes.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmspec.compiler.errors import Problem, error
-from lmspec.compiler.models.dims import divisors
+from lmspec.compiler.models.dims import divisors, world_size
+from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
 from lmspec.compiler.models.serve_memory import estimate_serve_memory
 from lmspec.compiler.rules.budget import both, computable, gib, shown_changes, with_value, with_values
 from lmspec.compiler.rules.context import ServingContext
@@ -29,10 +31,16 @@ def _serve_fixes(spec: ServingSpec) -> list[str]:
     tp = next((n for n in divisors(heads) if n > s.tp and n <= spec.hardware.gpus_per_node), None)
     if tp is not None:
         candidates.append({"serve.tp": tp})
+    gpus = world_size(spec.hardware.gpus_per_node, spec.hardware.nodes)
     for pp in range(s.pp + 1, spec.model.num_layers + 1):
-        if estimate_serve_memory(with_value(spec, "serve.pp", pp)).max_tokens_in_cache >= s.max_model_len:
+        longer = with_value(spec, "serve.pp", pp)
+        if estimate_serve_memory(longer).max_tokens_in_cache < s.max_model_len:
+            continue
+        if engine_gpus(longer) <= gpus:
             candidates.append({"serve.pp": pp})
-            break
+        elif spec.train is None:  # serve-only: the engine's own hardware grows with it
+            candidates.append({"serve.pp": pp, "hardware.nodes": engine_nodes(longer)})
+        break
     lines = []
     now = estimate_serve_memory(spec).max_tokens_in_cache
     for changes in candidates:
@@ -41,6 +49,8 @@ def _serve_fixes(spec: ServingSpec) -> list[str]:
             continue
         verdict = "fits" if after.max_tokens_in_cache >= s.max_model_len else "still short"
         lines.append(f"{shown_changes(changes)} -> {after.max_tokens_in_cache:,} tokens ({verdict})")
+    if spec.train is not None:
+        lines.append("serve=null (a train-only job: the hardware is sized for training; serve in a spec of its own)")
     return lines
 
 

@@ -7,10 +7,13 @@ question: it lives with the serving memory model (lmspec.compiler.models), not h
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.dims import divisors, world_size
+from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
+from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.rules.context import ServingContext, listed
 
 # Above this fraction vLLM leaves too little device memory for the CUDA context, NCCL buffers
@@ -18,6 +21,13 @@ from lmspec.compiler.rules.context import ServingContext, listed
 GPU_MEMORY_UTILIZATION_WARN = 0.95
 CALIBRATED_QUANTIZATION = ("awq", "gptq")  # scales come from a calibration run, not from vLLM
 _SERVE_GPU_KEYS = ("serve.tp", "serve.pp", "serve.dp", "hardware.nodes")
+# vLLM 0.32's CPU attention kernels (vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes):
+# another head_dim starts, then fails the first request (RuntimeError: Unsupported CPU attention configuration).
+CPU_ATTENTION_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# vLLM 0.32's CPU MLA (backends/mla/cpu_mla.py, amx_mla.py): the decode kernel is compiled for one
+# latent width, kv_lora_rank + qk_rope_head_dim = 512 + 64 (DeepSeek-V2/V3), and an unquantized cache.
+CPU_MLA_LATENT_WIDTH = 576
+LOOPBACK_NAMES = ("localhost",)
 
 
 def _cpu(ctx: ServingContext) -> bool:
@@ -51,10 +61,18 @@ def serve_tp_fits_kv_heads(ctx: ServingContext) -> Iterator[Problem]:
         )
 
 
+def more_hardware_fix(ctx: ServingContext, nodes: int) -> str:
+    """The fix for a serving engine larger than the hardware: a serve-only spec's hardware is the
+    engine's, so more nodes; a train+serve spec's is sized for training, so serve keys or no serving."""
+    if ctx.spec.train is None:
+        return f"hardware.nodes={nodes}"
+    return "serve=null (a train-only job: the hardware is sized for training; serve the result in its own spec)"
+
+
 def serve_fits_gpus(ctx: ServingContext) -> Iterator[Problem]:
     v = ctx.spec.serve
     gpus = world_size(ctx.spec.hardware.gpus_per_node, ctx.spec.hardware.nodes)
-    used = v.tp * v.pp * v.dp
+    used = engine_gpus(ctx.spec)
     if used > gpus:
         yield error(
             "serve.tp",
@@ -62,7 +80,8 @@ def serve_fits_gpus(ctx: ServingContext) -> Iterator[Problem]:
                 f"serving needs {ctx.factor('serve.tp')} x {ctx.factor('serve.pp')} x {ctx.factor('serve.dp')} = "
                 f"{used} GPUs but {ctx.factor('hardware.gpus_per_node')} x {ctx.factor('hardware.nodes')} = {gpus} "
                 f"are available ({ctx.sources(*_SERVE_GPU_KEYS)}); "
-                "lower serve.tp/pp/dp or raise hardware.nodes"
+                f"lower serve.tp/pp/dp (serve.quantization=fp8 or serve.kv_cache_dtype=fp8 need fewer GPUs), "
+                f"or {more_hardware_fix(ctx, engine_nodes(ctx.spec))}"
             ),
         )
     elif v.tp > ctx.spec.hardware.gpus_per_node:
@@ -89,12 +108,20 @@ def serve_pp_fits_layers(ctx: ServingContext) -> Iterator[Problem]:
 
 def serve_len_within_positions(ctx: ServingContext) -> Iterator[Problem]:
     s = ctx.spec
-    if s.serve.max_model_len > s.model.max_position_embeddings:
+    longest = vllm_max_model_len(s.model)
+    if s.serve.max_model_len > longest:
+        rope = s.model.rope_scaling
+        scaled = (
+            f" x rope_scaling factor {rope.factor:g} ({rope.type})"
+            if longest != s.model.max_position_embeddings and rope
+            else ""
+        )
         yield error(
             "serve.max_model_len",
             (
-                f"{ctx.show('serve.max_model_len')} exceeds {ctx.show('model.max_position_embeddings')}; "
-                f"use serve.max_model_len<={s.model.max_position_embeddings}"
+                f"{ctx.show('serve.max_model_len')} exceeds the {longest:,} tokens vLLM derives from the model "
+                f"({ctx.show('model.max_position_embeddings')}{scaled}); vLLM refuses a longer --max-model-len; "
+                f"use serve.max_model_len<={longest}"
             ),
         )
     elif s.train is not None and s.serve.max_model_len < s.train.seq_length:
@@ -158,6 +185,90 @@ def serve_cpu_kvcache_whole_gib(ctx: ServingContext) -> Iterator[Problem]:
         )
 
 
+def _loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_multi_node_host_reachable(ctx: ServingContext) -> Iterator[Problem]:
+    nodes = engine_nodes(ctx.spec)
+    if nodes > 1 and _loopback(ctx.spec.serve.host):
+        yield error(
+            "serve.host",
+            (
+                f"{ctx.show('serve.host')} is a loopback address, but the engine spans {nodes} nodes: the other "
+                "nodes and the clients cannot reach node 0's API there; use serve.host=0.0.0.0 (or node 0's address)"
+            ),
+        )
+
+
+def serve_data_parallel_applies(ctx: ServingContext) -> Iterator[Problem]:
+    """serve.multi_node=data_parallel needs whole data-parallel ranks on every node, the same number each
+    (lmspec.compiler.models.serve_layout.data_parallel_applies); say which part fails."""
+    v, per_node = ctx.spec.serve, ctx.spec.hardware.gpus_per_node
+    if v.multi_node != "data_parallel" or engine_nodes(ctx.spec) == 1:
+        return
+    rank = v.tp * v.pp
+    if rank > per_node:
+        why = f"a data-parallel rank's serve.tp x serve.pp = {rank} GPUs exceeds a node's {per_node}"
+        fix = "serve.multi_node=ray (tensor/pipeline parallel across nodes)"
+    elif per_node % rank:
+        why = f"a data-parallel rank's serve.tp x serve.pp = {rank} GPUs does not divide a node's {per_node}"
+        fix = "serve.multi_node=ray, or serve.tp/pp whose product divides hardware.gpus_per_node"
+    elif v.dp % (per_node // rank):
+        local = per_node // rank
+        whole = sorted({max(local, v.dp // local * local), -(-v.dp // local) * local})
+        why = f"{ctx.show('serve.dp')} is not a multiple of the {local} ranks a node holds: nodes would differ"
+        fix = " or ".join(f"serve.dp={dp}" for dp in whole) + ", or serve.multi_node=ray"
+    else:
+        return
+    yield error("serve.multi_node", f"{ctx.show('serve.multi_node')} does not apply: {why}; use {fix}")
+
+
+def serve_cpu_attention_supported(ctx: ServingContext) -> Iterator[Problem]:
+    """vLLM's CPU backend checks neither at start-up: a wrong size serves until the first request fails.
+    MLA outside DeepSeek's latent is refused for a serve-only job and a warning on a train+serve one
+    (tiny_moe, the CPU training model of the DeepSeek shape, trains; its serving is what cannot run)."""
+    m = ctx.spec.model
+    if not _cpu(ctx):
+        return
+    if m.attention == "mla":
+        assert m.mla is not None
+        problem = error if ctx.spec.train is None else warning
+        fix = "" if ctx.spec.train is None else " or serve=null (train only)"
+        width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+        if width != CPU_MLA_LATENT_WIDTH:
+            yield problem(
+                "model.mla.kv_lora_rank",
+                (
+                    f"{ctx.show('model.mla.kv_lora_rank')} + {ctx.show('model.mla.qk_rope_head_dim')} = {width}: "
+                    f"vLLM's CPU MLA kernel supports only a latent of {CPU_MLA_LATENT_WIDTH} (512 + 64, "
+                    f"DeepSeek-V2/V3); serve this model on GPUs (hardware=h100_80g, ...){fix}"
+                ),
+            )
+        if ctx.spec.serve.kv_cache_dtype != "auto":
+            yield problem(
+                "serve.kv_cache_dtype",
+                (
+                    f"{ctx.show('serve.kv_cache_dtype')}: vLLM's CPU MLA supports only an unquantized KV cache; "
+                    f"use serve.kv_cache_dtype=auto{fix}"
+                ),
+            )
+    elif m.head_dim not in CPU_ATTENTION_HEAD_DIMS:
+        yield error(
+            "model.head_dim",
+            (
+                f"{ctx.show('model.head_dim')}: vLLM's CPU attention supports head_dim "
+                f"{', '.join(map(str, CPU_ATTENTION_HEAD_DIMS))} only (the server would start and fail the first "
+                "request); use one of those (hidden_size / num_attention_heads) or serve on GPUs"
+            ),
+        )
+
+
 RULES = (
     serve_tp_divides_heads,
     serve_tp_fits_kv_heads,
@@ -168,4 +279,7 @@ RULES = (
     serve_quantization_has_checkpoint,
     serve_expert_parallel_needs_moe,
     serve_cpu_kvcache_whole_gib,
+    serve_multi_node_host_reachable,
+    serve_data_parallel_applies,
+    serve_cpu_attention_supported,
 )

@@ -10,7 +10,11 @@ A model without tokenizer files (serve.model_path naming one; the converter writ
 beside every model) gets the training tokenizer written to runs/<name>/tokenizer and passed as
 `--tokenizer` (vLLM needs one to take text prompts).
 The spec is the typed one of compiler/build/reader.py, and serve.sh and vllm.yaml are checked
-against manifest.json before anything starts.
+against manifest.json before anything starts; so is the served config.json against the spec
+(compiler/serve_config.py: the model, tp against its heads, max_model_len, expert parallel,
+quantization), every problem listed (exit 2) before vLLM is started.
+An engine on several nodes, or any under cluster.launcher=slurm, is not started here: the stage
+prints each node's command or submits serve/sbatch.sh (runtime/serve/cluster.py).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from lmspec.compiler.build.files import SERVE_SH, TOKENIZER_DIR, VLLM_LOG, VLLM_YAML
+from lmspec.compiler.build.files import SERVE_SH, TOKENIZER_DIR, VLLM_LOG
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.serve_config import served_config_problems
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+from lmspec.runtime.serve.cluster import engine_files, print_node_commands, submit_engine
 
 HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
 HEALTH_POLL_S = 1.0
@@ -43,7 +49,6 @@ REQUEST_TIMEOUT_S = 120.0
 SMOKE_PROMPT = "The"
 SMOKE_MAX_TOKENS = 8
 LOG_TAIL_LINES = 30
-SERVE_FILES = (SERVE_SH, VLLM_YAML)
 
 
 class ServeFailure(Exception):
@@ -52,19 +57,28 @@ class ServeFailure(Exception):
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
     spec, plan = build.serving(), build.plan
-    for rel in SERVE_FILES:  # serve.sh runs vLLM with vllm.yaml: both as compiled, or nothing starts
+    layout, slurm = plan.served().layout, spec.cluster.launcher == "slurm"
+    for rel in engine_files(layout, slurm):  # what bash and vLLM read: as compiled, or nothing starts
         build.script(rel)
-    extra = _tokenizer_flags(plan) if not options.dry_run else []
-    command = ["bash", str(build.root.resolve() / SERVE_SH), *extra]
     env = dict(os.environ)
     cli = Path(sys.executable).parent / CPU_VLLM_CLI
     if cli.is_file():
         env.setdefault(VLLM_CLI_ENV, str(cli))
+    prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
+    if slurm or layout.nodes > 1:
+        extra: list[str] = []
+        if not options.dry_run:
+            check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
+            extra = _tokenizer_flags(plan)  # written under runs/, which every node reads from the same directory
+        if slurm:
+            return submit_engine(build, env, prefix, extra, dry_run=options.dry_run, smoke=options.smoke)
+        return print_node_commands(build, prefix, extra)  # never a one-node engine for a multi-node layout
+    command = ["bash", str(build.root.resolve() / SERVE_SH)]
     if options.dry_run:
-        prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
         print(prefix + shlex.join(command))
         return EXIT_OK
     _preflight(plan, env)
+    command += _tokenizer_flags(plan)
     log_path = Path(plan.paths.run_dir) / VLLM_LOG
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
@@ -202,16 +216,41 @@ def _tokenizer_flags(plan: Plan) -> list[str]:
     return ["--tokenizer", str(directory)]
 
 
-def _preflight(plan: Plan, env: dict[str, str]) -> None:
-    """The mistakes that would otherwise surface as a vLLM traceback minutes later."""
+def check_served_model(plan: Plan, *, required: bool) -> None:
+    """The served directory holds the spec's model (compiler/serve_config.py), every difference named;
+    a directory not here is an error when this machine starts vLLM (`required`), else left to the nodes."""
     spec = plan.served().spec
     v, model = spec.serve, Path(plan.served().model_dir)
-    if not (model / "config.json").is_file():
-        source = "serve.model_path" if v.model_path else "convert.output"
+    config_path = model / "config.json"
+    if not config_path.is_file():
+        if not required:
+            print(f"serve: no {config_path} on this machine: the served model is not checked against the spec here")
+            return
+        if v.model_path:
+            raise UsageError(
+                f"serve.model_path={v.model_path!r}: no model there (no config.json under {Path.cwd()}); put the "
+                "HF model directory there (config.json, weights, tokenizer) or compile with serve.model_path=DIR"
+            )
         raise UsageError(
-            f"{source}={str(model)!r}: no model there (no config.json under {Path.cwd()}); run "
+            f"convert.output={str(model)!r}: no model there (no config.json under {Path.cwd()}); run "
             "`lmspec run BUILD --stage convert` first, or compile with serve.model_path=DIR"
         )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{config_path}: not a readable config.json ({exc})") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{config_path} holds a JSON {type(config).__name__}, not a config object")
+    problems = served_config_problems(spec, config)
+    if problems:
+        listed = "".join(f"\n  - {p}" for p in problems)
+        raise UsageError(f"{config_path} is not what the spec serves ({len(problems)} problem(s)):{listed}")
+
+
+def _preflight(plan: Plan, env: dict[str, str]) -> None:
+    """The mistakes that would otherwise surface as a vLLM traceback minutes later."""
+    v = plan.served().spec.serve
+    check_served_model(plan, required=True)
     if v.api_key_env and not env.get(v.api_key_env):
         raise UsageError(
             f"serve.api_key_env={v.api_key_env}: set ${v.api_key_env} to the API key clients must "

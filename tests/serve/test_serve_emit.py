@@ -217,4 +217,6 @@ def test_report_states_the_serving_layout_and_the_calibration_need(tmp_path: Pat
     assert "| quantization | AWQ: needs an AWQ-calibrated checkpoint" in serving
     assert "| model served | `/models/tiny-awq` (serve.model_path) |" in serving
     assert "| endpoint | http://127.0.0.1:8000/v1 as `tiny`, key from $VLLM_API_KEY |" in serving
-    assert "| concurrent sequences of 128 tokens |" in serving
+    assert "| concurrent sequences of 128 tokens (per engine) |" in serving
+    assert "| node role serve (node 0) | 1 GPU(s) used per node; 1 engine(s): " in serving
+    assert "| decode bound, batch 1 | <= " in serving and "compute and communication ignored" in serving

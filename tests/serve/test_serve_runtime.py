@@ -7,6 +7,7 @@ dry-run tests start no server.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -23,6 +24,7 @@ from helpers.hf import save_random_hf_llama
 from helpers.marks import needs_vllm
 from helpers.ports import free_port
 
+from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.plan import Plan
 from lmspec.runtime.serve.stage import ServeFailure, request_json
 
@@ -59,6 +61,12 @@ def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess
     )
 
 
+def _spec_config(plan: Plan, directory: Path) -> None:
+    """A model directory holding only the config.json of the spec's model (the preflight reads no weights)."""
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps(FAMILIES[plan.spec.model.family].hf_config(plan.spec.model)))
+
+
 @pytest.fixture
 def tiny(tmp_path: Path) -> tuple[Plan, Path]:
     return compile_build(tmp_path / "build", [f"serve.port={free_port()}"])
@@ -80,8 +88,7 @@ def test_missing_model_is_a_usage_error_naming_the_key(tmp_path: Path, tiny: tup
 
 
 def test_missing_key_is_a_usage_error_naming_the_variable(tmp_path: Path, tiny: tuple[Plan, Path]) -> None:
-    (tmp_path / "runs/tiny/hf").mkdir(parents=True)
-    (tmp_path / "runs/tiny/hf/config.json").write_text("{}")
+    _spec_config(tiny[0], tmp_path / "runs/tiny/hf")
     env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
     result = _run(tmp_path, str(tiny[1]), "--stage", "serve", "--smoke", env=env)
     assert result.returncode == 2
@@ -90,8 +97,7 @@ def test_missing_key_is_a_usage_error_naming_the_variable(tmp_path: Path, tiny: 
 
 def test_busy_port_is_a_usage_error_naming_the_key(tmp_path: Path, tiny: tuple[Plan, Path]) -> None:
     plan, build = tiny
-    (tmp_path / "runs/tiny/hf").mkdir(parents=True)
-    (tmp_path / "runs/tiny/hf/config.json").write_text("{}")
+    _spec_config(plan, tmp_path / "runs/tiny/hf")
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", plan.spec.serve.port))
         holder.listen()
@@ -173,3 +179,33 @@ def test_sigterm_stops_the_whole_server_and_the_key_was_never_logged(server: dic
     assert not _vllm_processes(cache_root), "vLLM processes outlived `lmspec run`"
     log = (cwd / "runs/tiny/vllm.log").read_text()
     assert "Starting vLLM server" in log and server["key"] not in log
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_serve_only_job_serves_a_released_directory_with_no_training(tmp_path: Path) -> None:
+    """train=null: vLLM serves serve.model_path (an HF directory with its own tokenizer, as a release has);
+    nothing is trained or converted, and `lmspec run` picks the serve stage itself."""
+    from lmspec.runtime.data.byte_tokenizer import save_byte_tokenizer
+
+    shape, _ = compile_build(tmp_path / "shape")  # the tiny model's dims, for the HF directory only
+    release = tmp_path / "models" / "tiny"
+    save_random_hf_llama(shape, release)
+    save_byte_tokenizer(release)
+    overrides = ["train=null", "parallel=null", "convert=null", "serve.model_path=models/tiny"]
+    overrides += ["serve.max_model_len=128", f"serve.port={free_port()}"]
+    plan, build = compile_build(tmp_path / "build", overrides)
+    assert plan.train is None and plan.serve is not None
+    result = subprocess.run(
+        [LMSPEC, "run", str(build), "--smoke"],
+        cwd=tmp_path,
+        env={**os.environ, "VLLM_API_KEY": secrets.token_hex(8)},
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "completion (" in result.stdout and "serve: smoke checks passed; vLLM stopped" in result.stdout
+    assert "has no tokenizer" not in result.stdout  # the release's own tokenizer is served
+    assert not (tmp_path / "runs/tiny/tokenizer").exists() and not (tmp_path / "runs/tiny/checkpoints").exists()

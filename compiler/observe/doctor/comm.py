@@ -94,7 +94,7 @@ class TpSlowdown:
     watches = ()  # reads the Plan, and the log's steps (LogText.steps) only when the Plan says so
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        if context is None or context.plan.trained().layout.tp <= 1:
+        if context is None or not context.trains or context.plan.trained().layout.tp <= 1:
             return None
         comm = tp_bound_comm(context.plan.trained().comm)
         if comm is None:

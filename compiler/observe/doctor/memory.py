@@ -136,7 +136,7 @@ class CudaOutOfMemory:
             "and optimizer states are fixed by the layout."
         )
         fixes = generic_fixes()
-        if context is not None:
+        if context is not None and context.trains:  # a serve-only job's KV-cache budget: VllmKvCacheTooSmall
             note, fixes = planned_fixes(context, needed)
             cause += note
         return Finding(self.name, "CUDA out of memory", cause, tuple(e for e, _ in hits), tuple(fixes))

@@ -63,7 +63,7 @@ class WorldSizeMismatch:
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        expected_world = context.n_gpus if context else None
+        expected_world = context.n_gpus if context and context.trains else None
         if hits := log.find(_CLIENTS):
             joined, expected = int(hits[0][1].group(2)), int(hits[0][1].group(3))
             cause = (

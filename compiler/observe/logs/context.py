@@ -27,6 +27,11 @@ class RunContext:
         return self.plan.spec
 
     @property
+    def trains(self) -> bool:
+        """Whether the job has a training part: the training numbers below exist only then."""
+        return self.plan.train is not None
+
+    @property
     def training(self) -> TrainingSpec:
         """The spec of the training run that wrote the log; UsageError (MissingPart) for a serve-only job."""
         return self.plan.trained().spec
