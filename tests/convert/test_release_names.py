@@ -23,6 +23,7 @@ from lmspec.compiler.pipeline import make_plan
 
 SMALL = [
     "hardware=cpu",
+    "serve=null",  # conversion only: vLLM's CPU attention does not take head_dim 16
     "model.num_layers=2",
     "model.hidden_size=64",
     "model.ffn_hidden_size=96",

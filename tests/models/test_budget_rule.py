@@ -18,6 +18,7 @@ DEEPSEEK_2048 = [
     "parallel.distributed_optimizer=true",
     "train.seq_length=4096",
     "train.micro_batch_size=1",
+    "serve.host=0.0.0.0",
     "serve.pp=3",
 ]
 
