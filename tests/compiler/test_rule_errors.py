@@ -307,7 +307,7 @@ CASES = [
     ),
     pytest.param(
         ["serve.max_model_len=4096"],
-        ["serve.max_model_len=4096 (command-line override) exceeds model.max_position_embeddings=1024"],
+        ["serve.max_model_len=4096 (command-line override) exceeds the 1,024 tokens vLLM derives from the model"],
         id="serve-len",
     ),
     pytest.param(
@@ -392,6 +392,7 @@ def test_deepseek_2048_gpu_layout_compiles(lmspec, tmp_path) -> None:
         "parallel.distributed_optimizer=true",
         "train.recompute=full",
         "serve.pp=3",
+        "serve.host=0.0.0.0",
         "-o",
         str(tmp_path),
     )
