@@ -66,6 +66,12 @@ CASES = {
     "llama3_70b_tp8_pp2_2x8_h100_ray": Case(
         "llama3_70b_serve_8gpu_h100_bf16", ("hardware.nodes=2", "serve.pp=2", "serve.host=0.0.0.0"), "Llama-3.1-70B"
     ),
+    # two such engines under one Ray cluster: vLLM places the data-parallel ranks as Ray actors too
+    "llama3_70b_tp8_pp2_dp2_4x8_h100_ray": Case(
+        "llama3_70b_serve_8gpu_h100_bf16",
+        ("hardware.nodes=4", "serve.pp=2", "serve.dp=2", "serve.host=0.0.0.0"),
+        "Llama-3.1-70B",
+    ),
     # data parallel over two CPU "nodes" (the engine test_serve_multinode_cpu.py starts for real)
     "tiny_dp2_2x1_cpu": Case(
         None,
@@ -153,6 +159,7 @@ ROLE_LINES = {  # the lines each case must have: what the script interface says 
     "llama3_70b_serve_8gpu_h100_bf16": {"serve"},
     "deepseek_v3_bf16_tp8_pp3_3x8_h200_ray": {"head"},
     "llama3_70b_tp8_pp2_2x8_h100_ray": {"head"},
+    "llama3_70b_tp8_pp2_dp2_4x8_h100_ray": {"head"},
     "tiny_dp2_2x1_cpu": {"head", "worker1"},
     "tiny_tp1_pp2_2x1_cpu_ray": {"head"},
 }
@@ -181,6 +188,7 @@ def test_vllm_reads_each_role_as_the_layout_says(name: str, judged: dict[str, An
         assert args["data_parallel_size"] == v.dp and args["host"] == v.host
         if layout.mode == "ray":
             assert args["distributed_executor_backend"] == "ray"
+            assert args["data_parallel_backend"] == ("ray" if v.dp > 1 else "mp")
         elif layout.mode == "data_parallel":
             assert args["data_parallel_size_local"] == layout.dp_ranks_per_node
             assert (args["data_parallel_address"], args["data_parallel_rpc_port"]) == (HEAD, v.data_parallel_rpc_port)
