@@ -15,7 +15,9 @@ The API key never appears in an artifact: serve.sh reads it from the variable na
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 from lmspec.compiler.build.files import (
@@ -157,14 +159,18 @@ def _script_words(flags: list[str]) -> list[Quoted]:
 
 
 def serve_scripts(plan: Plan) -> tuple[str, ...]:
-    """The scripts that start vLLM on the nodes: serve.sh for one node, head.sh and worker.sh for more."""
+    """The scripts that start vLLM on the nodes (what emit_serve writes besides vllm.yaml and sbatch.sh):
+    serve.sh for one node, head.sh and worker.sh for more."""
     return (SERVE_SH,) if plan.served().layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
 
 
 def emit_serve(plan: Plan) -> dict[str, str]:
-    files = {VLLM_YAML: vllm_yaml(plan)}
-    for rel in serve_scripts(plan):
-        files[rel] = serve_sh(plan) if rel == SERVE_SH else node_sh(plan, "head" if rel == SERVE_HEAD_SH else "worker")
+    scripts: dict[str, Callable[[Plan], str]] = {
+        SERVE_SH: serve_sh,
+        SERVE_HEAD_SH: functools.partial(node_sh, role="head"),
+        SERVE_WORKER_SH: functools.partial(node_sh, role="worker"),
+    }
+    files = {VLLM_YAML: vllm_yaml(plan), **{rel: scripts[rel](plan) for rel in serve_scripts(plan)}}
     if plan.spec.cluster.launcher == "slurm":
         files[SERVE_SBATCH_SH] = serve_sbatch_sh(plan)
     return files
