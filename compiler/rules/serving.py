@@ -237,8 +237,8 @@ def serve_cpu_attention_supported(ctx: ServingContext) -> Iterator[Problem]:
     if not _cpu(ctx):
         return
     if m.attention == "mla":
-        if m.mla is None:
-            return  # rules.model reports the missing block
+        if m.mla is None:  # rules.model reports the missing block
+            return
         problem = error if ctx.spec.train is None else warning
         fix = "" if ctx.spec.train is None else " or serve=null (train only)"
         width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim

@@ -24,7 +24,7 @@ DEEPSEEK = [
     "parallel.distributed_optimizer=true",
     "train.recompute=full",
     "serve.pp=3",
-    "serve.host=0.0.0.0",
+    "serve.host=0.0.0.0",  # the engine spans 3 nodes
 ]  # what lmspec's memory budget asks for this layout
 
 

@@ -307,10 +307,7 @@ CASES = [
     ),
     pytest.param(
         ["serve.max_model_len=4096"],
-        [
-            "serve.max_model_len=4096 (command-line override) exceeds the 1,024 tokens vLLM derives from the model "
-            "(model.max_position_embeddings=1024"
-        ],
+        ["serve.max_model_len=4096 (command-line override) exceeds the 1,024 tokens vLLM derives from the model"],
         id="serve-len",
     ),
     pytest.param(

@@ -20,6 +20,7 @@ DEEPSEEK_2048 = [
     "train.micro_batch_size=1",
     "serve.host=0.0.0.0",
     "serve.pp=3",
+    "serve.host=0.0.0.0",  # the engine spans 3 nodes
 ]
 
 CASES = [
@@ -85,7 +86,7 @@ CASES = [
         id="tiny-on-a-small-device",
     ),
     pytest.param(
-        DEEPSEEK_2048[:-1] + ["train.recompute=full"],
+        DEEPSEEK_2048[:-2] + ["train.recompute=full"],  # serving on one node
         [
             "serve.max_model_len=4096",
             "minus weights 156.2 GiB (167.8 GB) per GPU",

@@ -48,6 +48,7 @@ ALL_OPTIONS = (
     "kv-cache-dtype",
     "quantization",
     "enforce-eager",
+    "attention-backend",
 )
 
 
@@ -71,6 +72,7 @@ def _option(plan: Plan, key: str) -> object:
         "kv-cache-dtype": v.kv_cache_dtype,
         "quantization": v.quantization,
         "enforce-eager": v.enforce_eager,
+        "attention-backend": "CPU_MLA" if s.hardware.intra_node.link == "shm" and s.model.attention == "mla" else None,
     }[key]
 
 

@@ -217,3 +217,37 @@ def test_hostile_values_stay_data_and_shellcheck_is_clean(
     code, err, calls = _run(build, SERVE_HEAD_SH, tmp_path, env, HEAD)
     assert code == 0, err
     assert not list(tmp_path.rglob("pwned"))
+
+
+def test_report_and_plan_carry_each_roles_numbers_and_the_decode_bound(tmp_path: Path) -> None:
+    from lmspec.compiler.build.reader import Build
+
+    plan, build = _compile(tmp_path, [*DP4, "serve.model_path=models/tiny"])
+    numbers = plan.served().numbers
+    assert [(r.role, r.nodes, r.gpus_per_node, r.dp_ranks_per_node) for r in numbers.roles] == [
+        ("head", (0,), 2, 2),
+        ("worker", (1,), 2, 2),
+    ]
+    report = (build / "REPORT.md").read_text()
+    memory = plan.served().memory
+    assert (
+        f"| node role worker (node 1) | 2 GPU(s) used per node; 2 engine(s): {2 * memory.max_tokens_in_cache:,} tokens"
+        in report
+    )
+    assert "on node 0 `bash build/tiny/serve/head.sh HEAD_ADDRESS`" in report
+    assert "lmspec run build/tiny --stage serve` (" not in report  # no one-node command for a 2-node engine
+    bound = numbers.full_batch
+    assert bound.batch == min(plan.spec.serve.max_num_seqs, memory.max_concurrent_seqs) > 0
+    assert bound.deployment_tokens_per_s == pytest.approx(bound.tokens_per_s * 4, abs=0.2)
+    assert f"| decode bound, batch {bound.batch} | <= {bound.tokens_per_s:,.1f} tokens/s per engine" in report
+    document = json.loads((build / "plan.json").read_text())
+    assert document["serve"]["numbers"]["full_batch"]["tokens_per_s"] == bound.tokens_per_s
+    assert Build.open(build).plan.served().numbers == numbers  # plan.json round-trips
+
+
+def test_moe_decode_reads_only_the_active_experts_at_batch_1(tmp_path: Path) -> None:
+    plan, _ = _compile(tmp_path, ["--spec", "deepseek_v3_serve_8gpu_h200_fp8"])
+    numbers, m = plan.served().numbers, plan.spec.model
+    assert m.moe is not None
+    assert numbers.batch1.weights_read_bytes < numbers.full_batch.weights_read_bytes
+    assert numbers.full_batch.weights_read_bytes == plan.served().memory.weights_bytes_per_gpu

@@ -25,8 +25,10 @@ from helpers.hf import save_random_hf_llama
 from helpers.marks import needs_vllm
 
 from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
+from lmspec.compiler.conversion.mapping import hf_config
 from lmspec.compiler.emit.serve import role_flags, serve_scripts
 from lmspec.compiler.models.serve_length import vllm_max_model_len
+from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
 from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX
 
@@ -41,7 +43,9 @@ SERVE_ONLY_CPU = ["train=null", "parallel=null", "convert=null", "hardware=cpu",
 class Case:
     spec: str | None
     overrides: tuple[str, ...]
-    config: str | None  # published config.json (tests/data/hf_configs/NAME.json); None: a tiny random HF Llama
+    # published config.json (tests/data/hf_configs/NAME.json); "converted": lmspec's conversion of the
+    # spec's model (compiler/conversion/mapping.hf_config); None: a tiny random HF Llama
+    config: str | None
     drop_quantization: bool = False  # a bf16 conversion of a checkpoint released in fp8
     engine_config: bool = True  # vLLM's CPU build can build the engine config of every line
 
@@ -66,11 +70,29 @@ CASES = {
     "llama3_70b_tp8_pp2_2x8_h100_ray": Case(
         "llama3_70b_serve_8gpu_h100_bf16", ("hardware.nodes=2", "serve.pp=2", "serve.host=0.0.0.0"), "Llama-3.1-70B"
     ),
+    # two such engines under one Ray cluster: vLLM places the data-parallel ranks as Ray actors too
+    "llama3_70b_tp8_pp2_dp2_4x8_h100_ray": Case(
+        "llama3_70b_serve_8gpu_h100_bf16",
+        ("hardware.nodes=4", "serve.pp=2", "serve.dp=2", "serve.host=0.0.0.0"),
+        "Llama-3.1-70B",
+    ),
     # data parallel over two CPU "nodes" (the engine test_serve_multinode_cpu.py starts for real)
     "tiny_dp2_2x1_cpu": Case(
         None,
         (*SERVE_ONLY_CPU, "hardware.gpus_per_node=1", "hardware.nodes=2", "serve.dp=2", "serve.host=0.0.0.0"),
         None,
+    ),
+    # DeepSeek's MLA latent on vLLM's CPU: vllm.yaml names the CPU_MLA backend (fp32), a model of lmspec's converter
+    "tiny_moe_deepseek_latent_cpu": Case(
+        None,
+        (
+            "model=tiny_moe",
+            *SERVE_ONLY_CPU,
+            "model.mla.kv_lora_rank=512",
+            "model.mla.qk_rope_head_dim=64",
+            "model.head_dim=96",
+        ),
+        "converted",
     ),
     "tiny_tp1_pp2_2x1_cpu_ray": Case(
         None,
@@ -79,6 +101,7 @@ CASES = {
     ),
 }
 CHECK_TIMEOUT_S = 600
+CONVERTED = "converted"
 WRONG_HEADLESS = ("wrong", "headless-with-api-servers")
 
 
@@ -87,6 +110,11 @@ def _model_dir(root: Path, name: str, case: Case) -> Path:
     model.mkdir(parents=True)
     if case.config is None:  # the tiny model of the train+serve default spec, random weights
         save_random_hf_llama(compile_build(root / "tiny-probe" / name, [])[0], model)
+        return model
+    if case.config == CONVERTED:
+        # the train+serve spec of the same model converts it (a serve-only one has no conversion)
+        plan = make_plan([o for o in case.overrides if o.startswith("model")], Path(case.spec) if case.spec else None)
+        (model / "config.json").write_text(json.dumps(hf_config(plan)))
         return model
     config = json.loads((HF_CONFIGS / f"{case.config}.json").read_text())
     if case.drop_quantization:
@@ -153,8 +181,10 @@ ROLE_LINES = {  # the lines each case must have: what the script interface says 
     "llama3_70b_serve_8gpu_h100_bf16": {"serve"},
     "deepseek_v3_bf16_tp8_pp3_3x8_h200_ray": {"head"},
     "llama3_70b_tp8_pp2_2x8_h100_ray": {"head"},
+    "llama3_70b_tp8_pp2_dp2_4x8_h100_ray": {"head"},
     "tiny_dp2_2x1_cpu": {"head", "worker1"},
     "tiny_tp1_pp2_2x1_cpu_ray": {"head"},
+    "tiny_moe_deepseek_latent_cpu": {"serve"},
 }
 
 
@@ -181,6 +211,7 @@ def test_vllm_reads_each_role_as_the_layout_says(name: str, judged: dict[str, An
         assert args["data_parallel_size"] == v.dp and args["host"] == v.host
         if layout.mode == "ray":
             assert args["distributed_executor_backend"] == "ray"
+            assert args["data_parallel_backend"] == ("ray" if v.dp > 1 else "mp")
         elif layout.mode == "data_parallel":
             assert args["data_parallel_size_local"] == layout.dp_ranks_per_node
             assert (args["data_parallel_address"], args["data_parallel_rpc_port"]) == (HEAD, v.data_parallel_rpc_port)
@@ -190,7 +221,7 @@ def test_vllm_reads_each_role_as_the_layout_says(name: str, judged: dict[str, An
             assert args["distributed_executor_backend"] is None and args["data_parallel_size_local"] is None
 
 
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.config is not None])
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.config not in (None, CONVERTED)])
 def test_args_agree_with_the_published_config(name: str, judged: dict[str, Any]) -> None:
     """What vLLM's engine config also refuses, stated against the checkpoint's own config.json."""
     case, plan = CASES[name], judged["plans"][name]
@@ -212,3 +243,12 @@ def test_a_headless_line_with_api_servers_is_refused_by_vllms_serve_command(judg
     """lmspec-vllm --check runs vLLM's serve command, whose own checks refuse what its parser lets by."""
     result = judged["results"][WRONG_HEADLESS]
     assert result["exit"] == 1 and "cannot be used with --headless" in result["error"], result
+
+
+def test_cpu_mla_serves_with_vllms_cpu_mla_backend(judged: dict[str, Any]) -> None:
+    args = judged["results"][("tiny_moe_deepseek_latent_cpu", "serve")]["args"]
+    assert args["attention_backend"] in (
+        "CPU_MLA",
+        "AttentionBackendEnum.CPU_MLA",
+        "<AttentionBackendEnum.CPU_MLA: 'CPU_MLA'>",
+    )
