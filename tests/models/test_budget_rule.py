@@ -18,7 +18,6 @@ DEEPSEEK_2048 = [
     "parallel.distributed_optimizer=true",
     "train.seq_length=4096",
     "train.micro_batch_size=1",
-    "serve.host=0.0.0.0",
     "serve.pp=3",
     "serve.host=0.0.0.0",  # the engine spans 3 nodes
 ]
