@@ -42,17 +42,23 @@ def torchrun_sh(plan: Plan) -> str:
     )
 
 
-def sbatch_options(plan: Plan) -> list[str]:
-    """`#SBATCH` options after job name, nodes and tasks; values are of plain kinds, placed verbatim."""
+def site_options(plan: Plan, gpus_per_node: int) -> list[str]:
+    """The `#SBATCH` options every lmspec job asks of the site (cluster.slurm; GPUs unless CPU ranks), for
+    training's launch/sbatch.sh and serving's serve/sbatch.sh alike; values are of plain kinds, placed verbatim."""
     slurm = plan.spec.cluster.slurm
-    options = []
-    if not cpu_ranks(plan):
-        options.append(f"--gpus-per-node={plan.trained().layout.gpus_per_node}")
+    options = [] if cpu_ranks(plan) else [f"--gpus-per-node={gpus_per_node}"]
     options += [f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
     if slurm.partition:
         options.append(f"--partition={slurm.partition}")
     if slurm.account:
         options.append(f"--account={slurm.account}")
+    return options
+
+
+def sbatch_options(plan: Plan) -> list[str]:
+    """`#SBATCH` options after job name, nodes and tasks."""
+    slurm = plan.spec.cluster.slurm
+    options = site_options(plan, plan.trained().layout.gpus_per_node)
     if slurm.requeue:
         options.append("--requeue")
     # B: signals the batch shell, which forwards USR1 to the trainer (torchrun itself ignores it).

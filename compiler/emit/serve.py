@@ -29,7 +29,7 @@ from lmspec.compiler.build.files import (
     VLLM_CACHE_DIR,
     VLLM_YAML,
 )
-from lmspec.compiler.emit.launch import PYTHON_ENV
+from lmspec.compiler.emit.launch import PYTHON_ENV, site_options
 from lmspec.compiler.emit.nccl import cpu_ranks
 from lmspec.compiler.emit.quoting import Quoted, shell, word
 from lmspec.compiler.emit.render import render
@@ -247,17 +247,9 @@ def node_sh(plan: Plan, role: RoleName) -> str:
 def sbatch_options(plan: Plan) -> list[str]:
     """`#SBATCH` options after job name, nodes and tasks, from cluster.slurm as launch/sbatch.sh reads
     them; a server neither checkpoints nor requeues, so no signal and no --requeue."""
-    slurm, layout = plan.spec.cluster.slurm, plan.served().layout
-    options = []
-    if not cpu_ranks(plan):
-        options.append(f"--gpus-per-node={max(role.gpus_per_node for role in layout.roles)}")
-    options += [f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
-    if slurm.partition:
-        options.append(f"--partition={slurm.partition}")
-    if slurm.account:
-        options.append(f"--account={slurm.account}")
-    options += ["--output=slurm-%x-%j.out", "--open-mode=append"]
-    return options
+    layout = plan.served().layout
+    options = site_options(plan, max(role.gpus_per_node for role in layout.roles))
+    return [*options, "--output=slurm-%x-%j.out", "--open-mode=append"]
 
 
 def serve_sbatch_sh(plan: Plan) -> str:

@@ -10,22 +10,19 @@ seconds, judging a command line milliseconds. ~15-40 s on 2 cores.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.build import compile_build
 from helpers.marks import needs_vllm
+from helpers.vllm_check import check_batch
 
 from lmspec.compiler.build.files import VLLM_YAML
 from lmspec.compiler.conversion.mapping import hf_config
 from lmspec.compiler.emit.serve import vllm_options, vllm_serve_args
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
-from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX
 
 pytestmark = [needs_vllm, pytest.mark.slow]  # one vLLM process judges every case: ~65 s
 
@@ -41,7 +38,6 @@ WRONG = {
     "utilization": ("tiny", "serve.gpu_memory_utilization=1.5", ["--gpu-memory-utilization", "1.5"]),
     "len-vs-positions": ("llama3_70b", "serve.max_model_len=16384", ["--max-model-len", "16384"]),
 }
-CHECK_TIMEOUT_S = 600
 
 
 def _build(root: Path, name: str) -> tuple[Plan, Path]:
@@ -65,29 +61,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         argvs[f"{name}/flags"] = ["serve", *vllm_serve_args(plan)]
     for case, (name, _, bad_flags) in WRONG.items():
         argvs[f"wrong/{case}"] = [*argvs[f"{name}/yaml"], *bad_flags]
-    batch = root / "argvs.json"
-    batch.write_text(json.dumps(list(argvs.values())))
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": str(root / "vllm_cache"),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "lmspec.runtime.serve.vllm_cli", "--check-batch", str(batch)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        start_new_session=True,
-        check=False,
-    )
-    results = [
-        json.loads(line[len(CHECK_RESULT_PREFIX) :])
-        for line in proc.stdout.splitlines()
-        if line.startswith(CHECK_RESULT_PREFIX)
-    ]
-    assert len(results) == len(argvs), proc.stderr[-3000:]
+    results = check_batch(list(argvs.values()), root)
     return {"plans": plans, "results": dict(zip(argvs, results))}
 
 

@@ -12,9 +12,6 @@ random HF Llama.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ import pytest
 from helpers.build import compile_build
 from helpers.hf import save_random_hf_llama
 from helpers.marks import needs_vllm
+from helpers.vllm_check import check_batch
 
 from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
 from lmspec.compiler.conversion.mapping import hf_config
@@ -30,7 +28,6 @@ from lmspec.compiler.emit.serve import role_flags, serve_scripts
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
-from lmspec.runtime.serve.vllm_cli import CHECK_RESULT_PREFIX
 
 pytestmark = [needs_vllm, pytest.mark.slow]  # one vLLM process judges every line: ~40 s
 
@@ -100,7 +97,6 @@ CASES = {
         None,
     ),
 }
-CHECK_TIMEOUT_S = 600
 CONVERTED = "converted"
 WRONG_HEADLESS = ("wrong", "headless-with-api-servers")
 
@@ -154,24 +150,7 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for role, argv in role_argvs(plan, build).items():
             argvs[(name, role)] = argv
     argvs[WRONG_HEADLESS] = [*argvs[("tiny_dp2_2x1_cpu", "worker1")], "--api-server-count", "2"]
-    batch = root / "argvs.json"
-    batch.write_text(json.dumps(list(argvs.values())))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(root / "cache"), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "lmspec.runtime.serve.vllm_cli", "--check-batch", str(batch)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT_S,
-        start_new_session=True,
-        check=False,
-    )
-    results = [
-        json.loads(line[len(CHECK_RESULT_PREFIX) :])
-        for line in proc.stdout.splitlines()
-        if line.startswith(CHECK_RESULT_PREFIX)
-    ]
-    assert len(results) == len(argvs), proc.stderr[-3000:]
+    results = check_batch(list(argvs.values()), root)
     return {"plans": plans, "argvs": argvs, "results": dict(zip(argvs, results))}
 
 
