@@ -37,6 +37,8 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.rules.context import ServingContext
+from lmspec.compiler.rules.serving import serve_cpu_attention_supported
 from lmspec.compiler.serve_config import served_config_problems
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
@@ -249,7 +251,12 @@ def check_served_model(plan: Plan, *, required: bool) -> None:
 
 def _preflight(plan: Plan, env: dict[str, str]) -> None:
     """The mistakes that would otherwise surface as a vLLM traceback minutes later."""
-    v = plan.served().spec.serve
+    spec = plan.served().spec
+    v = spec.serve
+    # what compile only warns about on a train+serve job (it trains), the serve stage refuses
+    cpu = [p.message for p in serve_cpu_attention_supported(ServingContext(spec, plan.origins))]
+    if cpu:
+        raise UsageError("vLLM's CPU backend cannot serve this model: " + "; ".join(cpu))
     check_served_model(plan, required=True)
     if v.api_key_env and not env.get(v.api_key_env):
         raise UsageError(

@@ -218,3 +218,18 @@ def test_ray_engine_prints_the_order_the_nodes_start_in(
     assert result.code == 0, result.err
     assert "serves on 2 nodes (ray, 16 GPUs" in result.out and "start node 0 first" in result.out
     assert f"bash {build.resolve() / 'serve' / 'worker.sh'} ADDRESS 1\n" in result.out
+
+
+def test_a_model_vllm_cannot_serve_on_cpu_is_refused_by_the_serve_stage(
+    lmspec: Lmspec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tiny_moe trains on CPU, so compile only warns that its MLA latent is not the one vLLM's CPU kernel takes;
+    the serve stage refuses it with that reason before anything starts."""
+    monkeypatch.chdir(tmp_path)
+    plan, build = compile_build(tmp_path / "build", spec="tiny_moe_pretrain_2rank_cpu_fp32")
+    assert [w.key for w in plan.warnings] == ["model.mla.kv_lora_rank"]
+    result = lmspec("run", str(build), "--stage", "serve", "--smoke")
+    result.assert_reports(
+        2, ["vLLM's CPU backend cannot serve this model", "vLLM's CPU MLA kernel supports only a latent of 576"]
+    )
+    assert not (tmp_path / "runs").exists()
