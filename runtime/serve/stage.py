@@ -264,6 +264,9 @@ def _preflight(plan: Plan, env: dict[str, str]) -> None:
             "send, or compile with serve.api_key_env=null to serve without one"
         )
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # as vLLM's own server socket: the TIME_WAIT connections of a server just stopped do not hold the
+        # port, a socket listening on it does
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((v.host, v.port))
         except OSError as exc:

@@ -26,7 +26,7 @@ FAMILY_OVERRIDES = {
     "llama": [LLAMA3_ROPE, "model.rope_theta=500000.0"],
     "mistral": ["model.family=mistral"],
     "qwen2": ["model.family=qwen2", "model.qkv_bias=true", "model.tie_embeddings=true"],
-    "qwen3": ["model.family=qwen3", "model.qk_norm=true", "model.head_dim=48"],
+    "qwen3": ["model.family=qwen3", "model.qk_norm=true", "model.head_dim=64"],
 }
 TP2 = ["hardware=cpu", "parallel.tp=2"]
 
