@@ -60,13 +60,13 @@ QUANTIZATION_NOTES = {
 }
 
 
-def endpoint(host: str, port: int) -> str:
-    """The server's base URL; an IPv6 address is bracketed, as URLs need."""
+def endpoint(host: str, port: int, path: str = "/v1") -> str:
+    """The server's base URL (or another of its paths, /health); an IPv6 address is bracketed, as URLs need."""
     try:
         bracketed = ipaddress.ip_address(host).version == 6
     except ValueError:
         bracketed = False
-    return f"http://{f'[{host}]' if bracketed else host}:{port}/v1"
+    return f"http://{f'[{host}]' if bracketed else host}:{port}{path}"
 
 
 def vllm_options(plan: Plan) -> list[tuple[str, Any]]:

@@ -15,6 +15,7 @@ from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
 from lmspec.compiler.models.serve_memory import estimate_serve_memory
 from lmspec.compiler.rules.budget import both, computable, gib, shown_changes, with_value, with_values
 from lmspec.compiler.rules.context import ServingContext
+from lmspec.compiler.rules.serving import TRAIN_ONLY_FIX
 from lmspec.compiler.spec.sections import ServingSpec
 
 
@@ -50,7 +51,7 @@ def _serve_fixes(spec: ServingSpec) -> list[str]:
         verdict = "fits" if after.max_tokens_in_cache >= s.max_model_len else "still short"
         lines.append(f"{shown_changes(changes)} -> {after.max_tokens_in_cache:,} tokens ({verdict})")
     if spec.train is not None:
-        lines.append("serve=null (a train-only job: the hardware is sized for training; serve in a spec of its own)")
+        lines.append(TRAIN_ONLY_FIX)
     return lines
 
 

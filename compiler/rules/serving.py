@@ -28,6 +28,8 @@ CPU_ATTENTION_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # latent width, kv_lora_rank + qk_rope_head_dim = 512 + 64 (DeepSeek-V2/V3), and an unquantized cache.
 CPU_MLA_LATENT_WIDTH = 576
 LOOPBACK_NAMES = ("localhost",)
+# The way out for a train+serve spec whose serving outgrows the hardware its training was sized for.
+TRAIN_ONLY_FIX = "serve=null (a train-only job: the hardware is sized for training; serve in a spec of its own)"
 
 
 def _cpu(ctx: ServingContext) -> bool:
@@ -66,7 +68,7 @@ def more_hardware_fix(ctx: ServingContext, nodes: int) -> str:
     engine's, so more nodes; a train+serve spec's is sized for training, so serve keys or no serving."""
     if ctx.spec.train is None:
         return f"hardware.nodes={nodes}"
-    return "serve=null (a train-only job: the hardware is sized for training; serve the result in its own spec)"
+    return TRAIN_ONLY_FIX
 
 
 def serve_fits_gpus(ctx: ServingContext) -> Iterator[Problem]:

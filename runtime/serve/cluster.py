@@ -15,9 +15,9 @@ import shlex
 
 from lmspec.compiler.build.files import NCCL_ENV, SERVE_HEAD_SH, SERVE_SBATCH_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
 from lmspec.compiler.build.reader import Build
+from lmspec.compiler.emit.serve import endpoint
 from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.models.serve_layout import ServeLayout
-from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.runtime.slurm import sbatch_command, sbatch_test_command, submit
 from lmspec.runtime.smoke_checks import Check, run_checks
 
@@ -51,7 +51,8 @@ def print_node_commands(build: Build, env_prefix: str, extra: list[str]) -> int:
             print(f"  node {node} ({role.name}): {' '.join([line, *map(shlex.quote, extra)])}")
     if layout.mode == "ray":
         print("start node 0 first: it starts the Ray head, the workers join it, and vLLM starts once all have joined")
-    print(f"clients: {endpoint(spec, ADDRESS)} once node 0 answers {endpoint(spec, ADDRESS, '/health')}")
+    port = spec.serve.port
+    print(f"clients: {endpoint(ADDRESS, port)} once node 0 answers {endpoint(ADDRESS, port, '/health')}")
     print("cluster=slurm starts the whole engine as one job: compile with cluster=slurm, then run this again")
     return EXIT_OK
 
@@ -82,13 +83,9 @@ def submit_engine(
     host = "NODE0"
     print(
         f"submitted Slurm job {job_id}: vLLM on {build.plan.served().layout.nodes} node(s), logging to "
-        f"serve-{spec.name}-{job_id}-node<N>.log here; clients: {endpoint(spec, host)} with {host} the job's "
-        f"first node (`squeue --noheader --jobs {job_id} --format %N` lists them) once "
-        f"{endpoint(spec, host, '/health')} answers; `scancel {job_id}` stops it",
+        f"serve-{spec.name}-{job_id}-node<N>.log here; clients: {endpoint(host, spec.serve.port)} with {host} the "
+        f"job's first node (`squeue --noheader --jobs {job_id} --format %N` lists them) once "
+        f"{endpoint(host, spec.serve.port, '/health')} answers; `scancel {job_id}` stops it",
         flush=True,
     )
     return EXIT_OK
-
-
-def endpoint(spec: ServingSpec, host: str, path: str = "/v1") -> str:
-    return f"http://{host}:{spec.serve.port}{path}"

@@ -34,7 +34,7 @@ from typing import Any
 
 from lmspec.compiler.build.files import SERVE_SH, TOKENIZER_DIR, VLLM_LOG
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
+from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV, endpoint
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.rules.context import ServingContext
@@ -108,7 +108,7 @@ def _serve(
     spec: ServingSpec, proc: subprocess.Popen[bytes], env: dict[str, str], log_path: Path, *, smoke: bool
 ) -> int:
     v = spec.serve
-    base = f"http://{v.host}:{v.port}"
+    base = endpoint(v.host, v.port, path="")
     key = env.get(v.api_key_env) if v.api_key_env else None
     _wait_healthy(proc, base, log_path)
     check_endpoint(base, v.served_model_name, key)
