@@ -18,6 +18,10 @@ PYTHON_ENV = "LMSPEC_PYTHON"  # interpreter running torch.distributed.run (defau
 TRAIN_MODULE = "lmspec.runtime.train"
 IMPORT_MODULE = "lmspec.runtime.convert.from_hf"  # torchrun.sh's `import` entry: released HF weights in
 LOOPBACK_ADDR = "127.0.0.1"  # one node: rendezvous on loopback, no hostname resolution needed
+# cluster.master_port=null under Slurm: MASTER_PORT = base + SLURM_JOB_ID % span, below Linux's
+# ephemeral range (32768-60999), so jobs sharing a node differ unless their ids differ by a multiple of span
+DERIVED_PORT_BASE = 10000
+DERIVED_PORT_SPAN = 20000
 
 
 def emit_launch(plan: Plan) -> dict[str, str]:
@@ -26,6 +30,7 @@ def emit_launch(plan: Plan) -> dict[str, str]:
 
 def torchrun_sh(plan: Plan) -> str:
     s, layout = plan.trained().spec, plan.trained().layout
+    ifname = s.hardware.inter_node.socket_ifname
     return render(
         "torchrun.sh.j2",
         name=plan.name,
@@ -34,6 +39,8 @@ def torchrun_sh(plan: Plan) -> str:
         multi_node=layout.nodes > 1,
         loopback=LOOPBACK_ADDR,
         master_port=s.cluster.master_port,
+        socket_ifname=ifname,
+        interfaces=ifname.split(",") if ifname else [],
         rdzv_id=shell(f"lmspec-{plan.name}"),
         train_module=TRAIN_MODULE,
         import_module=IMPORT_MODULE,
@@ -78,6 +85,8 @@ def sbatch_sh(plan: Plan) -> str:
         multi_node=layout.nodes > 1,
         loopback=LOOPBACK_ADDR,
         master_port=plan.spec.cluster.master_port,
+        port_base=DERIVED_PORT_BASE,
+        port_span=DERIVED_PORT_SPAN,
         requeue=slurm.requeue,
         signal_seconds=slurm.signal_seconds,
     )

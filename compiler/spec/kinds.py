@@ -206,6 +206,85 @@ PATH = Kind(
     extra=_path_problem,
 )
 
+# sbatch reads an #SBATCH line itself: words split at white space, quotes removed, no expansion.
+_SBATCH_VALUE = r"[A-Za-z0-9_.,:&|*\[\]()!@%+=/<>^{}?~-]"
+SLURM_VALUE = Kind(
+    "slurm-value",
+    "a Slurm option value (no spaces, quotes, # or backslash)",
+    rf"{_SBATCH_VALUE}+",
+    _SBATCH_VALUE,
+    "a100&ib",
+    1024,
+    why="it is written into an #SBATCH line, which sbatch splits at spaces and reads quotes in",
+)
+SLURM_MEM = Kind(
+    "slurm-mem",
+    "a Slurm memory size (a whole number with an optional K, M, G or T; 0 = all of the node's memory)",
+    r"[0-9]+[KMGT]?",
+    r"[0-9KMGT]",
+    "500G",
+    24,
+    why="it is sbatch's --mem",
+)
+SBATCH_OPTION = Kind(
+    "sbatch-option",
+    "an sbatch option as written after #SBATCH (--name or --name=value, printable ASCII)",
+    r"--?[A-Za-z][A-Za-z0-9_-]*(?:[= ][ -~]*)?",
+    r"[ -~]",
+    "--mail-type=END",
+    4096,
+    why="it is written after #SBATCH on a line of its own, which sbatch reads and bash ignores",
+)
+SRUN_ARG = Kind(
+    "srun-arg",
+    "one srun argument (starting with -, printable ASCII)",
+    r"-[ -~]*",
+    r"[ -~]",
+    "--cpu-bind=none",
+    4096,
+    why="it is one shell word of the srun line that starts the launcher on every node",
+)
+SHELL_LINE = Kind(
+    "shell-line",
+    "one line of shell code",
+    rf"{_PRINTABLE}+",
+    _PRINTABLE,
+    "module load cuda/12.4",
+    4096,
+    ascii_only=False,
+    shows_pattern=False,
+    why="it runs as written, on every node, before the launcher (launch/setup.sh)",
+)
+ENV_ASSIGNMENT = Kind(
+    "env-assignment",
+    "an environment assignment NAME=value",
+    rf"[A-Za-z_][A-Za-z0-9_]*={_PRINTABLE}*",
+    _PRINTABLE,
+    "HF_HOME=/data/hf",
+    4096,
+    ascii_only=False,
+    why="launch/setup.sh exports it on every node, the value quoted as one word",
+)
+CONTAINER_IMAGE = Kind(
+    "container-image",
+    "a container image (a registry reference or a squashfs path, no spaces)",
+    r"[!-~]+",
+    r"[!-~]",
+    "nvcr.io#nvidia/pytorch:25.01-py3",
+    4096,
+    why="it is pyxis' --container-image",
+)
+CONTAINER_MOUNT = Kind(
+    "container-mount",
+    "a container mount SRC[:DST[:FLAGS]] (no commas)",
+    r"[^\x00-\x1f\x7f,]+",
+    r"[^\x00-\x1f\x7f,]",
+    "/lustre/data:/data:ro",
+    PATH_MAX_BYTES,
+    ascii_only=False,
+    why="pyxis' --container-mounts joins mounts with commas",
+)
+
 _WEIGHT = r"[0-9]+(?:\.[0-9]+)?"
 
 
@@ -227,7 +306,27 @@ SPLIT = Kind(
 )
 
 KINDS: dict[str, Kind] = {
-    k.name: k for k in (PLAIN_NAME, LABEL, HOST, INTERFACE, RDMA_DEVICE, ENV_NAME, SLURM_NAME, SLURM_TIME, PATH, SPLIT)
+    k.name: k
+    for k in (
+        PLAIN_NAME,
+        LABEL,
+        HOST,
+        INTERFACE,
+        RDMA_DEVICE,
+        ENV_NAME,
+        SLURM_NAME,
+        SLURM_TIME,
+        SLURM_VALUE,
+        SLURM_MEM,
+        SBATCH_OPTION,
+        SRUN_ARG,
+        SHELL_LINE,
+        ENV_ASSIGNMENT,
+        CONTAINER_IMAGE,
+        CONTAINER_MOUNT,
+        PATH,
+        SPLIT,
+    )
 }
 
 # Upper bounds of spec numbers: far above any real job, low enough that no rule, model or hint
@@ -249,6 +348,7 @@ SEED_MAX = 2**32 - 1  # torch.manual_seed, random.seed and numpy all take it, wi
 PORT_MAX = 65535
 CPUS_MAX = 4096
 SIGNAL_SECONDS_MAX = 366 * 86400
+SITE_LINES_MAX = 256  # setup lines, env assignments, extra sbatch/srun options, container mounts
 TIMEOUT_MINUTES_MAX = 7 * 24 * 60
 GID_INDEX_MAX = 255
 SEQS_MAX = 2**20

@@ -551,6 +551,29 @@ class ServeSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    """A container image for the launch step (pyxis' srun flags): the build and submit directories are
+    mounted at their own paths, so the scripts and runs/ are where the batch script sees them."""
+
+    image: str | None = key(
+        "--container-image: a registry reference or a squashfs file; null = no container.",
+        example="nvcr.io#nvidia/pytorch:25.01-py3",
+        kind=K.CONTAINER_IMAGE,
+    )
+    mounts: list[str] = key(
+        "--container-mounts beyond the build and submit directories, each SRC[:DST[:FLAGS]].",
+        example=["/lustre/data:/data:ro"],
+        kind=K.CONTAINER_MOUNT,
+        max_items=K.SITE_LINES_MAX,
+    )
+    workdir: str | None = key(
+        "--container-workdir; null = the directory sbatch was called from (where runs/ goes).",
+        example="/workspace",
+        kind=K.PATH,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class SlurmSpec:
     """Slurm submission settings."""
 
@@ -567,6 +590,43 @@ class SlurmSpec:
         maximum=K.SIGNAL_SECONDS_MAX,
     )
     requeue: bool = key("--requeue: requeue after preemption or the pre-timeout checkpoint.", example=True)
+    qos: str | None = key("--qos; null = the account's default.", example="high", kind=K.SLURM_NAME)
+    reservation: str | None = key("--reservation; null = none.", example="maint_week", kind=K.SLURM_NAME)
+    constraint: str | None = key(
+        "--constraint: node features the job needs (Slurm's & | [] syntax); null = none.",
+        example="h100&ib",
+        kind=K.SLURM_VALUE,
+    )
+    exclusive: bool = key("--exclusive: no other job shares the nodes.", example=True)
+    mem: str | None = key(
+        "--mem per node (0 = all of it); null = the partition default.", example="0", kind=K.SLURM_MEM
+    )
+    gres: str | None = key(
+        "--gres, for sites that count GPUs as generic resources; replaces --gpus-per-node when set.",
+        example="gpu:8",
+        kind=K.SLURM_VALUE,
+    )
+    exclude: str | None = key(
+        "--exclude: nodes not to use (a Slurm host list).", example="gpu[07,12]", kind=K.SLURM_VALUE
+    )
+    dependency: str | None = key(
+        "--dependency: start after other jobs (afterok:ID, singleton, ...); null = none.",
+        example="afterok:1234",
+        kind=K.SLURM_VALUE,
+    )
+    extra_options: list[str] = key(
+        "More #SBATCH options, each as written after #SBATCH (both training's and serving's sbatch.sh).",
+        example=["--mail-type=END", "--comment=lmspec"],
+        kind=K.SBATCH_OPTION,
+        max_items=K.SITE_LINES_MAX,
+    )
+    srun_args: list[str] = key(
+        "More srun arguments for the step that starts the launcher on every node, one word each.",
+        example=["--cpu-bind=none", "--mpi=pmix"],
+        kind=K.SRUN_ARG,
+        max_items=K.SITE_LINES_MAX,
+    )
+    container: ContainerSpec = key("A container every node's launcher runs in (pyxis/enroot); image null = none.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -595,7 +655,27 @@ class ClusterSpec:
     """How the job is launched."""
 
     launcher: Literal["local", "slurm"] = key("local = torchrun on this machine; slurm = sbatch.", example="local")
-    master_port: int = key("Rendezvous port, the same on every node.", example=29500, minimum=1, maximum=K.PORT_MAX)
+    master_port: int | None = key(
+        "Rendezvous port on node 0, the same for every node; null = one per job: a free port on a one-node run, "
+        "10000 + SLURM_JOB_ID % 20000 under Slurm, MASTER_PORT set on every node of a multi-node local run "
+        "(lmspec run prints it).",
+        example=29500,
+        minimum=1,
+        maximum=K.PORT_MAX,
+    )
+    env: list[str] = key(
+        "Environment variables every node sets before the launcher (training and serving), NAME=value.",
+        example=["HF_HOME=/lustre/hf", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"],
+        kind=K.ENV_ASSIGNMENT,
+        max_items=K.SITE_LINES_MAX,
+    )
+    setup: list[str] = key(
+        "Shell lines every node runs before the launcher, as written (module load, a venv's activate), "
+        "after cluster.env; under a container they run inside it.",
+        example=["module load cuda/12.4", "source /opt/venv/bin/activate"],
+        kind=K.SHELL_LINE,
+        max_items=K.SITE_LINES_MAX,
+    )
     slurm: SlurmSpec = key("Slurm settings (used when launcher is slurm).")
     nccl: NcclSpec = key("NCCL settings.")
 

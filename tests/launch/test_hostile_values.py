@@ -37,7 +37,7 @@ HOSTILE = {
     "pipes-redirects": "a | touch pwned & b; c > d < e && f || g",
     "comment-and-percent": "# not a comment %s %n \\x41 $'touch pwned'",
 }
-IFNAME = "eth0.100"  # an interface name (lmspec.compiler.spec.kinds.INTERFACE): a VLAN on eth0
+IFNAME = "lo"  # an interface torchrun.sh finds on this machine (it refuses a missing one)
 RECORDED_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "DEEPSPEED_TIMEOUT")
 FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
@@ -156,8 +156,9 @@ def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[
         "--nproc-per-node=2",
         "--node-rank=0",
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:29500",
+        "--rdzv-endpoint=127.0.0.1:0",  # cluster.master_port=null, one node: a free port
         "--rdzv-id=lmspec-hostile",
+        "--rdzv-conf=is_host=1",
         "--max-restarts=0",
         "-m",
         "lmspec.runtime.train",
@@ -192,8 +193,9 @@ def test_multi_node_sbatch_passes_hostile_values_as_data(
         "--nproc-per-node=8",
         "--node-rank=1",
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=node-a:29500",
+        "--rdzv-endpoint=node-a:10042",  # cluster.master_port=null: 10000 + SLURM_JOB_ID % 20000
         "--rdzv-id=42",
+        "--rdzv-conf=is_host=0",
         "--max-restarts=0",
         "-m",
         "lmspec.runtime.train",

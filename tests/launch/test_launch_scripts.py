@@ -112,7 +112,13 @@ def test_scripts_carry_the_plans_numbers(variant: str, builds: dict[str, Path]) 
     torchrun = (builds[variant] / TORCHRUN_SH).read_text()
     assert f"NNODES={layout.nodes}\n" in torchrun
     assert f"NPROC_PER_NODE={layout.gpus_per_node}\n" in torchrun
-    assert f"${{MASTER_PORT:-{s.cluster.master_port}}}" in torchrun
+    port = s.cluster.master_port
+    if port is not None:
+        assert f'MASTER_PORT="${{MASTER_PORT:-{port}}}"' in torchrun
+    elif layout.nodes > 1:
+        assert 'MASTER_PORT="${MASTER_PORT:?set MASTER_PORT' in torchrun  # sbatch.sh derives it per job
+    else:
+        assert 'MASTER_PORT="${MASTER_PORT:-0}"' in torchrun  # one node: a free port
     assert "  train) MODULE=lmspec.runtime.train ;;\n" in torchrun
     assert "  import) MODULE=lmspec.runtime.convert.from_hf ;;\n" in torchrun
     assert '-m "$MODULE" "$BUILD_DIR" "${ENTRY_ARGS[@]}"' in torchrun
