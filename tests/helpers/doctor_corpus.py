@@ -14,6 +14,7 @@ import yaml
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "logs" / "corpus"
 CHECKS = ("verdict", "keys", "exit", "no_traceback")
 HEALTHY = "healthy"
+LMSPEC = Path(sys.executable).with_name("lmspec")  # the environment's console script
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,10 @@ def cases() -> list[Case]:
 
 
 def score(case: Case) -> Score:
-    """`lmspec doctor --format json` on the excerpt as its own process: a crash is a traceback on stderr."""
+    """`lmspec doctor --format json` on the excerpt as its own process (the console script users run):
+    a crash is a traceback on stderr."""
     run = subprocess.run(
-        [sys.executable, "-m", "lmspec.compiler.cli.main", "doctor", str(case.log), "--format", "json"],
+        [str(LMSPEC), "doctor", str(case.log), "--format", "json"],
         capture_output=True,
         text=True,
         check=False,

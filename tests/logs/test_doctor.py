@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.doctor_corpus import cases
 from helpers.paths import LOG_DATA, ROOT
 
 from lmspec.compiler.observe.doctor import SIGNATURES
@@ -140,9 +141,10 @@ def test_healthy_logs_exit_0(lmspec, log: str) -> None:
     assert _doctor(lmspec, log) == (0, [])
 
 
-def test_every_signature_has_a_golden_case() -> None:
-    golden = {p.values[1] for p in GOLDEN}
-    assert {s.name for s in SIGNATURES} - golden == {"tp_slowdown"}  # needs a Plan comm estimate: tests below
+def test_every_signature_has_a_golden_or_real_case() -> None:
+    """A golden log here, or a real excerpt of the corpus (tests/logs/test_doctor_corpus.py), for each."""
+    covered = {p.values[1] for p in GOLDEN} | {case.verdict for case in cases()}
+    assert {s.name for s in SIGNATURES} - covered == {"tp_slowdown"}  # needs a Plan comm estimate: tests below
 
 
 @pytest.fixture

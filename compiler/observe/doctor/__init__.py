@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from lmspec.compiler.observe.doctor.checkpoint import CheckpointLoadFailure
 from lmspec.compiler.observe.doctor.comm import TpSlowdown
 from lmspec.compiler.observe.doctor.crash import UnrecognisedFailure
 from lmspec.compiler.observe.doctor.findings import Finding, LogText, Signature, Watch
+from lmspec.compiler.observe.doctor.layout import ParallelLayout
 from lmspec.compiler.observe.doctor.memory import CudaOutOfMemory
 from lmspec.compiler.observe.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
 from lmspec.compiler.observe.doctor.numerics import NonFiniteLoss
 from lmspec.compiler.observe.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
 from lmspec.compiler.observe.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
-from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory, SlurmTimeLimit
+from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory, SlurmPreemption, SlurmTimeLimit
 from lmspec.compiler.observe.logs.context import RunContext
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -23,9 +25,12 @@ SIGNATURES: tuple[Signature, ...] = (
     CudaOutOfMemory(),
     HostOutOfMemory(),
     WorldSizeMismatch(),
+    ParallelLayout(),
     RendezvousFailure(),
     SlurmTimeLimit(),
+    SlurmPreemption(),
     NonFiniteLoss(),
+    CheckpointLoadFailure(),
     TpSlowdown(),
     VllmKvCacheTooSmall(),
     VllmParallelNotDividing(),

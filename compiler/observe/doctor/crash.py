@@ -4,7 +4,9 @@ signature explains. Never "healthy": the finding quotes the exception the run di
 torchrun prints each rank's traceback (behind its ``[rank0]:`` prefix), then its own
 ChildFailedError traceback with ``exitcode  : 1`` (torch/distributed/elastic/multiprocessing/
 errors/__init__.py); the root cause is the first exception after the first traceback, so that is
-the line quoted. `diagnose` runs this only when no signature of the table matched.
+the line quoted. An excerpt cut below the ``Traceback`` header still shows its frames (``File
+"...", line 12, in main``): the first frame stands in for the header. `diagnose` runs this only
+when no signature of the table matched.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from lmspec.compiler.observe.doctor.findings import Finding, LogText, Watch
 
 _EXCEPTION_WORDS = (b"Error", b"Exception", b"Exit", b"Interrupt", b"Failure")
 TRACEBACK = Watch(re.compile(r"Traceback \(most recent call last\)"), needles=(b"Traceback",), keep=1)
+FRAME = Watch(re.compile(r'^\s*File "[^"]+", line \d+, in \S'), needles=(b'File "',), keep=1)
 # `ValueError: msg`, `megatron.core.Foo.BarError: msg`, a bare `AssertionError`, as Python prints the last line
 EXCEPTION = Watch(
     re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))(?::.*)?$"),
@@ -31,10 +34,10 @@ NONZERO_EXIT = Watch(
 
 class UnrecognisedFailure:
     name = "unrecognised_failure"
-    watches = (TRACEBACK, EXCEPTION, NONZERO_EXIT)
+    watches = (TRACEBACK, FRAME, EXCEPTION, NONZERO_EXIT)
 
     def detect(self, log: LogText) -> Finding | None:
-        traceback = log.find(TRACEBACK.pattern, 1)
+        traceback = log.find(TRACEBACK.pattern, 1) or log.find(FRAME.pattern, 1)
         exit_line = log.find(NONZERO_EXIT.pattern, 1)
         if not traceback and not exit_line:
             return None

@@ -264,6 +264,12 @@ class LogText:
                 return strip_prefix(block.line(number - block.first_line))
         raise UsageError(f"{self.source.path}: the log changed while it was read (line {number} is gone); run again")
 
+    def joined(self, number: int, count: int) -> str:
+        """Lines `number`.. `number + count - 1` (as many as the log has), prefixes stripped, joined by
+        spaces: a message a console wrapped over several lines, read as one."""
+        last = min(number + count - 1, self.line_count)
+        return " ".join(self.line(n).strip() for n in range(number, last + 1))
+
     def last_match_before(self, watch: Watch, line: int) -> re.Match[str] | None:
         """The last match of a watch's pattern at or before a line: from the scan when the watch is
         tracked and the line is one of the hits kept, else read again from the log up to it."""

@@ -5,7 +5,12 @@ number for the worst GPU, scaled by how far the real run overshot the model's es
 Formats: c10/cuda/CUDACachingAllocator.cpp (``CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0
 has a total capacity of 79.11 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process
 has 77.87 GiB memory in use. ...``; before torch 2.1 ``(GPU 0; 79.35 GiB total capacity; ...)``) and
-the CUDA runtime's ``CUDA error: out of memory``.
+the CUDA runtime's ``CUDA error: out of memory`` (torch before 0.4: ``THCudaCheck FAIL file=...
+error=2 : out of memory``).
+
+An OOM whose traceback runs through building or loading the model (``in get_model``, ``in cuda``,
+``in load_model``) and through no training step happens before any activation exists: a smaller
+micro batch or recompute cannot help there, only spreading the weights can.
 """
 
 from __future__ import annotations
@@ -22,7 +27,20 @@ _OOM = re.compile(
     rf"|\s*\(GPU (\d+); ({_SIZE}) total capacity)?"
 )
 _IN_USE = re.compile(rf"this process has ({_SIZE}) memory in use")
-_OOM_OTHER = re.compile(r"CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError")
+_OTHER_PROCESS = re.compile(rf"Process (\d+) has ({_SIZE}) memory in use")
+_OOM_OTHER = re.compile(
+    r"CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError|THCudaCheck FAIL .*: out of memory"
+)
+_FRAME = r'^\s*File "[^"]+", line \d+, in '
+_BUILD_FRAME = re.compile(
+    _FRAME + r"(?:get_model|setup_model_and_optimizer|model_provider|build_model|cuda|_apply|load_model|"
+    r"load_weights|from_pretrained|_load_state_dict_into_meta_model|load_state_dict|init_device)$"
+)
+_STEP_FRAME = re.compile(
+    _FRAME + r"(?:train|train_step|training_step|forward_backward\w*|forward_step|backward|step|execute_model)$"
+)
+# a micro batch and recompute shape activations, which do not exist while the model is being built
+_ACTIVATION_KEYS = ("train.micro_batch_size", "train.recompute")
 _UNIT_BYTES = {
     "B": 1,
     "KiB": 1024,
@@ -109,7 +127,9 @@ class CudaOutOfMemory:
     name = "cuda_oom"
     watches = (
         Watch(_OOM, (b"CUDA out of memory. Tried to allocate ",)),
-        Watch(_OOM_OTHER, (b"CUDA error: out of memory", b"OutOfMemoryError")),
+        Watch(_OOM_OTHER, (b"CUDA error: out of memory", b"OutOfMemoryError", b"THCudaCheck FAIL")),
+        Watch(_BUILD_FRAME, (b'File "',), keep=1),
+        Watch(_STEP_FRAME, (b'File "',), keep=1),
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
@@ -127,16 +147,29 @@ class CudaOutOfMemory:
                 gpu = match.group(2) or match.group(5)
                 cause += f" (GPU {gpu}: {capacity} total" + (f", {free} free)" if free else ")")
             in_use = _IN_USE.search(line)
+            other = _OTHER_PROCESS.search(line)
+            if other and in_use and size_bytes(other.group(2)) > size_bytes(in_use.group(1)):
+                cause += (
+                    f"; another process (pid {other.group(1)}) holds {other.group(2)} of that GPU, more than "
+                    f"this one ({in_use.group(1)}): the GPU was not free (a leftover or concurrent job), so "
+                    "free it or run on other GPUs before changing the spec"
+                )
             if in_use:
                 needed = size_bytes(in_use.group(1)) + size_bytes(match.group(1))
             elif capacity and free:
                 needed = size_bytes(capacity) - size_bytes(free) + size_bytes(match.group(1))
+        building = bool(log.find(_BUILD_FRAME, 1)) and not log.find(_STEP_FRAME, 1)
         cause += (
-            ". Activations peak in the first backward of the first pipeline stage; weights, gradients "
+            " while the model was being built or loaded, before any training step: its weights alone do not "
+            "fit, so only spreading them over more GPUs (or sharding them) helps."
+            if building
+            else ". Activations peak in the first backward of the first pipeline stage; weights, gradients "
             "and optimizer states are fixed by the layout."
         )
         fixes = generic_fixes()
         if context is not None and context.trains:  # a serve-only job's KV-cache budget: VllmKvCacheTooSmall
             note, fixes = planned_fixes(context, needed)
             cause += note
+        if building:
+            fixes = [fix for fix in fixes if fix.key not in _ACTIVATION_KEYS]
         return Finding(self.name, "CUDA out of memory", cause, tuple(e for e, _ in hits), tuple(fixes))

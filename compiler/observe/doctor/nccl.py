@@ -6,7 +6,12 @@ milliseconds before timing out.``; ``Some NCCL operations have failed or timed o
 asynchronous nature of CUDA kernels, ...``), NCCL's `ncclGetErrorString` (src/init.cc:
 ``unhandled system error (run with NCCL_DEBUG=INFO for details)``, ``remote process exited or there
 was a network error``) and NCCL_DEBUG=INFO lines (``NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>``,
-``NCCL INFO Using network Socket``, ``NCCL INFO NET/IB : No device found.``).
+``NCCL INFO Using network Socket``, ``NCCL INFO NET/IB : No device found.``, and ``Bootstrap : no
+socket interface found`` when no interface passes NCCL_SOCKET_IFNAME; gloo's ``Unable to find address
+for: bond1``). A hung collective also shows as
+the heartbeat monitor's ``ProcessGroupNCCL's watchdog got stuck for 480 seconds without making
+progress`` and, on gloo groups (gloo/transport/tcp/unbound_buffer.cc), ``Timed out waiting 1800000ms
+for recv operation to complete``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ _WATCHDOG = re.compile(
     r".*?Timeout\(ms\)=(\d+)\)"
 )
 _FAILED_OR_TIMED_OUT = re.compile(r"Some NCCL operations have failed or timed out")
+_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
+_GLOO = re.compile(r"Timed out waiting (\d+)ms for (\w+) operation to complete")
+_NO_IFACE = re.compile(
+    r"Bootstrap : no socket interface found|NET/Socket : No usable listening interface found"
+    r"|Unable to find address for: (\S+)"  # gloo: no such NIC (GLOO_SOCKET_IFNAME), or an unresolved hostname
+)
 _CONNECTION = re.compile(
     r"unhandled system error \(run with NCCL_DEBUG=INFO|remote process exited or there was a network error"
     r"|NCCL WARN .*(?:[Cc]onnect|[Ss]ocket|NET/IB|[Tt]imeout)|transport retry counter exceeded"
@@ -126,24 +137,30 @@ class NcclTimeout:
     watches = (
         Watch(_WATCHDOG, (b"Watchdog caught collective operation timeout: WorkNCCL(",)),
         Watch(_FAILED_OR_TIMED_OUT, (b"Some NCCL operations have failed or timed out",)),
+        Watch(_STUCK, (b"watchdog got stuck for ", b"Heartbeat monitor timed out")),
+        Watch(_GLOO, (b"Timed out waiting ",)),
         *_NIC_WATCHES,
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_WATCHDOG)
-        others = log.find(_FAILED_OR_TIMED_OUT, limit=1)
-        if not hits and not others:
+        gloo = log.find(_GLOO, limit=1)
+        others = log.find(_FAILED_OR_TIMED_OUT, limit=1) + log.find(_STUCK, limit=2)
+        if not hits and not gloo and not others:
             return None
         choice = nic_choice(log)
-        timeout_ms = int(hits[0][1].group(3)) if hits else None
         seq = int(hits[0][1].group(1)) if hits else None
-        op = hits[0][1].group(2) if hits else "a collective"
         first = seq is not None and seq <= 1
-        cause = (
-            f"{op} (collective #{seq}) did not finish within {timeout_ms / 60000:g} min on some rank. "
-            if timeout_ms
-            else "NCCL aborted collectives that failed or timed out. "
-        )
+        timeout_ms: int | None = None
+        if hits:
+            timeout_ms = ms = int(hits[0][1].group(3))
+            cause = f"{hits[0][1].group(2)} (collective #{seq}) did not finish within {_minutes(ms)} on some rank. "
+        elif gloo:
+            timeout_ms = ms = int(gloo[0][1].group(1))
+            cause = f"A gloo {gloo[0][1].group(2)} waited {_minutes(ms)} for its peer. "
+        else:
+            cause = "NCCL aborted collectives that failed, timed out or hung (its watchdog stopped making progress). "
+
         cause += (
             "It was the first collective: ranks never connected, which is a network path problem "
             "(wrong NIC, firewall, IB not usable), not a slow step."
@@ -155,7 +172,7 @@ class NcclTimeout:
         if choice is not None and choice.interfaces and _BAD_IFACE.match(choice.interfaces[0]):
             fixes.append(_socket_fix(choice, f"NCCL picked {choice.interfaces[0]}, which cannot reach other nodes"))
         current = context.spec.cluster.nccl.timeout_minutes if context else (timeout_ms or 0) // 60000
-        if not first and current < MIN_SUGGESTED_TIMEOUT_MINUTES * 2:
+        if not first and 0 < current < MIN_SUGGESTED_TIMEOUT_MINUTES * 2:
             fixes.append(
                 Fix(
                     "cluster.nccl.timeout_minutes",
@@ -163,8 +180,12 @@ class NcclTimeout:
                     f"only if a checkpoint save or first-step compile legitimately outlasts the current {current} min",
                 )
             )
-        evidence = [e for e, _ in hits + others] + (choice.evidence if choice else [])
-        return Finding(self.name, "NCCL collective timed out (watchdog)", cause, tuple(evidence), tuple(fixes))
+        evidence = [e for e, _ in hits + gloo + others] + (choice.evidence if choice else [])
+        return Finding(self.name, "collective timed out (watchdog)", cause, tuple(evidence), tuple(fixes))
+
+
+def _minutes(ms: int) -> str:
+    return f"{ms / 60000:g} min"
 
 
 class NcclConnectionError:
@@ -216,9 +237,36 @@ class NcclInterface:
     """NCCL_DEBUG=INFO shows a NIC or transport that cannot be right for this job."""
 
     name = "nccl_interface"
-    watches = _NIC_WATCHES
+    watches = (
+        *_NIC_WATCHES,
+        Watch(
+            _NO_IFACE, (b"no socket interface found", b"No usable listening interface", b"Unable to find address for: ")
+        ),
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        if none := log.find(_NO_IFACE):
+            wanted = context.spec.hardware.inter_node.socket_ifname if context else None
+            return Finding(
+                self.name,
+                "NCCL found no network interface",
+                (
+                    f"gloo found no address for {name}: no interface of that name here, or (with no "
+                    "GLOO_SOCKET_IFNAME) a hostname that does not resolve to this node"
+                    if (name := none[0][1].group(1))
+                    else "No interface of this node passes NCCL_SOCKET_IFNAME"
+                )
+                + (f" ({wanted}, from hardware.inter_node.socket_ifname)" if wanted else "")
+                + ", so the bootstrap has nothing to bind to.",
+                tuple(e for e, _ in none),
+                (
+                    Fix(
+                        "hardware.inter_node.socket_ifname",
+                        "<an interface `ip -brief addr` lists, or null>",
+                        "a prefix of a NIC every node has (eth, ens, ib); null lets NCCL pick",
+                    ),
+                ),
+            )
         choice = nic_choice(log)
         if choice is None:
             return None

@@ -4,39 +4,55 @@ clipping at 1.0, a fifth of the learning rate, and a look at the data around the
 Formats: Megatron-LM pretrain_gpt.py / megatron/core/rerun_state_machine.py (``found NaN in local
 forward loss calculation``, ``Unexpected result nan ...``), training.py (``number of nan iterations:
   3 |``, a loss printed as ``NAN``), deepspeed/runtime/fp16/loss_scaler.py (``[deepspeed] OVERFLOW!
-Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1``, ``Current loss scale already at
-minimum``), lmspec's runtime/train/metrics.py (``loss is nan at step 17: stopping.``), a metrics.jsonl
-``"loss": NaN`` and plain ``loss: nan`` lines.
+Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1``; ZeRO-2 of 2020 writes
+``[deepscale]`` and float scales ``2147483648.0``; ``Current loss scale already at minimum``), a grad
+norm printed as ``grad norm: nan`` (Megatron-LM, Megatron-DeepSpeed) or ``Bad grad_norm detected
+(grad_norm=nan)``, lmspec's runtime/train/metrics.py (``loss is nan at step 17: stopping.``), a
+metrics.jsonl ``"loss": NaN`` and plain ``loss: nan`` lines.
+
+Megatron's training_log prints a loss only when its average is > 0, so a NaN loss drops the
+``lm loss:`` field from the iteration line: an iteration line without a loss after one with it,
+and no step skipped on it, is a NaN loss too.
 """
 
 from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, Hit, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
-from lmspec.compiler.observe.metrics_record import digits_int
 from lmspec.compiler.spec.sections import TrainSpec
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
-    r"|number of nan iterations:\s*[1-9]|\bloss\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
+    r"|number of nan iterations:\s*[1-9]|\b(?:loss|grad[ _]norm)\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
     re.IGNORECASE | re.ASCII,  # log messages are ASCII: ASCII case folding, ASCII \b and \s
 )
-_OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: (\d+), reducing to (\d+)")
+_SCALE = r"(\d{1,30}(?:\.\d*)?)"  # DeepSpeed prints ints, ZeRO-2 once printed floats: 2147483648.0
+_OVERFLOW = re.compile(rf"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: {_SCALE}, reducing to {_SCALE}")
+_ITERATION = r"\biteration\s+\d+/\s*\d+\s*\|"  # Megatron's `` iteration      120/   10000 |``
+_ITER_WITH_LOSS = re.compile(_ITERATION + r".*?\bloss: [-+]?\d")
+_ITER_LOSS_GONE = re.compile(_ITERATION + r"(?!.*\bloss: )(?!.*\bnumber of skipped iterations:\s*[1-9])")
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
 _LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]?\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
-LOSS_SCALE_COLLAPSED_AT = 1  # fp16 dynamic scaling that reaches 1 no longer protects small gradients
+# A warm-up halves from 2^16 (or 2^32) to the hundreds and recovers; a scale down to single digits
+# has no headroom left for small fp16 gradients, and min_loss_scale (1) is two halvings away.
+LOSS_SCALE_COLLAPSED_AT = 4
 LR_DIVISOR = 5  # the seed's checklist: restart from the last good checkpoint with lr / 5
 
 
 def _collapsed(match: re.Match[str]) -> bool:
     """An overflow that took the loss scale down to LOSS_SCALE_COLLAPSED_AT or below."""
-    scale = digits_int(match.group(2))
-    return scale is not None and scale <= LOSS_SCALE_COLLAPSED_AT
+    return float(match.group(2)) <= LOSS_SCALE_COLLAPSED_AT
 
 
 _LR_WATCH = Watch(_LR, (b"learning rate", b"lr"), keep=0, starts=(b"learning rate", b"lr"), track=True)
+_LOSS_SHOWN = Watch(_ITER_WITH_LOSS, (b"iteration ",), keep=0, starts=(b"iteration",), track=True)
+
+
+def _loss_gone(log: LogText) -> list[Hit]:
+    """Megatron iteration lines that lost their loss field after one that had it (a NaN average)."""
+    return [hit for hit in log.find(_ITER_LOSS_GONE) if log.last_match_before(_LOSS_SHOWN, hit[0].line)][:1]
 
 
 def _last_lr(log: LogText, up_to_line: int) -> float | None:
@@ -94,21 +110,24 @@ def _sources(train: TrainSpec) -> str:
 class NonFiniteLoss:
     name = "nan_loss"
     watches = (
-        # every match of _NAN begins with the first word of one of its four branches
+        # every match of _NAN begins with the first word of one of its branches
         Watch(
             _NAN,
-            (b" in local ", b"unexpected result ", b"nan iterations:", b"loss"),
-            starts=(b"found ", b"unexpected result ", b"number of nan iterations:", b"loss"),
+            (b" in local ", b"unexpected result ", b"nan iterations:", b"loss", b"grad norm", b"grad_norm"),
+            starts=(b"found ", b"unexpected result ", b"number of nan iterations:", b"loss", b"grad"),
         ),
+        Watch(_ITER_LOSS_GONE, (b"iteration ",), starts=(b"iteration",)),
+        _LOSS_SHOWN,
         Watch(_OVERFLOW, (b"OVERFLOW! Rank ",), keep=2, last_where=_collapsed),
         Watch(_AT_MINIMUM, (b"Current loss scale already at minimum",)),
         _LR_WATCH,
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        nan_hits = log.find(_NAN)
+        gone = [] if log.find(_NAN, 1) else _loss_gone(log)
+        nan_hits = log.find(_NAN) or gone
         overflow = log.find(_OVERFLOW, limit=2)  # the first two, of log.count(_OVERFLOW)
-        collapsed = log.last(_OVERFLOW)  # the last one that took the scale to 1 or below
+        collapsed = log.last(_OVERFLOW)  # the last one that took the scale to LOSS_SCALE_COLLAPSED_AT or below
         minimum = log.find(_AT_MINIMUM, limit=1)
         if not nan_hits and not collapsed and not minimum:
             return None
@@ -126,6 +145,8 @@ class NonFiniteLoss:
                 "The loss (or gradient norm) became NaN/Inf: a learning rate too high for this batch, "
                 "fp16 overflow, no gradient clipping, or a bad batch."
             )
+            if gone:
+                cause += " Megatron prints only a loss > 0, so a NaN loss left the iteration line without it."
             title = "NaN/Inf loss"
         lines = [e.line for e in evidence]
         return Finding(

@@ -2,11 +2,13 @@
 
 Formats: torch's TCPStore (torch/csrc/distributed/c10d/TCPStore.cpp: ``Timed out after 301 seconds
 waiting for clients. 1/2 clients joined.``; socket.cpp: ``The client socket has timed out after
-600000ms while trying to connect to (10.0.0.1, 29500).``, ``The server socket has failed to listen on
+600000ms while trying to connect to (10.0.0.1, 29500).``, older ``connect() timed out. Original timeout
+was 60000 ms.``, ``The server socket has failed to listen on
 any local network address.``), torch.distributed.elastic.rendezvous.api (RendezvousTimeoutError,
 RendezvousConnectionError, RendezvousClosedError), megatron/core/parallel_state.py (``world_size (8)
 is not divisible by 6``) and deepspeed/runtime/config.py (``train_batch_size is not equal to
-micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 2 * 1``).
+micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 2 * 1``, which a rich console wraps
+over lines).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from lmspec.compiler.observe.logs.context import RunContext
 _CLIENTS = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 _MEGATRON = re.compile(r"world_size \((\d+)\) is not divisible by (?:\w+ size \()?(\d+)")
 _DEEPSPEED = re.compile(
-    r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* "
-    r"world_size (\d+) != (\d+) \* (\d+) \* (\d+)"
+    r"train_batch_size\s+is\s+not\s+equal\s+to\s+micro_batch_per_gpu\s*\*\s*gradient_acc_step\s*\*\s*"
+    r"world_size\s+(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+)"
 )
+_DEEPSPEED_START = re.compile(r"train_batch_size is not\b")  # where a console may wrap the rest
+_WRAPPED_LINES = 3
 _CONNECT = re.compile(
     r"The client socket has timed out after (\S++) while trying to connect to \(([^,]++), (\d+)\)"
-    r"|Rendezvous(?:Timeout|Connection|Closed)Error"
+    r"|Rendezvous(?:Timeout|Connection|Closed)Error|connect\(\) timed out\. Original timeout was \d+ ms"
 )
 _LISTEN = re.compile(
     r"The server socket has failed to listen on any local network address"
@@ -32,8 +36,14 @@ _LISTEN = re.compile(
 )
 
 
+SINGLE_NODE_MAX_RANKS = 8  # fewer ranks than a node's GPUs: read as one node
+
+
 def _nodes_fix(world: int, context: RunContext | None) -> list[Fix]:
     if context is None:
+        if world <= SINGLE_NODE_MAX_RANKS:
+            why = f"only if {world} GPU(s) is all the job has; else start every rank (the emitted launch script does)"
+            return [Fix("hardware.nodes", "1", why), Fix("hardware.gpus_per_node", str(world), why)]
         return [Fix("hardware.nodes", f"<{world} / gpus_per_node>", f"the job really started {world} ranks")]
     per_node = context.spec.hardware.gpus_per_node
     if world % per_node == 0:
@@ -58,7 +68,7 @@ class WorldSizeMismatch:
     name = "world_size_mismatch"
     watches = (
         Watch(_CLIENTS, (b" seconds waiting for clients. ",)),
-        Watch(_DEEPSPEED, (b"train_batch_size is not equal to micro_batch_per_gpu",)),
+        Watch(_DEEPSPEED_START, (b"train_batch_size is not",)),
         Watch(_MEGATRON, (b"world_size (",)),
     )
 
@@ -74,11 +84,17 @@ class WorldSizeMismatch:
             return Finding(
                 self.name, "world size mismatch", cause, tuple(e for e, _ in hits), tuple(_nodes_fix(joined, context))
             )
-        if hits := log.find(_DEEPSPEED):
-            world = int(hits[0][1].group(4))
+        if (start := log.find(_DEEPSPEED_START, 1)) and (
+            m := _DEEPSPEED.search(log.joined(start[0][0].line, _WRAPPED_LINES))
+        ):
+            hits = start
+            batch, micro, accumulation, world = (int(g) for g in m.groups())
+            planned = batch // (micro * accumulation) if micro * accumulation else None
             cause = (
-                f"DeepSpeed ran with world size {world}, but the batch in ds_config was computed for "
-                f"{expected_world if expected_world else 'another'} ranks."
+                f"DeepSpeed ran with world size {world}, but ds_config's train_batch_size {batch} = "
+                f"{micro} x {accumulation} x world size was computed for "
+                f"{expected_world or planned or 'another number of'} ranks: the launch started "
+                f"{'fewer' if planned and world < planned else 'other'} processes than the build planned."
             )
             return Finding(
                 self.name, "world size mismatch", cause, tuple(e for e, _ in hits), tuple(_nodes_fix(world, context))
@@ -105,7 +121,7 @@ class RendezvousFailure:
         Watch(
             _LISTEN, (b"The server socket has failed to listen on any local network address", b"ddress already in use")
         ),
-        Watch(_CONNECT, (b"The client socket has timed out after ", b"Rendezvous")),
+        Watch(_CONNECT, (b"The client socket has timed out after ", b"Rendezvous", b"connect() timed out")),
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:

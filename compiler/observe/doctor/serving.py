@@ -4,9 +4,11 @@ that does not divide the attention heads.
 Formats: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory (``To serve at least one
 request with the model's max seq len (131072), 52.66 GiB KV cache is needed, which is larger than the
 available KV cache memory (23.37 GiB). Based on the available memory, the estimated maximum model
-length is 58148.`` — older releases write ``models's`` and ``(52.66 GiB``), ``No available memory for
-the cache blocks``, and vllm/config (ModelConfig.verify_with_parallel_config): ``Total number of
-attention heads (32) must be divisible by tensor parallel size (3).``
+length is 58148.`` — older releases write ``models's`` and ``(52.66 GiB``; vllm/worker/worker.py of
+the V0 engine: ``The model's max seq len (60000) is larger than the maximum number of tokens that can
+be stored in KV cache (58384).``), ``No available memory for the cache blocks``, and vllm/config
+(ModelConfig.verify_with_parallel_config): ``Total number of attention heads (32) must be divisible
+by tensor parallel size (3).``
 """
 
 from __future__ import annotations
@@ -21,10 +23,30 @@ _KV = re.compile(
     r"is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)"
     r"(?:\.\s*(?:Based on the available memory, the )?[Ee]stimated maximum model length is (\d+))?"
 )
+_KV_TOKENS = re.compile(
+    r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)"
+)
 _NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
 _HEADS = re.compile(r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)")
 MAX_GPU_MEMORY_UTILIZATION = 0.95  # above this vLLM's activations and CUDA graphs have no headroom
 _LEN_QUANTUM_TOKENS = 256
+
+
+def _fitting(tokens: int) -> int:
+    """A max_model_len that fits in `tokens`, rounded down to a multiple of _LEN_QUANTUM_TOKENS."""
+    return tokens // _LEN_QUANTUM_TOKENS * _LEN_QUANTUM_TOKENS or tokens
+
+
+def _more_memory_fixes(context: RunContext | None) -> list[Fix]:
+    """What leaves more KV cache at the same length, without the numbers vLLM's newer message gives."""
+    serve = context.spec.serve if context is not None else None
+    if serve is not None and serve.gpu_memory_utilization >= MAX_GPU_MEMORY_UTILIZATION:
+        return [Fix("serve.kv_cache_dtype", "fp8", "halves KV bytes per token")]
+    now = f" (now {serve.gpu_memory_utilization:g})" if serve is not None else ""
+    return [
+        Fix("serve.gpu_memory_utilization", f"<higher, at most {MAX_GPU_MEMORY_UTILIZATION}>", f"more memory{now}"),
+        Fix("serve.kv_cache_dtype", "fp8", "halves KV bytes per token"),
+    ]
 
 
 def _divisors(n: int) -> list[int]:
@@ -35,11 +57,25 @@ class VllmKvCacheTooSmall:
     name = "vllm_kv_cache"
     watches = (
         Watch(_KV, (b"To serve at least one request with the model",)),
+        Watch(_KV_TOKENS, (b"is larger than the maximum number of tokens that can be stored in KV cache",)),
         Watch(_NO_BLOCKS, (b"No available memory for the cache blocks",)),
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
         hits = log.find(_KV)
+        if not hits and (tokens := log.find(_KV_TOKENS)):
+            asked, stored = int(tokens[0][1].group(1)), int(tokens[0][1].group(2))
+            return Finding(
+                self.name,
+                "vLLM KV cache too small for max_model_len",
+                f"One sequence of max_model_len={asked} needs more KV cache than is left after the weights "
+                f"and activations within gpu_memory_utilization: it holds {stored} tokens.",
+                tuple(e for e, _ in tokens),
+                (
+                    Fix("serve.max_model_len", str(_fitting(stored)), f"the KV cache holds {stored} tokens"),
+                    *_more_memory_fixes(context),
+                ),
+            )
         if not hits:
             if not (blocks := log.find(_NO_BLOCKS)):
                 return None
@@ -61,8 +97,13 @@ class VllmKvCacheTooSmall:
         )
         fixes = []
         if m.group(4):
-            fitting = int(m.group(4)) // _LEN_QUANTUM_TOKENS * _LEN_QUANTUM_TOKENS or int(m.group(4))
-            fixes.append(Fix("serve.max_model_len", str(fitting), f"vLLM's own estimate of what fits: {m.group(4)}"))
+            fixes.append(
+                Fix(
+                    "serve.max_model_len",
+                    str(_fitting(int(m.group(4)))),
+                    f"vLLM's own estimate of what fits: {m.group(4)}",
+                )
+            )
         if context is not None and context.spec.serve is not None:
             serve, gpu_gib = context.spec.serve, context.spec.hardware.gpu.memory_gib
             wanted = serve.gpu_memory_utilization + (needed - available) / gpu_gib
@@ -90,10 +131,7 @@ class VllmKvCacheTooSmall:
                     )
                 )
         else:
-            fixes += [
-                Fix("serve.gpu_memory_utilization", "<higher, at most 0.95>", "more memory for the cache"),
-                Fix("serve.kv_cache_dtype", "fp8", "halves KV bytes per token"),
-            ]
+            fixes += _more_memory_fixes(None)
         return Finding(
             self.name, "vLLM KV cache too small for max_model_len", cause, tuple(e for e, _ in hits), tuple(fixes)
         )

@@ -1,8 +1,13 @@
-"""Slurm ending the job: the time limit, or the cgroup OOM killer on host memory.
+"""Slurm or the kernel ending the job: the time limit, preemption, or an OOM killer on host memory.
 
 Formats: slurmstepd (src/slurmd/slurmstepd/req.c: ``slurmstepd: error: *** JOB 4151016 ON node01
-CANCELLED AT 2026-01-25T14:35:32 DUE TO TIME LIMIT ***``; task/cgroup: ``error: Detected 1 oom_kill
-event in StepId=22035606.1. Some of the step tasks have been OOM Killed.``).
+CANCELLED AT 2026-01-25T14:35:32 DUE TO TIME LIMIT ***``, ``... DUE TO PREEMPTION ***``, ``... DUE TO
+JOB REQUEUE ***``; submitit's ``Caught signal SIGUSR2 on node7: this job is preempted.``; task/cgroup:
+``error: Detected 1 oom_kill event in StepId=22035606.1. Some of the step tasks have been OOM
+Killed.``), the kernel's ``Out of memory: Killed process 4242 (python)``, a shell's ``Killed``, and
+torchrun's ``failed
+(exitcode: -9) local_rank: 1`` / ``Signal 9 (SIGKILL) received``: SIGKILL, which nothing but the OOM
+killer or an operator sends a training process.
 """
 
 from __future__ import annotations
@@ -13,7 +18,14 @@ from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 
 _TIME_LIMIT = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED (?:AT \S+ )?DUE TO TIME LIMIT \*\*\*")
-_OOM_KILL = re.compile(r"Detected \d+ oom[_-]kill events? in \S+")
+_PREEMPTED = re.compile(
+    r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED (?:AT \S+ )?DUE TO (?:PREEMPTION|JOB REQUEUE) \*\*\*"
+    r"|this job is preempted"
+)
+_OOM_KILL = re.compile(r"Detected \d+ oom[_-]kill events? in \S+|Out of memory: Killed process \d+")
+# a shell reporting its child's SIGKILL: a bare ``Killed``, or ``run.sh: line 3: 4242 Killed  python ...``
+_SHELL_KILLED = re.compile(r"^\s*Killed\s*$|^(?:\S+: line \d+: )?\d+ Killed\s")
+_SIGKILL = re.compile(r"\(exitcode: -9\)|exitcode\s*: -9\b|Signal 9 \(SIGKILL\) received")
 
 
 class SlurmTimeLimit:
@@ -55,12 +67,54 @@ class SlurmTimeLimit:
         )
 
 
-class HostOutOfMemory:
-    name = "host_oom"
-    watches = (Watch(_OOM_KILL, (b"oom_kill event", b"oom-kill event")),)
+class SlurmPreemption:
+    name = "slurm_preemption"
+    watches = (Watch(_PREEMPTED, (b" DUE TO PREEMPTION ***", b" DUE TO JOB REQUEUE ***", b"this job is preempted")),)
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        hits = log.find(_OOM_KILL)
+        hits = log.find(_PREEMPTED)
+        if not hits:
+            return None
+        slurm = context.spec.cluster.slurm if context else None
+        ckpt = context.spec.train.checkpoint if context and context.spec.train else None
+        fixes = (
+            []
+            if slurm is not None and slurm.requeue
+            else [
+                Fix(
+                    "cluster.slurm.requeue",
+                    "true",
+                    "a preempted job goes back to the queue and resumes from its checkpoint",
+                )
+            ]
+        )
+        fixes.append(
+            Fix(
+                "train.checkpoint.interval",
+                str(max(ckpt.interval // 2, 1)) if ckpt else "<half of now>",
+                "preemption gives no notice past the partition's grace time: less work lost",
+            )
+        )
+        fixes.append(Fix("cluster.slurm.qos", "<a non-preemptible QOS, if the site has one>", "ask the site"))
+        return Finding(
+            self.name,
+            "Slurm preempted the job",
+            "A higher-priority job took the nodes: Slurm cancelled (or requeued) this one; it did not fail.",
+            tuple(e for e, _ in hits),
+            tuple(fixes),
+        )
+
+
+class HostOutOfMemory:
+    name = "host_oom"
+    watches = (
+        Watch(_OOM_KILL, (b"oom_kill event", b"oom-kill event", b"Out of memory: Killed process")),
+        Watch(_SIGKILL, (b"exitcode: -9", b"exitcode  : -9", b"Signal 9 (SIGKILL)")),
+        Watch(_SHELL_KILLED, (b"Killed",)),
+    )
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        hits = log.find(_OOM_KILL) or log.find(_SIGKILL) or log.find(_SHELL_KILLED)
         if not hits:
             return None
         parallel = context.spec.parallel if context else None
@@ -69,11 +123,18 @@ class HostOutOfMemory:
             fixes.append(Fix("parallel.offload_params", "false", "parameters offloaded to host RAM"))
         if parallel is None or parallel.offload_optimizer:
             fixes.append(Fix("parallel.offload_optimizer", "false", "fp32 optimizer states held in host RAM"))
+        killed = hits[0][1].re is not _OOM_KILL
         return Finding(
             self.name,
-            "host out of memory (Slurm cgroup OOM killer)",
-            "A task used more host RAM than the job's cgroup allows: CPU offload, data loader workers or "
-            "a checkpoint gathered in host memory. Ask Slurm for more memory (--mem) if none applies.",
+            "host out of memory (SIGKILL)" if killed else "host out of memory (OOM killer)",
+            (
+                "A rank was killed with SIGKILL, most often by the kernel's OOM killer (`dmesg` or the node's "
+                "journal says so): "
+                if killed
+                else "A task used more host RAM than the node or the job's cgroup allows: "
+            )
+            + "CPU offload, data loader workers, every rank loading a full checkpoint, or a checkpoint gathered "
+            "in host memory. Ask Slurm for more memory (cluster.slurm.mem) if none applies.",
             tuple(e for e, _ in hits),
             tuple(fixes),
         )
