@@ -77,6 +77,12 @@ GOLDEN = [
         id="nan-megatron",
     ),
     pytest.param(
+        "megatron_loss_vanished.log",
+        "nan_loss",
+        ["iteration     3385/", "left the iteration line without it", "train.optimizer.lr=1.34e-06"],
+        id="nan-megatron-loss-field-gone",
+    ),
+    pytest.param(
         "lmspec_metrics_nan.jsonl", "nan_loss", ['"loss": NaN', "train.optimizer.lr=0.0006"], id="nan-lmspec-jsonl"
     ),
     pytest.param(

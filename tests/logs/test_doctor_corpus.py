@@ -20,7 +20,6 @@ def test_corpus_scores_at_least_95_percent_on_every_check() -> None:
     assert [s.case.id for s in scores if s.case.verdict == HEALTHY and s.misses] == [], report
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 is open: the corpus is still being collected (under 50 cases)")
 def test_corpus_holds_at_least_50_cases() -> None:
     assert len(cases()) >= MIN_CASES
 

@@ -4,7 +4,8 @@ check` refuses these layouts before a run, so the log comes from a run lmspec di
 changed after its build.
 
 Formats: megatron/core/transformer/transformer_block.py (``num_layers should be divisible by
-pipeline_model_parallel_size``), transformer_config.py (``number of middle layers: 61 must be divisible
+pipeline_model_parallel_size``), megatron/training/arguments.py (``Number of layers should be
+divisible by the pipeline-model-parallel size``), transformer_config.py (``number of middle layers: 61 must be divisible
 by ...``, ``num_moe_experts (64) should be divisible by ...``), and ``ensure_divisibility`` of
 megatron/core/utils.py and vllm/distributed/utils.py (``AssertionError: 16 is not divisible by 3``).
 """
@@ -13,16 +14,26 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.doctor.findings import Finding, Fix, Hit, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 
 _LAYERS = re.compile(
     r"num_layers should be divisible by pipeline_model_parallel_size"
+    r"|Number of layers should be divisible by the pipeline-model-parallel size"
     r"|number of (?:middle )?layers(?: at middle stage)?: (\d+) must be divisible by"
 )
 _EXPERTS = re.compile(r"num_moe_experts \((\d+)\) should be divisible by")
-_BARE = re.compile(r"^\s*(?:\w+Error: )?(\d+) is not divisible by (\d+)\s*$")
-_VLLM = re.compile(r"vllm", re.IGNORECASE | re.ASCII)  # the log is vLLM's: serve.* keys, not parallel.*
+_BARE = re.compile(r"(?:^\s*|Error: )(\d+) is not divisible by (\d+)\.?\s*$")
+BARE = Watch(_BARE, (b" is not divisible by ",))
+# a vLLM log's divisibility errors are VllmParallelNotDividing's: serve.* keys, not parallel.*
+VLLM_LOG = Watch(re.compile(r"vllm", re.IGNORECASE | re.ASCII), (b"vllm",), keep=1)
+
+
+def bare_divisibility(log: LogText) -> tuple[list[Hit], int, int] | None:
+    """``ensure_divisibility``'s message: its hits, the size and the ranks it would not split over."""
+    if not (hits := log.find(_BARE)):
+        return None
+    return hits, int(hits[0][1].group(1)), int(hits[0][1].group(2))
 
 
 def _divisors(n: int, most: int) -> str:
@@ -32,10 +43,10 @@ def _divisors(n: int, most: int) -> str:
 class ParallelLayout:
     name = "parallel_layout"
     watches = (
-        Watch(_LAYERS, (b"num_layers should be divisible by", b" must be divisible by")),
+        Watch(_LAYERS, (b"num_layers should be divisible by", b"Number of layers should be", b" must be divisible by")),
         Watch(_EXPERTS, (b"num_moe_experts (",)),
-        Watch(_BARE, (b" is not divisible by ",)),
-        Watch(_VLLM, (b"vllm",), keep=1),
+        BARE,
+        VLLM_LOG,
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
@@ -63,9 +74,8 @@ class ParallelLayout:
                 tuple(e for e, _ in hits),
                 (Fix("parallel.ep", f"<one of {_divisors(experts, 256)}>", f"a divisor of {experts}"),),
             )
-        if hits := log.find(_BARE):
-            size, parts = int(hits[0][1].group(1)), int(hits[0][1].group(2))
-            key = "serve.tp" if log.find(_VLLM, 1) else "parallel.tp"
+        if (bare := bare_divisibility(log)) and not log.find(VLLM_LOG.pattern, 1):
+            hits, size, parts = bare
             fitting = [d for d in range(1, parts + 1) if size % d == 0]
             return Finding(
                 self.name,
@@ -73,6 +83,6 @@ class ParallelLayout:
                 f"{size} (attention or KV heads, experts or vocabulary, as the traceback shows) does not split "
                 f"evenly over {parts} ranks.",
                 tuple(e for e, _ in hits),
-                (Fix(key, str(max(fitting)), f"the largest divisor of {size} up to {parts}"),),
+                (Fix("parallel.tp", str(max(fitting)), f"the largest divisor of {size} up to {parts}"),),
             )
         return None

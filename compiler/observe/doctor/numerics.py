@@ -25,7 +25,8 @@ from lmspec.compiler.spec.sections import TrainSpec
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
-    r"|number of nan iterations:\s*[1-9]|\b(?:loss|grad[ _]norm)\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b",
+    r"|number of nan iterations:\s*[1-9]|\b(?:loss|grad[ _]norm)\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b"
+    r"|\bloss\s+-?(?:nan|inf)\s*\|",  # old Megatron fields without a colon: ``| lm loss NAN |``
     re.IGNORECASE | re.ASCII,  # log messages are ASCII: ASCII case folding, ASCII \b and \s
 )
 _SCALE = r"(\d{1,30}(?:\.\d*)?)"  # DeepSpeed prints ints, ZeRO-2 once printed floats: 2147483648.0

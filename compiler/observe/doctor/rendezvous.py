@@ -109,7 +109,10 @@ class WorldSizeMismatch:
             fixes = (
                 _nodes_fix(world, context)
                 if expected_world and expected_world != world
-                else [Fix("parallel.tp", "<a divisor of the world size>", f"tp x pp x cp must divide {world}")]
+                else [
+                    Fix("parallel.tp", "<a divisor of the world size>", f"tp x pp x cp must divide {world}"),
+                    *(_nodes_fix(world, context) if context is None and world < model else []),
+                ]
             )
             return Finding(self.name, "world size mismatch", cause, tuple(e for e, _ in hits), tuple(fixes))
         return None

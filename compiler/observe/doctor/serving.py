@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.doctor.layout import BARE, VLLM_LOG, bare_divisibility
 from lmspec.compiler.observe.logs.context import RunContext
 
 _KV = re.compile(
@@ -27,6 +28,7 @@ _KV_TOKENS = re.compile(
     r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)"
 )
 _NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
+_KERNEL_TILE = re.compile(r"Weight (\w+) = (\d+) is not divisible by (\w+) = (\d+)")
 _HEADS = re.compile(r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)")
 MAX_GPU_MEMORY_UTILIZATION = 0.95  # above this vLLM's activations and CUDA graphs have no headroom
 _LEN_QUANTUM_TOKENS = 256
@@ -139,9 +141,42 @@ class VllmKvCacheTooSmall:
 
 class VllmParallelNotDividing:
     name = "vllm_parallel"
-    watches = (Watch(_HEADS, (b"Total number of attention heads (",)),)
+    watches = (
+        Watch(_HEADS, (b"Total number of attention heads (",)),
+        Watch(_KERNEL_TILE, (b" is not divisible by ",)),
+        BARE,
+        VLLM_LOG,
+    )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        tp = context.spec.serve.tp if context is not None and context.spec.serve is not None else None
+        if hits := log.find(_KERNEL_TILE, limit=2):
+            name, size, tile_name, tile = hits[0][1].groups()
+            return Finding(
+                self.name,
+                "serve.tp splits a weight finer than the kernel's tile",
+                f"Each tensor-parallel rank holds {size} of the weight's {name}, which is not a multiple of the "
+                f"quantized kernel's {tile_name} ({tile}): fewer ranks give each a larger, divisible slice.",
+                tuple(e for e, _ in hits),
+                (
+                    Fix(
+                        "serve.tp",
+                        str(tp // 2) if tp and tp > 1 else "<smaller>",
+                        f"the per-rank slice must be a multiple of {tile}",
+                    ),
+                ),
+            )
+        if (bare := bare_divisibility(log)) and log.find(VLLM_LOG.pattern, 1):
+            hits, size, parts = bare
+            fitting = [d for d in _divisors(size) if d <= parts]
+            return Finding(
+                self.name,
+                "serve.tp does not divide the model",
+                f"vLLM splits {size} (attention or KV heads, experts, as the traceback shows) evenly over "
+                f"{parts} tensor-parallel ranks; {parts} does not divide {size}.",
+                tuple(e for e, _ in hits),
+                (Fix("serve.tp", str(max(fitting)), f"divisors of {size}: {', '.join(map(str, fitting))}"),),
+            )
         if hits := log.find(_HEADS):
             heads, tp = int(hits[0][1].group(1)), int(hits[0][1].group(2))
             fitting = [d for d in _divisors(heads) if d <= max(tp, 8)]

@@ -123,6 +123,9 @@ class HostOutOfMemory:
             fixes.append(Fix("parallel.offload_params", "false", "parameters offloaded to host RAM"))
         if parallel is None or parallel.offload_optimizer:
             fixes.append(Fix("parallel.offload_optimizer", "false", "fp32 optimizer states held in host RAM"))
+        slurm = context.spec.cluster.slurm if context else None
+        if slurm is None or slurm.mem != "0":
+            fixes.append(Fix("cluster.slurm.mem", "0", "--mem=0: the job may use all of each node's memory"))
         killed = hits[0][1].re is not _OOM_KILL
         return Finding(
             self.name,
@@ -134,7 +137,7 @@ class HostOutOfMemory:
                 else "A task used more host RAM than the node or the job's cgroup allows: "
             )
             + "CPU offload, data loader workers, every rank loading a full checkpoint, or a checkpoint gathered "
-            "in host memory. Ask Slurm for more memory (cluster.slurm.mem) if none applies.",
+            "in host memory.",
             tuple(e for e, _ in hits),
             tuple(fixes),
         )
