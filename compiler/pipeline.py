@@ -11,16 +11,30 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 
-from lmspec.compiler.errors import print_problems
+from lmspec.compiler.errors import SpecError, print_problems
+from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.plan import Plan, build_plan
 from lmspec.compiler.spec.load import compose_spec
-from lmspec.compiler.spec.validate import validate
+from lmspec.compiler.spec.sections import training
+from lmspec.compiler.spec.validate import validate, validate_shape
 
 
 def make_plan(overrides: list[str], spec_file: Path | None = None) -> Plan:
     composed = compose_spec(overrides, spec_file)
     spec, warnings = validate(composed)
     return build_plan(spec, composed, warnings)
+
+
+def plan_despite_rules(overrides: list[str], spec_file: Path | None = None) -> Plan:
+    """The Plan of a spec that may break a rule (its `warnings` then hold the errors too), for reading a
+    log against a job described by flags: FLOPs and GPU counts do not need a job that fits. A spec of
+    the wrong shape, or a training layout that does not divide, has no numbers: SpecError."""
+    composed = compose_spec(overrides, spec_file)
+    spec, problems = validate_shape(composed)
+    trains = training(spec)
+    if any(p.severity == "error" for p in problems) and trains is not None and ParallelDims.from_spec(trains) is None:
+        raise SpecError(problems)
+    return build_plan(spec, composed, problems)
 
 
 class Compiled:

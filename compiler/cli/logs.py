@@ -43,6 +43,8 @@ def job_context(args: argparse.Namespace) -> RunContext | None:
     from lmspec.compiler.observe.logs.context import load_build, load_flags
 
     flags = (args.spec, args.model, args.hardware, args.gpus, args.seq_length)
+    if args.seq_length is not None and all(f is None for f in flags[:4]) and not args.overrides:
+        return None  # the sequence length alone is no job: it turns samples/s into tokens/s (see _cmd_logs)
     if args.build is not None:
         if any(f is not None for f in flags) or args.overrides:
             raise UsageError(
@@ -71,9 +73,11 @@ def _cmd_logs(args: argparse.Namespace) -> int:
             print(f"warning: {note}", file=sys.stderr)
         raise UsageError(
             f"{parsed.path}: no training steps found (lmspec metrics.jsonl, Megatron-LM and "
-            "DeepSpeed logs are read); describe other formats with --regex"
+            "DeepSpeed and torchtitan logs are read); describe other formats with --regex"
         )
     context = job_context(args)
+    if context is None and args.seq_length is not None:
+        parsed.settings["seq_length"] = args.seq_length  # over what the log printed at start-up
     if context is not None and not context.trains:
         raise UsageError(
             f"--build {args.build}: {context.plan.name} is a serve-only job (train: null) with no training numbers "

@@ -38,6 +38,7 @@ class StepMetrics:
     global_batch_size: int | None = None
     mfu: float | None = None  # fraction of the GPUs' bf16 peak, model FLOPs (lmspec's runtime writes one)
     tflops_per_gpu: float | None = None  # Megatron's own "throughput per GPU (TFLOP/s/GPU)"
+    tokens_per_s_per_gpu: float | None = None  # torchtitan's own "tps" (tokens per second per device)
     peak_memory_bytes: int | None = None
     loss_scale: float | None = None
     nan_iterations: int | None = None

@@ -12,11 +12,17 @@ from lmspec.compiler.spec.typed import from_dict
 
 def validate(composed: Composed) -> tuple[Spec, list[Problem]]:
     """Schema first (shape), then every semantic rule; raise SpecError listing all errors."""
+    spec, problems = validate_shape(composed)
+    if any(p.severity == "error" for p in problems):
+        raise SpecError(problems)
+    return spec, problems
+
+
+def validate_shape(composed: Composed) -> tuple[Spec, list[Problem]]:
+    """The typed Spec and every rule's problems, errors included; SpecError only for a wrong shape
+    (the schema), which leaves no typed Spec to check."""
     problems = schema_problems(composed.spec, composed.origins)
     if problems:
         raise SpecError(problems)
     spec = from_dict(Spec, composed.spec)
-    problems = rule_problems(spec, composed.origins)
-    if any(p.severity == "error" for p in problems):
-        raise SpecError(problems)
-    return spec, problems
+    return spec, rule_problems(spec, composed.origins)

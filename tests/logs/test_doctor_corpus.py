@@ -30,5 +30,5 @@ def test_every_case_names_its_source_and_a_known_verdict() -> None:
     known = {s.name for s in SIGNATURES} | {UNRECOGNISED.name, HEALTHY}
     for case in cases():
         assert case.log.is_file(), case.id
-        assert case.source.startswith("https://"), case.id
+        assert case.source.startswith(("https://", "lmspec ")), case.id  # a thread, or the command that printed it
         assert {case.verdict, *case.also} <= known, case.id

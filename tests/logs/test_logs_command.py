@@ -222,3 +222,34 @@ def test_log_settings_give_tokens_without_a_job_and_flag_a_wrong_job(lmspec) -> 
         "the log ran global_batch_size=1024",
         "the log ran world_size=64",
     ]
+
+
+def test_seq_length_alone_is_no_job(lmspec) -> None:
+    """--seq-length without a job turns samples/s into tokens/s; it builds no default (tiny) job to refuse."""
+    report = _report(
+        lmspec, str(LOG_DATA / "corpus" / "nan-megatron-deepspeed-grad-norm-nan.log"), "--seq-length", "2048"
+    )
+    steps = parse_log(LOG_DATA / "corpus" / "nan-megatron-deepspeed-grad-norm-nan.log").steps
+    assert report["job"] is None
+    assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(
+        statistics.fmean(s.samples_per_s * 2048 for s in steps)
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "job", "broken"),
+    [
+        (("--model", "llama3_8b"), "llama3_8b on 2 x cpu", "training does not fit"),
+        (("--hardware", "h100_80g"), "tiny on 8 x H100-SXM5-80GB", "exceeds model.max_position_embeddings"),
+        (("--gpus", "8"), "tiny on 8 x cpu", "is not a multiple of train.micro_batch_size"),
+        (("--set", "train.global_batch_size=64"), "global batch 64", None),
+    ],
+    ids=["model", "hardware", "gpus", "set"],
+)
+def test_every_job_flag_works_alone(lmspec, flags: tuple[str, str], job: str, broken: str | None) -> None:
+    """A flag alone describes a job on the defaults; a rule that job breaks is a warning beside the numbers."""
+    report = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *flags)
+    assert job in report["job"] and report["flops_per_token"] > 0
+    broken_rules = [w for w in report["warnings"] if w.startswith("the job given breaks a rule")]
+    assert (broken is None) == (not broken_rules)
+    assert broken is None or broken in broken_rules[0]

@@ -157,3 +157,59 @@ def test_start_up_settings_of_megatron_and_deepspeed() -> None:
     }
     deepspeed = parse_log(LOG_DATA / "healthy_deepspeed.log").settings
     assert deepspeed == {"global_batch_size": 64, "micro_batch_size": 2}
+
+
+CORPUS = LOG_DATA / "corpus"  # real excerpts (tests/data/logs/corpus/README.md)
+
+
+def test_torchtitan_step_lines_of_a_real_log() -> None:
+    path = CORPUS / "healthy-torchtitan-step-lines.log"
+    log = parse_log(path)
+    step_lines = [line for line in path.read_text().splitlines() if " - step: " in line]
+    assert log.formats == ["torchtitan"] and len(log.steps) == len(step_lines)
+    first = log.steps[0]
+    fields = dict(re.findall(r"(\w+):\s+(\S+)", step_lines[0].split(" - INFO - ", 1)[1]))
+    assert first.step == int(fields["step"]) and first.loss == float(fields["loss"])
+    assert first.tokens_per_s_per_gpu == float(fields["tps"].replace(",", ""))
+    assert first.tflops_per_gpu == float(fields["tflops"])
+    assert first.mfu == pytest.approx(float(fields["mfu"].rstrip("%")) / 100)
+    assert first.peak_memory_bytes == int(float(fields["memory"].split("GiB")[0]) * 1024**3)
+
+
+def test_torchtitan_colours_are_not_read_as_values() -> None:
+    line = "\x1b[31mstep:  5  \x1b[32mloss:  4.4394  \x1b[33mmemory:  1.50GiB(2.00%)  \x1b[34mtps: 12,345  \x1b[39m"
+    (step,) = parse_lines([line], "t").steps
+    assert (step.step, step.loss, step.tokens_per_s_per_gpu) == (5, 4.4394, 12345.0)
+
+
+def test_megatron_deepspeed_tflops_and_samples_per_second() -> None:
+    path = CORPUS / "nan-megatron-deepspeed-grad-norm-nan.log"
+    first_line = path.read_text().splitlines()[0]
+    fields = dict(part.strip().rsplit(": ", 1) for part in first_line.split("|")[1:-1])
+    first = parse_log(path).steps[0]
+    assert first.tflops_per_gpu == float(fields["TFLOPs"])
+    assert first.samples_per_s == float(fields["samples per second"])
+
+
+def test_old_deepspeed_timer_line() -> None:
+    line = "[2021-06-08 12:02:45,002] [INFO] [timer.py:157:stop] 0/10, SamplesPerSec=1.8825260836384787"
+    (step,) = parse_lines([line], "t").steps
+    assert (step.step, step.samples_per_s) == (10, 1.8825260836384787)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"tps (?P<tokens_per_s>[\d,]+) mfu (?P<mfu>[\d.]+)%", r"tps (?P<tokens_per_s>\S+) mfu (?P<mfu>\S+)"],
+    ids=["percent-after-group", "percent-in-group"],
+)
+def test_user_regex_thousands_separators_and_percent_mfu(pattern: str) -> None:
+    lines = ["step 1 tps 5,856 mfu 34.29%", "step 2 tps 12,001 mfu 35.00%"]
+    steps = parse_lines(lines, "t", regex=pattern).steps
+    assert [(s.tokens_per_s, s.mfu) for s in steps] == [(5856.0, pytest.approx(0.3429)), (12001.0, 0.35)]
+
+
+def test_gpt_neox_fields_before_the_iteration_and_flops_with_a_unit() -> None:
+    log = parse_log(LOG_DATA / "healthy_gpt_neox.log")
+    assert log.formats == ["megatron"]
+    assert [(s.step, s.samples_per_s, s.loss) for s in log.steps][0] == (10, 51.234, 7.123456)
+    assert [s.tflops_per_gpu for s in log.steps] == [150.3, 152.2, pytest.approx(1100.0)]

@@ -32,8 +32,9 @@ _NAN = re.compile(
 _SCALE = r"(\d{1,30}(?:\.\d*)?)"  # DeepSpeed prints ints, ZeRO-2 once printed floats: 2147483648.0
 _OVERFLOW = re.compile(rf"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: {_SCALE}, reducing to {_SCALE}")
 _ITERATION = r"\biteration\s+\d+/\s*\d+\s*\|"  # Megatron's `` iteration      120/   10000 |``
-_ITER_WITH_LOSS = re.compile(_ITERATION + r".*?\bloss: [-+]?\d")
-_ITER_LOSS_GONE = re.compile(_ITERATION + r"(?!.*\bloss: )(?!.*\bnumber of skipped iterations:\s*[1-9])")
+_LOSS_FIELD = r"(?<![A-Za-z])loss: "  # Megatron's ``lm loss: ``, GPT-NeoX's ``lm_loss: ``; not ``loss scale:``
+_ITER_WITH_LOSS = re.compile(_ITERATION + r".*?" + _LOSS_FIELD + r"[-+]?\d")
+_ITER_LOSS_GONE = re.compile(_ITERATION + rf"(?!.*{_LOSS_FIELD})(?!.*\bnumber of skipped iterations:\s*[1-9])")
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum")
 _LR = re.compile(r"\b(?:learning rate|lr)\b\"?\s*[:=]?\s*\[?([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)")
 # A warm-up halves from 2^16 (or 2^32) to the hundreds and recovers; a scale down to single digits

@@ -109,10 +109,11 @@ def load_flags(
     extra: list[str],
     spec_file: Path | None = None,
 ) -> RunContext:
-    """Resolve a job from flags through the spec tree and the Plan (all rules apply)."""
-    from lmspec.compiler.pipeline import make_plan
+    """Resolve a job from flags through the spec tree and the Plan: a rule the job breaks (a CPU preset's
+    memory, a default sequence longer than the model takes) is reported with the numbers, not instead."""
+    from lmspec.compiler.pipeline import plan_despite_rules
 
     overrides = flag_overrides(model, hardware, gpus, seq_length, extra, spec_file)
-    plan = make_plan(overrides, spec_file)
+    plan = plan_despite_rules(overrides, spec_file)
     origin = " ".join(([f"--spec {spec_file}"] if spec_file else []) + overrides) or "spec defaults"
     return RunContext(plan=plan, origin=origin)

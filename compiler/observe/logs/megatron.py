@@ -6,7 +6,10 @@ elapsed time per iteration (ms): 12936.1 | throughput per GPU (TFLOP/s/GPU): 118
 learning rate: 1.395349E-07 | global batch size:   128 | lm loss: 1.044022E+01 |
 loss scale: 1.0 | grad norm: 26.305 | number of skipped iterations:   0 |
 number of nan iterations:   0 |`` (older releases print the learning rate as ``{:.3E}`` and
-no timestamp), and `megatron/training/utils/common_utils.py::report_memory`:
+no timestamp; Megatron-DeepSpeed adds ``samples per second: 1.886 | TFLOPs: 78.46 |``; GPT-NeoX and
+its forks print `` samples/sec: 51.234 | iteration  10/  50 | ... | approx flops per GPU: 150.3TFLOPS |
+lm_loss: 7.123456E+00 |``, a field before the iteration and FLOP/s with a unit), and
+`megatron/training/utils/common_utils.py::report_memory`:
 ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: 5678.90 | ...``.
 A NaN loss is not printed (``if avg >= 0.0``); ``number of nan iterations`` counts it.
 """
@@ -30,9 +33,16 @@ _FIELDS: dict[str, tuple[str, float]] = {
     "loss scale": ("loss_scale", 1.0),
     "grad norm": ("grad_norm", 1.0),
     "throughput per gpu (tflop/s/gpu)": ("tflops_per_gpu", 1.0),
+    "tflops": ("tflops_per_gpu", 1.0),  # Megatron-DeepSpeed: ``TFLOPs: 78.46``
+    "samples per second": ("samples_per_s", 1.0),  # Megatron-DeepSpeed
+    "samples/sec": ("samples_per_s", 1.0),  # GPT-NeoX
+    "lm_loss": ("loss", 1.0),  # GPT-NeoX
+    "approx flops per gpu": ("tflops_per_gpu", 1.0),  # GPT-NeoX, as human_readable_flops writes it
     "number of nan iterations": ("nan_iterations", 1.0),
 }
 _INT_FIELDS = ("global_batch_size", "nan_iterations")
+_FLOPS = re.compile(r"([\d.]+)\s*([KMGTPE]?)FLOPS")  # GPT-NeoX's human_readable_flops: 150.3TFLOPS
+_TERA_PER_PREFIX = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6}
 
 
 def _fields(rest: str) -> dict[str, str]:
@@ -58,14 +68,20 @@ def parse_megatron_line(text: str, lineno: int) -> StepMetrics | None:
     if step is None:
         return None
     values: dict[str, float | int] = {}
-    for name, value in _fields(match.group(2)).items():
+    fields = _fields(match.group(2))
+    if "samples/sec" in text[: match.start()]:  # GPT-NeoX's one field before the iteration
+        fields.update(_fields(text[: match.start()]))
+    for name, value in fields.items():
         target = _FIELDS.get(name)
         if target is None:
             continue
         try:
             number = float(value) * target[1]  # float() reads Megatron's "NAN" / "INF" too
         except ValueError:
-            continue
+            flops = _FLOPS.fullmatch(value)
+            if flops is None:
+                continue
+            number = float(flops.group(1)) * _TERA_PER_PREFIX[flops.group(2)]
         if target[0] in _INT_FIELDS:
             count = finite_int(number)  # a count, never NaN: such a field is not read
             if count is None:

@@ -23,6 +23,7 @@ from lmspec.compiler.observe.logs.scout import Needle, Scout
 from lmspec.compiler.observe.logs.settings import parse_setting
 from lmspec.compiler.observe.logs.stats import DEFAULT_WARMUP_STEPS
 from lmspec.compiler.observe.logs.table import StepTable
+from lmspec.compiler.observe.logs.torchtitan import parse_torchtitan_line
 from lmspec.compiler.observe.logs.user_regex import compile_user_regex, parse_user_line
 from lmspec.compiler.observe.metrics_record import StepMetrics
 
@@ -31,10 +32,22 @@ RUN_DIR_LOGS: tuple[str, ...] = (METRICS, "train.log", "stdout.log", "stderr.log
 
 # A text line yields something only if it holds one of these: Megatron's iteration line
 # ("iteration"), its memory report ("memory (MB)"), lmspec's stdout line (" | loss "), both
-# DeepSpeed lines ("step="), a start-up setting (every name in lmspec.compiler.observe.logs.settings ends in
-# "_size", is "seq_length" or ends in "_per_gpu", and is followed by a space).
+# DeepSpeed lines ("step=", the old timer's "SamplesPerSec="), torchtitan's ("step:"), a start-up setting
+# (every name in lmspec.compiler.observe.logs.settings ends in "_size", is "seq_length" or ends in
+# "_per_gpu", and is followed by a space).
 TEXT_NEEDLES = tuple(
-    Needle(n) for n in (b"iteration", b"memory (MB)", b" | loss ", b"step=", b"_size ", b"seq_length ", b"_per_gpu ")
+    Needle(n)
+    for n in (
+        b"iteration",
+        b"memory (MB)",
+        b" | loss ",
+        b"step=",
+        b"SamplesPerSec=",
+        b"step:",
+        b"_size ",
+        b"seq_length ",
+        b"_per_gpu ",
+    )
 )
 # A metrics.jsonl line is a step only with a "step" key: written plainly, or with \u escapes.
 JSONL_NEEDLES = (Needle(b'"step"'), Needle(b"\\"))
@@ -103,6 +116,8 @@ class LogParser:
         record, kind = parse_megatron_line(text, lineno), "megatron"
         if record is None:
             record, kind = parse_deepspeed_line(text, lineno), "deepspeed"
+        if record is None:
+            record, kind = parse_torchtitan_line(text, lineno), "torchtitan"
         if record is None:
             record, kind = StepMetrics.from_text(text, lineno), "lmspec-stdout"
         peak = parse_megatron_memory(text)

@@ -15,7 +15,16 @@ from lmspec.compiler.observe.logs.stats import Summary, skips_warmup, summarize
 from lmspec.compiler.observe.logs.throughput import rates_of, verdict
 
 # the metrics of a report, in the order they are summarised (tokens_per_s_per_gpu with a job)
-_SERIES = ("step_time_s", "tokens_per_s", "mfu", "hfu", "loss", "grad_norm", "logged_tflops_per_gpu")
+_SERIES = (
+    "step_time_s",
+    "tokens_per_s",
+    "mfu",
+    "hfu",
+    "loss",
+    "grad_norm",
+    "logged_tflops_per_gpu",
+    "logged_tokens_per_s_per_gpu",
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
             record.loss,
             record.grad_norm,
             record.tflops_per_gpu,
+            record.tokens_per_s_per_gpu,
         )
         for append, value in zip(appends, values, strict=True):
             if value is not None:
@@ -100,8 +110,19 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
         peak_memory_bytes=peak,
         gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * GIB) if context else None,
         verdict=verdict(mfu.mean) if mfu else None,
-        warnings=_mismatches(parsed.settings, context) + parsed.notes,
+        warnings=_broken_rules(context) + _mismatches(parsed.settings, context) + parsed.notes,
     )
+
+
+def _broken_rules(context: RunContext | None) -> list[str]:
+    """What lmspec would refuse to compile in a job given by flags (its numbers are used all the same)."""
+    if context is None:
+        return []
+    return [
+        f"the job given breaks a rule (its numbers are used anyway): {p.line()}"
+        for p in context.plan.warnings
+        if p.severity == "error"
+    ]
 
 
 def _mismatches(settings: dict[str, int], context: RunContext | None) -> list[str]:
@@ -144,6 +165,7 @@ _LABELS = {
     "loss": "loss",
     "grad_norm": "grad norm",
     "logged_tflops_per_gpu": "TFLOP/s/GPU (as logged)",
+    "logged_tokens_per_s_per_gpu": "tokens/s/GPU (as logged)",
 }
 _PERCENT = ("mfu", "hfu")
 

@@ -24,10 +24,13 @@ class StepRates:
 
 
 def tokens_per_s(record: StepMetrics, context: RunContext | None, log_seq_length: int | None) -> float | None:
-    """As logged, else from samples/s or the step time and the global batch the log states (else the
-    job's tokens per step); the job's sequence length (else the one the log printed at start-up)."""
+    """As logged (torchtitan's per device, times the job's GPUs), else from samples/s or the step time
+    and the global batch the log states (else the job's tokens per step); the job's sequence length
+    (else the one given or printed at start-up)."""
     if record.tokens_per_s is not None:
         return record.tokens_per_s
+    if record.tokens_per_s_per_gpu is not None and context is not None:
+        return record.tokens_per_s_per_gpu * context.n_gpus
     seq = context.seq_length if context is not None else log_seq_length
     if seq is None:
         return None
