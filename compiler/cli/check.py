@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import argparse
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
 from lmspec.compiler.errors import EXIT_OK, print_problems
 from lmspec.compiler.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="validate only: every problem at once")
+    p = sub.add_parser(
+        "check",
+        help="validate only: every problem at once",
+        **described(
+            "Compose the spec (lmspec's defaults, your --spec, then the overrides), check its shape against the "
+            "schema and every rule (world size, divisibility, TP inside a node, the memory budget, ...), and "
+            "print every problem with the key, where its value came from, and the fix. Writes nothing; exit 1 "
+            "on an error.",
+            "lmspec check",
+            "lmspec check model=llama3_8b hardware=h100_80g hardware.nodes=2 parallel.tp=8",
+            "lmspec check --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml train.seq_length=8192",
+        ),
+    )
     add_spec_args(p)
     p.set_defaults(handler=_cmd_check)
 

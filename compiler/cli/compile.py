@@ -7,12 +7,26 @@ import argparse
 import sys
 from pathlib import Path
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compile", help="validate and write build/<name>/")
+    p = sub.add_parser(
+        "compile",
+        help="validate and write build/<name>/",
+        **described(
+            "Check the spec as `lmspec check` does, then write its reviewed artifacts to build/<name>/: "
+            "plan.json, REPORT.md, the ds_config or Megatron arguments, torchrun and Slurm scripts, NCCL "
+            "env, conversion mappings and vLLM serve args. An earlier lmspec build there is replaced whole; "
+            "--check writes nothing and exits 1 when the build on disk is stale (for CI).",
+            "lmspec compile",
+            "lmspec compile --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml",
+            "lmspec compile model=tiny parallel.tp=2 -o build",
+            "lmspec compile --check --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml",
+        ),
+    )
     add_spec_args(p)
     p.add_argument("-o", "--output", type=Path, default=Path("build"), help="build root (default: build)")
     p.add_argument("--check", action="store_true", help="do not write; exit 1 if the build on disk is stale")

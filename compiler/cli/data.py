@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -65,11 +66,24 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    data = subparsers.add_parser("data", help="prepare your own data for training")
+    data = subparsers.add_parser(
+        "data",
+        help="prepare your own data for training",
+        **described(
+            "Turn your own corpus into the Megatron indexed dataset train.data.sources reads.",
+            "lmspec data prepare corpus.jsonl --tokenizer /models/Meta-Llama-3-8B --output data/corpus",
+        ),
+    )
     verbs = data.add_subparsers(dest="data_command", required=True, metavar="VERB")
     p = verbs.add_parser(
         "prepare",
         help="tokenize .jsonl/.jsonl.gz/parquet/text files into a Megatron PREFIX.bin/.idx for train.data.sources",
+        **described(
+            "Tokenize documents with a Hugging Face tokenizer into PREFIX.bin/PREFIX.idx (megatron-core's "
+            "indexed dataset), then point train.data.sources at PREFIX.",
+            "lmspec data prepare corpus.jsonl --tokenizer /models/Meta-Llama-3-8B --output data/corpus",
+            "lmspec data prepare shard-*.parquet --tokenizer /models/Qwen2.5-7B --output data/web",
+        ),
     )
     p.add_argument(
         "inputs",

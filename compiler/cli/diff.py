@@ -30,6 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what a spec change does to every artifact and to the key numbers",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        + "\n".join(
+            (
+                "  lmspec diff --against HEAD --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml",
+                "  lmspec diff build/tiny build/tiny_tp2",
+                "  lmspec diff --stat --against origin/main --spec specs/llama3_70b_pretrain_64gpu_h100_bf16.yaml",
+            )
+        ),
     )
     p.add_argument(
         "--against",

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.cli.help_text import described
+
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     import dataclasses
@@ -44,7 +46,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     from lmspec.compiler.cli.logs import add_job_args
 
-    p = subparsers.add_parser("doctor", help="recognise known failures in a log and name the spec keys to change")
+    p = subparsers.add_parser(
+        "doctor",
+        help="recognise known failures in a log and name the spec keys to change",
+        **described(
+            "Read a training or serving log (Megatron-LM, DeepSpeed, torchtitan, vLLM, torchrun, Slurm output) "
+            "for known failure signatures: NCCL timeouts and network errors, rendezvous failures, CUDA and host "
+            "OOM, NaN loss, Slurm time limits and preemption, checkpoint mismatches, vLLM KV cache and parallel "
+            "errors. Each finding quotes its log lines and names the spec keys to change, with values computed "
+            "from the build when --build (or the job flags) is given. Exit 0 healthy, 1 a failure found.",
+            "lmspec doctor runs/tiny/train.log",
+            "lmspec doctor slurm-train-4242.out --build build/llama3_8b",
+            "lmspec doctor vllm.log --format json",
+        ),
+    )
     p.add_argument("log", type=Path, help="a training or serving log (or a run directory)")
     add_job_args(p)
     p.add_argument("--format", choices=("text", "json"), default="text")

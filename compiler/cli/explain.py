@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
 from lmspec.compiler.errors import EXIT_OK, print_problems
 from lmspec.compiler.models.steptime import estimate_step_time
@@ -52,7 +53,17 @@ def explain_json(plan: Plan, origins: Origins) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="the resolved spec with where each value came from, and derived numbers")
+    p = sub.add_parser(
+        "explain",
+        help="the resolved spec with where each value came from, and derived numbers",
+        **described(
+            "Print the resolved spec, each value with the file and line (or override) it came from, and the "
+            "numbers lmspec derives from it: parameters, memory per GPU by term, FLOPs, communication.",
+            "lmspec explain",
+            "lmspec explain model=deepseek_v3 hardware=h800_80g hardware.nodes=256 parallel.pp=16 parallel.ep=64",
+            "lmspec explain --spec specs/llama3_70b_pretrain_64gpu_h100_bf16.yaml --format json",
+        ),
+    )
     add_spec_args(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(handler=_cmd_explain)

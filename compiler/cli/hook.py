@@ -21,6 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="pre-commit/CI checks of a spec repository (specs/*.yaml -> build/)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        + "\n".join(
+            (
+                "  lmspec hook check",
+                "  lmspec hook compile-check specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml",
+            )
+        ),
     )
     p.add_argument(
         "mode",

@@ -18,13 +18,23 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_OK, UsageError
 
 IMPORT_HEADER = "# Imported by `lmspec import-model` from "  # an existing file not starting so is not replaced
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import-model", help="write a model group file from a Hugging Face config.json")
+    p = sub.add_parser(
+        "import-model",
+        help="write a model group file from a Hugging Face config.json",
+        **described(
+            "Translate a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek) into an "
+            "lmspec model group file, so `model=NAME` describes your own model.",
+            "lmspec import-model /models/Qwen2.5-7B/config.json -o specs/model/qwen2_5_7b.yaml",
+            "lmspec import-model /models/my-model -o specs/model/mine.yaml --name mine",
+        ),
+    )
     p.add_argument("source", type=Path, metavar="CONFIG_JSON_OR_DIR", help="a config.json, or the directory holding it")
     p.add_argument("-o", "--output", type=Path, required=True, help="the file to write, e.g. specs/model/NAME.yaml")
     p.add_argument("--name", help="model.name (default: the output file's stem)")

@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="scaffold a spec repository: specs/, schemas/, build/, CI, pre-commit",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        + "\n".join(("  lmspec init our-training-specs && cd our-training-specs && lmspec hook check",)),
     )
     p.add_argument("directory", type=Path, help="where to create it (may exist; no file is overwritten)")
     p.set_defaults(handler=run_init)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_OK
 
 if TYPE_CHECKING:
@@ -98,7 +99,20 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     from lmspec.compiler.observe.logs.stats import DEFAULT_WARMUP_STEPS
 
-    p = subparsers.add_parser("logs", help="tokens/s, MFU, HFU and peak memory from a training log")
+    p = subparsers.add_parser(
+        "logs",
+        help="tokens/s, MFU, HFU and peak memory from a training log",
+        **described(
+            "Read the steps of a training log (lmspec's metrics.jsonl or stdout, Megatron-LM, Megatron-DeepSpeed, "
+            "GPT-NeoX, DeepSpeed, torchtitan, or any format through --regex) and summarise step time, tokens/s, "
+            "MFU/HFU, loss and peak memory over the steady steps; with the job (--build, or the flags) MFU uses "
+            "lmspec's FLOPs model.",
+            "lmspec logs runs/tiny",
+            "lmspec logs train.log --build build/llama3_8b --plot steps.svg",
+            "lmspec logs torchtitan.log --model llama3_8b --hardware h100_80g --gpus 64 --seq-length 8192",
+            "lmspec logs my.log --regex 'step (?P<step>\\d+) loss (?P<loss>\\S+) (?P<step_time_ms>[\\d.]+)ms'",
+        ),
+    )
     p.add_argument(
         "log",
         type=Path,

@@ -46,6 +46,25 @@ def _command_modules(argv: Sequence[str]) -> tuple[str, ...]:
     return (module,) if module in COMMAND_MODULES else COMMAND_MODULES
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """A command's parser that takes overrides and flags in any order (`lmspec plan --top 3
+    train.seq_length=32768`): argparse's intermixed parsing, for every command without verbs of its own."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        takes_verbs = any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions())
+        if self._intermixing or takes_verbs:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True  # parse_known_intermixed_args calls parse_known_args twice itself
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     from lmspec.compiler import __version__
 
@@ -56,7 +75,7 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
         ),
     )
     parser.add_argument("--version", action="version", version=f"lmspec {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_IntermixedParser)
     for module in modules:
         importlib.import_module(module).register(sub)
     return parser

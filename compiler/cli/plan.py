@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.spec.kinds import NODES_MAX
 
@@ -209,7 +210,19 @@ def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("plan", help="search every legal layout and rank those that fit (no GPU needed)")
+    p = subparsers.add_parser(
+        "plan",
+        help="search every legal layout and rank those that fit (no GPU needed)",
+        **described(
+            "Search every layout lmspec's rules accept for the spec's model and hardware (TP, PP, DP, CP, EP, "
+            "backend, ZeRO or distributed optimizer, micro batch, recompute), keep those whose memory fits, "
+            "and rank them by the step-time model; the winner is printed as the `lmspec compile` command "
+            "that builds it.",
+            "lmspec plan model=llama3_8b hardware=h100_80g --gpus 64",
+            "lmspec plan --spec specs/llama3_70b_pretrain_64gpu_h100_bf16.yaml --top 5",
+            "lmspec plan model=llama3_70b hardware=h100_80g --gpus 64..256 --objective cost",
+        ),
+    )
     p.add_argument("--spec", type=Path, default=None, help="a spec file of your own, or a built-in preset name")
     p.add_argument(
         "overrides",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lmspec.compiler.build.reader import Build
+from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.spec.sections import training
 
 STAGES: dict[str, str] = {
@@ -39,7 +40,19 @@ STAGE_HELP = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("run", help="run a compiled build: train, import, convert, verify, serve")
+    p = subparsers.add_parser(
+        "run",
+        help="run a compiled build: train, import, convert, verify, serve",
+        **described(
+            "Run a build `lmspec compile` wrote (its manifest is checked first). Without --stage a job that "
+            "trains trains, and a serve-only job serves.\n\n" + STAGE_HELP[0].upper() + STAGE_HELP[1:] + ".",
+            "lmspec run build/tiny",
+            "lmspec run build/tiny --dry-run",
+            "lmspec run build/llama3_8b --stage import --from /models/Meta-Llama-3-8B",
+            "lmspec run build/tiny --stage convert && lmspec run build/tiny --stage verify",
+            "lmspec run build/tiny --stage serve",
+        ),
+    )
     p.add_argument("build_dir", type=Path, metavar="BUILD_DIR", help="a directory written by `lmspec compile`")
     p.add_argument("--stage", choices=tuple(STAGES), help=STAGE_HELP)
     p.add_argument("--dry-run", action="store_true", help="print the exact commands; run nothing")

@@ -105,7 +105,28 @@ def resolve_spec_file(spec_file: Path) -> Path:
 def _check_spec_file(spec_file: Path, files: YamlFiles) -> None:
     if spec_file.suffix != ".yaml":  # Hydra finds a config by its name + ".yaml"
         raise UsageError(f"--spec {spec_file}: expected a .yaml file (rename it to {spec_file.stem}.yaml)")
-    files.read(spec_file, primary=True)
+    data = files.read(spec_file, primary=True).data
+    if data and "defaults" not in data and (group := _group_of(data)) is not None:
+        raise UsageError(
+            f"--spec {display_path(spec_file)}: a {group} group file (its keys are {group}'s), not a whole spec; "
+            f"choose it with {group}={spec_file.stem} (from a specs/{group}/ folder beside your spec, or lmspec's "
+            f"own), or list it in a spec's defaults: `- {group}: {spec_file.stem}`"
+        )
+
+
+def _group_of(data: dict[str, Any]) -> str | None:
+    """The config group whose keys are all of a file's (a model preset passed as --spec), if one is."""
+    from lmspec.compiler.spec.schema import spec_schema
+
+    sections = spec_schema()["properties"]
+    keys = set(data) - {"name"}
+    if not keys or keys <= set(sections):
+        return None
+    for group, section in sections.items():
+        for option in [section, *section.get("anyOf", [])]:
+            if keys <= set(option.get("properties", {})):
+                return str(group)
+    return None
 
 
 # --- command-line overrides -------------------------------------------------------------------
@@ -580,6 +601,20 @@ def _known_keys() -> list[str]:
     return keys
 
 
+def _alias_or_hint(key: str, override: str, hint: str) -> str:
+    """What lmspec calls the key (from the alias table), else the nearest key; and where keys are
+    listed. No `+key` advice: the schema has no open mapping a new key could go in."""
+    from lmspec.compiler.spec.aliases import lmspec_keys
+
+    value = override.partition("=")[2]
+    keys = lmspec_keys(key)
+    if len(keys) == 1:
+        said = f"; lmspec calls it {keys[0]}: {keys[0]}={value}"
+    else:
+        said = f"; lmspec has {' and '.join(keys)}" if keys else hint
+    return f"{said} (every key: `lmspec schema`, schemas/spec.schema.json)"
+
+
 def did_you_mean(word: str, candidates: list[str]) -> str:
     import difflib  # only on the error path
 
@@ -614,11 +649,7 @@ def _rephrase(exc: Exception, overrides: list[str], reads: _Reads | None = None)
                     f"{section}={{{key.rpartition('.')[2]}: ..., ...}}, or choose a preset that has one"
                 )
             elif hydra_compat.cannot_override(text, key):
-                message = (
-                    f"{key} (command-line override): unknown key{hint} "
-                    f"(to add a new key use +{key}=...; lmspec's schema "
-                    "allows only the keys in schemas/spec.schema.json)"
-                )
+                message = f"{key} (command-line override): unknown key{_alias_or_hint(key, override, hint)}"
             else:
                 message = f"{key} (command-line override): already set; drop the '+' to override it"
             return SpecError([error(key, message)])

@@ -27,6 +27,7 @@ from jsonschema.exceptions import ValidationError
 
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.paths import SCHEMA_FILE
+from lmspec.compiler.spec.aliases import lmspec_keys
 from lmspec.compiler.spec.kinds import KINDS, control_character
 from lmspec.compiler.spec.load import did_you_mean
 from lmspec.compiler.spec.provenance import Origins
@@ -208,7 +209,7 @@ def _problem(err: ValidationError, origins: Origins, root: Any) -> list[Problem]
             out.append(
                 error(
                     full,
-                    f"{full} ({origins.of(full)}): unknown key{did_you_mean(full, full_allowed)} "
+                    f"{full} ({origins.of(full)}): unknown key{_alias_or_nearest(full, full_allowed)} "
                     f"Keys allowed in {key or 'the spec'}: {', '.join(allowed)}",
                 )
             )
@@ -242,3 +243,9 @@ def schema_problems(spec: dict[str, Any], origins: Origins) -> list[Problem]:
                 seen.add((problem.key, problem.message))
                 problems.append(problem)
     return problems
+
+
+def _alias_or_nearest(key: str, allowed: list[str]) -> str:
+    """The key lmspec uses for a name people type (tensor_model_parallel_size), else the nearest key."""
+    keys = lmspec_keys(key)
+    return f"; lmspec calls it {' or '.join(keys)}." if keys else did_you_mean(key, allowed)

@@ -39,9 +39,9 @@ print(json.dumps({{"code": code, "cli": sorted(m for m in sys.modules if m.start
 @pytest.mark.parametrize(
     ("argv", "loaded"),
     [
-        (["check"], ["check", "main", "spec_args"]),
-        (["compile", "--check", "-o", "{out}"], ["compile", "main", "spec_args"]),  # not the sweep
-        (["schema"], ["main", "schema"]),
+        (["check"], ["check", "help_text", "main", "spec_args"]),  # help_text: every verb's --help text
+        (["compile", "--check", "-o", "{out}"], ["compile", "help_text", "main", "spec_args"]),  # not the sweep
+        (["schema"], ["help_text", "main", "schema"]),
     ],
     ids=["check", "compile", "schema"],
 )

@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 
 BAD_YAML = "defaults:\n  - model: tiny\nparallel: {tp: 2\n"
 UNKNOWN_KEY = "defaults:\n  - config\n  - _self_\nparallel:\n  tpp: 2\n"
@@ -52,6 +53,23 @@ CASES = [
         ["+parallel.tpp=2"], 1, ["parallel.tpp", "unknown key", "did you mean parallel.tp?"], id="unknown-added"
     ),
     pytest.param(["+trian.steps=3"], 1, ["trian", "unknown key", "did you mean train?"], id="unknown-section"),
+    # the names people type for lmspec's keys (compiler/spec/aliases.py), and never a "+key" the schema rejects
+    pytest.param(["tp=2"], 1, ["tp (", "lmspec has parallel.tp and serve.tp"], id="alias-tp"),
+    pytest.param(
+        ["parallel.tensor_parallel=2"], 1, ["lmspec calls it parallel.tp: parallel.tp=2"], id="alias-in-its-section"
+    ),
+    pytest.param(
+        ["tensor_model_parallel_size=4"], 1, ["lmspec has parallel.tp and serve.tp"], id="alias-megatron-flag"
+    ),
+    pytest.param(["world_size=16"], 1, ["lmspec has hardware.nodes and hardware.gpus_per_node"], id="alias-world-size"),
+    pytest.param(["train.lr=1e-4"], 1, ["lmspec calls it train.optimizer.lr: train.optimizer.lr=1e-4"], id="alias-lr"),
+    pytest.param(["+parallel.pipeline_model_parallel_size=2"], 1, ["lmspec calls it parallel.pp."], id="alias-added"),
+    pytest.param(
+        ["--spec", str(ROOT / "specs" / "model" / "llama3_8b.yaml")],
+        2,
+        ["a model group file", "not a whole spec", "model=llama3_8b", "`- model: llama3_8b`"],
+        id="group-file-as-spec",
+    ),
     pytest.param(["+parallel.tp=2"], 1, ["parallel.tp", "drop the '+'"], id="append-existing"),
     # missing required
     pytest.param(["~model.hidden_size"], 1, ["model.hidden_size: missing"], id="missing-hidden"),

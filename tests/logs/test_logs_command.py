@@ -253,3 +253,13 @@ def test_every_job_flag_works_alone(lmspec, flags: tuple[str, str], job: str, br
     broken_rules = [w for w in report["warnings"] if w.startswith("the job given breaks a rule")]
     assert (broken is None) == (not broken_rules)
     assert broken is None or broken in broken_rules[0]
+
+
+def test_a_cpu_run_gets_no_gpu_verdict(lmspec, tmp_path: Path) -> None:
+    """The README's job (the tiny model on the cpu preset): its MFU is shown, not judged by GPU thresholds."""
+    assert lmspec("compile", "-o", str(tmp_path)).code == 0
+    report = _report(
+        lmspec, str(LOG_DATA / "corpus" / "healthy-lmspec-run-tiny-readme-job.log"), "--build", str(tmp_path / "tiny")
+    )
+    assert report["metrics"]["mfu"]["mean"] > 0
+    assert report["verdict"].endswith("on a CPU preset: no verdict (the GPU thresholds do not apply to CPU ranks)")

@@ -12,7 +12,7 @@ from lmspec.compiler.models.units import GIB
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.observe.logs.records import ParsedLog
 from lmspec.compiler.observe.logs.stats import Summary, skips_warmup, summarize
-from lmspec.compiler.observe.logs.throughput import rates_of, verdict
+from lmspec.compiler.observe.logs.throughput import cpu_note, rates_of, verdict
 
 # the metrics of a report, in the order they are summarised (tokens_per_s_per_gpu with a job)
 _SERIES = (
@@ -109,7 +109,9 @@ def build_report(parsed: ParsedLog, context: RunContext | None, warmup_steps: in
         last_loss=last_loss,
         peak_memory_bytes=peak,
         gpu_memory_bytes=int(context.spec.hardware.gpu.memory_gib * GIB) if context else None,
-        verdict=verdict(mfu.mean) if mfu else None,
+        verdict=(verdict(mfu.mean) if context is None or context.plan.device == "gpu" else cpu_note(mfu.mean))
+        if mfu
+        else None,
         warnings=_broken_rules(context) + _mismatches(parsed.settings, context) + parsed.notes,
     )
 

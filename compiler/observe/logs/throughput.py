@@ -76,3 +76,9 @@ def verdict(mfu: float) -> str:
         f"MFU {mfu:.1%}: above what training usually reaches; check the GPU peak "
         "(hardware.gpu.bf16_tflops), the GPU count and the sequence length given"
     )
+
+
+def cpu_note(mfu: float) -> str:
+    """A CPU run's MFU, without the GPU thresholds above: a CPU preset's peak is nominal, and its
+    ranks talk over shared memory, so neither "communication bound" nor "healthy" means anything."""
+    return f"MFU {mfu:.1%} on a CPU preset: no verdict (the GPU thresholds do not apply to CPU ranks)"
