@@ -14,6 +14,7 @@ from typing import Any, Literal
 from lmspec.compiler import __version__
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import Problem, UsageError
+from lmspec.compiler.models.checkpoint_size import CheckpointSize, checkpoint_size
 from lmspec.compiler.models.comm import CommEstimate, estimate_comm
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
@@ -21,8 +22,10 @@ from lmspec.compiler.models.samples import SplitSamples, split_samples
 from lmspec.compiler.models.serve_decode import ServeNumbers, serve_numbers
 from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
+from lmspec.compiler.models.steptime import StepTime, estimate_step_time
 from lmspec.compiler.models.summary import (
     FlopsSummary,
+    checkpoint_dict,
     comm_dict,
     flops_dict,
     flops_summary,
@@ -86,6 +89,9 @@ class TrainPlan:
     memory: TrainMemory  # per-GPU training memory of every pipeline stage
     flops: FlopsSummary
     comm: CommEstimate  # communication per step against compute, nothing overlapped
+    checkpoint: CheckpointSize  # bytes per save, the disk keep_last_k saves hold, the time a save takes
+    # Not in plan.json (as `lmspec explain` shows it, apart): the step time `lmspec plan` ranks this layout by.
+    step_time: StepTime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,8 +147,7 @@ class Plan:
         return self.spec.convert
 
     def spec_dict(self) -> dict[str, Any]:
-        """The resolved spec as plain data (lists, not tuples), in the sections' order."""
-        return _plain(dataclasses.asdict(self.spec))
+        return spec_dict(self.spec)
 
     def derived_dict(self) -> dict[str, Any]:
         """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec.
@@ -164,6 +169,7 @@ class Plan:
                 else None
             ),
             "comm": comm_dict(t.comm) if t else None,
+            "checkpoint": checkpoint_dict(t.checkpoint) if t else None,
         }
 
     def to_document(self) -> dict[str, Any]:
@@ -197,6 +203,11 @@ def _first_difference(found: Any, expected: Any, path: str = "") -> str:
 
 
 _MISSING = object()
+
+
+def spec_dict(spec: Spec) -> dict[str, Any]:
+    """The resolved spec as plain data (lists, not tuples), in the sections' order."""
+    return _plain(dataclasses.asdict(spec))
 
 
 def run_paths(spec: Spec) -> RunPaths:
@@ -286,6 +297,8 @@ def train_plan(spec: TrainingSpec) -> TrainPlan:
     assert memory is not None, "validate() guarantees a legal layout"
     comm = estimate_comm(spec, memory)
     assert comm is not None, "validate() guarantees a legal layout"
+    step = estimate_step_time(spec, memory)
+    assert step is not None, "validate() guarantees a legal layout"
     return TrainPlan(
         spec=spec,
         layout=layout,
@@ -293,4 +306,6 @@ def train_plan(spec: TrainingSpec) -> TrainPlan:
         memory=memory,
         flops=flops_summary(spec, batch.tokens_per_step, dims.world),
         comm=comm,
+        checkpoint=checkpoint_size(spec),
+        step_time=step,
     )

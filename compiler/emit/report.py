@@ -15,10 +15,36 @@ from lmspec.compiler.capabilities import capabilities_of, target_of
 from lmspec.compiler.emit.deepspeed_config import optimizer_summary
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
+from lmspec.compiler.emit.report_format import (
+    amount,
+    count,
+    days,
+    flops,
+    gib,
+    gib_gb,
+    memory_unit,
+    percent,
+    rate,
+    seconds,
+    storage,
+)
 from lmspec.compiler.emit.serve import serve_report_rows
+from lmspec.compiler.models.comm import COMPUTE_EFFICIENCY
+from lmspec.compiler.models.summary import step_estimate
 from lmspec.compiler.models.train_memory import TERMS
-from lmspec.compiler.models.units import GB, GIB
 from lmspec.compiler.plan import Plan
+
+# REPORT.md's names of the step-time terms (compiler/models/summary.py STEP_TERMS)
+STEP_TERM_LABELS = {
+    "compute": "compute",
+    "tp_comm": "tp",
+    "ep_comm": "ep",
+    "cp_comm": "cp",
+    "pp_comm": "pp",
+    "bubble": "pipeline bubble",
+    "dp_comm": "dp",
+    "optimizer": "optimizer step",
+}
 
 
 def emit_report(plan: Plan) -> dict[str, str]:
@@ -51,9 +77,9 @@ def _training(plan: Plan) -> dict[str, Any]:
     train = plan.trained()
     s, layout = train.spec, train.layout
     rows = [
-        ("world size", f"{layout.world_size} = {layout.nodes} node(s) x {layout.gpus_per_node}"),
-        ("tp x pp x dp x cp", f"{layout.tp} x {layout.pp} x {layout.dp} x {layout.cp}"),
-        ("ep x etp (expert dp)", f"{layout.ep} x {layout.etp} ({layout.expert_dp})"),
+        ("world size", f"{count(layout.world_size)} = {count(layout.nodes)} node(s) x {count(layout.gpus_per_node)}"),
+        ("tp x pp x dp x cp", " x ".join(count(n) for n in (layout.tp, layout.pp, layout.dp, layout.cp))),
+        ("ep x etp (expert dp)", f"{count(layout.ep)} x {count(layout.etp)} ({count(layout.expert_dp)})"),
         ("layers per stage", ", ".join(map(str, layout.stage_layers))),
         ("sequence parallel", "yes" if layout.sequence_parallel else "no"),
         ("optimizer sharding", _sharding(plan)),
@@ -64,10 +90,11 @@ def _training(plan: Plan) -> dict[str, Any]:
     batch_rows = [
         (
             "micro batch x grad accum x dp",
-            f"{batch.micro_batch_size} x {batch.grad_accum_steps} x {layout.dp} = {batch.global_batch_size} sequences",
+            f"{count(batch.micro_batch_size)} x {count(batch.grad_accum_steps)} x {count(layout.dp)} "
+            f"= {count(batch.global_batch_size)} sequences",
         ),
-        ("sequence length", f"{batch.seq_length:,}"),
-        ("tokens per step", f"{batch.tokens_per_step:,}"),
+        ("sequence length", count(batch.seq_length)),
+        ("tokens per step", count(batch.tokens_per_step)),
     ]
     return {
         "target": _target_line(plan),
@@ -75,10 +102,12 @@ def _training(plan: Plan) -> dict[str, Any]:
         "batch_rows": batch_rows,
         "data": data_section(plan),
         "source_columns": SOURCE_COLUMNS,
+        "memory_unit": _memory_unit(plan),
         "memory_rows": _memory_rows(plan),
         "memory_note": _memory_note(plan),
         "chart": MEMORY_CHART,
         "flops_rows": _flops_rows(plan),
+        "checkpoint_rows": _checkpoint_rows(plan),
     }
 
 
@@ -100,13 +129,10 @@ def _b(n: float) -> str:
     return f"{n / 1e9:,.2f} B" if n >= 1e9 else f"{n / 1e6:,.2f} M" if n >= 1e6 else f"{n:,}"
 
 
-def _gib_gb(n_bytes: float) -> tuple[str, str]:
-    """Two decimals, or four significant digits below 1 (the CPU presets' megabytes stay visible)."""
-
-    def fmt(x: float) -> str:
-        return f"{x:,.2f}" if x >= 1 or x == 0 else f"{x:.4g}"
-
-    return fmt(n_bytes / GIB), fmt(n_bytes / GB)
+def _memory_unit(plan: Plan) -> tuple[str, str]:
+    """The memory table's units, chosen by its worst stage (the CPU presets' megabytes stay visible)."""
+    unit = memory_unit(plan.trained().memory.worst.total_bytes)
+    return unit.binary, unit.decimal
 
 
 def _params_rows(plan: Plan) -> list[tuple[str, str]]:
@@ -134,12 +160,17 @@ def _params_rows(plan: Plan) -> list[tuple[str, str]]:
 
 def _memory_rows(plan: Plan) -> list[tuple[str, str, str]]:
     worst = plan.trained().memory.worst
-    rows = [(term, *_gib_gb(value)) for term, value in worst.terms().items()]
-    total_gib, total_gb = _gib_gb(worst.total_bytes)
-    rows.append(("**total**", f"**{total_gib}**", f"**{total_gb}**"))
-    rows.append(("usable (device minus reserve)", *_gib_gb(plan.trained().memory.budget_bytes)))
+    unit = memory_unit(worst.total_bytes)
+
+    def both(n_bytes: float) -> tuple[str, str]:
+        return amount(n_bytes, unit), amount(n_bytes, unit, decimal=True)
+
+    rows = [(term, *both(value)) for term, value in worst.terms().items()]
+    total_binary, total_decimal = both(worst.total_bytes)
+    rows.append(("**total**", f"**{total_binary}**", f"**{total_decimal}**"))
+    rows.append(("usable (device minus reserve)", *both(plan.trained().memory.budget_bytes)))
     if worst.host_bytes:
-        rows.append(("offloaded to host", *_gib_gb(worst.host_bytes)))
+        rows.append(("offloaded to host", *both(worst.host_bytes)))
     return rows
 
 
@@ -155,26 +186,46 @@ def _memory_note(plan: Plan) -> str:
 
 
 def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
-    f = plan.trained().flops
+    """FLOPs, the step-time floor (100% MFU), the one estimated step time (`lmspec plan`'s and `lmspec
+    explain`'s) with its terms, and the unoverlapped communication the communication warning weighs."""
+    train = plan.trained()
+    f, c = train.flops, train.comm
+    est = step_estimate(f, train.step_time)
     rows = [
-        ("model FLOPs per token", f"{f.per_token:.4g}"),
-        ("hardware FLOPs per token (with recompute)", f"{f.hardware_per_token:.4g}"),
-        ("step time at 100% MFU", f"{f.ideal_step_time_s:.4g} s ({f.n_gpus} x {f.peak_tflops_per_gpu:g} TFLOP/s)"),
-    ]
-    c = plan.trained().comm
-    rows.append(
+        ("model FLOPs per token", flops(f.per_token)),
+        ("hardware FLOPs per token (with recompute)", flops(f.hardware_per_token)),
+        (
+            "step time at 100% MFU (the floor)",
+            f"{seconds(f.ideal_step_time_s)} ({count(f.n_gpus)} x {f.peak_tflops_per_gpu:g} TFLOP/s)",
+        ),
+        (
+            "**estimated step time**",
+            f"**{seconds(est.step_time_s)}**: {rate(est.tokens_per_s)} tokens/s, {rate(est.tokens_per_s_per_gpu)} "
+            f"tokens/s per GPU, MFU {percent(est.mfu)} (HFU {percent(est.hfu)}), "
+            f"{days(est.days_per_trillion_tokens)} per 1T tokens",
+        ),
+        (
+            "estimated step time, by term",
+            ", ".join(
+                f"{STEP_TERM_LABELS[term]} {seconds(value)} ({percent(value / est.step_time_s)})"
+                for term, value in est.terms_s.items()
+                if value
+            )
+            + " (exposed time: overlapped communication hidden; compiler/models/steptime.py)",
+        ),
         (
             "communication per step (nothing overlapped)",
             ", ".join(
-                f"{k} {v:.3g} s" for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("pp", c.pp_s)) if v
+                f"{k} {seconds(v)}" for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("pp", c.pp_s)) if v
             )
-            + f" = {c.ratio_to_compute:.0%} of compute time"
+            + f" = {percent(c.ratio_to_compute)} of {seconds(c.compute_s)} of compute at "
+            f"{percent(COMPUTE_EFFICIENCY)} MFU (what the communication warning weighs)"
             if c.total_s
             else "none",
-        )
-    )
+        ),
+    ]
     gpu = plan.spec.hardware.gpu
-    if plan.trained().spec.train.precision == "fp8":
+    if train.spec.train.precision == "fp8":
         rows.append(
             (
                 "MFU with FP8 GEMMs",
@@ -182,16 +233,40 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
                 f"FP8 runs; the GEMMs run at up to {gpu.fp8_tflops:g} TFLOP/s",
             )
         )
-    for point in (0.5, 0.4):
-        at = f.at(f.ideal_step_time_s / point)
-        rows.append(
-            (
-                f"at {point:.0%} MFU",
-                f"{at['step_time_s']:.4g} s/step, {at['tokens_per_s']:,.0f} tokens/s, "
-                f"{at['days_per_trillion_tokens']:,.4g} days per 1T tokens",
-            )
-        )
     return rows
+
+
+def _checkpoint_rows(plan: Plan) -> list[tuple[str, str]]:
+    """What one save writes and how long it holds the ranks (compiler/models/checkpoint_size.py)."""
+    train = plan.trained()
+    c, t = train.checkpoint, train.spec.train
+    parts = [
+        f"{c.weight_bytes_per_param} B {t.precision} weights" if c.weight_bytes_per_param else "",
+        f"{c.master_bytes_per_param} B fp32 master weights" if c.master_bytes_per_param else "",
+        f"{c.moment_bytes_per_param} B fp32 optimizer moments ({c.moments} per parameter)",
+    ]
+    state = " + ".join(part for part in parts if part)
+    return [
+        ("parameters saved", f"{count(c.params)}" + (" (with the MTP module)" if plan.params.mtp else "")),
+        ("bytes per parameter", f"{c.bytes_per_param} = {state}"),
+        ("per save", storage(c.bytes_per_save)),
+        (
+            f"kept (train.checkpoint.keep_last_k={c.saves_kept})",
+            f"{storage(c.kept_bytes)}; {storage(c.peak_bytes)} while the next save is written",
+        ),
+        (
+            "save time",
+            f"{seconds(c.save_s)}: written in {seconds(c.write_s)} at cluster.storage_write_gb_per_s="
+            f"{train.spec.cluster.storage_write_gb_per_s:g}, then hashed by rank 0 for the manifest in "
+            f"{seconds(c.manifest_s)} (every other rank waits in a barrier)",
+        ),
+        (
+            "collective timeout",
+            f"{seconds(c.timeout_s)} (cluster.nccl.timeout_minutes="
+            f"{train.spec.cluster.nccl.timeout_minutes}): "
+            + ("a save outlasts it (see the warnings)" if c.outlasts_timeout else "a save ends inside it"),
+        ),
+    ]
 
 
 def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
@@ -202,12 +277,12 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
     rows = [
         (
             "weights per GPU",
-            f"{v.weights_bytes_per_gpu / GIB:,.2f} GiB ({v.weights_bytes_per_gpu / GB:,.2f} GB), tp {s.tp} x pp {s.pp}",
+            f"{gib_gb(v.weights_bytes_per_gpu)}, tp {s.tp} x pp {s.pp}",
         ),
-        ("KV cache per token per GPU", f"{v.kv_cache_bytes_per_token:,} bytes"),
-        ("KV cache per GPU", f"{v.cache_budget_bytes / GIB:,.2f} GiB"),
-        ("tokens in cache (per engine)", f"{v.max_tokens_in_cache:,}"),
-        (f"concurrent sequences of {s.max_model_len:,} tokens (per engine)", f"{v.max_concurrent_seqs:,}"),
+        ("KV cache per token per GPU", f"{count(v.kv_cache_bytes_per_token)} bytes"),
+        ("KV cache per GPU", gib(v.cache_budget_bytes)),
+        ("tokens in cache (per engine)", count(v.max_tokens_in_cache)),
+        (f"concurrent sequences of {count(s.max_model_len)} tokens (per engine)", count(v.max_concurrent_seqs)),
     ]
     for role in numbers.roles:
         nodes = ", ".join(map(str, role.nodes))
@@ -224,9 +299,9 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"decode bound, {label}",
-                f"<= {bound.tokens_per_s:,.1f} tokens/s per engine, {bound.deployment_tokens_per_s:,.1f} for "
-                f"all {s.dp} engine(s) (bound: {bound.weights_read_bytes / GIB:,.2f} GiB of weights + "
-                f"{bound.kv_read_bytes / GIB:,.2f} GiB of KV read per GPU per step at {bandwidth:,g} GB/s, "
+                f"<= {rate(bound.tokens_per_s)} tokens/s per engine, {rate(bound.deployment_tokens_per_s)} for "
+                f"all {s.dp} engine(s) (bound: {gib(bound.weights_read_bytes)} of weights + "
+                f"{gib(bound.kv_read_bytes)} of KV read per GPU per step at {bandwidth:,g} GB/s, "
                 f"{s.pp} stage(s) in turn; compute and communication ignored)",
             )
         )

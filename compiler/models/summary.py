@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lmspec.compiler.models.checkpoint_size import CheckpointSize
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, CommEstimate
 from lmspec.compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
 from lmspec.compiler.models.params import ParamCounts
@@ -132,9 +133,51 @@ def comm_dict(c: CommEstimate) -> dict[str, Any]:
     }
 
 
+def checkpoint_dict(c: CheckpointSize) -> dict[str, Any]:
+    return {
+        "params": c.params,
+        "bytes_per_param": c.bytes_per_param,
+        "bytes_per_save": c.bytes_per_save,
+        "saves_kept": c.saves_kept,
+        "kept_bytes": c.kept_bytes,
+        "peak_bytes": c.peak_bytes,
+        "write_s": _round(c.write_s),
+        "manifest_s": _round(c.manifest_s),
+        "save_s": _round(c.save_s),
+        "timeout_s": c.timeout_s,
+    }
+
+
 STEP_TERMS = ("compute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "bubble", "dp_comm", "optimizer")
 
 
 def step_time_dict(t: StepTime) -> dict[str, float]:
     """Seconds per step by term, as `lmspec plan` prices the layout (overlap included)."""
     return {**{f"{k}_s": _round(getattr(t, k)) for k in STEP_TERMS}, "total_s": _round(t.total)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEstimate:
+    """The one estimated step time of a training layout (`estimate_step_time`, the step time `lmspec plan`
+    ranks layouts by and `lmspec explain` prints) and the throughput it implies."""
+
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float  # against the bf16 peak, as FlopsSummary's points
+    hfu: float  # the same with recomputed work counted
+    days_per_trillion_tokens: float
+    terms_s: dict[str, float]  # STEP_TERMS -> seconds per step; they sum to step_time_s
+
+
+def step_estimate(f: FlopsSummary, t: StepTime) -> StepEstimate:
+    tokens_per_s = f.tokens_per_step / t.total
+    return StepEstimate(
+        step_time_s=t.total,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / f.n_gpus,
+        mfu=mfu(tokens_per_s, f.per_token, f.n_gpus, f.peak_tflops_per_gpu),
+        hfu=mfu(tokens_per_s, f.hardware_per_token, f.n_gpus, f.peak_tflops_per_gpu),
+        days_per_trillion_tokens=days_for_tokens(TRILLION, tokens_per_s),
+        terms_s={k: float(getattr(t, k)) for k in STEP_TERMS},
+    )

@@ -9,10 +9,12 @@ from __future__ import annotations
 GIB = 2**30
 MIB = 2**20
 GB = 10**9
+TB = 10**12
 GBIT = GB / 8  # bytes per second of one Gbit/s
 BITS_PER_BYTE = 8
 TFLOPS = 1e12
 SECONDS_PER_DAY = 86400
+SECONDS_PER_MINUTE = 60
 
 # Bytes of one element, by the dtype names mapping.json, checkpoints and vLLM use.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}

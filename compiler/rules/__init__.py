@@ -13,6 +13,7 @@ from lmspec.compiler.rules import (
     batch,
     budget,
     capability,
+    checkpoint,
     data,
     experts,
     jobs,
@@ -41,6 +42,7 @@ TRAINING_RULES = (
     *run_paths.TRAINING_RULES,
     *data.RULES,
     *budget.RULES,
+    *checkpoint.RULES,
 )
 SERVING_RULES = (*serving.RULES, *serve_budget.RULES)
 

@@ -677,6 +677,15 @@ class ClusterSpec:
         max_items=K.SITE_LINES_MAX,
     )
     slurm: SlurmSpec = key("Slurm settings (used when launcher is slurm).")
+    storage_write_gb_per_s: float = key(
+        "Aggregate write bandwidth, GB/s, of the filesystem train.checkpoint.dir is on, all nodes writing "
+        "at once: it prices a checkpoint save (REPORT.md) against cluster.nccl.timeout_minutes. The default "
+        "10 is a modest shared filesystem (one NVMe drive writes 2-7 GB/s; Lustre, GPFS, Weka or 3FS "
+        "installations for thousands of GPUs reach hundreds of GB/s and more): set what yours sustains.",
+        example=10,
+        minimum=K.RATE_MIN,
+        maximum=K.RATE_MAX,
+    )
     nccl: NcclSpec = key("NCCL settings.")
 
 

@@ -56,7 +56,7 @@ def test_a_hand_edited_chart_is_redrawn_and_check_reports_it(tmp_path: Path, cap
     assert run(["compile", "-o", str(tmp_path)]) == 0
     chart = tmp_path / CHART
     original = chart.read_text()
-    chart.write_text(original.replace("GiB per GPU", "GB per GPU"))  # same key, other bytes
+    chart.write_text(original.replace("iB per GPU", "B per GPU"))  # same key, other bytes (GiB or MiB axis)
     assert run(["compile", "--check", "-o", str(tmp_path)]) == 1
     assert "report/memory.svg (changed)" in capsys.readouterr().err
     assert run(["compile", "-o", str(tmp_path)]) == 0
@@ -78,7 +78,8 @@ def test_the_writer_keeps_the_earlier_charts_bytes_and_the_emitter_draws_from_th
     drawn = emit_memory_chart(plan)[MEMORY_CHART]
     assert drawn_key(drawn) == chart_key(plan) and (build / MEMORY_CHART).read_text() == drawn
     # a chart drawn from the same numbers by another lmspec (same key, other bytes), recorded in the manifest
-    earlier = drawn.replace("GiB per GPU", "GiB on each GPU")
+    earlier = drawn.replace("iB per GPU", "iB on each GPU")
+    assert earlier != drawn
     (build / MEMORY_CHART).write_text(earlier)
     manifest = json.loads((build / "manifest.json").read_text())
     manifest["files"][MEMORY_CHART] = sha256(earlier)

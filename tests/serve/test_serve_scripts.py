@@ -239,7 +239,8 @@ def test_report_and_plan_carry_each_roles_numbers_and_the_decode_bound(tmp_path:
     bound = numbers.full_batch
     assert bound.batch == min(plan.spec.serve.max_num_seqs, memory.max_concurrent_seqs) > 0
     assert bound.deployment_tokens_per_s == pytest.approx(bound.tokens_per_s * 4, abs=0.2)
-    assert f"| decode bound, batch {bound.batch} | <= {bound.tokens_per_s:,.1f} tokens/s per engine" in report
+    assert bound.tokens_per_s >= 100  # REPORT.md writes rates of 100 and more as whole numbers
+    assert f"| decode bound, batch {bound.batch} | <= {bound.tokens_per_s:,.0f} tokens/s per engine" in report
     document = json.loads((build / "plan.json").read_text())
     assert document["serve"]["numbers"]["full_batch"]["tokens_per_s"] == bound.tokens_per_s
     assert Build.open(build).plan.served().numbers == numbers  # plan.json round-trips
