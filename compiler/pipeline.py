@@ -8,13 +8,17 @@ compile-check` and `lmspec init` all compile through it and differ only in what 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
-from lmspec.compiler.errors import SpecError, print_problems
+from lmspec.compiler.errors import Problem, SpecError, print_problems
 from lmspec.compiler.models.dims import ParallelDims
-from lmspec.compiler.plan import Plan, build_plan
+from lmspec.compiler.models.params import ParamCounts, count_params
+from lmspec.compiler.plan import Plan, build_plan, spec_dict
 from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import training
 from lmspec.compiler.spec.validate import validate, validate_shape
 
@@ -25,16 +29,40 @@ def make_plan(overrides: list[str], spec_file: Path | None = None) -> Plan:
     return build_plan(spec, composed, warnings)
 
 
+@dataclass(frozen=True)
+class Derived:
+    """Everything lmspec can derive from a spec however broken it is: `explain` prints it beside the
+    problems, and `logs` reads a log against it. Each stage needs what the one before gave."""
+
+    spec: dict[str, Any]  # the resolved spec, as typed sections when the schema accepts it
+    origins: Origins
+    problems: tuple[Problem, ...]  # in the order the rules ran
+    params: ParamCounts | None  # None when the schema refuses the spec: no typed model to count
+    plan: Plan | None  # None also when the training layout does not divide: no stages, no memory
+
+
+def derive_despite_rules(overrides: list[str], spec_file: Path | None = None) -> Derived:
+    composed = compose_spec(overrides, spec_file)
+    try:
+        spec, found = validate_shape(composed)
+    except SpecError as exc:
+        return Derived(composed.spec, composed.origins, tuple(exc.problems), None, None)
+    problems = tuple(found)
+    trains = training(spec)
+    if trains is not None and ParallelDims.from_spec(trains) is None:
+        return Derived(spec_dict(spec), composed.origins, problems, count_params(spec.model), None)
+    plan = build_plan(spec, composed, list(problems))
+    return Derived(plan.spec_dict(), composed.origins, problems, plan.params, plan)
+
+
 def plan_despite_rules(overrides: list[str], spec_file: Path | None = None) -> Plan:
     """The Plan of a spec that may break a rule (its `warnings` then hold the errors too), for reading a
     log against a job described by flags: FLOPs and GPU counts do not need a job that fits. A spec of
     the wrong shape, or a training layout that does not divide, has no numbers: SpecError."""
-    composed = compose_spec(overrides, spec_file)
-    spec, problems = validate_shape(composed)
-    trains = training(spec)
-    if any(p.severity == "error" for p in problems) and trains is not None and ParallelDims.from_spec(trains) is None:
-        raise SpecError(problems)
-    return build_plan(spec, composed, problems)
+    derived = derive_despite_rules(overrides, spec_file)
+    if derived.plan is None:
+        raise SpecError(list(derived.problems))
+    return derived.plan
 
 
 class Compiled:

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
-from lmspec.compiler.errors import EXIT_OK, print_problems
-from lmspec.compiler.models.steptime import estimate_step_time
-from lmspec.compiler.models.summary import step_time_dict
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, print_problems
+from lmspec.compiler.models.summary import params_dict, step_time_dict
 from lmspec.compiler.models.table import memory_table_text
-from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.provenance import Origins
+
+if TYPE_CHECKING:
+    from lmspec.compiler.pipeline import Derived
 
 
 def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -25,30 +26,37 @@ def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, node)]
 
 
-def _derived(plan: Plan) -> dict[str, Any]:
+def _derived(derived: Derived) -> dict[str, Any]:
     """plan.json's numbers (a part the job lacks is null), and the step time `lmspec plan` gives a
-    training layout (not in plan.json)."""
-    step = estimate_step_time(plan.train.spec, plan.train.memory) if plan.train else None
-    return {**plan.derived_dict(), **({"step_time": step_time_dict(step)} if step is not None else {})}
+    training layout (not in plan.json); only the parameters when the layout does not divide."""
+    plan = derived.plan
+    if plan is None:
+        return {"params": params_dict(derived.params)} if derived.params is not None else {}
+    step = {"step_time": step_time_dict(plan.train.step_time)} if plan.train else {}
+    return {**plan.derived_dict(), **step}
 
 
-def explain_text(plan: Plan, origins: Origins) -> str:
-    rows = [(key, json.dumps(value), origins.of(key)) for key, value in _leaves(plan.spec_dict())]
+def explain_text(derived: Derived) -> str:
+    rows = [(key, json.dumps(value), derived.origins.of(key)) for key, value in _leaves(derived.spec)]
     width_key = max(len(r[0]) for r in rows)
     width_value = min(max(len(r[1]) for r in rows), 40)
     lines = [f"{k:<{width_key}}  {v:<{width_value}}  # {o}" for k, v, o in rows]
     lines.append("")
     lines.append("derived:")
-    present = {part: numbers for part, numbers in _derived(plan).items() if numbers is not None}
-    lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(present)]
-    if plan.train:
-        lines += ["", memory_table_text(plan.train.memory, "training memory per GPU (worst stage)")]
+    present = {part: numbers for part, numbers in _derived(derived).items() if numbers is not None}
+    lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(present)] or ["  nothing: see the errors"]
+    if derived.plan is not None and derived.plan.train:
+        lines += ["", memory_table_text(derived.plan.train.memory, "training memory per GPU (worst stage)")]
     return "\n".join(lines)
 
 
-def explain_json(plan: Plan, origins: Origins) -> str:
-    spec = plan.spec_dict()
-    document = {"spec": spec, "origins": {k: origins.of(k) for k, _ in _leaves(spec)}, **_derived(plan)}
+def explain_json(derived: Derived) -> str:
+    document = {
+        "spec": derived.spec,
+        "origins": {k: derived.origins.of(k) for k, _ in _leaves(derived.spec)},
+        "problems": [dataclasses.asdict(p) for p in derived.problems],
+        **_derived(derived),
+    }
     return json.dumps(document, indent=2, sort_keys=True)
 
 
@@ -70,16 +78,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from lmspec.compiler.plan import build_plan
-    from lmspec.compiler.spec.load import compose_spec
-    from lmspec.compiler.spec.validate import validate
+    """The document is whole whatever the spec breaks: the problems go with it (stderr for text,
+    `problems` in JSON), and the exit code says whether any is an error."""
+    from lmspec.compiler.pipeline import derive_despite_rules
 
-    composed = compose_spec(list(args.overrides), args.spec)
-    spec, warnings = validate(composed)
-    plan = build_plan(spec, composed, warnings)
+    derived = derive_despite_rules(list(args.overrides), args.spec)
+    derived = dataclasses.replace(
+        derived, problems=tuple(sorted(derived.problems, key=lambda p: p.severity != "error"))
+    )
     if args.format == "json":
-        print(explain_json(plan, composed.origins))
+        print(explain_json(derived))
     else:
-        print_problems(plan.warnings)
-        print(explain_text(plan, composed.origins))
-    return EXIT_OK
+        print_problems(derived.problems)
+        print(explain_text(derived))
+    return EXIT_FAILED if any(p.severity == "error" for p in derived.problems) else EXIT_OK

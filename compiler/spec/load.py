@@ -348,11 +348,42 @@ def _missing_config(exc: MissingConfigException, tree: DefaultsTreeNode, reads: 
     )
 
 
-def _hooks(reads: _Reads) -> AbstractContextManager[None]:
+def _group_named(entry: Any) -> str | None:
+    """The group a defaults-list entry chooses (`- model: x`, `- override /hardware@hw: y`), or None."""
+    if not (isinstance(entry, dict) and len(entry) == 1):
+        return None
+    return str(next(iter(entry))).split()[-1].split("@")[0].lstrip("/")
+
+
+def completed_defaults(entries: list[Any]) -> list[Any]:
+    """A spec's defaults list with lmspec's own choice for each group it leaves out (a spec states
+    only what differs), in the built-in config's order: hardware after train and serve, which the
+    cpu preset sizes; all before the spec's own values (`_self_`, last where the list does not say),
+    which then override them. A list that includes another config (`- config`, a team's base spec)
+    leaves the choices to it."""
+    if any(isinstance(e, str) and e != "_self_" for e in entries):
+        return entries
+    config = YamlFiles().read(SPECS_DIR / f"{DEFAULT_CONFIG}.yaml").data
+    assert config is not None, "lmspec's specs/config.yaml holds the built-in defaults list"
+    builtin = [e for e in config["defaults"] if e != "_self_"]
+    order = [_group_named(e) for e in builtin]
+    done = list(entries) if "_self_" in entries else [*entries, "_self_"]
+    present = {_group_named(e) for e in done}
+    for rank, entry in enumerate(builtin):
+        if order[rank] in present:
+            continue
+        later = set(order[rank + 1 :])
+        at = next((i for i, e in enumerate(done) if _group_named(e) in later or e == "_self_"), len(done))
+        done.insert(at, entry)
+    return done
+
+
+def _hooks(reads: _Reads, primary: Path | None) -> AbstractContextManager[None]:
     """Hydra hooked for one composition (compiler/spec/hydra_compat.py):
 
     - every file a file config source loads is read through `files` (compiler/spec/yaml_files.py):
-      checked, parsed once by libyaml, shared with provenance;
+      checked, parsed once by libyaml, shared with provenance; the `primary` spec file's defaults
+      list gets lmspec's choice for each group it leaves out (`completed_defaults`);
     - the defaults tree refuses a config that includes itself (Hydra recurses until Python's
       stack ends) and names the files of the loop;
     - a config Hydra cannot find is reported with Hydra's own attributes (its group, the
@@ -364,6 +395,8 @@ def _hooks(reads: _Reads) -> AbstractContextManager[None]:
     def read(config_path: str, path: Path) -> tuple[dict[str, Any] | None, str]:
         read = reads.files.read(path)
         reads.by_config[config_path] = read
+        if path == primary and isinstance(read.data, dict):
+            return {**read.data, "defaults": completed_defaults(list(read.data.get("defaults") or []))}, read.text
         return read.data, read.text
 
     def missing(exc: MissingConfigException, tree: DefaultsTreeNode, searched: list[str]) -> Exception:
@@ -394,7 +427,7 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
     try:
         with (
             initialize_config_dir(config_dir=str(dirs[0]), version_base=None, job_name="lmspec"),
-            _hooks(reads),
+            _hooks(reads, spec_file),
         ):
             cfg = compose(config_name=config_name, overrides=all_overrides, return_hydra_config=True)
             choices = {

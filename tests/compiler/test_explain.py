@@ -56,3 +56,56 @@ def test_json_has_spec_origins_and_derived_numbers(lmspec) -> None:
     assert doc["batch"]["grad_accum_steps"] == 2
     step = doc["step_time"]
     assert step["total_s"] == pytest.approx(sum(v for k, v in step.items() if k != "total_s"), rel=1e-5)
+
+
+# (overrides, the error's key, a fragment of stderr, the derived parts present; None = the part is null or absent)
+BROKEN = [
+    pytest.param(
+        ["model=deepseek_v3"],
+        "hardware.gpu.memory_gib",
+        "training does not fit",
+        {"params", "layout", "memory", "flops", "comm", "step_time"},
+        id="deepseek-v3-on-the-cpu-preset",
+    ),
+    pytest.param(
+        ["parallel.tp=3"],
+        "parallel.dp",
+        "does not divide the world size",
+        {"params"},
+        id="a-layout-that-does-not-divide",
+    ),
+    pytest.param(
+        ["train.micro_batch_size=0"],
+        "train.micro_batch_size",
+        "expected an integer >= 1",
+        set(),
+        id="a-value-the-schema-refuses",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "fragment", "parts"), BROKEN)
+def test_explain_answers_a_spec_that_breaks_a_rule(lmspec, overrides, key, fragment, parts) -> None:
+    """Exit 1 for the error, but the whole document: the resolved spec, every number the spec still
+    gives, and (JSON) the problems with their keys."""
+    text = lmspec("explain", *overrides)
+    assert text.code == 1 and fragment in text.err
+    assert "model.num_layers" in text.out and "\nderived:\n" in text.out
+    document = lmspec("explain", "--format", "json", *overrides)
+    assert document.code == 1
+    doc = json.loads(document.out)
+    assert {"spec", "origins", "problems"} <= doc.keys()
+    assert {"severity": "error", "key": key} in [{k: p[k] for k in ("severity", "key")} for p in doc["problems"]]
+    assert all(fragment in p["message"] for p in doc["problems"] if p["key"] == key)
+    present = {part for part in ("params", "layout", "memory", "flops", "comm", "step_time") if doc.get(part)}
+    assert present == parts
+    assert doc["origins"]["model.num_layers"].startswith("lmspec:specs/model/")
+
+
+def test_explain_of_deepseek_v3_gives_its_size_on_any_hardware(lmspec) -> None:
+    """The tutorial's first command: 671 B parameters, 37 B active (DeepSeek-V3 report), though the
+    default CPU preset cannot hold it."""
+    doc = json.loads(lmspec("explain", "--format", "json", "model=deepseek_v3").out)
+    assert doc["params"]["total"] == pytest.approx(671e9, rel=0.001)
+    assert doc["params"]["active"] == pytest.approx(37e9, rel=0.02)
+    assert not doc["memory"]["fits"] and doc["memory"]["total_bytes"] > doc["memory"]["budget_bytes"]
