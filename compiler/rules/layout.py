@@ -266,6 +266,33 @@ def sequence_parallel_needs_tp(ctx: TrainingContext) -> Iterator[Problem]:
         )
 
 
+def sharding_has_data_parallel(sharded: Any, dense_dp: Any, expert_dp: Any) -> Any:
+    """Megatron's distributed optimizer and ZeRO partition over the data-parallel ranks (dense
+    parameters over dp x cp, experts over their own dp, 1 for a dense model): with a group of one
+    rank each there is nothing to partition, and the layout is the unsharded one (ZeRO-3 then only
+    adds its gather buffers)."""
+    return (sharded == 0) | (dense_dp > 1) | (expert_dp > 1)
+
+
+def sharding_needs_data_parallel(ctx: TrainingContext) -> Iterator[Problem]:
+    p, dims = ctx.spec.parallel, ParallelDims.from_spec(ctx.spec)
+    if dims is None:  # world_size_matches reports the layout
+        return
+    key = "parallel.zero_stage" if ctx.spec.train.backend == "deepspeed" else "parallel.distributed_optimizer"
+    sharded = p.zero_stage > 0 if key == "parallel.zero_stage" else p.distributed_optimizer
+    expert_dp = dims.expert_dp if ctx.spec.model.moe is not None else 1
+    if not sharding_has_data_parallel(sharded, dims.dense_dp, expert_dp):
+        off = "parallel.zero_stage=0" if key == "parallel.zero_stage" else "parallel.distributed_optimizer=false"
+        yield warning(
+            key,
+            (
+                f"{ctx.show(key)} has no effect: every data-parallel group is one rank (dp x cp = 1"
+                f"{', expert dp = 1' if ctx.spec.model.moe is not None else ''}), so there is nothing to shard; "
+                f"set {off}, or give data parallelism GPUs (more hardware.nodes, or lower parallel.tp/pp)"
+            ),
+        )
+
+
 RULES = (
     world_size_matches,
     heads_divide_by_tp,
@@ -276,4 +303,5 @@ RULES = (
     tp_inside_node,
     cp_divides_sequence,
     sequence_parallel_needs_tp,
+    sharding_needs_data_parallel,
 )

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from lmspec.compiler.models.dims import ParallelDims, derived_dp, ranks_per_stage, world_size
+from lmspec.compiler.models.dims import ParallelDims, derived_dp, expert_data_parallel_size, ranks_per_stage, world_size
 from lmspec.compiler.rules import batch, capability, experts, layout
 from lmspec.compiler.spec.sections import TrainingSpec
 
@@ -182,6 +182,13 @@ def _target_runs(c: Columns, s: TrainingSpec) -> np.ndarray:
     return table[code]
 
 
+def _sharding_has_data_parallel(c: Columns, s: TrainingSpec) -> Any:
+    dp = data_parallel(c, s)
+    expert_dp = expert_data_parallel_size(world(c, s), c.ep, s.parallel.etp, c.pp) if s.model.moe is not None else 1
+    sharded = c.distributed_optimizer | (c.zero_stage > 0)
+    return layout.sharding_has_data_parallel(sharded, dp * c.cp, expert_dp)
+
+
 BACKEND_CHECKS = (
     Check(
         "experts.moe_tensor_parallel_needs_sequence_parallel",
@@ -192,4 +199,6 @@ BACKEND_CHECKS = (
     Check("capability.target_runs_spec", _target_runs),
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
     Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
+    # also a warning: a sharding with one rank per data-parallel group is the unsharded layout again
+    Check("layout.sharding_needs_data_parallel", _sharding_has_data_parallel),
 )

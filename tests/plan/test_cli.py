@@ -151,3 +151,27 @@ def test_moe_preset_on_cpu_plans(lmspec: Lmspec) -> None:
     result = lmspec("plan", "--spec", "tiny_moe_pretrain_2rank_cpu_fp32", "--top", "2")
     assert result.code == 0, result.err
     assert "winner: lmspec compile --spec tiny_moe_pretrain_2rank_cpu_fp32" in result.out
+
+
+def test_no_two_rows_differ_only_in_a_setting_that_changes_nothing(lmspec: Lmspec) -> None:
+    """At dp x cp = 1 a sharded optimizer (Megatron's distributed optimizer, ZeRO) shards nothing: the
+    row would be the unsharded one again, as sequence parallel is at tp 1. 16 GPUs of Llama 3 70B
+    fit only at TP8 PP2 DP1, where both used to be listed."""
+    data = json.loads(lmspec("plan", *LLAMA_70B, "--gpus", "16..32", "--top", "100", "--format", "json").out)
+    assert data["rejected"]["layout.sharding_needs_data_parallel"] > 0
+    seen: dict[str, dict[str, object]] = {}
+    for row in data["top"]:
+        sharded = row["parallel.distributed_optimizer"] or row["parallel.zero_stage"] > 0
+        assert not sharded or row["dp"] * row["parallel.cp"] > 1, row["overrides"]
+        ignored = {"rank", "why", "overrides", "parallel.distributed_optimizer"}
+        same = json.dumps({k: v for k, v in row.items() if k not in ignored}, sort_keys=True)
+        assert same not in seen, (row["overrides"], seen.get(same))
+        seen[same] = row
+    assert any(row["dp"] == 1 for row in data["top"])
+
+
+def test_check_warns_of_a_sharded_optimizer_with_nothing_to_shard(lmspec: Lmspec) -> None:
+    args = [*LLAMA_70B, "hardware.nodes=2", "parallel.tp=8", "parallel.pp=2", "parallel.sequence_parallel=true"]
+    result = lmspec("check", *args, "parallel.distributed_optimizer=true", "train.recompute=full")
+    assert "warning: parallel.distributed_optimizer=true (command-line override) has no effect" in result.err
+    assert "dp x cp = 1" in result.err and "set parallel.distributed_optimizer=false" in result.err
