@@ -99,7 +99,8 @@ def resolve_spec_file(spec_file: Path) -> Path:
         kind = "a directory" if spec_file.is_dir() else "not a regular file"
         raise UsageError(f"--spec {spec_file}: {kind}; give a spec file (.yaml) or a built-in preset name")
     presets = sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
-    raise UsageError(f"--spec {spec_file}: no such file, nor a built-in preset ({', '.join(presets)})")
+    hint = did_you_mean(spec_file.stem.replace("-", "_"), presets) if spec_file.parent == Path(".") else ""
+    raise UsageError(f"--spec {spec_file}: no such file, nor a built-in preset ({', '.join(presets)}){hint}")
 
 
 def _check_spec_file(spec_file: Path, files: YamlFiles) -> None:

@@ -77,6 +77,13 @@ CASES = [
     # bad group names
     pytest.param(["model=llama9"], 1, ["model/llama9", "llama3_8b"], id="unknown-model"),
     pytest.param(["hardware=b200"], 1, ["hardware/b200", "h100_80g"], id="unknown-hardware"),
+    pytest.param(["model=llama3-8b"], 1, ["model/llama3-8b: no such config", "mean llama3_8b?"], id="dashed-model"),
+    pytest.param(
+        ["--spec", "llama3-70b-pretrain"],
+        2,
+        ["no such file, nor a built-in preset", "did you mean llama3_70b_pretrain_64gpu_h100_bf16?"],
+        id="dashed-preset",
+    ),
     # non-divisible layouts
     pytest.param(["parallel.tp=3"], 1, ["parallel.tp=3", "does not divide"], id="tp-3"),
     pytest.param(["parallel.pp=3"], 1, ["parallel.pp(3)", "does not divide the world size"], id="pp-3"),
