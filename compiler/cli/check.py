@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
+from lmspec.compiler.cli.spec_repo import check_specs, repo_specs
 from lmspec.compiler.errors import EXIT_OK, print_problems
 from lmspec.compiler.plan import Plan
 
@@ -18,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Compose the spec (lmspec's defaults, your --spec, then the overrides), check its shape against the "
             "schema and every rule (world size, divisibility, TP inside a node, the memory budget, ...), and "
             "print every problem with the key, where its value came from, and the fix. Writes nothing; exit 1 "
-            "on an error.",
+            "on an error. In a spec repository (lmspec init) without --spec, every spec in specs/ is checked.",
             "lmspec check",
             "lmspec check model=llama3_8b hardware=h100_80g hardware.nodes=2 parallel.tp=8",
             "lmspec check --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml train.seq_length=8192",
@@ -31,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _cmd_check(args: argparse.Namespace) -> int:
     from lmspec.compiler.pipeline import make_plan
 
+    if specs := repo_specs(args.spec, list(args.overrides), "check"):
+        return check_specs(specs, Path("build"), compile_check=False)
     plan = make_plan(list(args.overrides), args.spec)
     print_problems(plan.warnings)
     print(f"{plan.name}: valid ({'; '.join(_parts(plan))}; {len(plan.warnings)} warnings)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
+from lmspec.compiler.cli.spec_repo import check_specs, compile_specs, repo_specs
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Check the spec as `lmspec check` does, then write its reviewed artifacts to build/<name>/: "
             "plan.json, REPORT.md, the ds_config or Megatron arguments, torchrun and Slurm scripts, NCCL "
             "env, conversion mappings and vLLM serve args. An earlier lmspec build there is replaced whole; "
-            "--check writes nothing and exits 1 when the build on disk is stale (for CI).",
+            "--check writes nothing and exits 1 when the build on disk is stale (for CI). In a spec repository "
+            "(lmspec init) without --spec, every spec in specs/ is compiled or checked.",
             "lmspec compile",
             "lmspec compile --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml",
             "lmspec compile model=tiny parallel.tp=2 -o build",
@@ -35,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
+    if specs := repo_specs(args.spec, list(args.overrides), "compile"):
+        if args.check:
+            return check_specs(specs, args.output, compile_check=True)
+        return compile_specs(specs, args.output)
     if args.multirun:
         from lmspec.compiler.cli.sweep import compile_many, sweep_combinations
 

@@ -3,6 +3,8 @@
     lmspec diff build/a build/b                          two build directories
     lmspec diff --against main [--spec F] [OVERRIDES]    the spec as it was at a git revision
                                                          vs the working tree, both compiled now
+    lmspec diff --against main                           in a spec repository (lmspec init):
+                                                         every spec in specs/, added and removed ones too
 
 The `--against` side extracts the spec's directory at that revision (`git archive`) into a
 temp dir and compiles it with this lmspec, so only the spec differs, never the compiler.
@@ -15,9 +17,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lmspec.compiler.cli.spec_repo import repo_specs
 from lmspec.compiler.errors import EXIT_OK, SpecError, UsageError
 
 if TYPE_CHECKING:
@@ -103,40 +107,92 @@ def _compile(spec_file: Path, overrides: list[str], cwd: Path) -> tuple[dict[str
         return build_files(plan), plan
 
 
-def compile_against(
-    rev: str, spec: Path | None, overrides: list[str]
-) -> tuple[tuple[dict[str, str], Plan], tuple[dict[str, str], Plan], str]:
-    """((files, Plan) at `rev`, (files, Plan) now, build name): the spec's directory at `rev` compiled in a temp dir."""
+@dataclass(frozen=True)
+class Snapshot:
+    """A directory of the working tree's git repository as it was at a revision, extracted to a temp dir."""
+
+    rev: str
+    root: Path  # the working tree's top level
+    old_root: Path  # the temp dir standing for `root` at `rev`
+    rel_dir: Path  # the directory, relative to both
+
+    @property
+    def old_dir(self) -> Path:
+        return self.old_root / self.rel_dir
+
+    def compile_old(self, name: str, overrides: list[str]) -> tuple[dict[str, str], Plan]:
+        old_file = self.old_dir / name
+        if not old_file.is_file():
+            raise UsageError(f"{self.rel_dir / name} does not exist at {self.rev}")
+        try:
+            return _compile(old_file, overrides, self.old_root)
+        except SpecError:
+            print(f"the spec {self.rel_dir / name} at {self.rev} is invalid:", file=sys.stderr)
+            raise
+
+    def compile_new(self, spec_file: Path, overrides: list[str]) -> tuple[dict[str, str], Plan]:
+        return _compile(spec_file, overrides, self.root)
+
+
+@contextlib.contextmanager
+def snapshot(rev: str, directory: Path) -> Iterator[Snapshot]:
+    """`directory` (in a git working tree) as it was at `rev`; `git archive`, so nothing in the
+    working tree or the index is touched."""
     import io
     import tarfile
     import tempfile
 
-    from lmspec.compiler.paths import SPECS_DIR
-    from lmspec.compiler.spec.load import resolve_spec_file
-
-    spec_file = resolve_spec_file(spec) if spec is not None else SPECS_DIR / "config.yaml"
-    root = Path(_git(spec_file.parent, "rev-parse", "--show-toplevel").decode().strip()).resolve()
-    rel_dir = spec_file.parent.resolve().relative_to(root)
+    directory = directory.resolve()
+    root = Path(_git(directory, "rev-parse", "--show-toplevel").decode().strip()).resolve()
+    rel_dir = directory.relative_to(root)
     commit = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").decode().strip()
     archive = _git(root, "archive", "--format=tar", commit, "--", rel_dir.as_posix() if rel_dir.parts else ".")
     with tempfile.TemporaryDirectory(prefix="lmspec-diff-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
-        old_file = Path(tmp) / rel_dir / spec_file.name
-        if not old_file.is_file():
-            raise UsageError(f"{rel_dir / spec_file.name} does not exist at {rev}")
-        try:
-            old = _compile(old_file, overrides, Path(tmp))
-        except SpecError:
-            print(f"the spec at {rev} is invalid:", file=sys.stderr)
-            raise
-    new = _compile(spec_file, overrides, root)
-    return old, new, spec_file.stem
+        yield Snapshot(rev, root, Path(tmp), rel_dir)
+
+
+def compile_against(
+    rev: str, spec: Path | None, overrides: list[str]
+) -> tuple[tuple[dict[str, str], Plan], tuple[dict[str, str], Plan], str]:
+    """((files, Plan) at `rev`, (files, Plan) now, build name): the spec's directory at `rev` compiled in a temp dir."""
+    from lmspec.compiler.paths import SPECS_DIR
+    from lmspec.compiler.spec.load import resolve_spec_file
+
+    spec_file = resolve_spec_file(spec) if spec is not None else SPECS_DIR / "config.yaml"
+    with snapshot(rev, spec_file.parent) as snap:
+        old = snap.compile_old(spec_file.name, overrides)
+    return old, snap.compile_new(spec_file, overrides), spec_file.stem
+
+
+def diff_repo(rev: str, specs: list[Path], *, unified: bool) -> str:
+    """Every job of a spec repository at `rev` against the working tree, with the jobs added and
+    removed since."""
+    from lmspec.compiler.build.compare import compare, render
+    from lmspec.compiler.cli.spec_repo import primary_specs
+
+    out = []
+    with snapshot(rev, specs[0].parent) as snap:
+        before = {p.name for p in primary_specs(snap.old_dir, [])} if snap.old_dir.is_dir() else set()
+        for spec in specs:
+            if spec.name not in before:
+                files, plan = snap.compile_new(spec.resolve(), [])
+                out.append(f"{spec}: new since {rev} (compiles to {plan.name}/, {len(files)} files)\n")
+                continue
+            old, new = snap.compile_old(spec.name, []), snap.compile_new(spec.resolve(), [])
+            labels = {"old_label": f"{spec.stem}@{rev}", "new_label": f"{spec.stem}@worktree"}
+            out.append(render(compare(old[0], new[0], old[1], new[1], **labels), **labels, unified=unified))
+    out += [f"{snap.rel_dir / name}: removed since {rev}\n" for name in sorted(before - {s.name for s in specs})]
+    return "".join(out)
 
 
 def run_diff(args: argparse.Namespace) -> int:
     from lmspec.compiler.build.compare import compare, render
 
+    if args.against is not None and (specs := repo_specs(args.spec, list(args.args), "diff")):
+        sys.stdout.write(diff_repo(args.against, specs, unified=not args.stat))
+        return EXIT_OK
     if args.against is not None:
         old, new, name = compile_against(args.against, args.spec, list(args.args))
         old_label, new_label = f"{name}@{args.against}", f"{name}@worktree"

@@ -5,17 +5,22 @@ specs/hardware/our_cluster.yaml our own groups, found first on Hydra's search pa
 specs/cluster/our_slurm.yaml
 schemas/*.schema.json           for editors (each spec names its schema in a modeline)
 build/<starter>/                compiled now: committed, reviewed, drift-checked in CI
-.github/workflows/lmspec.yml    CI: hook check, compile --check, diff, upload REPORT.md
+.github/workflows/lmspec.yml    CI: check, compile --check, diff, upload REPORT.md; it installs
+                                this lmspec (the git URL and commit, archive or version pip recorded)
 .pre-commit-config.yaml         the same checks before each commit
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.cli.install_source import InstallSource, given, this_install
 from lmspec.compiler.errors import EXIT_OK, UsageError
 
 SCAFFOLD_DIR = Path(__file__).resolve().parent / "scaffold"
@@ -42,6 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         + "\n".join(("  lmspec init our-training-specs && cd our-training-specs && lmspec hook check",)),
     )
     p.add_argument("directory", type=Path, help="where to create it (may exist; no file is overwritten)")
+    p.add_argument(
+        "--install",
+        metavar="REQUIREMENT",
+        default=None,
+        help="what the CI pip-installs (default: this lmspec, as pip recorded it: the git URL and commit, "
+        "archive or version), e.g. lmspec==0.1.0 from your own index",
+    )
     p.set_defaults(handler=run_init)
 
 
@@ -57,12 +69,20 @@ def _environment() -> Any:
     )
 
 
-def scaffold_files() -> dict[str, str]:
-    """Every file `init` writes before compiling, by path relative to the new repository."""
+def scaffold_files(install: InstallSource) -> dict[str, str]:
+    """Every file `init` writes before compiling, by path relative to the new repository; its CI
+    installs lmspec from `install`."""
     from lmspec.compiler import __version__
     from lmspec.compiler.spec.schema import schema_files
 
-    values = {"spec_name": STARTER_SPEC, "lmspec_version": __version__}
+    command = f"pip install {shlex.quote(install.requirement)}"
+    values = {
+        "spec_name": STARTER_SPEC,
+        "lmspec_version": __version__,
+        "install": install,
+        "install_command": command,
+        "install_run": json.dumps(command),  # a YAML double-quoted scalar
+    }
     files = {target: _environment().get_template(template).render(**values) for target, template in SCAFFOLD}
     files.update({f"schemas/{name}": text for name, text in schema_files().items()})
     return files
@@ -73,7 +93,8 @@ def run_init(args: argparse.Namespace) -> int:
     from lmspec.compiler.pipeline import compile_one
 
     root: Path = args.directory
-    files = scaffold_files()
+    install = given(args.install) if args.install is not None else this_install()
+    files = scaffold_files(install)
     clashes = sorted(rel for rel in files if (root / rel).exists())
     if clashes or (root / "build").exists():
         raise UsageError(f"{root}: would overwrite {', '.join(clashes) or 'build/'}; choose an empty directory")
@@ -90,6 +111,13 @@ def run_init(args: argparse.Namespace) -> int:
     print(
         f"created {root}: specs/{STARTER_SPEC}.yaml, our groups in specs/hardware and specs/cluster, "
         f"build/{compiled.plan.name}/, CI and pre-commit config\n"
+        f"CI installs {install.requirement} ({install.origin})\n"
         f"next: cd {root} && git init && git add -A && git commit -m 'lmspec specs and builds'"
     )
+    if not install.reachable:
+        print(
+            f"warning: {install.requirement} is a path on this machine, which CI cannot install: change the "
+            f"pip install line in {root}/.github/workflows/lmspec.yml (its README.md says how)",
+            file=sys.stderr,
+        )
     return EXIT_OK

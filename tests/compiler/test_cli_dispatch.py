@@ -39,8 +39,9 @@ print(json.dumps({{"code": code, "cli": sorted(m for m in sys.modules if m.start
 @pytest.mark.parametrize(
     ("argv", "loaded"),
     [
-        (["check"], ["check", "help_text", "main", "spec_args"]),  # help_text: every verb's --help text
-        (["compile", "--check", "-o", "{out}"], ["compile", "help_text", "main", "spec_args"]),  # not the sweep
+        # help_text: every verb's --help text; spec_repo: without --spec, a spec repository's every job
+        (["check"], ["check", "help_text", "main", "spec_args", "spec_repo"]),
+        (["compile", "--check", "-o", "{out}"], ["compile", "help_text", "main", "spec_args", "spec_repo"]),  # no sweep
         (["schema"], ["help_text", "main", "schema"]),
     ],
     ids=["check", "compile", "schema"],
