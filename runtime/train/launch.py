@@ -35,6 +35,7 @@ from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
 
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
+NODE0_ADDRESS, NODE0_PORT = "ADDRESS", "PORT"  # placeholders in the per-node commands of a multi-node local job
 
 
 def run_train(build: Build, options: argparse.Namespace) -> int:
@@ -43,6 +44,8 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
     root = launch_root(build)
     env = launch_env()
     command = launch_command(root, launcher)
+    if launcher == "local" and build.plan.trained().layout.nodes > 1 and not this_node_given(env):
+        return print_node_commands(build, env)
     if options.dry_run:
         return print_dry_run(command, env, launcher)
     ready = data_ready(build.plan)  # before any worker starts or anything is written (--smoke too)
@@ -55,6 +58,38 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
     if options.smoke:
         return smoke(root, launcher, env)
     return launch(command, env, launcher, spec.name)
+
+
+def this_node_given(env: dict[str, str]) -> bool:
+    """Whether the environment names one node of several for torchrun.sh: its rank and node 0's address."""
+    return bool(env.get("MASTER_ADDR")) and bool(env.get("NODE_RANK") or env.get("SLURM_NODEID"))
+
+
+def print_node_commands(build: Build, env: dict[str, str]) -> int:
+    """What to run on each node of a multi-node job on cluster.launcher=local; starts nothing:
+    one node started alone would wait at the rendezvous for the others until it timed out."""
+    spec, layout, root = build.training(), build.plan.trained().layout, build.root.resolve()
+    port = spec.cluster.master_port
+    script = Path(sys.executable).parent / "lmspec"
+    lmspec = str(script) if script.is_file() else "lmspec"
+    print(
+        f"{build.root} trains on {layout.nodes} nodes x {layout.gpus_per_node} rank(s) (cluster.launcher=local): "
+        "lmspec starts no node for it here. On each node, from the same working directory on a file system they "
+        f"share (runs/ is written there, and the build is read at {root}), with {NODE0_ADDRESS} node 0's address "
+        "as the other nodes reach it" + ("" if port else f" and {NODE0_PORT} a free port on node 0") + ":"
+    )
+    for node in range(layout.nodes):
+        variables = {PYTHON_ENV: env[PYTHON_ENV], "NODE_RANK": str(node)}
+        assigned = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
+        print(
+            f"  node {node}: {assigned} MASTER_ADDR={NODE0_ADDRESS} MASTER_PORT={port or NODE0_PORT} "
+            f"{shlex.join([lmspec, 'run', str(root)])}"
+        )
+    print(
+        "each checks its training data, then starts launch/torchrun.sh for its node (the same variables run that "
+        "script by hand); cluster=slurm starts every node as one job: compile with cluster=slurm, then run this again"
+    )
+    return EXIT_OK
 
 
 def launch_env() -> dict[str, str]:

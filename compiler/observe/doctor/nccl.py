@@ -171,6 +171,17 @@ class NcclTimeout:
         fixes = [*_debug_fix(choice)]
         if choice is not None and choice.interfaces and _BAD_IFACE.match(choice.interfaces[0]):
             fixes.append(_socket_fix(choice, f"NCCL picked {choice.interfaces[0]}, which cannot reach other nodes"))
+        elif gloo and context is not None and context.spec.hardware.nodes > 1:
+            # gloo names no NIC: on several nodes a peer that went silent is the link first
+            ifname = context.spec.hardware.inter_node.socket_ifname or "^lo,docker0"
+            fixes.append(
+                Fix(
+                    "hardware.inter_node.socket_ifname",
+                    ifname,
+                    f"keep it only if {ifname} is up on every node and reaches node 0 (gloo binds to it); a node "
+                    "whose link went down leaves the others waiting until the timeout",
+                )
+            )
         current = context.spec.cluster.nccl.timeout_minutes if context else (timeout_ms or 0) // 60000
         if not first and 0 < current < MIN_SUGGESTED_TIMEOUT_MINUTES * 2:
             fixes.append(

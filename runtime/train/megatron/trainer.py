@@ -53,6 +53,8 @@ class MegatronTrainer:
             context_parallel_size=layout.cp,
             expert_model_parallel_size=layout.ep,
             expert_tensor_parallel_size=layout.etp,
+            # megatron-core's groups otherwise wait 30 min on a silent peer, whatever the default group's timeout
+            distributed_timeout_minutes=spec.cluster.nccl.timeout_minutes,
         )
         tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
         self.ps = ps
