@@ -15,14 +15,14 @@ from lmspec.compiler import __version__
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import Problem, UsageError
 from lmspec.compiler.models.checkpoint_size import CheckpointSize, checkpoint_size
-from lmspec.compiler.models.comm import CommEstimate, estimate_comm
+from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
 from lmspec.compiler.models.serve_decode import ServeNumbers, serve_numbers
 from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
-from lmspec.compiler.models.steptime import StepTime, estimate_step_time
+from lmspec.compiler.models.steptime import StepTime, estimate_comm_and_step
 from lmspec.compiler.models.summary import (
     FlopsSummary,
     checkpoint_dict,
@@ -295,10 +295,9 @@ def train_plan(spec: TrainingSpec) -> TrainPlan:
     )
     memory = estimate_train_memory(spec)
     assert memory is not None, "validate() guarantees a legal layout"
-    comm = estimate_comm(spec, memory)
-    assert comm is not None, "validate() guarantees a legal layout"
-    step = estimate_step_time(spec, memory)
-    assert step is not None, "validate() guarantees a legal layout"
+    priced = estimate_comm_and_step(spec, memory)
+    assert priced is not None, "validate() guarantees a legal layout"
+    comm, step = priced
     return TrainPlan(
         spec=spec,
         layout=layout,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, print_problems
-from lmspec.compiler.models.summary import params_dict, step_time_dict
+from lmspec.compiler.models.summary import params_dict, step_estimate, throughput_dict
 from lmspec.compiler.models.table import memory_table_text
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ def _derived(derived: Derived) -> dict[str, Any]:
     plan = derived.plan
     if plan is None:
         return {"params": params_dict(derived.params)} if derived.params is not None else {}
-    step = {"step_time": step_time_dict(plan.train.step_time)} if plan.train else {}
+    train = plan.train
+    step = {"throughput": throughput_dict(step_estimate(train.flops, train.step_time))} if train else {}
     return {**plan.derived_dict(), **step}
 
 

@@ -29,7 +29,6 @@ from lmspec.compiler.emit.report_format import (
     storage,
 )
 from lmspec.compiler.emit.serve import serve_report_rows
-from lmspec.compiler.models.comm import COMPUTE_EFFICIENCY
 from lmspec.compiler.models.summary import step_estimate
 from lmspec.compiler.models.train_memory import TERMS
 from lmspec.compiler.plan import Plan
@@ -218,8 +217,8 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
             ", ".join(
                 f"{k} {seconds(v)}" for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("pp", c.pp_s)) if v
             )
-            + f" = {percent(c.ratio_to_compute)} of {seconds(c.compute_s)} of compute at "
-            f"{percent(COMPUTE_EFFICIENCY)} MFU (what the communication warning weighs)"
+            + f" = {percent(c.ratio_to_compute)} of the estimated step's {seconds(c.compute_s)} of compute "
+            "(what the communication warning weighs)"
             if c.total_s
             else "none",
         ),

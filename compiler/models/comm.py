@@ -13,8 +13,9 @@ all-gather (n-1)/n, an all-to-all (n-1)/n. Traffic per step:
 
 A group stays on the intra-node link when its span fits in one node (`ParallelDims`' spans),
 else it runs at the node's NIC bandwidth shared by its GPUs. Nothing is assumed to overlap with
-compute, so this is an upper bound: it flags layouts where communication is large (the seed's
-TP8 slowdown), it does not predict step time (`steptime.py` does, from the same volumes).
+compute (the step-time model's compute term: its GEMM efficiency by shape), so this is an upper
+bound: it flags layouts where communication is large (the seed's TP8 slowdown), it does not
+predict step time (`steptime.py` does, from the same volumes).
 """
 
 from __future__ import annotations
@@ -23,14 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmspec.compiler.models.dims import ParallelDims
-from lmspec.compiler.models.flops import hardware_flops_per_token
 from lmspec.compiler.models.params import count_params, layer_params
 from lmspec.compiler.models.stages import slowest_stage_work, stage_params
 from lmspec.compiler.models.train_memory import TrainMemory
-from lmspec.compiler.models.units import BITS_PER_BYTE, FP32_BYTES, GB, TFLOPS, precision_bytes
+from lmspec.compiler.models.units import BITS_PER_BYTE, FP32_BYTES, GB, precision_bytes
 from lmspec.compiler.spec.sections import HardwareSpec, TrainingSpec
 
-COMPUTE_EFFICIENCY = 0.5  # share of the dense peak large matmuls reach; sets compute time per step
 COMM_SHARE_WARNING = 0.30  # the seed: communication above 30% of compute time is where TP stops paying
 
 
@@ -157,8 +156,9 @@ def worst_gpu_params(spec: TrainingSpec, dims: ParallelDims, memory: TrainMemory
     return float(dense), float(expert)
 
 
-def estimate_comm(spec: TrainingSpec, memory: TrainMemory) -> CommEstimate | None:
-    """Per step, on the GPU the memory model finds worst (`memory`): its stage's parameters travel in DP."""
+def estimate_comm(spec: TrainingSpec, memory: TrainMemory, compute_s: float) -> CommEstimate | None:
+    """Per step, on the GPU the memory model finds worst (`memory`): its stage's parameters travel in DP;
+    `compute_s` is the step-time model's compute term (steptime.estimate_comm_and_step pairs them)."""
     dims = ParallelDims.from_spec(spec)
     if dims is None:
         return None
@@ -184,6 +184,4 @@ def estimate_comm(spec: TrainingSpec, memory: TrainMemory) -> CommEstimate | Non
     # PP: one activation forward and one gradient backward per micro-batch and stage boundary
     pp_bytes = micro * pp_bytes_per_micro_batch(tokens, tp_split, m.hidden_size, e)
     pp_s = pp_bytes / links.ring_bytes_per_s(dims, dims.pp_span) if p.pp > 1 else 0.0
-    flops = hardware_flops_per_token(m, t.seq_length, t.recompute) * t.global_batch_size * t.seq_length / dims.world
-    compute_s = flops / (spec.hardware.gpu.bf16_tflops * TFLOPS * COMPUTE_EFFICIENCY)
     return CommEstimate(tp_s=tp_s, dp_s=dp_s, ep_s=ep_s, pp_s=pp_s, compute_s=compute_s)

@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmspec.compiler.models.comm import (
+    CommEstimate,
     Links,
     dp_bytes_per_param,
     dp_grad_bytes,
     dp_seconds_per_byte,
     ep_bytes_per_micro_batch,
+    estimate_comm,
     pick,
     pp_bytes_per_micro_batch,
     tp_bytes_per_micro_batch,
@@ -257,6 +259,14 @@ def step_constants(spec: TrainingSpec) -> dict[str, Any]:
         "hbm_bytes_per_s": hw.gpu.hbm_gb_per_s * GB,
         "link": bus_links(hw),
     }
+
+
+def estimate_comm_and_step(spec: TrainingSpec, memory: TrainMemory) -> tuple[CommEstimate, StepTime] | None:
+    """The step time of the spec's own layout, and its communication with nothing overlapped against that
+    step's compute term: one computation behind plan.json, REPORT.md, explain and the communication warning."""
+    step = estimate_step_time(spec, memory)
+    comm = estimate_comm(spec, memory, float(step.compute)) if step is not None else None
+    return (comm, step) if comm is not None and step is not None else None
 
 
 def estimate_step_time(spec: TrainingSpec, memory: TrainMemory) -> StepTime | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmspec.compiler.models.checkpoint_size import CheckpointSize
-from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, CommEstimate
+from lmspec.compiler.models.comm import COMM_SHARE_WARNING, CommEstimate
 from lmspec.compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
 from lmspec.compiler.models.params import ParamCounts
 from lmspec.compiler.models.serve_memory import ServeMemory
@@ -128,7 +128,6 @@ def comm_dict(c: CommEstimate) -> dict[str, Any]:
         "compute_s": _round(c.compute_s),
         "ratio_to_compute": _round(c.ratio_to_compute),
         "share_of_step": _round(c.share_of_step),
-        "compute_efficiency_assumed": COMPUTE_EFFICIENCY,
         "warning_ratio": COMM_SHARE_WARNING,
     }
 
@@ -151,11 +150,6 @@ def checkpoint_dict(c: CheckpointSize) -> dict[str, Any]:
 STEP_TERMS = ("compute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "bubble", "dp_comm", "optimizer")
 
 
-def step_time_dict(t: StepTime) -> dict[str, float]:
-    """Seconds per step by term, as `lmspec plan` prices the layout (overlap included)."""
-    return {**{f"{k}_s": _round(getattr(t, k)) for k in STEP_TERMS}, "total_s": _round(t.total)}
-
-
 @dataclass(frozen=True, kw_only=True)
 class StepEstimate:
     """The one estimated step time of a training layout (`estimate_step_time`, the step time `lmspec plan`
@@ -168,6 +162,19 @@ class StepEstimate:
     hfu: float  # the same with recomputed work counted
     days_per_trillion_tokens: float
     terms_s: dict[str, float]  # STEP_TERMS -> seconds per step; they sum to step_time_s
+
+
+def throughput_dict(e: StepEstimate) -> dict[str, Any]:
+    """The one estimated step (overlap included, as `lmspec plan` prices the layout) and its terms, for
+    `lmspec explain`; the terms sum to step_time_s."""
+    return {
+        "step_time_s": _round(e.step_time_s),
+        "tokens_per_s": _round(e.tokens_per_s),
+        "tokens_per_s_per_gpu": _round(e.tokens_per_s_per_gpu),
+        "mfu": _round(e.mfu),
+        "hfu": _round(e.hfu),
+        "terms": {f"{k}_s": _round(v) for k, v in e.terms_s.items()},
+    }
 
 
 def step_estimate(f: FlopsSummary, t: StepTime) -> StepEstimate:

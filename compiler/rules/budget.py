@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from lmspec.compiler.errors import Problem, error, warning
-from lmspec.compiler.models.comm import COMM_SHARE_WARNING, COMPUTE_EFFICIENCY, estimate_comm
+from lmspec.compiler.models.comm import COMM_SHARE_WARNING
 from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
+from lmspec.compiler.models.steptime import estimate_comm_and_step
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
 from lmspec.compiler.models.units import GB, GIB
 from lmspec.compiler.rules.context import TrainingContext
@@ -263,9 +264,10 @@ COMM_KEYS = {"tp": "parallel.tp", "dp": "parallel.dp", "ep": "parallel.ep", "pp"
 def communication_within_budget(ctx: TrainingContext) -> Iterator[Problem]:
     """A warning: estimated communication above 30% of compute time (the seed's TP8 slowdown)."""
     memory = estimate(ctx.spec)
-    comm = estimate_comm(ctx.spec, memory) if memory is not None else None
-    if comm is None or comm.ratio_to_compute <= COMM_SHARE_WARNING:
+    priced = estimate_comm_and_step(ctx.spec, memory) if memory is not None else None
+    if priced is None or priced[0].ratio_to_compute <= COMM_SHARE_WARNING:
         return
+    comm = priced[0]
     parts = {"tp": comm.tp_s, "dp": comm.dp_s, "ep": comm.ep_s, "pp": comm.pp_s}
     worst = max(parts, key=lambda k: parts[k])
     key = COMM_KEYS[worst]
@@ -283,7 +285,7 @@ def communication_within_budget(ctx: TrainingContext) -> Iterator[Problem]:
         (
             f"communication is {comm.ratio_to_compute:.0%} of compute time (> {COMM_SHARE_WARNING:.0%}): per step "
             + ", ".join(f"{k} {v:.3g} s" for k, v in parts.items() if v)
-            + f" against {comm.compute_s:.3g} s of compute at {COMPUTE_EFFICIENCY:.0%} of "
+            + f" against the estimated step's {comm.compute_s:.3g} s of compute on "
             f"{ctx.show('hardware.gpu.bf16_tflops')}, nothing overlapped; biggest: {ctx.show(key)}; {fix}"
         ),
     )

@@ -43,7 +43,7 @@ def test_text_shows_file_and_line_and_overrides(lmspec) -> None:
     assert numbers["layout.world_size"] == "64" and numbers["layout.dp"] == "8"  # 64 / (tp 2 x pp 4)
     assert numbers["layout.stage_layers"] == "[20, 20, 20, 20]"
     assert numbers["batch.grad_accum_steps"] == "128"  # global 1024 / (micro 1 x dp 8)
-    assert {"step_time.total_s", "step_time.dp_comm_s", "comm.dp_s"} <= numbers.keys()
+    assert {"throughput.step_time_s", "throughput.terms.dp_comm_s", "throughput.mfu", "comm.dp_s"} <= numbers.keys()
 
 
 def test_json_has_spec_origins_and_derived_numbers(lmspec) -> None:
@@ -54,8 +54,13 @@ def test_json_has_spec_origins_and_derived_numbers(lmspec) -> None:
     assert doc["origins"]["parallel.ep"] == "command-line override"
     assert doc["layout"]["ep"] == 2 and doc["layout"]["expert_dp"] == 1
     assert doc["batch"]["grad_accum_steps"] == 2
-    step = doc["step_time"]
-    assert step["total_s"] == pytest.approx(sum(v for k, v in step.items() if k != "total_s"), rel=1e-5)
+    step = doc["throughput"]
+    assert step["step_time_s"] == pytest.approx(sum(step["terms"].values()), rel=1e-5)
+    gpus = doc["layout"]["world_size"]
+    assert step["tokens_per_s"] == pytest.approx(doc["batch"]["tokens_per_step"] / step["step_time_s"], rel=1e-5)
+    assert step["tokens_per_s_per_gpu"] == pytest.approx(step["tokens_per_s"] / gpus, rel=1e-5)
+    # the communication warning and plan.json's comm weigh the estimated step's compute, not another one
+    assert doc["comm"]["compute_s"] == pytest.approx(step["terms"]["compute_s"], rel=1e-5)
 
 
 # (overrides, the error's key, a fragment of stderr, the derived parts present; None = the part is null or absent)
@@ -64,7 +69,7 @@ BROKEN = [
         ["model=deepseek_v3"],
         "hardware.gpu.memory_gib",
         "training does not fit",
-        {"params", "layout", "memory", "flops", "comm", "step_time"},
+        {"params", "layout", "memory", "flops", "comm", "throughput"},
         id="deepseek-v3-on-the-cpu-preset",
     ),
     pytest.param(
@@ -97,7 +102,7 @@ def test_explain_answers_a_spec_that_breaks_a_rule(lmspec, overrides, key, fragm
     assert {"spec", "origins", "problems"} <= doc.keys()
     assert {"severity": "error", "key": key} in [{k: p[k] for k in ("severity", "key")} for p in doc["problems"]]
     assert all(fragment in p["message"] for p in doc["problems"] if p["key"] == key)
-    present = {part for part in ("params", "layout", "memory", "flops", "comm", "step_time") if doc.get(part)}
+    present = {part for part in ("params", "layout", "memory", "flops", "comm", "throughput") if doc.get(part)}
     assert present == parts
     assert doc["origins"]["model.num_layers"].startswith("lmspec:specs/model/")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers.specs import spec_of
 
-from lmspec.compiler.models.comm import CommEstimate, dp_bytes_per_param, estimate_comm
+from lmspec.compiler.models.comm import CommEstimate, dp_bytes_per_param
+from lmspec.compiler.models.steptime import estimate_comm_and_step
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.spec.sections import Spec
 
@@ -22,9 +23,9 @@ RTX = [
 def _comm(spec: Spec) -> CommEstimate:
     memory = estimate_train_memory(spec)
     assert memory is not None
-    comm = estimate_comm(spec, memory)
-    assert comm is not None
-    return comm
+    priced = estimate_comm_and_step(spec, memory)
+    assert priced is not None
+    return priced[0]
 
 
 def test_tp_all_reduce_volume_over_pcie() -> None:
@@ -46,7 +47,7 @@ def test_more_tp_over_pcie_costs_more_and_nvlink_less() -> None:
 def test_seed_tp8_slowdown_is_flagged(lmspec) -> None:
     result = lmspec("check", *RTX, "parallel.tp=8")
     assert result.code == 0
-    assert "warning: communication is 96% of compute time (> 30%)" in result.err
+    assert "warning: communication is 87% of compute time (> 30%)" in result.err
     assert "biggest: parallel.tp=8 (command-line override); lower parallel.tp" in result.err
 
 

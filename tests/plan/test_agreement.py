@@ -21,11 +21,10 @@ from lmspec.compiler.models.comm import (
     dp_bytes_per_param,
     dp_grad_bytes,
     dp_seconds_per_byte,
-    estimate_comm,
     worst_gpu_params,
 )
 from lmspec.compiler.models.dims import ParallelDims
-from lmspec.compiler.models.steptime import estimate_step_time
+from lmspec.compiler.models.steptime import estimate_comm_and_step, estimate_step_time
 from lmspec.compiler.models.summary import STEP_TERMS
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.rules import batch, capability, experts, layout
@@ -299,8 +298,9 @@ def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
     memory = estimate_train_memory(spec)
     dims = ParallelDims.from_spec(spec)
     assert memory is not None and dims is not None
-    comm = estimate_comm(spec, memory)
-    assert comm is not None
+    priced = estimate_comm_and_step(spec, memory)
+    assert priced is not None
+    comm = priced[0]
     dense, expert = worst_gpu_params(spec, dims, memory)
     once, every = dp_bytes_per_param(0, False, dp_grad_bytes(False, "bf16"), 2)
     assert (once, every) == (8, 0)  # one all-reduce of fp32 main gradients, as the search counts it

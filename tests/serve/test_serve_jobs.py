@@ -179,7 +179,7 @@ def test_explain_of_a_serve_only_spec_gives_serve_numbers_and_no_training_number
     derived = text.out.split("\nderived:\n", 1)[1]
     assert "serve.max_concurrent_seqs" in derived and "serve.layout.mode" in derived
     parts = {line.split()[0].split(".")[0] for line in derived.splitlines() if line.startswith("  ")}
-    assert parts == {"params", "serve"}  # no layout, batch, memory, flops, comm or step_time
+    assert parts == {"params", "serve"}  # no layout, batch, memory, flops, comm or throughput
     assert "training memory" not in derived
     document = json.loads(lmspec("explain", *SERVE_ONLY, "--format", "json").out)
     assert document["serve"]["max_concurrent_seqs"] > 0

@@ -45,15 +45,15 @@ class _Option:
 
 def _option(spec: TrainingSpec, changes: dict[str, Any]) -> _Option | None:
     """A layout change with the comm share and worst-GPU memory the models give it; None if illegal."""
-    from lmspec.compiler.models.comm import estimate_comm
+    from lmspec.compiler.models.steptime import estimate_comm_and_step
     from lmspec.compiler.rules.budget import estimate, with_values
 
     changed = with_values(spec, changes)
     memory = estimate(changed)
-    comm = estimate_comm(changed, memory) if memory is not None else None
-    if memory is None or comm is None:
+    priced = estimate_comm_and_step(changed, memory) if memory is not None else None
+    if memory is None or priced is None:
         return None
-    return _Option(changes, comm.share_of_step, memory.worst.total_bytes, memory.fits)
+    return _Option(changes, priced[0].share_of_step, memory.worst.total_bytes, memory.fits)
 
 
 def _candidates(spec: TrainingSpec) -> list[dict[str, Any]]:
