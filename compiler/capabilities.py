@@ -41,6 +41,8 @@ Feature = Literal[
     "offload_params",
     "init_from",
     "grouped_gemm_experts",
+    "tp_comm_overlap",
+    "moe_a2a_overlap",
 ]
 
 # feature -> (the key that asks for it, the value that does without it), for the way out of a refusal.
@@ -67,6 +69,8 @@ FEATURE_KEYS: dict[Feature, tuple[str, object]] = {
     "offload_optimizer": ("parallel.offload_optimizer", False),
     "offload_params": ("parallel.offload_params", False),
     "init_from": ("train.init_from", None),
+    "tp_comm_overlap": ("parallel.overlap.tp_comm", False),
+    "moe_a2a_overlap": ("parallel.overlap.moe_a2a", False),
 }
 
 
@@ -88,6 +92,10 @@ class Capabilities:
 
 
 _MEGATRON_CPU = "megatron-core's mixed-precision optimizer and distributed optimizer accept only CUDA tensors"
+_NO_USERBUFFERS = (
+    "lmspec's Megatron trainer does not set up Transformer Engine's userbuffers, which Megatron-LM's "
+    "--tp-comm-overlap initialises before building the model"
+)
 _LOCAL = "megatron-core's local (pure-PyTorch) implementation"
 _HF = "lmspec's DeepSpeed trainer (transformers' modeling code under ZeRO data parallelism)"
 
@@ -101,6 +109,7 @@ _MEGATRON_LOCAL: dict[Feature, str] = {
     "zero_3": "ZeRO stages are DeepSpeed's; Megatron shards optimizer states with parallel.distributed_optimizer",
     "offload_optimizer": "optimizer offload is DeepSpeed's (ZeRO-Offload)",
     "offload_params": "parameter offload is DeepSpeed's (ZeRO-Infinity)",
+    "tp_comm_overlap": _NO_USERBUFFERS,
 }
 _MEGATRON_TE: dict[Feature, str] = {
     k: v for k, v in _MEGATRON_LOCAL.items() if k not in ("context_parallel", "precision_fp8", "flash_attention")
@@ -118,6 +127,8 @@ _DEEPSPEED: dict[Feature, str] = {
     "precision_fp8": "FP8 GEMMs come from Transformer Engine, which transformers' modeling code does not use",
     "recompute_selective": "transformers' gradient checkpointing recomputes whole layers (train.recompute=full)",
     "grouped_gemm_experts": "transformers' MoE blocks loop over their experts",
+    "tp_comm_overlap": f"{_HF} has no tensor parallelism",
+    "moe_a2a_overlap": f"{_HF} has no expert parallelism",
     "distributed_optimizer": "the distributed optimizer is Megatron's; DeepSpeed shards with parallel.zero_stage",
     "init_from": "it initialises from train.seed; a lmspec torch_dist checkpoint is Megatron's format",
 }
@@ -127,6 +138,7 @@ TABLE: dict[Target, Capabilities] = {
         lacks={
             **_MEGATRON_LOCAL,
             "precision_bf16": _MEGATRON_CPU,
+            "moe_a2a_overlap": "megatron-core's combined 1F1B schedule runs the all-to-alls on CUDA streams",
             "precision_fp16": _MEGATRON_CPU,
             "distributed_optimizer": _MEGATRON_CPU,
             "expert_tensor_parallel": (
@@ -189,6 +201,8 @@ def requested_features(spec: TrainingSpec) -> tuple[Feature, ...]:
         "offload_optimizer": p.offload_optimizer,
         "offload_params": p.offload_params,
         "init_from": t.init_from is not None,
+        "tp_comm_overlap": p.overlap.tp_comm,
+        "moe_a2a_overlap": p.overlap.moe_a2a,
     }
     return tuple(f for f in FEATURE_KEYS if asked[f])
 

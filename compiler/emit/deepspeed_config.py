@@ -109,7 +109,7 @@ def _zero(plan: Plan) -> dict[str, Any]:
     bucket_elements = hidden * hidden
     zero: dict[str, Any] = {
         "stage": stage,
-        "overlap_comm": True,
+        "overlap_comm": p.overlap.grad_reduce,
         "contiguous_gradients": True,
         "reduce_bucket_size": bucket_elements,
     }
@@ -117,7 +117,8 @@ def _zero(plan: Plan) -> dict[str, Any]:
         zero.update(allgather_partitions=True, allgather_bucket_size=bucket_elements, reduce_scatter=True)
     if stage == 3:
         zero.update(
-            stage3_prefetch_bucket_size=int(ZERO3_PREFETCH_FRACTION * bucket_elements),
+            # parallel.overlap.param_gather=false: no prefetch, each layer gathers its weights when it runs
+            stage3_prefetch_bucket_size=int(ZERO3_PREFETCH_FRACTION * bucket_elements) if p.overlap.param_gather else 0,
             stage3_param_persistence_threshold=ZERO3_PERSISTENCE_PER_HIDDEN * hidden,
             stage3_gather_16bit_weights_on_model_save=False,
         )

@@ -186,7 +186,7 @@ def _memory_note(plan: Plan) -> str:
 
 def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
     """FLOPs, the step-time floor (100% MFU), the one estimated step time (`lmspec plan`'s and `lmspec
-    explain`'s) with its terms, and the unoverlapped communication the communication warning weighs."""
+    explain`'s) with its terms, and the step's communication with nothing overlapped."""
     train = plan.trained()
     f, c = train.flops, train.comm
     est = step_estimate(f, train.step_time)
@@ -215,10 +215,12 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
         (
             "communication per step (nothing overlapped)",
             ", ".join(
-                f"{k} {seconds(v)}" for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("pp", c.pp_s)) if v
+                f"{k} {seconds(v)}"
+                for k, v in (("tp", c.tp_s), ("dp", c.dp_s), ("ep", c.ep_s), ("cp", c.cp_s), ("pp", c.pp_s))
+                if v
             )
             + f" = {percent(c.ratio_to_compute)} of the estimated step's {seconds(c.compute_s)} of compute "
-            "(what the communication warning weighs)"
+            "(the communication warning weighs what overlap leaves exposed: the terms above)"
             if c.total_s
             else "none",
         ),

@@ -51,8 +51,7 @@ def flops_breakdown(model: ModelSpec, seq_length: int) -> FlopsPerToken:
     mlp_width = m.ffn_hidden_size * num_dense
     if m.moe is not None:
         mlp_width += m.moe.ffn_hidden_size * (m.moe.top_k + m.moe.num_shared_experts) * num_moe
-    # two h x width GEMMs per MLP (x1.5 for the gate), as Megatron's 12 = 3 x 2 x 2
-    mlp = fb * 2 * h * mlp_width * GATED_LINEAR_MULTIPLIER
+    mlp = mlp_flops_per_token(h, mlp_width)
     heads = m.num_attention_heads
     if m.attention == "mla":
         assert m.mla is not None
@@ -70,6 +69,17 @@ def flops_breakdown(model: ModelSpec, seq_length: int) -> FlopsPerToken:
     mtp_own = fb * mtp * (MTP_NORMS * h + 2 * h * h)  # its norms and eh_proj, as Megatron counts them
     logits = fb * h * m.vocab_size * (1 + mtp)  # every MTP module has its own pass through the head
     return FlopsPerToken(layer_gemms=mlp + projections + mtp_own, core_attention=core, logits=logits)
+
+
+def mlp_flops_per_token(hidden: int, width: float) -> float:
+    """Two hidden x width GEMMs per MLP (x1.5 for the gate), as Megatron's 12 = 3 x 2 x 2."""
+    return FORWARD_BACKWARD_FACTOR * FLOPS_PER_MAC * 2 * hidden * width * GATED_LINEAR_MULTIPLIER
+
+
+def routed_expert_flops_per_token(model: ModelSpec) -> float:
+    """Model FLOPs per token of one MoE layer's top-k routed experts (0 for a dense model)."""
+    moe = model.moe
+    return mlp_flops_per_token(model.hidden_size, moe.ffn_hidden_size * moe.top_k) if moe else 0.0
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:

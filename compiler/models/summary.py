@@ -124,6 +124,7 @@ def comm_dict(c: CommEstimate) -> dict[str, Any]:
         "dp_s": _round(c.dp_s),
         "ep_s": _round(c.ep_s),
         "pp_s": _round(c.pp_s),
+        "cp_s": _round(c.cp_s),
         "total_s": _round(c.total_s),
         "compute_s": _round(c.compute_s),
         "ratio_to_compute": _round(c.ratio_to_compute),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -11,7 +10,14 @@ from lmspec.compiler.models.comm import dp_grad_bytes
 from lmspec.compiler.models.dims import balanced_stages, micro_batches_per_step
 from lmspec.compiler.models.flops import flops_breakdown, mfu
 from lmspec.compiler.models.stages import slowest_stage_work
-from lmspec.compiler.models.steptime import StepInputs, StepTime, step_constants, step_time
+from lmspec.compiler.models.steptime import (
+    StepConstants,
+    StepInputs,
+    StepTime,
+    moe_a2a_overlaps,
+    step_constants,
+    step_time,
+)
 from lmspec.compiler.models.units import precision_bytes
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, dims_of, world
 from lmspec.compiler.search.memory import stage_table, worst_stage_memory
@@ -70,7 +76,7 @@ def derive(spec: TrainingSpec, c: Columns) -> Columns:
     return out
 
 
-def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, dict[str, Any]]:
+def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, StepConstants]:
     """The step-time model's inputs for candidates carrying memory's dense/expert parameter columns."""
     work = pipeline_work(spec)
     s = f.pp - 1
@@ -85,6 +91,8 @@ def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, dict[str, 
         zero_stage=f.zero_stage,
         distributed_optimizer=f.distributed_optimizer,
         full_recompute=f.recompute == RECOMPUTE.index("full"),
+        recompute_attention=f.recompute != RECOMPUTE.index("none"),
+        moe_a2a=f.moe_a2a,
         stage_flops_per_token=work.stage_flops[s, f.recompute],
         attention_flops_per_token=work.attention_flops[s],
         stage_layers=work.stage_layers[s],
@@ -107,8 +115,11 @@ def price(spec: TrainingSpec, c: Columns, axes_values: dict[str, np.ndarray]) ->
         dense_params=memory.dense_params[fits],
         expert_params=memory.expert_params[fits],
     )
-    inputs, kwargs = price_inputs(spec, f)
-    time = step_time(inputs, **kwargs)
+    # candidates are written without virtual stages: a pipeline cannot overlap its all-to-alls
+    full = f.recompute == RECOMPUTE.index("full")
+    f["moe_a2a"] = moe_a2a_overlaps(spec.parallel.overlap.moe_a2a, f.ep, full, f.pp, 0)
+    inputs, constants = price_inputs(spec, f)
+    time = step_time(inputs, constants)
     total = time.total
     tokens_per_s = spec.train.global_batch_size * spec.train.seq_length / total
     model_flops = flops_breakdown(spec.model, spec.train.seq_length).total

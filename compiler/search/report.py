@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,7 @@ def values_of(result: SearchResult, i: int) -> dict[str, Any]:
         "train.transformer_impl": candidate_impl(BACKENDS[int(c.backend[i])] == "deepspeed", result.spec),
         "train.micro_batch_size": int(c.micro_batch_size[i]),
         "train.recompute": RECOMPUTE[int(c.recompute[i])],
+        "parallel.overlap.moe_a2a": bool(c.moe_a2a[i]),
         "grad_accum_steps": int(c.micro_batches[i]),
     }
 
@@ -150,6 +152,7 @@ def overrides(values: dict[str, Any]) -> list[str]:
         "train.transformer_impl",
         "train.micro_batch_size",
         "train.recompute",
+        "parallel.overlap.moe_a2a",
     )
     fixed = {
         "parallel.dp": "auto",
@@ -166,12 +169,18 @@ def rejection_lines(result: SearchResult) -> list[tuple[str, int]]:
 
 
 def constants() -> dict[str, Any]:
-    """The step-time model's named constants, as the JSON output documents them (units are not its own)."""
-    return {
-        name: getattr(steptime, name)
-        for name in dir(steptime)
-        if name.isupper() and isinstance(getattr(steptime, name), (int, float, dict)) and not hasattr(units, name)
-    }
+    """The step-time model's named constants (its fitted calibration among them), as the JSON output documents
+    them (units are not its own)."""
+    out: dict[str, Any] = {}
+    for name in dir(steptime):
+        value = getattr(steptime, name)
+        if not name.isupper() or hasattr(units, name):
+            continue
+        if isinstance(value, steptime.Calibration):
+            out[name] = dataclasses.asdict(value)
+        elif isinstance(value, (int, float, dict)):
+            out[name] = value
+    return out
 
 
 def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, Any]:

@@ -242,6 +242,20 @@ class GpuSpec:
         minimum=K.RATE_MIN,
         maximum=K.RATE_MAX,
     )
+    generation: Literal["ampere", "ada", "hopper", "cpu"] = key(
+        "Architecture generation: picks the step-time model's GEMM and attention efficiencies calibrated on "
+        "published runs of that generation (bench/steptime_published.py); ada and cpu, which no published "
+        "run calibrates, take ampere's.",
+        example="hopper",
+    )
+    sustained_fraction: float = key(
+        "Share of the datasheet peaks (bf16 and fp8) the part sustains through a training run: 1.0 = its "
+        "rated clocks hold (an H100 SXM at 700 W); lower where the power limit or clocks are capped below "
+        "the datasheet's (Meta's Grand Teton H100 at 500 W). MFU stays quoted on the datasheet peak.",
+        example=1.0,
+        exclusive_minimum=0,
+        maximum=1,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,6 +308,35 @@ class HardwareSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OverlapSpec:
+    """Communication hidden behind compute, as the backends schedule it (what the step-time model and the
+    runtime both read)."""
+
+    grad_reduce: bool = key(
+        "Reduce the gradients bucket by bucket while the last micro-batch's backward still runs (Megatron "
+        "--overlap-grad-reduce; DeepSpeed ZeRO-1/2/3 overlap_comm); false: one reduce after the backward.",
+        example=True,
+    )
+    param_gather: bool = key(
+        "Gather sharded weights ahead of use: Megatron --overlap-param-gather (the next step's first forward "
+        "hides the distributed optimizer's all-gather), DeepSpeed ZeRO-3 prefetch (stage3_prefetch_bucket_size); "
+        "false: gathered when needed. Weights that are not sharded are never gathered.",
+        example=True,
+    )
+    tp_comm: bool = key(
+        "Tensor-parallel all-gathers and reduce-scatters pipelined with their GEMMs through Transformer Engine's "
+        "userbuffers (Megatron --tp-comm-overlap; needs sequence parallelism).",
+        example=False,
+    )
+    moe_a2a: bool = key(
+        "Expert all-to-alls of one micro-batch hidden behind another micro-batch's compute (megatron-core's "
+        "overlap_moe_expert_parallel_comm, the combined 1F1B schedule after DeepSeek-V3's DualPipe; needs "
+        "parallel.ep > 1, no full recompute, and parallel.virtual_stages when parallel.pp > 1).",
+        example=False,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ParallelSpec:
     """Parallel layout: world = tp x pp x dp x cp; experts sharded by ep (x etp) inside it."""
 
@@ -332,6 +375,7 @@ class ParallelSpec:
         minimum=1,
         maximum=K.LAYERS_MAX,
     )
+    overlap: OverlapSpec = key("Communication hidden behind compute.")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -335,6 +335,48 @@ CASES = [
         ["parallel.virtual_stages=2 (command-line override) needs parallel.pp=1"],
         id="virtual-stages",
     ),
+    pytest.param(
+        [
+            "model=llama3_8b",
+            "hardware=h100_80g",
+            "parallel.tp=8",
+            "parallel.sequence_parallel=true",
+            "parallel.overlap.tp_comm=true",
+        ],
+        [
+            "parallel.overlap.tp_comm=true (command-line override) runs on no target",
+            "Transformer Engine's userbuffers",
+            "set parallel.overlap.tp_comm=false",
+        ],
+        id="tp-comm-overlap-runs-nowhere",
+    ),
+    pytest.param(
+        [
+            "model=mixtral_8x7b",
+            "hardware=h100_80g",
+            "hardware.nodes=8",
+            "parallel.ep=8",
+            "parallel.pp=4",
+            "parallel.distributed_optimizer=true",
+            "parallel.overlap.moe_a2a=true",
+        ],
+        [
+            "parallel.overlap.moe_a2a=true (command-line override) with parallel.pp=4 (command-line override)",
+            "parallel.virtual_stages=null (lmspec:specs/parallel/default.yaml:",
+            "set parallel.virtual_stages=2 (or more, dividing each stage's layers) or parallel.overlap.moe_a2a=false",
+        ],
+        id="moe-a2a-overlap-needs-interleaving",
+    ),
+    pytest.param(
+        [
+            "model=llama3_8b",
+            "hardware=h100_80g",
+            "parallel.distributed_optimizer=true",
+            "parallel.overlap.moe_a2a=true",
+        ],
+        ["parallel.overlap.moe_a2a=true (command-line override) overlaps expert all-to-alls, but parallel.ep=1"],
+        id="moe-a2a-overlap-needs-experts",
+    ),
 ]
 
 

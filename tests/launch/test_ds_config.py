@@ -47,6 +47,8 @@ VARIANTS = {
     "zero2-sgd-constant-recompute": DS
     + ["parallel.zero_stage=2", "train.optimizer.name=sgd", "train.lr_schedule.decay=constant", "train.recompute=full"],
     "zero3-no-warmup": DS + ["parallel.zero_stage=3", "train.lr_schedule.warmup_steps=0"],
+    "zero3-nothing-overlapped": DS
+    + ["parallel.zero_stage=3", "parallel.overlap.grad_reduce=false", "parallel.overlap.param_gather=false"],
     "llama3_70b-h100-zero3": DS
     + [
         "model=llama3_70b",
@@ -181,6 +183,18 @@ def test_zero_buckets_follow_hidden_size_like_hf_auto() -> None:
     assert zero["reduce_bucket_size"] == hidden * hidden
     assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden * hidden)
     assert zero["stage3_param_persistence_threshold"] == 10 * hidden
+
+
+def test_overlap_keys_are_deepspeeds_overlap_comm_and_prefetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parallel.overlap.grad_reduce is zero_optimization.overlap_comm; param_gather=false turns ZeRO-3's
+    prefetch off (each layer gathers its weights when it runs), as DeepSpeed's own config reads them."""
+    plan, config = _plan_and_config(VARIANTS["zero3-nothing-overlapped"])
+    ds = _deepspeed_config(config, plan.trained().layout.dp, monkeypatch)
+    assert ds.zero_config.overlap_comm is False
+    assert ds.zero_config.prefetch_bucket_size == 0
+    plan, config = _plan_and_config(VARIANTS["zero3-bf16"])
+    ds = _deepspeed_config(config, plan.trained().layout.dp, monkeypatch)
+    assert ds.zero_config.overlap_comm is True and ds.zero_config.prefetch_bucket_size > 0
 
 
 def test_deepspeed_judge_is_live(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,10 +17,9 @@ from helpers.layouts import Layout, enumerate_one, price_one, scalar
 
 from lmspec.compiler.models import steptime
 from lmspec.compiler.models.comm import (
-    datasheet_links,
-    dp_bytes_per_param,
     dp_grad_bytes,
     dp_seconds_per_byte,
+    dp_traffic,
     worst_gpu_params,
 )
 from lmspec.compiler.models.dims import ParallelDims
@@ -197,10 +196,10 @@ def test_step_time_is_the_same_for_one_layout_in_plain_numbers() -> None:
     spec = from_dict(Spec, compose_spec(["model=mixtral_8x7b", "hardware=h100_80g"]).spec)
     point = Layout(nodes=4, tp=2, pp=4, cp=2, ep=4, micro_batch_size=2, sequence_parallel=True)
     priced = price_one(spec, point)
-    inputs, kwargs = price_inputs(spec, priced.feasible)
+    inputs, constants = price_inputs(spec, priced.feasible)
     plain = _plain_numbers(inputs)
     assert not any(hasattr(v, "shape") for v in vars(plain.dims).values())
-    assert steptime.step_time(plain, **kwargs).total == pytest.approx(scalar(priced.step_time_s), rel=1e-12)
+    assert steptime.step_time(plain, constants).total == pytest.approx(scalar(priced.step_time_s), rel=1e-12)
 
 
 def _plain_numbers(value: Any) -> Any:
@@ -282,16 +281,16 @@ def test_explain_gives_the_communication_and_step_time_plan_gives(overrides: lis
     assert priced.feasible.size == 1, "a case that does not fit is not timed by lmspec plan"
     f = priced.feasible
     assert (dims.world, dims.dp, dims.micro_batches) == (int(f.world[0]), int(f.dp[0]), int(f.micro_batches[0]))
-    for term in STEP_TERMS:
+    for term in (*STEP_TERMS, "tp_raw", "ep_raw", "cp_raw", "pp_raw", "dp_raw"):
         assert getattr(explained, term) == pytest.approx(scalar(getattr(priced.time, term)), rel=1e-9, abs=1e-12), term
     assert explained.comm == pytest.approx(scalar(priced.time.comm), rel=1e-9)
     assert explained.total == pytest.approx(scalar(priced.step_time_s), rel=1e-9)
-    assert explained.dp_comm + explained.tp_comm + explained.pp_comm > 0
+    assert explained.dp_raw + explained.tp_raw + explained.pp_raw > 0  # priced, even where overlap hides it
 
 
 def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
-    """plan.json's DP estimate (no overlap, datasheet links) moves the bytes the search's DP term moves:
-    with nothing to hide behind, both are (once + micro-batches x every) x the ring time of a byte."""
+    """plan.json's DP estimate (nothing overlapped) moves the bytes the search's DP term moves, at the same
+    bus bandwidth: (reduce + gather + micro-batches x every) x the ring time of a byte."""
     spec = Layout(nodes=8, tp=8, pp=2, distributed_optimizer=False, sequence_parallel=True).apply(
         from_dict(Spec, compose_spec(["model=llama3_70b", "hardware=h100_80g"]).spec)
     )
@@ -302,8 +301,8 @@ def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
     assert priced is not None
     comm = priced[0]
     dense, expert = worst_gpu_params(spec, dims, memory)
-    once, every = dp_bytes_per_param(0, False, dp_grad_bytes(False, "bf16"), 2)
-    assert (once, every) == (8, 0)  # one all-reduce of fp32 main gradients, as the search counts it
-    per_byte = dp_seconds_per_byte(dims, dense, expert, datasheet_links(spec.hardware))
+    traffic = dp_traffic(0, False, dp_grad_bytes(False, "bf16"), 2)
+    assert (traffic.reduce, traffic.gather, traffic.every) == (8, 0, 0)  # one all-reduce of fp32 main gradients
+    per_byte = dp_seconds_per_byte(dims, dense, expert, steptime.bus_links(spec.hardware))
     assert comm.dp_s == pytest.approx(8 * per_byte, rel=1e-12)
     assert dims.spans_nodes(dims.dense_dp_span)  # dp 4 x tp 8 = 32 ranks: over the NICs

@@ -43,7 +43,7 @@ def test_json_accounts_for_every_candidate(lmspec: Lmspec) -> None:
     assert [row["rank"] for row in top] == [1, 2, 3, 4, 5]
     assert all(a["tokens_per_s"] >= b["tokens_per_s"] for a, b in zip(top, top[1:]))
     assert all(row["memory_bytes"] <= data["budget_bytes"] for row in top)
-    assert data["step_time_constants"]["GEMM_PEAK_FRACTION"] > 0
+    assert data["step_time_constants"]["CALIBRATION"]["hopper_gemm"] > 0
     assert data["winner_command"].startswith("lmspec compile ")
 
 

@@ -1,5 +1,6 @@
-"""The DDP config the megatron trainer wraps its model with: Megatron-LM's overlapped, bucketed
-reduce on GPUs, the plain one-bucket reduce on CPU ranks."""
+"""The DDP config the megatron trainer wraps its model with: Megatron-LM's overlapped, bucketed reduce
+where parallel.overlap asks for it (the default, on GPUs and CPU ranks alike), the plain one-bucket reduce
+after the backward where it does not."""
 
 from __future__ import annotations
 
@@ -35,7 +36,16 @@ def test_the_bucket_grows_by_a_million_elements_per_data_and_context_parallel_ra
     assert config.bucket_size == 128_000_000
 
 
-def test_cpu_ranks_reduce_once_without_overlap() -> None:
-    _, config = _ddp()  # hardware=cpu, fp32
-    assert (config.overlap_grad_reduce, config.overlap_param_gather, config.bucket_size) == (False, False, None)
+def test_cpu_ranks_overlap_the_reduce_as_the_spec_asks() -> None:
+    _, config = _ddp()  # hardware=cpu, fp32: no distributed optimizer to gather for
+    assert (config.overlap_grad_reduce, config.overlap_param_gather, config.bucket_size) == (True, False, 40_000_000)
     assert (config.grad_reduce_in_fp32, config.use_distributed_optimizer) == (False, False)
+
+
+def test_without_grad_reduce_overlap_one_bucket_is_reduced_after_the_backward() -> None:
+    _, config = _ddp(*H200, "train.global_batch_size=8", "parallel.overlap.grad_reduce=false")
+    assert (config.overlap_grad_reduce, config.bucket_size) == (False, None)
+    _, config = _ddp(
+        *H200, "train.global_batch_size=8", "parallel.distributed_optimizer=true", "parallel.overlap.param_gather=false"
+    )
+    assert (config.overlap_grad_reduce, config.overlap_param_gather) == (True, False)

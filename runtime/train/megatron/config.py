@@ -157,6 +157,9 @@ def transformer_config_kwargs(
         recompute_num_layers=1 if t.recompute == "full" else None,
         mtp_num_layers=mtp_layers or None,  # megatron: None builds no MTP block
         mtp_loss_scaling_factor=t.mtp_loss_weight,
+        # the combined 1F1B schedule: one micro-batch's all-to-alls behind another's compute (GPU only: the
+        # capability table refuses it on CPU ranks, rules/overlap.py what megatron-core asserts)
+        overlap_moe_expert_parallel_comm=spec.parallel.overlap.moe_a2a,
     )
     if d.pp > 1 and d.stage_layers is not None:
         kwargs["pipeline_model_parallel_layout"] = pipeline_layout(d.stage_layers, d.virtual_stages, mtp_layers)

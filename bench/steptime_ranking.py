@@ -1,0 +1,107 @@
+"""Does `lmspec plan` rank published layouts where they belong? (issue 21, item 4; no GPU needed)
+
+    .venv/bin/python bench/steptime_ranking.py [--only ID ...]
+
+For each point of tests/data/steptime/published_runs.yaml, runs `lmspec plan`'s search over the same job
+(model, hardware, GPU count, global batch, sequence, precision; both backends, Megatron's with Transformer
+Engine, parallel.overlap.tp_comm off: no lmspec target runs it) and prints the published layout's predicted
+tokens/s per GPU as a share of the winner's, with the winner's layout. Then, for every source that ran several
+layouts of one job, whether lmspec orders them as published. The published layout is priced as the calibration
+set writes it (its own overlap settings and virtual stages, which plan's candidates lack).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from steptime_published import DATA, Point, compose, overrides  # noqa: E402
+
+from lmspec.compiler.models.steptime import CALIBRATION  # noqa: E402
+from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
+from lmspec.compiler.search.report import rows  # noqa: E402
+from lmspec.compiler.search.search import search  # noqa: E402
+
+BACKENDS = ("megatron", "deepspeed")
+FLOOR = 0.85  # the issue's bar: a published layout predicts at >= 85% of plan's winner
+JOB_KEYS = ("train.seq_length", "train.global_batch_size", "train.precision")
+
+
+@dataclass(frozen=True)
+class Ranked:
+    point: Point
+    winner_tokens_per_s_per_gpu: float | None
+    winner: str  # its layout, as plan's table shows it
+
+    @property
+    def share(self) -> float | None:
+        if self.winner_tokens_per_s_per_gpu is None:
+            return None
+        return self.point.predicted(CALIBRATION) / self.winner_tokens_per_s_per_gpu
+
+
+def rank(point: Point) -> Ranked:
+    # plan's Megatron candidates run Transformer Engine (FP8, flash attention) whatever the published stack was
+    words = [*overrides(point.point), "parallel.overlap.tp_comm=false", "train.transformer_impl=transformer_engine"]
+    plan = derive_despite_rules(words).plan
+    assert plan is not None and plan.train is not None
+    spec = plan.train.spec
+    result = search(spec, [spec.hardware.nodes], BACKENDS, "throughput", 1)
+    if not result.feasible:
+        return Ranked(point, None, "no layout fits")
+    best = rows(result, 1)[0]
+    world = spec.hardware.nodes * spec.hardware.gpus_per_node
+    layout = f"{best.layout_text()} {best.sharding_text()} mbs {best.values['train.micro_batch_size']}"
+    return Ranked(point, best.tokens_per_s / world, f"{layout} recompute {best.values['train.recompute']}")
+
+
+def job(point: Point) -> tuple:
+    p = point.point
+    return (point.source, str(p["model"]), p["hardware"], p["gpus"], *(p["layout"].get(k) for k in JOB_KEYS))
+
+
+def orderings(points: Sequence[Point]) -> list[tuple[Point, Point, bool]]:
+    """Each pair of one source's layouts of one job, the faster published first, and whether lmspec agrees."""
+    out = []
+    for a, b in combinations(points, 2):
+        if job(a) == job(b):
+            fast, slow = (a, b) if a.published >= b.published else (b, a)
+            out.append((fast, slow, fast.predicted(CALIBRATION) > slow.predicted(CALIBRATION)))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="ID", help="rank these points only")
+    args = parser.parse_args(argv)
+    raw = yaml.safe_load(DATA.read_text(encoding="utf-8"))["points"]
+    points = [compose(p) for p in raw if not args.only or p["id"] in args.only]
+    print(f"{'point':42} {'published layout / winner':>26}  plan's winner")
+    ranked = [rank(p) for p in points]
+    for r in ranked:
+        share = "no winner" if r.share is None else f"{r.share:.3f}"
+        print(f"{r.point.point['id']:42} {share:>26}  {r.winner}")
+    shares = [r.share for r in ranked if r.share is not None]
+    below = [r.point.point["id"] for r in ranked if r.share is not None and r.share < FLOOR]
+    print(f"\nlowest share {min(shares):.3f}; below {FLOOR}: {', '.join(below) or 'none'}")
+    pairs = orderings(points)
+    for fast, slow, agrees in pairs:
+        print(
+            f"{fast.source}: {fast.point['id']} ({fast.published:g}) > {slow.point['id']} ({slow.published:g}): "
+            f"lmspec {'agrees' if agrees else 'DISAGREES'} ({fast.predicted(CALIBRATION):.1f} vs "
+            f"{slow.predicted(CALIBRATION):.1f})"
+        )
+    return 0 if not below and all(agrees for *_, agrees in pairs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The step-time model against its calibration set (issue 21's targets): the committed constants are the fit,
+and the published runs are priced within the errors the issue allows, also when each source is left out of
+the fit. bench/steptime_published.py prints the per-point table these numbers come from."""
+
+from __future__ import annotations
+
+import statistics
+from types import ModuleType
+
+import pytest
+import yaml
+from helpers.bench import bench_module
+
+from lmspec.compiler.models.steptime import CALIBRATION
+
+pytestmark = pytest.mark.slow  # composes 39 jobs and runs 11 least-squares fits (~15 s)
+
+MEDIAN_ERROR = 0.10
+HOPPER_MEDIAN_ERROR = 0.12
+LEAVE_ONE_SOURCE_OUT_MEDIAN_ERROR = 0.12
+WORST_ERROR = 0.35
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return bench_module("steptime_published")
+
+
+@pytest.fixture(scope="module")
+def points(bench: ModuleType) -> list:
+    raw = yaml.safe_load(bench.DATA.read_text(encoding="utf-8"))["points"]
+    composed = [bench.compose(p) for p in raw]
+    assert all(p.inputs is not None for p in composed), [p.reason for p in composed if p.inputs is None]
+    return composed
+
+
+def _errors(points: list, calibration=CALIBRATION) -> list[float]:
+    return [abs(p.ratio(calibration) - 1) for p in points]
+
+
+def test_the_committed_calibration_is_the_fit_of_the_set(bench: ModuleType, points: list) -> None:
+    assert bench.fit(points) == CALIBRATION, "refit: .venv/bin/python bench/steptime_published.py --fit"
+
+
+def test_published_runs_are_priced_within_the_issue_targets(points: list) -> None:
+    errors = _errors(points)
+    hopper = _errors([p for p in points if p.generation == "H100"])
+    assert statistics.median(errors) <= MEDIAN_ERROR
+    assert statistics.median(hopper) <= HOPPER_MEDIAN_ERROR
+    worst = max(points, key=lambda p: abs(p.ratio(CALIBRATION) - 1))
+    assert max(errors) <= WORST_ERROR, (worst.point["id"], worst.ratio(CALIBRATION))
+
+
+def test_each_source_is_predicted_by_the_others(bench: ModuleType, points: list) -> None:
+    """The score of prediction, not of fitting: every source priced with constants fitted without it."""
+    held_out = bench.leave_one_source_out(points)
+    assert len(held_out) == len(points)
+    assert statistics.median(held_out.values()) <= LEAVE_ONE_SOURCE_OUT_MEDIAN_ERROR

@@ -1,0 +1,70 @@
+"""`lmspec plan` against the layouts published runs chose (issue 21, item 4; bench/steptime_ranking.py prints
+every point): where one source ran several layouts of one job, lmspec orders them as published; published
+layouts price close to plan's winner; DeepSeek-V3's own layout with its all-to-alls overlapped is not told to
+lower its expert parallelism."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from helpers.bench import bench_module
+
+from lmspec.compiler.pipeline import derive_despite_rules
+
+# Published layouts that plan's winner does not beat by more than 15% (the issue's bar). The bench lists the
+# rest with the winners' layouts: runs that predate the distributed optimizer, selective recompute and
+# context parallelism, or whose stack lmspec prices as its DeepSpeed trainer.
+NEAR_THE_WINNER = ("mcore_mixtral_8x7b_64gpu", "nemo2407_llama3_70b_64gpu_fp8", "megatron24_gpt_70b")
+FLOOR = 0.85
+DEEPSEEK_PUBLISHED_RUN = [
+    "model=deepseek_v3",
+    "hardware=h800_80g",
+    "hardware.nodes=256",
+    "train.global_batch_size=15360",
+    "parallel.pp=16",
+    "parallel.pp_layout=auto",
+    "parallel.ep=64",
+    "parallel.virtual_stages=3",
+    "parallel.distributed_optimizer=true",
+    "train.precision=fp8",
+    "train.fp8_recipe=blockwise",
+    "cluster=slurm",
+    "serve=null",
+]
+
+
+@pytest.fixture(scope="module")
+def ranking():
+    return bench_module("steptime_ranking")
+
+
+@pytest.fixture(scope="module")
+def points(ranking) -> list:
+    raw = yaml.safe_load(ranking.DATA.read_text(encoding="utf-8"))["points"]
+    return [ranking.compose(p) for p in raw]
+
+
+def test_layouts_one_source_compares_are_ordered_as_published(ranking, points: list) -> None:
+    pairs = ranking.orderings(points)
+    assert len(pairs) >= 2  # torchtitan: 2D with and without AsyncTP, 3D with 1F1B and interleaved 1F1B
+    assert [(fast.point["id"], slow.point["id"]) for fast, slow, agrees in pairs if not agrees] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point_id", NEAR_THE_WINNER)
+def test_published_layouts_price_near_plans_winner(ranking, points: list, point_id: str) -> None:
+    point = next(p for p in points if p.point["id"] == point_id)
+    ranked = ranking.rank(point)
+    assert ranked.share is not None and ranked.share >= FLOOR, ranked.winner
+
+
+def _communication_warnings(*extra: str) -> list:
+    derived = derive_despite_rules([*DEEPSEEK_PUBLISHED_RUN, *extra])
+    return [p for p in derived.problems if "of compute time" in p.message]
+
+
+def test_deepseek_v3_with_its_all_to_alls_overlapped_is_not_told_to_lower_ep() -> None:
+    assert _communication_warnings("parallel.overlap.moe_a2a=true") == []
+    exposed = _communication_warnings("parallel.overlap.moe_a2a=false")
+    assert [p.key for p in exposed] == ["parallel.ep"]
+    assert "parallel.overlap.moe_a2a=true" in exposed[0].message
