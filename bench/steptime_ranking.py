@@ -3,8 +3,9 @@
     .venv/bin/python bench/steptime_ranking.py [--only ID ...]
 
 For each point of tests/data/steptime/published_runs.yaml, runs `lmspec plan`'s search over the same job
-(model, hardware, GPU count, global batch, sequence, precision; both backends, Megatron's with Transformer
-Engine, parallel.overlap.tp_comm off: no lmspec target runs it) and prints the published layout's predicted
+(model, hardware, GPU count, global batch, sequence, precision, and the run's backend: a team on one framework
+compares layouts within it; Megatron with Transformer Engine, parallel.overlap.tp_comm off: no lmspec target
+runs it) and prints the published layout's predicted
 tokens/s per GPU as a share of the winner's, with the winner's layout. Then, for every source that ran several
 layouts of one job, whether lmspec orders them as published. The published layout is priced as the calibration
 set writes it (its own overlap settings and virtual stages, which plan's candidates lack).
@@ -31,7 +32,6 @@ from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
 from lmspec.compiler.search.report import rows  # noqa: E402
 from lmspec.compiler.search.search import search  # noqa: E402
 
-BACKENDS = ("megatron", "deepspeed")
 FLOOR = 0.85  # the issue's bar: a published layout predicts at >= 85% of plan's winner
 JOB_KEYS = ("train.seq_length", "train.global_batch_size", "train.precision")
 
@@ -55,7 +55,9 @@ def rank(point: Point) -> Ranked:
     plan = derive_despite_rules(words).plan
     assert plan is not None and plan.train is not None
     spec = plan.train.spec
-    result = search(spec, [spec.hardware.nodes], BACKENDS, "throughput", 1)
+    result = search(spec, [spec.hardware.nodes], (spec.train.backend,), "throughput", 1)
+    if not result.legal:
+        return Ranked(point, None, f"lmspec's {spec.train.backend} target runs no layout of this job")
     if not result.feasible:
         return Ranked(point, None, "no layout fits")
     best = rows(result, 1)[0]

@@ -53,6 +53,10 @@ def cp_splits_sequence(seq_length: Any, cp: Any) -> Any:
     return (cp == 1) | (seq_length % (2 * cp) == 0)
 
 
+def cp_has_flash_attention(cp: Any, flash_attention: Any) -> Any:
+    return (cp == 1) | (flash_attention != 0)
+
+
 def chunks_split_evenly(stage_layers: Any, virtual_stages: Any) -> Any:
     return stage_layers % virtual_stages == 0
 
@@ -255,6 +259,19 @@ def cp_divides_sequence(ctx: TrainingContext) -> Iterator[Problem]:
         )
 
 
+def cp_needs_flash_attention(ctx: TrainingContext) -> Iterator[Problem]:
+    """Ring attention merges flash attention's partial outputs by their log-sum-exp: Transformer Engine offers
+    context parallelism with its flash and fused attention backends only, not the unfused one."""
+    if not cp_has_flash_attention(ctx.spec.parallel.cp, ctx.spec.train.flash_attention):
+        yield error(
+            "parallel.cp",
+            (
+                f"{ctx.show('parallel.cp')} runs ring attention, which needs flash attention, but "
+                f"{ctx.show('train.flash_attention')}; set train.flash_attention=true or parallel.cp=1"
+            ),
+        )
+
+
 def sequence_parallel_needs_tp(ctx: TrainingContext) -> Iterator[Problem]:
     if not sequence_parallel_has_tp(ctx.spec.parallel.sequence_parallel, ctx.spec.parallel.tp):
         yield warning(
@@ -302,6 +319,7 @@ RULES = (
     virtual_stages_fit,
     tp_inside_node,
     cp_divides_sequence,
+    cp_needs_flash_attention,
     sequence_parallel_needs_tp,
     sharding_needs_data_parallel,
 )

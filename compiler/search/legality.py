@@ -103,6 +103,7 @@ LAYOUT_CHECKS = (
     Check("layout.layers_fit_pipeline", lambda c, s: layout.stages_have_layers(s.model.num_layers, c.pp)),
     Check("layout.tp_inside_node", lambda c, s: layout.tp_within_node(c.tp, s.hardware.gpus_per_node)),
     Check("layout.cp_divides_sequence", lambda c, s: layout.cp_splits_sequence(s.train.seq_length, c.cp)),
+    Check("layout.cp_needs_flash_attention", lambda c, s: layout.cp_has_flash_attention(c.cp, s.train.flash_attention)),
 )
 EXPERT_CHECKS = (
     Check(

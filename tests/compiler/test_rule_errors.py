@@ -331,6 +331,20 @@ CASES = [
         id="cp-sequence",
     ),
     pytest.param(
+        [
+            "model=llama3_8b",
+            "hardware=h100_80g",
+            "parallel.cp=2",
+            "parallel.distributed_optimizer=true",
+            "train.flash_attention=false",
+        ],
+        [
+            "parallel.cp=2 (command-line override) runs ring attention, which needs flash attention, but "
+            "train.flash_attention=false (command-line override); set train.flash_attention=true or parallel.cp=1"
+        ],
+        id="cp-needs-flash-attention",
+    ),
+    pytest.param(
         ["parallel.virtual_stages=2"],
         ["parallel.virtual_stages=2 (command-line override) needs parallel.pp=1"],
         id="virtual-stages",
