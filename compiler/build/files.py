@@ -38,7 +38,8 @@ VLLM_LOG = "vllm.log"  # lmspec.runtime.serve.stage
 TOKENIZER_DIR = "tokenizer"  # the training tokenizer a served model without one gets
 VLLM_CACHE_DIR = "vllm_cache"  # vLLM's compile and download caches (serve/serve.sh)
 DATA_DIR = "datasets"  # the built-in corpus prepared for the run's tokenizer, megatron-core's index cache
-RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR, DATA_DIR)
+RANK_LOGS = "rank_logs"  # launch/torchrun.sh: every rank's stdout and stderr, one folder per launch (torchrun --log-dir)
+RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR, DATA_DIR, RANK_LOGS)
 
 # -- train.checkpoint.dir (lmspec.runtime.train.checkpoint) -------------------------------------------------
 LATEST = "latest"  # one line naming the newest complete step directory

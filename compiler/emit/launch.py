@@ -8,9 +8,9 @@ which refuses anything a shell or sbatch would read differently.
 
 from __future__ import annotations
 
-from lmspec.compiler.build.files import SBATCH_SH, TORCHRUN_SH
-from lmspec.compiler.emit.nccl import cpu_ranks
-from lmspec.compiler.emit.quoting import shell
+from lmspec.compiler.build.files import RANK_LOGS, SBATCH_SH, TORCHRUN_SH, run_dir
+from lmspec.compiler.emit import site
+from lmspec.compiler.emit.quoting import Quoted, directive, shell
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.plan import Plan
 
@@ -45,32 +45,21 @@ def torchrun_sh(plan: Plan) -> str:
         train_module=TRAIN_MODULE,
         import_module=IMPORT_MODULE,
         checkpoint_dir=shell(s.train.checkpoint.dir),
+        log_dir=shell(f"{run_dir(plan.name)}/{RANK_LOGS}"),
+        environment=site.environment_block(plan),
         resume=s.train.checkpoint.resume == "auto",
     )
 
 
-def site_options(plan: Plan, gpus_per_node: int) -> list[str]:
-    """The `#SBATCH` options every lmspec job asks of the site (cluster.slurm; GPUs unless CPU ranks), for
-    training's launch/sbatch.sh and serving's serve/sbatch.sh alike; values are of plain kinds, placed verbatim."""
-    slurm = plan.spec.cluster.slurm
-    options = [] if cpu_ranks(plan) else [f"--gpus-per-node={gpus_per_node}"]
-    options += [f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
-    if slurm.partition:
-        options.append(f"--partition={slurm.partition}")
-    if slurm.account:
-        options.append(f"--account={slurm.account}")
-    return options
-
-
-def sbatch_options(plan: Plan) -> list[str]:
+def sbatch_options(plan: Plan) -> list[Quoted]:
     """`#SBATCH` options after job name, nodes and tasks."""
     slurm = plan.spec.cluster.slurm
-    options = site_options(plan, plan.trained().layout.gpus_per_node)
+    options = site.sbatch_options(plan, plan.trained().layout.gpus_per_node)
     if slurm.requeue:
-        options.append("--requeue")
+        options.append(directive("--requeue"))
     # B: signals the batch shell, which forwards USR1 to the trainer (torchrun itself ignores it).
-    options.append(f"--signal=B:USR1@{slurm.signal_seconds}")
-    options += ["--output=slurm-%x-%j.out", "--open-mode=append"]
+    options.append(directive(f"--signal=B:USR1@{slurm.signal_seconds}"))
+    options += [directive("--output=slurm-%x-%j.out"), directive("--open-mode=append")]
     return options
 
 
@@ -89,4 +78,6 @@ def sbatch_sh(plan: Plan) -> str:
         port_span=DERIVED_PORT_SPAN,
         requeue=slurm.requeue,
         signal_seconds=slurm.signal_seconds,
+        srun_words=site.srun_words(plan),
+        container=slurm.container.image is not None,
     )

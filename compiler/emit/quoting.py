@@ -8,6 +8,9 @@ value without passing here fails the compile instead of being written:
   backtick escaped outside the quotes instead, so shellcheck reads no would-be expansion (SC2016);
 - `word`: verbatim, for places that do not parse shell quotes (#SBATCH lines, variable names,
   a default inside "${X:-...}"): refused unless every character is one shlex leaves unquoted;
+- `double_quoted`: text inside a double-quoted word beside expansions ("$DIR,...") with `"`, `\\`, `$`
+  and backtick escaped, so nothing of it expands;
+- `directive`: the rest of an `#SBATCH` line, which sbatch (not bash) reads: printable ASCII as it is;
 - `comment`: text inside a `#` comment: every character that is not printable (a newline
   above all, which would end the comment) is written as an escape, so a comment stays one line;
 - `json_scalar`: a JSON value (a YAML scalar too), never NaN or infinity.
@@ -48,6 +51,25 @@ def word(value: str | int) -> Quoted:
     if isinstance(value, bool) or SAFE_WORD.fullmatch(text, 0) is None:
         raise UnsafeValue(f"{text!r} cannot be placed unquoted (only letters, digits and _@%+=:,./- can)")
     return Quoted(text)
+
+
+_DOUBLE_QUOTE_SPECIAL = re.compile(r'(["\\$`])')
+
+
+def double_quoted(value: str) -> Quoted:
+    """`value` as part of a double-quoted word: its `"`, `\\`, `$` and backticks escaped (the caller writes
+    the surrounding quotes); one line only, as a newline there would be a part of the word."""
+    if "\n" in value or "\x00" in value:
+        raise UnsafeValue(f"{value!r} cannot be placed inside double quotes on one line")
+    return Quoted(_DOUBLE_QUOTE_SPECIAL.sub(r"\\\1", value))
+
+
+def directive(value: str) -> Quoted:
+    """`value` after `#SBATCH `: bash reads the line as a comment and sbatch splits it itself, so it goes as it
+    is; the spec's kinds admit only printable ASCII there (a newline would end the directive)."""
+    if not isinstance(value, str) or not value.isascii() or not value.isprintable():
+        raise UnsafeValue(f"{value!r} cannot follow #SBATCH (printable ASCII only)")
+    return Quoted(value)
 
 
 def _escaped(ch: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import jinja2
 
-from lmspec.compiler.emit.quoting import Quoted, comment, json_scalar, shell, shell_comment, word
+from lmspec.compiler.emit.quoting import Quoted, comment, directive, json_scalar, shell, shell_comment, word
 from lmspec.compiler.paths import TEMPLATES_DIR
 
 PROSE_SUFFIX = ".md.j2"  # Markdown: read by people, not parsed by a shell or a YAML loader
@@ -47,7 +47,9 @@ def _environment(strict: bool) -> jinja2.Environment:
         autoescape=False,
         finalize=_strict if strict else None,
     )
-    env.filters.update(shell=shell, word=word, comment=comment, shell_comment=shell_comment, json=json_scalar)
+    env.filters.update(
+        shell=shell, word=word, directive=directive, comment=comment, shell_comment=shell_comment, json=json_scalar
+    )
     return env
 
 

@@ -29,9 +29,10 @@ from lmspec.compiler.build.files import (
     VLLM_CACHE_DIR,
     VLLM_YAML,
 )
-from lmspec.compiler.emit.launch import PYTHON_ENV, site_options
+from lmspec.compiler.emit import site
+from lmspec.compiler.emit.launch import PYTHON_ENV
 from lmspec.compiler.emit.nccl import cpu_ranks
-from lmspec.compiler.emit.quoting import Quoted, shell, word
+from lmspec.compiler.emit.quoting import Quoted, directive, shell, word
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.models.serve_layout import RoleName, ServeLayout
 from lmspec.compiler.plan import Plan
@@ -207,6 +208,7 @@ def serve_sh(plan: Plan) -> str:
         name=plan.name,
         endpoint=endpoint(v.host, v.port),
         env=serve_env(plan),
+        environment=site.environment_block(plan),
         api_key_env=v.api_key_env,
         api_key_line=api_key_line(plan),
         cli=_cli(plan),
@@ -227,6 +229,7 @@ def node_sh(plan: Plan, role: RoleName) -> str:
         nodes=layout.nodes,
         endpoint=endpoint(v.host, v.port),
         env=serve_env(plan),
+        environment=site.environment_block(plan),
         api_key_env=v.api_key_env,
         api_key_line=api_key_line(plan) if role == "head" else Quoted(f"unset {VLLM_API_KEY_ENV}"),
         cli=_cli(plan),
@@ -244,12 +247,12 @@ def node_sh(plan: Plan, role: RoleName) -> str:
     )
 
 
-def sbatch_options(plan: Plan) -> list[str]:
+def sbatch_options(plan: Plan) -> list[Quoted]:
     """`#SBATCH` options after job name, nodes and tasks, from cluster.slurm as launch/sbatch.sh reads
     them; a server neither checkpoints nor requeues, so no signal and no --requeue."""
     layout = plan.served().layout
-    options = site_options(plan, max(role.gpus_per_node for role in layout.roles))
-    return [*options, "--output=slurm-%x-%j.out", "--open-mode=append"]
+    options = site.sbatch_options(plan, max(role.gpus_per_node for role in layout.roles))
+    return [*options, directive("--output=slurm-%x-%j.out"), directive("--open-mode=append")]
 
 
 def serve_sbatch_sh(plan: Plan) -> str:
@@ -261,6 +264,7 @@ def serve_sbatch_sh(plan: Plan) -> str:
         options=sbatch_options(plan),
         multi_node=layout.nodes > 1,
         endpoint=endpoint(plan.served().spec.serve.host, plan.served().spec.serve.port),
+        srun_words=site.srun_words(plan),
     )
 
 

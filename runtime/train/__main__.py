@@ -2,7 +2,11 @@
 
 import sys
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from lmspec.runtime.train.loop import main
 
 if __name__ == "__main__":  # required: dist_checkpointing's save spawns a multiprocessing Manager
-    sys.exit(main(sys.argv[1:]))
+    # record: a rank's uncaught error reaches torchrun's failure summary on its node's console, whose workers
+    # write to their own files there (launch/torchrun.sh)
+    sys.exit(record(main)(sys.argv[1:]))

@@ -1,7 +1,8 @@
 """Stand-in for lmspec.runtime.train in launch tests: a gloo all-reduce over every rank torchrun started.
 
 Run through the real launch path (sbatch -> srun -> torchrun.sh -> torch.distributed.run);
-each rank records what it saw in $ALLREDUCE_OUT/rank<N>.json. $ALLREDUCE_FAIL_RANK makes that
+each rank records what it saw in $ALLREDUCE_OUT/rank<N>.json, and prints a line and a warning (as libraries
+do on every rank). $ALLREDUCE_FAIL_RANK makes that
 rank exit non-zero after the collective, to prove the exit code reaches sbatch.
 $ALLREDUCE_AWAIT_USR1=1 makes each rank wait for SIGUSR1 (Slurm's pre-timeout signal), as
 the trainer does to checkpoint, and record the run's restart count after a requeue.
@@ -14,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -37,6 +39,9 @@ def main() -> int:
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
     }
+    # what a third-party library does on every rank: one line on stdout, one warning on stderr
+    print(f"allreduce_worker: rank {rank} of {world}", flush=True)
+    warnings.warn(f"allreduce_worker: a library warning from rank {rank}", stacklevel=1)
     out = Path(os.environ["ALLREDUCE_OUT"])
     restarts = record["restarts"] = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     if os.environ.get("ALLREDUCE_AWAIT_USR1") == "1" and restarts == 0:

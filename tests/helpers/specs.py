@@ -10,3 +10,22 @@ from lmspec.compiler.spec.typed import from_dict
 def spec_of(*overrides: str) -> Spec:
     """The typed spec of the built-in spec plus `overrides`, without the semantic rules."""
     return from_dict(Spec, compose_spec(list(overrides)).spec)
+
+
+# DeepSeek-V3's pre-training run as lmspec keys (tests/data/steptime/published_runs.yaml): 2048 H800, PP16,
+# EP64, FP8 with 128x128 blocks, selective recompute, DualPipe's bubble as 3 interleaved chunks per stage.
+DEEPSEEK_V3_PUBLISHED_RUN = (
+    "model=deepseek_v3",
+    "hardware=h800_80g",
+    "hardware.nodes=256",
+    "train.global_batch_size=15360",
+    "parallel.pp=16",
+    "parallel.pp_layout=auto",
+    "parallel.ep=64",
+    "parallel.virtual_stages=3",
+    "parallel.distributed_optimizer=true",
+    "train.precision=fp8",
+    "train.fp8_recipe=blockwise",
+    "cluster=slurm",
+    "serve=null",
+)

@@ -38,7 +38,14 @@ HOSTILE = {
     "comment-and-percent": "# not a comment %s %n \\x41 $'touch pwned'",
 }
 IFNAME = "lo"  # an interface torchrun.sh finds on this machine (it refuses a missing one)
-RECORDED_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "DEEPSPEED_TIMEOUT")
+RECORDED_ENV = (
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "DEEPSPEED_TIMEOUT",
+    "LMSPEC_HOSTILE",  # cluster.env
+)
 FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
 with open(os.environ["FAKE_OUT"], "w", encoding="utf-8") as fh:
@@ -70,6 +77,7 @@ def _spec_file(directory: Path, value: str, gpu: bool) -> Path:
         "train": {"checkpoint": {"dir": f"runs/{literal}"}},
         "hardware": {"inter_node": {"socket_ifname": IFNAME}},
         "serve": {"model_path": f"served/{literal}/hf"},  # not inside the checkpoint dir (a rule)
+        "cluster": {"env": [f"LMSPEC_HOSTILE={literal}"]},
     }
     if gpu:
         spec["defaults"] = [
@@ -160,10 +168,15 @@ def test_cpu_torchrun_passes_hostile_values_as_data(value: str, workspace: dict[
         "--rdzv-id=lmspec-hostile",
         "--rdzv-conf=is_host=1",
         "--max-restarts=0",
+        recorded["argv"][10],  # --log-dir of this launch (checked below)
+        "--tee=3",  # node 0: rank 0 on the console, every rank in its own file
+        "--local-ranks-filter=0",
         "-m",
         "lmspec.runtime.train",
         str(build.resolve()),
     ]
+    assert recorded["argv"][10].startswith("--log-dir=runs/hostile/rank_logs/local-")
+    assert recorded["env"]["LMSPEC_HOSTILE"] == value
     assert recorded["env"]["GLOO_SOCKET_IFNAME"] == IFNAME
     assert recorded["env"]["NCCL_SOCKET_IFNAME"] is None
     assert f"torchrun.sh: resuming from runs/{value}/step_3\n" in stdout
@@ -197,6 +210,8 @@ def test_multi_node_sbatch_passes_hostile_values_as_data(
         "--rdzv-id=42",
         "--rdzv-conf=is_host=0",
         "--max-restarts=0",
+        "--log-dir=runs/hostile/rank_logs/job42-restart0",  # one folder per job and requeue
+        "--redirects=3",  # node 1: every rank to its own file, nothing on the console
         "-m",
         "lmspec.runtime.train",
         str(build.resolve()),
@@ -204,6 +219,7 @@ def test_multi_node_sbatch_passes_hostile_values_as_data(
     assert recorded["env"]["NCCL_SOCKET_IFNAME"] == IFNAME
     assert recorded["env"]["GLOO_SOCKET_IFNAME"] == IFNAME
     assert recorded["env"]["MASTER_ADDR"] == "node-a"
+    assert recorded["env"]["LMSPEC_HOSTILE"] == value
     assert f"torchrun.sh: no checkpoint under runs/{value}; starting at step 0\n" in stdout
     assert _pwned(ws["root"]) == []
     _shellcheck_clean(shellcheck, build)

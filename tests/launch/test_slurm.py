@@ -153,14 +153,30 @@ def test_pre_timeout_signal_reaches_the_ranks_and_requeues(local_slurm, tiny_slu
     assert [r["torchrun_survived"] for r in first] == [True, True]  # torchrun.sh: trap '' USR1
     log = (tmp_path / f"slurm-tiny-{job_id}.out").read_text()
     assert "requeueing job" in log
+    # one console, each run headed by its restart, node-labelled by srun; each run's rank files of their own
+    assert f"sbatch.sh: job {job_id} restart 0 on " in log and f"sbatch.sh: job {job_id} restart 1 on " in log
+    assert "0: [default0]:allreduce_worker: rank 0 of 2" in log and "rank 1 of 2" not in log
+    for restart in (0, 1):
+        logs = tmp_path / "runs" / "tiny" / "rank_logs" / f"job{job_id}-restart{restart}"
+        assert [p.read_text().strip() for p in sorted(logs.glob("*/attempt_0/*/stdout.log"))] == [
+            "allreduce_worker: rank 0 of 2",
+            "allreduce_worker: rank 1 of 2",
+        ]
+
+
+def _queued(env: dict[str, str]) -> set[str]:
+    listed = subprocess.run(
+        ["squeue", "--noheader", "--format=%i"], env=env, capture_output=True, text=True, check=True
+    )
+    return set(listed.stdout.split())
 
 
 def test_smoke_asks_slurm_without_submitting(local_slurm, tiny_slurm_build: Path, tmp_path: Path) -> None:
     env = dict(local_slurm.env, LMSPEC_PYTHON=sys.executable)
+    before = _queued(env)  # an earlier test's job may still be completing
     result = _run(
         [str(Path(sys.executable).with_name("lmspec")), "run", str(tiny_slurm_build), "--smoke"], env, tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "smoke: ok Slurm accepts the job (sbatch --test-only)" in result.stdout
-    queue = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True, check=True)
-    assert queue.stdout.strip() == ""  # nothing was submitted
+    assert _queued(env) <= before  # nothing was submitted

@@ -128,11 +128,19 @@ def test_two_hosts_train_and_checkpoint_as_one_node_does(two_node_build: Path, r
     assert (checkpoints / "latest").read_text().strip() == "step_8" and verify(checkpoints / "step_8") is None
 
 
-def test_a_dead_node_ends_the_other_then_both_resume(two_node_build: Path, reference: Run, tmp_path: Path) -> None:
+def test_a_dead_node_ends_the_other_then_both_resume(
+    two_node_build: Path, reference: Run, tmp_path: Path, lmspec
+) -> None:
     with hosts(2, "k") as nodes:
         runs, seconds = run_nodes(nodes, two_node_build, tmp_path, _steps_done(tmp_path, 3), nodes[1].kill_all)
         assert runs[0].code != 0 and runs[1].code != 0
         assert seconds < TIMEOUT_MINUTES * 60 + 60, f"node 0 took {seconds:.0f} s to give up"
+        log = tmp_path / "node0-dead-peer.log"
+        log.write_text(runs[0].output)
+        doctor = lmspec("doctor", str(log), "--build", str(two_node_build))
+        assert doctor.code == 1, doctor.out + doctor.err
+        assert "[nccl_connection]" in doctor.out and "Connection closed by peer" in doctor.out, doctor.out
+        assert "hardware.inter_node.socket_ifname" in doctor.out
         latest = (tmp_path / "runs" / NAME / "checkpoints" / "latest").read_text().strip()
         resumed, _ = run_nodes(nodes, two_node_build, tmp_path)
     assert [r.code for r in resumed] == [0, 0], "\n".join(r.output[-3000:] for r in resumed)
@@ -151,7 +159,9 @@ def test_a_pulled_cable_times_out_and_doctor_names_the_keys(two_node_build: Path
         runs, seconds = run_nodes(nodes, two_node_build, tmp_path, _steps_done(tmp_path, 3), unplug, awaited=(0,))
     assert runs[0].code != 0
     timed_out = f"Timed out waiting {TIMEOUT_MINUTES * 60000}ms"
-    assert timed_out in runs[0].output and timed_out in runs[1].output
+    assert timed_out in runs[0].output  # node 0's console: global rank 0
+    rank_files = sorted((tmp_path / "runs" / NAME / "rank_logs").glob("*/*/attempt_0/*/stderr.log"))
+    assert len(rank_files) == 2 and all(timed_out in f.read_text() for f in rank_files)  # each rank, both nodes
     assert TIMEOUT_MINUTES * 60 - 5 < seconds < TIMEOUT_MINUTES * 60 + 90, f"{seconds:.0f} s from the cable pulled"
     log = tmp_path / "node0.log"
     log.write_text(runs[0].output)
@@ -177,3 +187,9 @@ def test_an_interface_the_node_lacks_is_named_before_the_rendezvous(tmp_path: Pa
         assert proc.wait(timeout=120) == 2
     assert "no network interface ib7" in log.read_text()
     assert "hardware.inter_node.socket_ifname=ib7" in log.read_text() and IFNAME in log.read_text()
+    doctor = subprocess.run(
+        [str(LMSPEC), "doctor", str(log), "--build", str(build)], capture_output=True, text=True, timeout=120
+    )
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert "launch/torchrun.sh found no interface ib7" in doctor.stdout
+    assert "hardware.inter_node.socket_ifname=" in doctor.stdout

@@ -44,6 +44,18 @@ GOLDEN = [
         id="nccl-connection",
     ),
     pytest.param(
+        "gloo_peer_closed.log",
+        "nccl_connection",
+        ["Connection closed by peer", "runs/<name>/rank_logs/", "hardware.inter_node.socket_ifname="],
+        id="gloo-peer-closed",
+    ),
+    pytest.param(
+        "torchrun_sh_no_interface.log",
+        "nccl_interface",
+        ["launch/torchrun.sh found no interface ib7", "hardware.inter_node.socket_ifname="],
+        id="torchrun-sh-no-interface",
+    ),
+    pytest.param(
         "nccl_wrong_interface.log",
         "nccl_interface",
         ["docker0", "hardware.inter_node.socket_ifname=enp65s0f0"],

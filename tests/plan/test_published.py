@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.layouts import Layout, price_one, scalar
-from helpers.specs import spec_of
+from helpers.specs import DEEPSEEK_V3_PUBLISHED_RUN, spec_of
 
 from lmspec.compiler.pipeline import derive_despite_rules
 from lmspec.compiler.search.search import fewest_gpus, search
@@ -91,24 +91,8 @@ def _gpu_hours(tokens_per_s: float) -> float:
     return DEEPSEEK_TOKENS / tokens_per_s / 3600 * 2048
 
 
-# The report's run as lmspec keys (tests/data/steptime/published_runs.yaml): FP8 with 128x128 blocks, selective
-# recompute, DualPipe's bubble as 3 interleaved chunks per stage.
-DEEPSEEK_PUBLISHED_RUN = [
-    *DEEPSEEK_V3,
-    "parallel.pp=16",
-    "parallel.pp_layout=auto",
-    "parallel.ep=64",
-    "parallel.virtual_stages=3",
-    "parallel.distributed_optimizer=true",
-    "train.precision=fp8",
-    "train.fp8_recipe=blockwise",
-    "cluster=slurm",
-    "serve=null",
-]
-
-
 def _published_run_tokens_per_s(*extra: str) -> float:
-    plan = derive_despite_rules([*DEEPSEEK_PUBLISHED_RUN, *extra]).plan
+    plan = derive_despite_rules([*DEEPSEEK_V3_PUBLISHED_RUN, *extra]).plan
     assert plan is not None and plan.train is not None
     return plan.train.batch.tokens_per_step / float(plan.train.step_time.total)
 

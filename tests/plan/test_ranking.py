@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from helpers.bench import bench_module
+from helpers.specs import DEEPSEEK_V3_PUBLISHED_RUN
 
 from lmspec.compiler.pipeline import derive_despite_rules
 
@@ -16,21 +17,6 @@ from lmspec.compiler.pipeline import derive_despite_rules
 # context parallelism, or whose stack lmspec prices as its DeepSpeed trainer.
 NEAR_THE_WINNER = ("mcore_mixtral_8x7b_64gpu", "nemo2407_llama3_70b_64gpu_fp8", "megatron24_gpt_70b")
 FLOOR = 0.85
-DEEPSEEK_PUBLISHED_RUN = [
-    "model=deepseek_v3",
-    "hardware=h800_80g",
-    "hardware.nodes=256",
-    "train.global_batch_size=15360",
-    "parallel.pp=16",
-    "parallel.pp_layout=auto",
-    "parallel.ep=64",
-    "parallel.virtual_stages=3",
-    "parallel.distributed_optimizer=true",
-    "train.precision=fp8",
-    "train.fp8_recipe=blockwise",
-    "cluster=slurm",
-    "serve=null",
-]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +45,7 @@ def test_published_layouts_price_near_plans_winner(ranking, points: list, point_
 
 
 def _communication_warnings(*extra: str) -> list:
-    derived = derive_despite_rules([*DEEPSEEK_PUBLISHED_RUN, *extra])
+    derived = derive_despite_rules([*DEEPSEEK_V3_PUBLISHED_RUN, *extra])
     return [p for p in derived.problems if "of compute time" in p.message]
 
 

@@ -31,12 +31,14 @@ _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor tim
 _GLOO = re.compile(r"Timed out waiting (\d+)ms for (\w+) operation to complete")
 _NO_IFACE = re.compile(
     r"Bootstrap : no socket interface found|NET/Socket : No usable listening interface found"
-    r"|Unable to find address for: (\S+)"  # gloo: no such NIC (GLOO_SOCKET_IFNAME), or an unresolved hostname
+    r"|Unable to find address for: (?P<gloo>\S+)"  # gloo: no such NIC (GLOO_SOCKET_IFNAME), or an unresolved host
+    r"|torchrun\.sh: no network interface (?P<preflight>\S+) on "  # lmspec's own check, before the rendezvous
 )
 _CONNECTION = re.compile(
     r"unhandled system error \(run with NCCL_DEBUG=INFO|remote process exited or there was a network error"
     r"|NCCL WARN .*(?:[Cc]onnect|[Ss]ocket|NET/IB|[Tt]imeout)|transport retry counter exceeded"
     r"|ibv_\w++ failed|Connection reset by peer"  # \w++: the word must end at " failed" anyway
+    r"|Connection closed by peer"  # gloo (tcp/pair.cc): the rank at the other end is gone
 )
 _SOCKET_USING = re.compile(r"NCCL INFO NET/Socket : Using (.+)$")
 _IFACE = re.compile(r"\[\d+\]([^:\s]+):(\S+?)<\d+>")
@@ -211,6 +213,7 @@ class NcclConnectionError:
                 b"transport retry counter exceeded",
                 b"ibv_",
                 b"Connection reset by peer",
+                b"Connection closed by peer",
             ),
             # each branch begins with its first word; a failed "NCCL WARN .*" fails at every later
             # "NCCL WARN " too, a failed "ibv_\w++ failed" at every later "ibv_" in the same word
@@ -221,6 +224,7 @@ class NcclConnectionError:
                 b"transport retry counter exceeded",
                 (b"ibv_", r"\w*"),
                 b"Connection reset by peer",
+                b"Connection closed by peer",
             ),
         ),
         *_NIC_WATCHES,
@@ -232,8 +236,9 @@ class NcclConnectionError:
             return None
         choice = nic_choice(log)
         cause = (
-            "NCCL could not open or keep a connection between ranks: a peer died first (check the "
-            "other ranks' first error), or the NIC/IB settings do not reach the other nodes."
+            "NCCL (or gloo) could not open or keep a connection between ranks: a peer died first (check the "
+            "other ranks' first error: each rank's output is under runs/<name>/rank_logs/), or the NIC/IB settings "
+            "do not reach the other nodes."
         )
         fixes = [
             *_debug_fix(choice),
@@ -251,7 +256,13 @@ class NcclInterface:
     watches = (
         *_NIC_WATCHES,
         Watch(
-            _NO_IFACE, (b"no socket interface found", b"No usable listening interface", b"Unable to find address for: ")
+            _NO_IFACE,
+            (
+                b"no socket interface found",
+                b"No usable listening interface",
+                b"Unable to find address for: ",
+                b"torchrun.sh: no network interface ",
+            ),
         ),
     )
 
@@ -262,9 +273,11 @@ class NcclInterface:
                 self.name,
                 "NCCL found no network interface",
                 (
-                    f"gloo found no address for {name}: no interface of that name here, or (with no "
+                    f"launch/torchrun.sh found no interface {name} on this node"
+                    if (name := none[0][1].group("preflight"))
+                    else f"gloo found no address for {name}: no interface of that name here, or (with no "
                     "GLOO_SOCKET_IFNAME) a hostname that does not resolve to this node"
-                    if (name := none[0][1].group(1))
+                    if (name := none[0][1].group("gloo"))
                     else "No interface of this node passes NCCL_SOCKET_IFNAME"
                 )
                 + (f" ({wanted}, from hardware.inter_node.socket_ifname)" if wanted else "")
