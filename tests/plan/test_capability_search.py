@@ -27,7 +27,8 @@ def test_context_parallel_only_where_transformer_engine_runs_it() -> None:
     local = _legal(*LLAMA_32K, "train.transformer_impl=local", "train.flash_attention=false", backends=("megatron",))
     assert te.size and np.any(te.cp > 1)
     assert local.legal.size and not np.any(local.legal.cp > 1)
-    assert local.rejected["capability.target_runs_spec"] > 0
+    # local attention is unfused (flash_attention=false), and ring attention needs flash attention
+    assert local.rejected["layout.cp_needs_flash_attention"] > 0
 
 
 def test_deepspeed_candidates_are_data_parallel_without_selective_recompute() -> None:
