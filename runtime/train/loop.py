@@ -51,7 +51,7 @@ from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, micro_batches
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
-from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
+from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest, stop_signals_blocked
 from lmspec.runtime.train.te_preflight import transformer_engine_ready
 
 
@@ -141,7 +141,8 @@ def _set_rng_state(trainer: Trainer, state: dict[str, Any]) -> None:
 
 def save_checkpoint(ckpts: Checkpoints, trainer: Trainer, step: int, consumed_samples: int) -> Path:
     tmp = ckpts.begin_save(step)
-    trainer.save(tmp)
+    with stop_signals_blocked():  # a helper the save spawns must outlive Slurm's USR1/TERM (train/signals.py)
+        trainer.save(tmp)
     rank = dist.get_rank()
     (tmp / TRAINER_STATE).mkdir(exist_ok=True)
     torch.save(

@@ -7,11 +7,20 @@ reach ranks at different moments), saves, and exits with REQUEUE_EXIT_CODE.
 The sbatch script (issue 4) runs with `--requeue` and turns this exit code into
 `scontrol requeue $SLURM_JOB_ID`; any other launcher sees a non-zero exit that
 means "stopped early, resumable".
+
+Slurm signals every process of the step, helpers included. A helper a save starts by spawn (megatron-core's
+dist_checkpointing keeps a spawn-context multiprocessing Manager from its first save on) runs a fresh
+interpreter: exec resets the trainer's handler to the default action, and USR1's default terminates, so
+the next save failed with BrokenPipeError (seen on the two-node Slurm test). Saves therefore run with the
+stop signals blocked (`stop_signals_blocked`): a blocked signal stays blocked across fork and exec, so the
+helpers never see one, and one that arrives during the save reaches the trainer when it ends.
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 import torch
@@ -42,3 +51,13 @@ class StopRequest:
                 flag = flag.cuda()
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
+
+
+@contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """HANDLED blocked in this thread (the one that saves and starts the save's helpers), then as before."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
