@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from lmspec.compiler.errors import UsageError
+from lmspec.compiler.spec.sections import ClusterSpec
 
 
 def sbatch_command(script: Path, args: tuple[str, ...] | list[str], *, wait: bool) -> list[str]:
@@ -32,3 +33,9 @@ def submit(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[st
         raise UsageError("sbatch not found: cluster.launcher=slurm needs Slurm's client commands on PATH") from None
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip().split(";")[0]
+
+
+def in_container(cluster: ClusterSpec) -> bool:
+    """Whether every node's launcher runs in a container image (cluster.slurm.container, under Slurm): then the
+    image's interpreter and vLLM run, not this machine's, so lmspec run names neither."""
+    return cluster.launcher == "slurm" and cluster.slurm.container.image is not None

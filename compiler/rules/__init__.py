@@ -24,6 +24,7 @@ from lmspec.compiler.rules import (
     run_paths,
     serve_budget,
     serving,
+    site,
 )
 from lmspec.compiler.rules.context import RuleContext, ServingContext, TrainingContext
 from lmspec.compiler.spec.provenance import Origins
@@ -31,7 +32,7 @@ from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.sections import serving as serving_part
 from lmspec.compiler.spec.sections import training as training_part
 
-RULES = (*jobs.RULES, *model.RULES, *launch.RULES, *run_paths.RULES)
+RULES = (*jobs.RULES, *model.RULES, *launch.RULES, *site.RULES, *run_paths.RULES)
 TRAINING_RULES = (
     *model.TRAINING_RULES,
     *layout.RULES,

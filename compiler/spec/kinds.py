@@ -228,9 +228,10 @@ SLURM_MEM = Kind(
 )
 SBATCH_OPTION = Kind(
     "sbatch-option",
-    "an sbatch option as written after #SBATCH (--name or --name=value, printable ASCII)",
-    r"--?[A-Za-z][A-Za-z0-9_-]*(?:[= ][ -~]*)?",
-    r"[ -~]",
+    "an sbatch option as written after #SBATCH (--name, --name=value or --name value; printable ASCII but #, "
+    "which ends what sbatch reads of the line)",
+    r'--?[A-Za-z][A-Za-z0-9_-]*(?:[= ][ -!"$-~]*)?',
+    r'[ -!"$-~]',
     "--mail-type=END",
     4096,
     why="it is written after #SBATCH on a line of its own, which sbatch reads and bash ignores",
@@ -348,6 +349,7 @@ SEED_MAX = 2**32 - 1  # torch.manual_seed, random.seed and numpy all take it, wi
 PORT_MAX = 65535
 CPUS_MAX = 4096
 SIGNAL_SECONDS_MAX = 366 * 86400
+SLURM_MEM_MB_MAX = 2**40  # sbatch --mem in megabytes: an exabyte per node
 SITE_LINES_MAX = 256  # setup lines, env assignments, extra sbatch/srun options, container mounts
 TIMEOUT_MINUTES_MAX = 7 * 24 * 60
 GID_INDEX_MAX = 255

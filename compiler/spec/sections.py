@@ -642,8 +642,12 @@ class SlurmSpec:
         kind=K.SLURM_VALUE,
     )
     exclusive: bool = key("--exclusive: no other job shares the nodes.", example=True)
-    mem: str | None = key(
-        "--mem per node (0 = all of it); null = the partition default.", example="0", kind=K.SLURM_MEM
+    mem: int | str | None = key(
+        "--mem per node: megabytes, or a size with K, M, G or T (0 = all of the node's); null = the partition default.",
+        example="500G",
+        minimum=0,
+        maximum=K.SLURM_MEM_MB_MAX,
+        kind=K.SLURM_MEM,
     )
     gres: str | None = key(
         "--gres, for sites that count GPUs as generic resources; replaces --gpus-per-node when set.",

@@ -21,6 +21,7 @@ from lmspec.compiler.build.files import run_dir, step_dir
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_OK, UsageError
 from lmspec.runtime.convert.hf_source import check_source
+from lmspec.runtime.slurm import in_container
 from lmspec.runtime.train.checkpoint import TMP_PREFIX
 from lmspec.runtime.train.launch import launch, launch_command, launch_env, launch_root, print_dry_run
 
@@ -49,7 +50,7 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
     launcher = build.spec.cluster.launcher
     entry = (IMPORT_ENTRY, str(hf_dir.resolve()), str(out.resolve()))
     command = launch_command(launch_root(build), launcher, entry)
-    env = launch_env()
+    env = launch_env(in_container(build.spec.cluster))
     if options.dry_run:
         return print_dry_run(command, env, launcher)
     if fp8 is not None:

@@ -43,6 +43,7 @@ from lmspec.compiler.serve_config import served_config_problems
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 from lmspec.runtime.serve.cluster import engine_files, print_node_commands, submit_engine
+from lmspec.runtime.slurm import in_container
 
 HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
 HEALTH_POLL_S = 1.0
@@ -64,7 +65,7 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
         build.script(rel)
     env = dict(os.environ)
     cli = Path(sys.executable).parent / CPU_VLLM_CLI
-    if cli.is_file():
+    if cli.is_file() and not in_container(spec.cluster):  # in a container the image's vLLM runs
         env.setdefault(VLLM_CLI_ENV, str(cli))
     prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
     if slurm or layout.nodes > 1:

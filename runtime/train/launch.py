@@ -3,7 +3,9 @@
 cluster.launcher=local runs launch/torchrun.sh in its own process group (Ctrl-C or SIGTERM
 stops the whole group); slurm submits launch/sbatch.sh with `sbatch --wait` and prints a
 progress line until the job ends. Either way the exit code is the training's. The scripts
-find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset.
+find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset, except for a
+build that runs in a container (cluster.slurm.container.image): there the image's python3 (or what
+cluster.setup puts on PATH) runs the ranks, as this interpreter's path need not exist inside it.
 The launcher is the typed spec's (spec.resolved.yaml through the schema), and every launch
 file bash reads is checked against manifest.json before anything starts (compiler/build/reader.py);
 then the training data (runtime/data/preflight.py): a dataset or tokenizer that is missing or
@@ -29,7 +31,7 @@ from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
-from lmspec.runtime.slurm import sbatch_command, sbatch_test_command, submit
+from lmspec.runtime.slurm import in_container, sbatch_command, sbatch_test_command, submit
 from lmspec.runtime.smoke_checks import Check, run_checks
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
@@ -42,7 +44,7 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
     spec = build.training()
     launcher = spec.cluster.launcher
     root = launch_root(build)
-    env = launch_env()
+    env = launch_env(in_container(spec.cluster))
     command = launch_command(root, launcher)
     if launcher == "local" and build.plan.trained().layout.nodes > 1 and not this_node_given(env):
         return print_node_commands(build, env)
@@ -92,10 +94,12 @@ def print_node_commands(build: Build, env: dict[str, str]) -> int:
     return EXIT_OK
 
 
-def launch_env() -> dict[str, str]:
-    """This process's environment, with $LMSPEC_PYTHON defaulting to this interpreter."""
+def launch_env(container: bool = False) -> dict[str, str]:
+    """This process's environment, with $LMSPEC_PYTHON defaulting to this interpreter, outside a container (in
+    one, this machine's interpreter path means nothing: torchrun.sh's own default, the image's python3, runs)."""
     env = dict(os.environ)
-    env.setdefault(PYTHON_ENV, sys.executable)
+    if not container:
+        env.setdefault(PYTHON_ENV, sys.executable)
     return env
 
 
@@ -131,7 +135,9 @@ def launch_command(build: Path, launcher: str, entry: tuple[str, ...] = ()) -> l
 
 
 def shell_line(command: list[str], env: dict[str, str]) -> str:
-    """The command as one pasteable shell line, with the interpreter it will use."""
+    """The command as one pasteable shell line, with the interpreter it will use (when lmspec names one)."""
+    if PYTHON_ENV not in env:
+        return shlex.join(command)
     return f"{PYTHON_ENV}={shlex.quote(env[PYTHON_ENV])} {shlex.join(command)}"
 
 
@@ -201,17 +207,20 @@ def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
     checks: list[Check] = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
-    checks.append(
-        (
-            f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",
-            [
-                env[PYTHON_ENV],
-                "-c",
-                "import importlib.util, sys, torch.distributed.run; "
-                f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else '{TRAIN_MODULE} not found')",
-            ],
+    if PYTHON_ENV in env:  # not a container's interpreter, which only the image has
+        checks.append(
+            (
+                f"{env[PYTHON_ENV]} imports torch.distributed.run and finds {TRAIN_MODULE}",
+                [
+                    env[PYTHON_ENV],
+                    "-c",
+                    "import importlib.util, sys, torch.distributed.run; "
+                    f"sys.exit(0 if importlib.util.find_spec({TRAIN_MODULE!r}) else '{TRAIN_MODULE} not found')",
+                ],
+            )
         )
-    )
+    else:
+        print("smoke: the ranks' interpreter is the container image's: not checked here")
     if launcher == "slurm":
         checks.append(
             (

@@ -345,6 +345,22 @@ CASES = [
         id="cp-needs-flash-attention",
     ),
     pytest.param(
+        ["cluster=slurm", 'cluster.slurm.extra_options=["--nodes=4"]'],
+        [
+            "cluster.slurm.extra_options[0]='--nodes=4' (command-line override) repeats an option lmspec writes "
+            "itself, and the later one would win; drop it: set hardware.nodes instead"
+        ],
+        id="extra-sbatch-option-lmspec-owns",
+    ),
+    pytest.param(
+        ["cluster=slurm", 'cluster.slurm.srun_args=["--kill-on-bad-exit=0"]'],
+        [
+            "cluster.slurm.srun_args[0]='--kill-on-bad-exit=0'",
+            "launch/sbatch.sh itself (one failed node ends the step)",
+        ],
+        id="srun-arg-lmspec-owns",
+    ),
+    pytest.param(
         ["parallel.virtual_stages=2"],
         ["parallel.virtual_stages=2 (command-line override) needs parallel.pp=1"],
         id="virtual-stages",

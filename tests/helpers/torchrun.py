@@ -104,3 +104,13 @@ def run_until(
         time.sleep(poll_s)
     action(proc)
     return _finish(proc, log, cwd, max(1.0, deadline - time.monotonic()))
+
+
+def one_node_reference(root: Path, overrides: list[str]) -> Run:
+    """A tiny training of `overrides` on one node, two ranks over loopback: the losses a multi-node run of the
+    same job must reproduce bitwise."""
+    from helpers.build import compile_build
+
+    result = run(compile_build(root / "build", overrides).dir, root)
+    assert result.code == 0, result.output[-4000:]
+    return result

@@ -67,6 +67,17 @@ def test_dry_run_prints_the_exact_command(
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_container_runs_the_images_interpreter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This interpreter's path need not exist in the image: lmspec run names none, torchrun.sh's python3 runs."""
+    monkeypatch.delenv("LMSPEC_PYTHON", raising=False)
+    build = compile_build(tmp_path, ["cluster=slurm", "cluster.slurm.container.image=registry/image:1"]).dir
+    assert lmspec(["run", str(build), "--dry-run"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"sbatch --parsable --wait {build.resolve() / 'launch' / 'sbatch.sh'} {build.resolve()}"
+
+
 def test_not_a_build_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert lmspec(["run", str(tmp_path)]) == 2
     assert "is not a build directory" in capsys.readouterr().err

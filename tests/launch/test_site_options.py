@@ -171,3 +171,10 @@ def test_a_real_sbatch_accepts_the_four_node_job(
     assert done.returncode == 0, done.stderr
     nodes = "fake[1-4]" if script == SBATCH_SH else "fake1"
     assert f"on nodes {nodes} in partition debug" in done.stderr
+
+
+def test_mem_from_the_command_line_is_megabytes_or_a_size(tmp_path: Path) -> None:
+    """`cluster.slurm.mem=0` on the command line parses as a number, which sbatch reads as megabytes."""
+    for value, line in (("0", "#SBATCH --mem=0"), ("500G", "#SBATCH --mem=500G")):
+        build = compile_build(tmp_path / value, ["cluster=slurm", f"cluster.slurm.mem={value}"]).dir
+        assert f"\n{line}\n" in (build / SBATCH_SH).read_text()

@@ -17,7 +17,7 @@ import pytest
 from helpers.build import compile_build
 from helpers.netns import IFNAME, Host, hosts, netns_missing_reason
 from helpers.slurm import NamespaceSlurm, slurm_missing_reason
-from helpers.torchrun import Run, run
+from helpers.torchrun import Run, one_node_reference
 
 from lmspec.compiler.build.files import SBATCH_SH
 from lmspec.runtime.train.checkpoint import verify
@@ -58,10 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Namespac
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The same training on one node, two ranks over loopback."""
-    root = tmp_path_factory.mktemp("reference")
-    result = run(compile_build(root / "build", TRAIN).dir, root)
-    assert result.code == 0, result.output[-4000:]
-    return result
+    return one_node_reference(tmp_path_factory.mktemp("reference"), TRAIN)
 
 
 def _client(slurm: NamespaceSlurm, argv: list[str], cwd: Path, timeout_s: float = 60) -> str:
@@ -113,14 +110,16 @@ def test_sbatch_trains_across_two_slurm_nodes_as_one_node_does(cluster, referenc
     assert len(rank_logs) == 2  # one rank per node, each its own files
 
 
-def test_pre_timeout_signal_checkpoints_requeues_and_resumes(cluster, tmp_path: Path) -> None:
+def test_pre_timeout_signal_checkpoints_requeues_and_resumes(cluster, tmp_path: Path, lmspec) -> None:
     """Slurm's --signal=B:USR1 (sent here by scancel --batch, as Slurm does signal_seconds before the limit):
     the batch shell forwards USR1, the trainer checkpoints and exits, the job is requeued, and the requeued
-    run resumes from that checkpoint on both nodes and trains to the last step."""
+    run resumes from that checkpoint on both nodes and trains to the last step. Checkpoints before the
+    signal start megatron-core's save helper, which Slurm's USR1 reaches too (it must survive it); the doctor
+    reads the log as a stop for requeue, not a crash."""
     slurm, _ = cluster
     steps = 60  # far more than run before the signal
     build = compile_build(
-        tmp_path / "build", [*TRAIN, *TWO_NODES, f"train.steps={steps}", "train.checkpoint.interval=1000"]
+        tmp_path / "build", [*TRAIN, *TWO_NODES, f"train.steps={steps}", "train.checkpoint.interval=2"]
     ).dir
     job_id = (
         _client(slurm, ["sbatch", "--parsable", str(build / SBATCH_SH), str(build)], tmp_path).strip().split(";")[0]
@@ -153,6 +152,8 @@ def test_pre_timeout_signal_checkpoints_requeues_and_resumes(cluster, tmp_path: 
     assert 0 < saved_step < steps  # the checkpoint the signal asked for, mid-run
     assert f"resumed from runs/{NAME}/checkpoints/{saved} (step {saved_step})" in log
     assert (checkpoints / "latest").read_text().strip() == f"step_{steps}"
+    doctor = lmspec("doctor", str(tmp_path / f"slurm-{NAME}-{job_id}.out"), "--build", str(build))
+    assert "[stopped_for_requeue]" in doctor.out and f"checkpointed at step {saved_step}" in doctor.out, doctor.out
     for restart in (0, 1):
         assert (
             len(list((tmp_path / "runs" / NAME / "rank_logs" / f"job{job_id}-restart{restart}").glob("*/attempt_0/*")))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers.build import compile_build
 from helpers.netns import IFNAME, Host, hosts, netns_missing_reason
-from helpers.torchrun import Run, run
+from helpers.torchrun import Run, one_node_reference
 
 from lmspec.runtime.train.checkpoint import verify
 
@@ -47,10 +47,7 @@ LMSPEC = Path(sys.executable).parent / "lmspec"
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The same training on one node, two ranks over loopback: what the two hosts must reproduce."""
-    root = tmp_path_factory.mktemp("reference")
-    result = run(compile_build(root / "build", TRAIN).dir, root)
-    assert result.code == 0, result.output[-4000:]
-    return result
+    return one_node_reference(tmp_path_factory.mktemp("reference"), TRAIN)
 
 
 @pytest.fixture(scope="module")

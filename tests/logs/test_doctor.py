@@ -50,6 +50,12 @@ GOLDEN = [
         id="gloo-peer-closed",
     ),
     pytest.param(
+        "slurm_usr1_requeue.log",
+        "stopped_for_requeue",
+        ["checkpointed at step 4", "requeued job 1", "did not fail", "cluster.slurm.time="],
+        id="slurm-usr1-requeue",
+    ),
+    pytest.param(
         "torchrun_sh_no_interface.log",
         "nccl_interface",
         ["launch/torchrun.sh found no interface ib7", "hardware.inter_node.socket_ifname="],

@@ -15,7 +15,7 @@ from lmspec.compiler.observe.doctor.nccl import NcclConnectionError, NcclInterfa
 from lmspec.compiler.observe.doctor.numerics import NonFiniteLoss
 from lmspec.compiler.observe.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
 from lmspec.compiler.observe.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
-from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory, SlurmPreemption, SlurmTimeLimit
+from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory, SlurmPreemption, SlurmTimeLimit, StoppedForRequeue
 from lmspec.compiler.observe.logs.context import RunContext
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -29,6 +29,7 @@ SIGNATURES: tuple[Signature, ...] = (
     RendezvousFailure(),
     SlurmTimeLimit(),
     SlurmPreemption(),
+    StoppedForRequeue(),
     NonFiniteLoss(),
     CheckpointLoadFailure(),
     TpSlowdown(),

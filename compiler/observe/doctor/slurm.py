@@ -4,7 +4,10 @@ Formats: slurmstepd (src/slurmd/slurmstepd/req.c: ``slurmstepd: error: *** JOB 4
 CANCELLED AT 2026-01-25T14:35:32 DUE TO TIME LIMIT ***``, ``... DUE TO PREEMPTION ***``, ``... DUE TO
 JOB REQUEUE ***``; submitit's ``Caught signal SIGUSR2 on node7: this job is preempted.``; task/cgroup:
 ``error: Detected 1 oom_kill event in StepId=22035606.1. Some of the step tasks have been OOM
-Killed.``), the kernel's ``Out of memory: Killed process 4242 (python)``, a shell's ``Killed``, and
+Killed.``), lmspec's own stop before the time limit (runtime/train/loop.py: ``lmspec: SIGUSR1 received:
+checkpointed at step 5; exit 3 (requeue)``; launch/sbatch.sh: ``sbatch.sh: checkpoint requested before the
+time limit; requeueing job 1``), the kernel's ``Out of memory: Killed process 4242 (python)``, a shell's
+``Killed``, and
 torchrun's ``failed
 (exitcode: -9) local_rank: 1`` / ``Signal 9 (SIGKILL) received``: SIGKILL, which nothing but the OOM
 killer or an operator sends a training process.
@@ -22,6 +25,8 @@ _PREEMPTED = re.compile(
     r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED (?:AT \S+ )?DUE TO (?:PREEMPTION|JOB REQUEUE) \*\*\*"
     r"|this job is preempted"
 )
+_STOPPED = re.compile(r"lmspec: (SIG\w+) received: checkpointed at step (\d+); exit \d+ \(requeue\)")
+_REQUEUED = re.compile(r"sbatch\.sh: checkpoint requested before the time limit; requeueing job (\d+)")
 _OOM_KILL = re.compile(r"Detected \d+ oom[_-]kill events? in \S+|Out of memory: Killed process \d+")
 # a shell reporting its child's SIGKILL: a bare ``Killed``, or ``run.sh: line 3: 4242 Killed  python ...``
 _SHELL_KILLED = re.compile(r"^\s*Killed\s*$|^(?:\S+: line \d+: )?\d+ Killed\s")
@@ -105,6 +110,49 @@ class SlurmPreemption:
         )
 
 
+class StoppedForRequeue:
+    """The trainer checkpointed on Slurm's pre-timeout USR1 (or a SIGTERM) and stopped to be requeued: torchrun
+    then reports its exit code 3 as a failure, which it is not."""
+
+    name = "stopped_for_requeue"
+    watches = (
+        Watch(_STOPPED, (b" received: checkpointed at step ",)),
+        Watch(_REQUEUED, (b"sbatch.sh: checkpoint requested before the time limit; requeueing job ",)),
+    )
+
+    def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
+        stopped = log.find(_STOPPED, limit=1)
+        if not stopped:
+            return None
+        requeued = log.find(_REQUEUED, limit=1)
+        signal, step = stopped[0][1].groups()
+        slurm = context.spec.cluster.slurm if context else None
+        if requeued:
+            cause = (
+                f"{signal} asked the trainer to stop; it saved a checkpoint at step {step} and Slurm requeued job "
+                f"{requeued[0][1].group(1)}, whose next run resumes from it (the same log goes on after a "
+                "'restart 1' line; each rank's files are under runs/<name>/rank_logs/job<id>-restart1/). "
+                "The run did not fail."
+            )
+        else:
+            cause = (
+                f"{signal} asked the trainer to stop; it saved a checkpoint at step {step} and exited to be "
+                "requeued: `lmspec run` again (or the requeued job) resumes from it. The run did not fail."
+            )
+        fixes = []
+        if slurm is not None and not slurm.requeue:
+            fixes.append(Fix("cluster.slurm.requeue", "true", "Slurm requeues the job itself after the checkpoint"))
+        fixes.append(
+            Fix(
+                "cluster.slurm.time",
+                "<longer, if the partition allows>" + (f" (now {slurm.time})" if slurm else ""),
+                "fewer stops and restarts, if the job hit its time limit (USR1 comes signal_seconds before it)",
+            )
+        )
+        evidence = tuple(e for e, _ in stopped + requeued)
+        return Finding(self.name, f"checkpointed at step {step} and stopped for requeue", cause, evidence, tuple(fixes))
+
+
 class HostOutOfMemory:
     name = "host_oom"
     watches = (
@@ -124,7 +172,7 @@ class HostOutOfMemory:
         if parallel is None or parallel.offload_optimizer:
             fixes.append(Fix("parallel.offload_optimizer", "false", "fp32 optimizer states held in host RAM"))
         slurm = context.spec.cluster.slurm if context else None
-        if slurm is None or slurm.mem != "0":
+        if slurm is None or str(slurm.mem) != "0":
             fixes.append(Fix("cluster.slurm.mem", "0", "--mem=0: the job may use all of each node's memory"))
         killed = hits[0][1].re is not _OOM_KILL
         return Finding(
