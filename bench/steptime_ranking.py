@@ -9,6 +9,13 @@ runs it) and prints the published layout's predicted
 tokens/s per GPU as a share of the winner's, with the winner's layout. Then, for every source that ran several
 layouts of one job, whether lmspec orders them as published. The published layout is priced as the calibration
 set writes it (its own overlap settings and virtual stages, which plan's candidates lack).
+
+A share below the floor has two possible causes, and the second column tells them apart: the best candidate
+of plan's own search that keeps the published TP, PP, CP and EP (plan choosing only the micro-batch,
+recompute, sequence parallel and sharding) as a share of the winner. Where that reaches the floor, the
+published parallel layout is as good as plan's and the gap is in per-rank settings the run did not use
+(often did not have yet: the 2021 runs predate selective recompute and the distributed optimizer); where it
+does not, plan prefers another parallel layout.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +37,9 @@ from steptime_published import DATA, Point, compose, overrides  # noqa: E402
 
 from lmspec.compiler.models.steptime import CALIBRATION  # noqa: E402
 from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
-from lmspec.compiler.search.report import rows  # noqa: E402
-from lmspec.compiler.search.search import search  # noqa: E402
+from lmspec.compiler.search.report import Row, row_at, rows  # noqa: E402
+from lmspec.compiler.search.search import SearchResult, search  # noqa: E402
+from lmspec.compiler.spec.sections import TrainingSpec  # noqa: E402
 
 FLOOR = 0.85  # the issue's bar: a published layout predicts at >= 85% of plan's winner
 JOB_KEYS = ("train.seq_length", "train.global_batch_size", "train.precision")
@@ -41,12 +50,31 @@ class Ranked:
     point: Point
     winner_tokens_per_s_per_gpu: float | None
     winner: str  # its layout, as plan's table shows it
+    same_dims_share: float | None = None  # plan's best at the published TP/PP/CP/EP, as a share of the winner
+    same_dims: str = ""  # that candidate's per-rank settings, or why there is none
 
     @property
     def share(self) -> float | None:
         if self.winner_tokens_per_s_per_gpu is None:
             return None
         return self.point.predicted(CALIBRATION) / self.winner_tokens_per_s_per_gpu
+
+
+def described(row: Row) -> str:
+    v = row.values
+    layout = f"{row.layout_text()} {row.sharding_text()} mbs {v['train.micro_batch_size']}"
+    return f"{layout} recompute {v['train.recompute']}"
+
+
+def best_at_dims(result: SearchResult, spec: TrainingSpec) -> Row | None:
+    """The fastest candidate that fits with the spec's own TP, PP, CP and EP, or None."""
+    p, f = spec.parallel, result.priced.feasible
+    same = (f.tp == p.tp) & (f.pp == p.pp) & (f.cp == p.cp) & (f.ep == p.ep)
+    hits = np.flatnonzero(same)
+    if not hits.size:
+        return None
+    i = int(hits[np.argmax(result.priced.tokens_per_s[hits])])
+    return row_at(result, i)
 
 
 def rank(point: Point) -> Ranked:
@@ -62,8 +90,12 @@ def rank(point: Point) -> Ranked:
         return Ranked(point, None, "no layout fits")
     best = rows(result, 1)[0]
     world = spec.hardware.nodes * spec.hardware.gpus_per_node
-    layout = f"{best.layout_text()} {best.sharding_text()} mbs {best.values['train.micro_batch_size']}"
-    return Ranked(point, best.tokens_per_s / world, f"{layout} recompute {best.values['train.recompute']}")
+    own = best_at_dims(result, spec)
+    if own is None:
+        why = "no candidate keeps them (uneven stages, or none fits lmspec's memory budget)"
+        return Ranked(point, best.tokens_per_s / world, described(best), same_dims=why)
+    share = own.tokens_per_s / best.tokens_per_s
+    return Ranked(point, best.tokens_per_s / world, described(best), share, described(own))
 
 
 def job(point: Point) -> tuple:
@@ -87,14 +119,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     raw = yaml.safe_load(DATA.read_text(encoding="utf-8"))["points"]
     points = [compose(p) for p in raw if not args.only or p["id"] in args.only]
-    print(f"{'point':42} {'published layout / winner':>26}  plan's winner")
+    print(f"{'point':42} {'published / winner':>18} {'its dims / winner':>17}  plan's winner")
     ranked = [rank(p) for p in points]
     for r in ranked:
         share = "no winner" if r.share is None else f"{r.share:.3f}"
-        print(f"{r.point.point['id']:42} {share:>26}  {r.winner}")
+        own = "-" if r.same_dims_share is None else f"{r.same_dims_share:.3f}"
+        print(f"{r.point.point['id']:42} {share:>18} {own:>17}  {r.winner}")
     shares = [r.share for r in ranked if r.share is not None]
-    below = [r.point.point["id"] for r in ranked if r.share is not None and r.share < FLOOR]
-    print(f"\nlowest share {min(shares):.3f}; below {FLOOR}: {', '.join(below) or 'none'}")
+    below = [r for r in ranked if r.share is not None and r.share < FLOOR]
+    print(f"\nlowest share {min(shares):.3f}; below {FLOOR}: {', '.join(r.point.point['id'] for r in below) or 'none'}")
+    for r in below:
+        own = "none" if r.same_dims_share is None else f"{r.same_dims_share:.3f}"
+        where = "per-rank settings" if r.same_dims_share and r.same_dims_share >= FLOOR else "parallel layout"
+        print(f"  {r.point.point['id']}: the gap is in the {where}; plan's best at its dims ({own}): {r.same_dims}")
     pairs = orderings(points)
     for fast, slow, agrees in pairs:
         print(

@@ -96,14 +96,14 @@ CALIBRATED_GENERATION = {"ampere": "ampere", "ada": "ampere", "hopper": "hopper"
 # ampere_attention: every Ampere point predates flash attention, so it keeps FlashAttention-2's reported share
 # of an A100's peak (Dao 2023: 50-73% forward, less with the backward).
 CALIBRATION = Calibration(
-    ampere_gemm=0.807,
-    hopper_gemm=0.781,
+    ampere_gemm=0.784,
+    hopper_gemm=0.709,
     ampere_attention=0.55,
     hopper_attention=0.35,
-    fp8_gemm=0.64,
-    elementwise=0.537,
-    tp_overlap_exposed=0.307,
-    moe_expert_host_s=0.00118,
+    fp8_gemm=0.589,
+    elementwise=0.601,
+    tp_overlap_exposed=0.0413,
+    moe_expert_host_s=0.00117,
 )
 
 # --- kernels ---

@@ -113,24 +113,27 @@ def _why(result: SearchResult, position: int) -> str:
     return f"{faster:.1%} faster than #{position + 2}: {saved[term]:.3g} s less {TERM_NAMES[term]}"
 
 
-def rows(result: SearchResult, top: int) -> list[Row]:
+def row_at(result: SearchResult, i: int, rank: int = 0, why: str = "") -> Row:
+    """Feasible candidate `i` as a row (rank 0 and no why: a candidate outside the ranking)."""
     p = result.priced
-    out = []
-    for position, i in enumerate(result.ranked[:top].tolist()):
-        out.append(
-            Row(
-                rank=position + 1,
-                index=i,
-                values=values_of(result, i),
-                memory_bytes=float(p.feasible.memory_bytes[i]),
-                step_time_s=float(p.step_time_s[i]),
-                tokens_per_s=float(p.tokens_per_s[i]),
-                mfu=float(p.mfu[i]),
-                terms_s=_terms(result, i),
-                why=_why(result, position),
-            )
-        )
-    return out
+    return Row(
+        rank=rank,
+        index=i,
+        values=values_of(result, i),
+        memory_bytes=float(p.feasible.memory_bytes[i]),
+        step_time_s=float(p.step_time_s[i]),
+        tokens_per_s=float(p.tokens_per_s[i]),
+        mfu=float(p.mfu[i]),
+        terms_s=_terms(result, i),
+        why=why,
+    )
+
+
+def rows(result: SearchResult, top: int) -> list[Row]:
+    return [
+        row_at(result, i, position + 1, _why(result, position))
+        for position, i in enumerate(result.ranked[:top].tolist())
+    ]
 
 
 def overrides(values: dict[str, Any]) -> list[str]:
