@@ -8,11 +8,12 @@ compares layouts within it; Megatron with Transformer Engine, parallel.overlap.t
 runs it) and prints the published layout's predicted
 tokens/s per GPU as a share of the winner's, with the winner's layout. Then, for every source that ran several
 layouts of one job, whether lmspec orders them as published. The published layout is priced as the calibration
-set writes it (its own overlap settings and virtual stages, which plan's candidates lack).
+set writes it (its own overlap settings and virtual stages; plan's candidates search the virtual stages,
+with no TP overlap).
 
 A share below the floor has two possible causes, and the second column tells them apart: the best candidate
 of plan's own search that keeps the published TP, PP, CP and EP (plan choosing only the micro-batch,
-recompute, sequence parallel and sharding) as a share of the winner. Where that reaches the floor, the
+recompute, interleaving, sequence parallel and sharding) as a share of the winner. Where that reaches the floor, the
 published parallel layout is as good as plan's and the gap is in per-rank settings the run did not use
 (often did not have yet: the 2021 runs predate selective recompute and the distributed optimizer); where it
 does not, plan prefers another parallel layout.

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lmspec.compiler.models import larger, pick, smaller
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import count_params, layer_params
 from lmspec.compiler.models.stages import stage_params
@@ -59,11 +60,6 @@ class CommEstimate:
         return self.total_s / step if step else 0.0
 
 
-def pick(condition: Any, if_true: Any, if_false: Any) -> Any:
-    """`if_true if condition else if_false`, for a bool or an array of them."""
-    return if_false + condition * (if_true - if_false)
-
-
 @dataclass(frozen=True)
 class Links:
     """Bytes/s one GPU moves inside its node, and over its share of the node's NICs."""
@@ -79,16 +75,6 @@ class Links:
         per_node = larger(smaller(dims.gpus_per_node // stride, span // stride), 1)
         inter = smaller(self.inter_bytes_per_s * per_node, self.intra_bytes_per_s)
         return pick(dims.spans_nodes(span), inter, self.intra_bytes_per_s)
-
-
-def larger(a: Any, b: Any) -> Any:
-    """max(a, b), for numbers or arrays (plain arithmetic: one formula prices one layout or a million)."""
-    return (a + b + abs(a - b)) / 2
-
-
-def smaller(a: Any, b: Any) -> Any:
-    """min(a, b), for numbers or arrays."""
-    return (a + b - abs(a - b)) / 2
 
 
 def ring(n: Any) -> Any:

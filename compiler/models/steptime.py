@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from lmspec.compiler.models import larger, pick, smaller
 from lmspec.compiler.models.comm import (
     CommEstimate,
     Links,
@@ -48,10 +49,7 @@ from lmspec.compiler.models.comm import (
     dp_seconds_per_byte,
     dp_traffic,
     ep_bytes_per_micro_batch,
-    larger,
-    pick,
     pp_bytes_per_micro_batch,
-    smaller,
     tp_bytes_per_micro_batch,
     worst_gpu_params,
 )
@@ -195,7 +193,6 @@ class StepConstants:
     routed_expert_flops: float  # model FLOPs per token of one MoE layer's routed experts
     fp8: bool
     flash_attention: bool
-    virtual_stages: int  # model chunks per pipeline rank (1: plain 1F1B)
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     overlap_tp_comm: bool
@@ -211,6 +208,7 @@ class StepInputs:
     """Per candidate (scalars or arrays): the layout, and the work and state of its slowest stage."""
 
     dims: ParallelDims
+    virtual_stages: Any  # model chunks per pipeline rank (1: plain 1F1B)
     tokens_per_micro_batch: Any  # micro_batch_size x seq_length (one DP rank, before cp)
     sequence_parallel: Any
     deepspeed: Any  # 1 for the DeepSpeed backend, 0 for Megatron
@@ -281,7 +279,7 @@ class StepTime:
 def step_time(x: StepInputs, c: StepConstants, cal: Calibration = CALIBRATION) -> StepTime:
     """Seconds per training step of each candidate, split by term."""
     d = x.dims
-    m, v = d.micro_batches, c.virtual_stages
+    m, v = d.micro_batches, x.virtual_stages
     rows = x.tokens_per_micro_batch / d.cp  # tokens of every GEMM on one GPU
     tp_split = pick(x.sequence_parallel, d.tp, 1)
     kernels = pick(x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0)
@@ -332,11 +330,11 @@ def step_time(x: StepInputs, c: StepConstants, cal: Calibration = CALIBRATION) -
     )
 
 
-def moe_a2a_overlaps(asked: Any, ep: Any, full_recompute: Any, pp: Any, interleaved: Any) -> Any:
+def moe_a2a_overlaps(asked: Any, ep: Any, full_recompute: Any, pp: Any, virtual_stages: Any) -> Any:
     """Where parallel.overlap.moe_a2a hides a layout's all-to-alls: megatron-core's combined 1F1B needs expert
     parallelism, no full recompute and, on a pipeline, virtual stages (rules/overlap.py refuses the rest).
     Plain arithmetic: `lmspec plan` prices each candidate's all-to-alls hidden only where this holds."""
-    return (asked != 0) & (ep > 1) & (full_recompute == 0) & ((pp == 1) | (interleaved != 0))
+    return (asked != 0) & (ep > 1) & (full_recompute == 0) & ((pp == 1) | (virtual_stages > 1))
 
 
 def _compute(
@@ -440,7 +438,6 @@ def step_constants(spec: TrainingSpec) -> StepConstants:
         routed_expert_flops=routed_expert_flops_per_token(m),
         fp8=fp8,
         flash_attention=t.flash_attention,
-        virtual_stages=p.virtual_stages or 1,
         overlap_grad_reduce=p.overlap.grad_reduce,
         overlap_param_gather=p.overlap.param_gather,
         overlap_tp_comm=p.overlap.tp_comm,
@@ -463,6 +460,7 @@ def step_inputs(spec: TrainingSpec, memory: TrainMemory) -> StepInputs | None:
     dense, expert = worst_gpu_params(spec, dims, memory)
     return StepInputs(
         dims=dims,
+        virtual_stages=p.virtual_stages or 1,
         tokens_per_micro_batch=t.micro_batch_size * t.seq_length,
         sequence_parallel=p.sequence_parallel,
         deepspeed=t.backend == "deepspeed",
@@ -472,7 +470,7 @@ def step_inputs(spec: TrainingSpec, memory: TrainMemory) -> StepInputs | None:
         distributed_optimizer=p.distributed_optimizer,
         full_recompute=t.recompute == "full",
         recompute_attention=t.recompute != "none",
-        moe_a2a=moe_a2a_overlaps(p.overlap.moe_a2a, p.ep, t.recompute == "full", p.pp, p.virtual_stages is not None),
+        moe_a2a=moe_a2a_overlaps(p.overlap.moe_a2a, p.ep, t.recompute == "full", p.pp, p.virtual_stages or 1),
         stage_flops_per_token=work.hardware_flops,
         attention_flops_per_token=work.attention_flops,
         stage_layers=work.layers,

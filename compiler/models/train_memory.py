@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lmspec.compiler.models import ArrayOrNumber
+from lmspec.compiler.models import ArrayOrNumber, pick, smaller
 from lmspec.compiler.models.activations import (
     ActivationSetting,
     embedding_activation_bytes,
@@ -221,19 +221,18 @@ def budget_bytes(memory_gib: float) -> int:
     return round((memory_gib - DEVICE_RESERVE_GIB) * GIB)
 
 
-def in_flight_micro_batches(pp: int, stage: int, micro_batches: int, virtual_stages: int | None) -> float:
+def in_flight_micro_batches(pp: Any, stage: Any, micro_batches: Any, virtual_stages: Any) -> Any:
     """Micro-batches' activations alive at the peak of `stage`, as megatron-core 0.16.1's schedules run.
 
-    1F1B: the warm-up forwards pp - stage - 1, the steady state one more, at most all of them.
-    Interleaved (`get_pp_rank_microbatches`, groups of pp micro-batches): the warm-up runs
+    1F1B (`virtual_stages` 1): the warm-up forwards pp - stage - 1, the steady state one more, at most all
+    of them. Interleaved (`get_pp_rank_microbatches`, groups of pp micro-batches): the warm-up runs
     2 (pp - stage - 1) + (v - 1) pp chunk forwards, the steady state one more, at most all v x M;
     a chunk holds 1/v of the stage's layers, so that many chunks are count / v micro-batches
-    (the chunks of a stage weighed alike)."""
-    if not virtual_stages:
-        return float(min(pp - stage, micro_batches))
+    (the chunks of a stage weighed alike). Plain arithmetic: `lmspec plan` prices its candidates with it."""
     v = virtual_stages
-    chunks = 2 * (pp - stage - 1) + (v - 1) * pp + 1
-    return min(chunks, v * micro_batches) / v
+    plain = smaller(pp - stage, micro_batches)
+    interleaved = smaller(2 * (pp - stage - 1) + (v - 1) * pp + 1, v * micro_batches) / v
+    return pick(v > 1, interleaved, plain)
 
 
 def last_stage_activation_bytes(m: ModelSpec, act: ActivationSetting) -> Any:
@@ -270,7 +269,7 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
             per_mb += embedding_activation_bytes(act)
         if index == len(dims.stage_layers) - 1:
             per_mb += last_stage_activation_bytes(m, act)
-        in_flight = in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages)
+        in_flight = float(in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages or 1))
         weights, grads, optim, activations, buffers = stage_terms(
             dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes
         )

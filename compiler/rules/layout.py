@@ -316,10 +316,10 @@ RULES = (
     kv_heads_fit_tp,
     widths_divide_by_tp,
     layers_fit_pipeline,
-    virtual_stages_fit,
     tp_inside_node,
     cp_divides_sequence,
     cp_needs_flash_attention,
+    virtual_stages_fit,
     sequence_parallel_needs_tp,
     sharding_needs_data_parallel,
 )

@@ -83,6 +83,7 @@ def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, StepConsta
     deepspeed = f.backend == BACKENDS.index("deepspeed")
     inputs = StepInputs(
         dims=dims_of(f, spec),
+        virtual_stages=f.virtual_stages,
         tokens_per_micro_batch=f.micro_batch_size * spec.train.seq_length,
         sequence_parallel=f.sequence_parallel,
         deepspeed=deepspeed,
@@ -115,9 +116,8 @@ def price(spec: TrainingSpec, c: Columns, axes_values: dict[str, np.ndarray]) ->
         dense_params=memory.dense_params[fits],
         expert_params=memory.expert_params[fits],
     )
-    # candidates are written without virtual stages: a pipeline cannot overlap its all-to-alls
     full = f.recompute == RECOMPUTE.index("full")
-    f["moe_a2a"] = moe_a2a_overlaps(spec.parallel.overlap.moe_a2a, f.ep, full, f.pp, 0)
+    f["moe_a2a"] = moe_a2a_overlaps(spec.parallel.overlap.moe_a2a, f.ep, full, f.pp, f.virtual_stages)
     inputs, constants = price_inputs(spec, f)
     time = step_time(inputs, constants)
     total = time.total

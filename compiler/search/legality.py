@@ -6,7 +6,8 @@ columns (numpy arrays) and the spec's scalars, so the search drops exactly what
 `lmspec check` would reject, and counts it under the same name. Entries are grouped
 by the search stage that first knows every value they read, in the validator's rule
 order (layout, experts, batch, backend), so a candidate is counted under the first
-rule that rejects it.
+rule that rejects it. The last layout rule, the interleaved schedule's, reads the
+micro-batch count, so the micro-batch size is searched before the expert degree.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from lmspec.compiler.models.dims import ParallelDims, derived_dp, expert_data_parallel_size, ranks_per_stage, world_size
+from lmspec.compiler.models.dims import (
+    ParallelDims,
+    derived_dp,
+    expert_data_parallel_size,
+    micro_batches_per_step,
+    ranks_per_stage,
+    world_size,
+)
 from lmspec.compiler.rules import batch, capability, experts, layout
 from lmspec.compiler.spec.sections import TrainingSpec
 
@@ -124,6 +132,23 @@ BATCH_CHECKS = (
 )
 
 
+def _virtual_stages_fit(c: Columns, s: TrainingSpec) -> Any:
+    """`layout.virtual_stages_fit` on balanced stages: v > 1 needs a pipeline, each stage's layers (the
+    shorter and the longer of the balanced split) in whole chunks, and micro-batches in groups of pp."""
+    layers, v = s.model.num_layers, c.virtual_stages
+    micro_batches = micro_batches_per_step(s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s))
+    interleaved = (
+        (c.pp > 1)
+        & layout.chunks_split_evenly(layers // c.pp, v)
+        & layout.chunks_split_evenly(-(-layers // c.pp), v)
+        & layout.interleaved_micro_batches_fit(micro_batches, c.pp)
+    )
+    return (v == 1) | interleaved
+
+
+SCHEDULE_CHECKS = (Check("layout.virtual_stages_fit", _virtual_stages_fit),)
+
+
 def candidate_impl(deepspeed: bool, spec: TrainingSpec) -> Literal["local", "transformer_engine"]:
     """The transformer_impl a candidate runs with: DeepSpeed's trainer is transformers' PyTorch code
     (local); Megatron candidates keep the spec's own implementation."""
@@ -136,6 +161,7 @@ _FEATURE_COLUMNS: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], int], ...
     ("backend", lambda v: v, len(BACKENDS)),
     ("tp", lambda v: v > 1, 2),
     ("pp", lambda v: v > 1, 2),
+    ("virtual_stages", lambda v: v > 1, 2),
     ("cp", lambda v: v > 1, 2),
     ("ep", lambda v: v > 1, 2),
     ("sequence_parallel", lambda v: v, 2),
@@ -147,14 +173,14 @@ _FEATURE_COLUMNS: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], int], ...
 
 def _candidate_spec(spec: TrainingSpec, values: tuple[int, ...]) -> TrainingSpec:
     """The spec with one combination of reduced feature columns written in (degrees > 1 as 2)."""
-    backend, tp, pp, cp, ep, sp, recompute, zero_stage, distributed_optimizer = values
+    backend, tp, pp, vp, cp, ep, sp, recompute, zero_stage, distributed_optimizer = values
     parallel = dataclasses.replace(
         spec.parallel,
         tp=1 + tp,
         pp=1 + pp,
         cp=1 + cp,
         ep=1 + ep,
-        virtual_stages=None,
+        virtual_stages=2 if vp else None,
         sequence_parallel=bool(sp),
         zero_stage=ZERO_STAGES[zero_stage],
         distributed_optimizer=bool(distributed_optimizer),

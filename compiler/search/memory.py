@@ -3,7 +3,8 @@
 The memory model prices one spec stage by stage. Here every candidate's worst stage is
 found without looping over stages: a stage's memory is its parameters times the bytes
 per parameter of its sharding, plus its activations per micro-batch times the
-micro-batches in flight (pp - stage under 1F1B). Within stages of the same layer count
+micro-batches in flight (`in_flight_micro_batches`: pp - stage under 1F1B, more when
+interleaved, falling with the stage either way). Within stages of the same layer count
 and layer kinds, the earliest holds the most micro-batches, so the worst stage is among
 a few per pipeline depth: the first and the last (embedding, output head), every stage
 holding a dense layer of a MoE model, and the first of each (layer count, kinds) class.
@@ -34,6 +35,7 @@ from lmspec.compiler.models.train_memory import (
     activation_setting,
     budget_bytes,
     gathered_layer_bytes,
+    in_flight_micro_batches,
     last_stage_activation_bytes,
     stage_terms,
     state_bytes,
@@ -236,7 +238,7 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
             (row(table.dense_layers) > 0) * col(act["dense_working"]),
             (row(table.moe_layers) > 0) * col(act["moe_working"]),
         )
-        in_flight = np.minimum(s + 1 - row(table.index), col(c.micro_batches))
+        in_flight = in_flight_micro_batches(s + 1, row(table.index), col(c.micro_batches), col(c.virtual_stages))
         dense_st, expert_st = (
             StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
             for st in (dense_state, expert_state)

@@ -51,6 +51,7 @@ class Row:
     def layout_text(self) -> str:
         v = self.values
         parts = [f"TP{v['parallel.tp']}", f"PP{v['parallel.pp']}", f"DP{v['dp']}"]
+        parts += [f"VP{v['parallel.virtual_stages']}"] if v["parallel.virtual_stages"] else []
         parts += [f"CP{v['parallel.cp']}"] if v["parallel.cp"] > 1 else []
         parts += [f"EP{v['parallel.ep']}"] if v["parallel.ep"] > 1 else []
         parts += ["SP"] if v["parallel.sequence_parallel"] else []
@@ -71,6 +72,7 @@ def values_of(result: SearchResult, i: int) -> dict[str, Any]:
         "dp": int(c.dp[i]),
         "parallel.tp": int(c.tp[i]),
         "parallel.pp": int(c.pp[i]),
+        "parallel.virtual_stages": int(c.virtual_stages[i]) if c.virtual_stages[i] > 1 else None,
         "parallel.cp": int(c.cp[i]),
         "parallel.ep": int(c.ep[i]),
         "parallel.sequence_parallel": bool(c.sequence_parallel[i]),
@@ -140,12 +142,13 @@ def overrides(values: dict[str, Any]) -> list[str]:
     """TrainingSpec overrides that select this layout (dp derived, stages balanced)."""
 
     def shown(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
     keys = (
         "hardware.nodes",
         "parallel.tp",
         "parallel.pp",
+        "parallel.virtual_stages",
         "parallel.cp",
         "parallel.ep",
         "parallel.sequence_parallel",
@@ -160,7 +163,6 @@ def overrides(values: dict[str, Any]) -> list[str]:
     fixed = {
         "parallel.dp": "auto",
         "parallel.pp_layout": "auto",
-        "parallel.virtual_stages": "null",
         "parallel.offload_optimizer": "false",
         "parallel.offload_params": "false",
     }
@@ -283,13 +285,12 @@ def print_table(result: SearchResult, top: int) -> None:
 
 def current_layout(result: SearchResult) -> str | None:
     """Where the spec's own layout stands among the candidates, or None when it is outside the
-    searched space (explicit stage list, interleaving, offload, dp not auto)."""
+    searched space (explicit stage list, offload, dp not auto)."""
     s = result.spec
     p, t = s.parallel, s.train
     if (
         p.dp != "auto"
         or isinstance(p.pp_layout, tuple)
-        or p.virtual_stages is not None
         or p.offload_optimizer
         or p.offload_params
         or (p.pp_layout is None and s.model.num_layers % p.pp)
@@ -299,6 +300,7 @@ def current_layout(result: SearchResult) -> str | None:
         "nodes": s.hardware.nodes,
         "tp": p.tp,
         "pp": p.pp,
+        "virtual_stages": p.virtual_stages or 1,
         "cp": p.cp,
         "ep": p.ep,
         "micro_batch_size": t.micro_batch_size,
@@ -309,7 +311,8 @@ def current_layout(result: SearchResult) -> str | None:
         "recompute": RECOMPUTE.index(t.recompute),
     }
     shown = (
-        f"TP{p.tp} PP{p.pp} CP{p.cp} EP{p.ep}{' SP' if p.sequence_parallel else ''}, {t.backend}, micro batch "
+        f"TP{p.tp} PP{p.pp}{f' VP{p.virtual_stages}' if p.virtual_stages else ''} CP{p.cp} EP{p.ep}"
+        f"{' SP' if p.sequence_parallel else ''}, {t.backend}, micro batch "
         f"{t.micro_batch_size}, recompute {t.recompute}, {s.hardware.nodes} nodes"
     )
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmspec.compiler.models.dims import divisors
 from lmspec.compiler.search.legality import (
     BACKEND_CHECKS,
     BACKENDS,
@@ -21,6 +22,7 @@ from lmspec.compiler.search.legality import (
     EXPERT_CHECKS,
     LAYOUT_CHECKS,
     RECOMPUTE,
+    SCHEDULE_CHECKS,
     Check,
     Columns,
 )
@@ -47,6 +49,7 @@ class Axes:
     cp: tuple[int, ...]
     ep: tuple[int, ...]
     micro_batch_size: tuple[int, ...]
+    virtual_stages: tuple[int, ...]  # model chunks per pipeline rank; 1 is plain 1F1B (parallel.virtual_stages=null)
     shardings: tuple[tuple[int, int, bool], ...]
     sequence_parallel: tuple[bool, ...] = (False, True)
     recompute: tuple[int, ...] = tuple(range(len(RECOMPUTE)))
@@ -62,11 +65,19 @@ class Axes:
                 self.cp,
                 self.ep,
                 self.micro_batch_size,
+                self.virtual_stages,
                 self.shardings,
                 self.sequence_parallel,
                 self.recompute,
             )
         )
+
+
+def interleavings(num_layers: int) -> tuple[int, ...]:
+    """1 (plain 1F1B) and every chunk count some pipeline can split its stages into: the candidates'
+    stages are balanced, so they split evenly into v chunks only where pp and v both divide the layers,
+    and a pipeline (pp >= 2) leaves a stage at most half of them."""
+    return (1, *(v for v in divisors(num_layers) if 1 < v <= num_layers // 2))
 
 
 def default_axes(spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[str]) -> Axes:
@@ -86,6 +97,7 @@ def default_axes(spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[st
         cp=tuple(powers_of_two(MAX_CONTEXT_PARALLEL)),
         ep=tuple(experts),
         micro_batch_size=tuple(powers_of_two(MAX_MICRO_BATCH)),
+        virtual_stages=interleavings(m.num_layers),
         shardings=tuple(s for s in SHARDINGS if s[0] in allowed),
     )
 
@@ -127,15 +139,22 @@ def _stage(
 def enumerate_legal(spec: TrainingSpec, axes: Axes) -> Enumeration:
     """The legal candidates, as columns, and what each rule rejected of the raw space."""
     rejected: dict[str, int] = {}
-    n_ep, n_mbs = len(axes.ep), len(axes.micro_batch_size)
+    n_ep, n_mbs, n_vp = len(axes.ep), len(axes.micro_batch_size), len(axes.virtual_stages)
     n_tail = len(axes.shardings) * len(axes.sequence_parallel) * len(axes.recompute)
     # pp outermost: every later stage keeps row order, so the legal set stays sorted by pp
     start = Columns(pp=np.asarray(axes.pp))
     cols = _stage(
-        start, _grid(nodes=axes.nodes, tp=axes.tp, cp=axes.cp), LAYOUT_CHECKS, spec, n_ep * n_mbs * n_tail, rejected
+        start,
+        _grid(nodes=axes.nodes, tp=axes.tp, cp=axes.cp),
+        LAYOUT_CHECKS,
+        spec,
+        n_mbs * n_vp * n_ep * n_tail,
+        rejected,
     )
-    cols = _stage(cols, {"ep": np.asarray(axes.ep)}, EXPERT_CHECKS, spec, n_mbs * n_tail, rejected)
-    cols = _stage(cols, {"micro_batch_size": np.asarray(axes.micro_batch_size)}, BATCH_CHECKS, spec, n_tail, rejected)
+    # the schedule's rule is a layout rule that reads the micro-batch count: it runs before the expert rules
+    schedule = _grid(micro_batch_size=axes.micro_batch_size, virtual_stages=axes.virtual_stages)
+    cols = _stage(cols, schedule, SCHEDULE_CHECKS, spec, n_ep * n_tail, rejected)
+    cols = _stage(cols, {"ep": np.asarray(axes.ep)}, (*EXPERT_CHECKS, *BATCH_CHECKS), spec, n_tail, rejected)
     shard = np.asarray(axes.shardings, dtype=object)
     tail = _grid(
         sharding=range(len(axes.shardings)), sequence_parallel=axes.sequence_parallel, recompute=axes.recompute

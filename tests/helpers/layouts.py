@@ -20,6 +20,7 @@ class Layout:
     nodes: int
     tp: int = 1
     pp: int = 1
+    virtual_stages: int | None = None
     cp: int = 1
     ep: int = 1
     micro_batch_size: int = 1
@@ -37,6 +38,7 @@ class Layout:
             cp=(self.cp,),
             ep=(self.ep,),
             micro_batch_size=(self.micro_batch_size,),
+            virtual_stages=(self.virtual_stages or 1,),
             shardings=((BACKENDS.index(self.backend), self.zero_stage, self.distributed_optimizer),),
             sequence_parallel=(self.sequence_parallel,),
             recompute=(RECOMPUTE.index(self.recompute),),
@@ -52,7 +54,7 @@ class Layout:
             ep=self.ep,
             dp="auto",
             pp_layout="auto",
-            virtual_stages=None,
+            virtual_stages=self.virtual_stages,
             sequence_parallel=self.sequence_parallel,
             zero_stage=self.zero_stage,
             distributed_optimizer=self.distributed_optimizer,

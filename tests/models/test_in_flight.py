@@ -34,7 +34,7 @@ def test_in_flight_is_what_the_schedule_keeps(pp: int, vp: int | None, groups: i
             micro_batches, vp or 1, pp, forward_only=False, p2p_communicator=comm
         )
         chunks_alive = total if all_warmup else warmup + 1
-        assert in_flight_micro_batches(pp, stage, micro_batches, vp) == pytest.approx(chunks_alive / (vp or 1))
+        assert in_flight_micro_batches(pp, stage, micro_batches, vp or 1) == pytest.approx(chunks_alive / (vp or 1))
 
 
 def test_first_stage_is_korthikantis_interleaved_factor() -> None:

@@ -31,6 +31,7 @@ from lmspec.compiler.rules.budget import training_fits_memory
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.search.evaluate import price_inputs
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
+from lmspec.compiler.search.search import search
 from lmspec.compiler.search.space import default_axes, enumerate_legal
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
@@ -67,6 +68,7 @@ def _random_layouts(spec: Spec, nodes: range, n: int, seed: int) -> list[Layout]
                 nodes=rng.choice(axes.nodes),
                 tp=rng.choice(axes.tp),
                 pp=rng.choice(axes.pp),
+                virtual_stages=rng.choice((None, *axes.virtual_stages[1:])),
                 cp=rng.choice(axes.cp),
                 ep=rng.choice(axes.ep),
                 micro_batch_size=rng.choice(axes.micro_batch_size),
@@ -84,6 +86,7 @@ def _random_layouts(spec: Spec, nodes: range, n: int, seed: int) -> list[Layout]
                 nodes=int(legal.nodes[i]),
                 tp=int(legal.tp[i]),
                 pp=int(legal.pp[i]),
+                virtual_stages=int(legal.virtual_stages[i]) if legal.virtual_stages[i] > 1 else None,
                 cp=int(legal.cp[i]),
                 ep=int(legal.ep[i]),
                 micro_batch_size=int(legal.micro_batch_size[i]),
@@ -145,6 +148,11 @@ MEMORY_CASES = [
         "llama3_70b PP7 few micro-batches",
         ["model=llama3_70b", "hardware=h100_80g", "train.global_batch_size=16"],
         Layout(nodes=7, tp=8, pp=7, micro_batch_size=2, recompute="none", distributed_optimizer=False),  # dp 1
+    ),
+    (
+        "llama3_70b TP8 PP4 VP5 interleaved",
+        ["model=llama3_70b", "hardware=h100_80g", "train.global_batch_size=64"],
+        Layout(nodes=8, tp=8, pp=4, virtual_stages=5, sequence_parallel=True, recompute="none"),
     ),
     (
         "llama3_8b ZeRO-3",
@@ -232,6 +240,11 @@ STEP_CASES = [
         Layout(nodes=8, tp=8, pp=2, sequence_parallel=True),
     ),
     (
+        "mixtral TP2 PP4 VP2 EP4, all-to-alls overlapped",
+        ["model=mixtral_8x7b", "hardware=h100_80g", "parallel.overlap.moe_a2a=true"],
+        Layout(nodes=4, tp=2, pp=4, virtual_stages=2, ep=4, sequence_parallel=True, recompute="none"),
+    ),
+    (
         "llama3_70b PP5 uneven, megatron unsharded",
         ["model=llama3_70b", "hardware=h200_141g", "train.global_batch_size=64"],
         Layout(nodes=10, tp=8, pp=5, distributed_optimizer=False, sequence_parallel=True, recompute="full"),
@@ -306,3 +319,13 @@ def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
     per_byte = dp_seconds_per_byte(dims, dense, expert, steptime.bus_links(spec.hardware))
     assert comm.dp_s == pytest.approx(8 * per_byte, rel=1e-12)
     assert dims.spans_nodes(dims.dense_dp_span)  # dp 4 x tp 8 = 32 ranks: over the NICs
+
+
+def test_the_specs_own_interleaving_is_not_lent_to_the_candidates() -> None:
+    """Each candidate is priced with its own virtual stages: the spec's parallel.virtual_stages once halved
+    every candidate's bubble, plain 1F1B ones included."""
+    base = from_dict(Spec, compose_spec(["model=llama3_70b", "hardware=h100_80g", "hardware.nodes=8"]).spec)
+    interleaved = dataclasses.replace(base, parallel=dataclasses.replace(base.parallel, pp=2, virtual_stages=4))
+    plain, spec_v4 = (search(s, [8], BACKENDS, "throughput").priced for s in (base, interleaved))
+    assert (plain.feasible.virtual_stages > 1).any() and (plain.feasible.virtual_stages == 1).any()
+    assert (plain.step_time_s == spec_v4.step_time_s).all()

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers.cli import CliResult
 from helpers.paths import ROOT
@@ -175,3 +176,20 @@ def test_check_warns_of_a_sharded_optimizer_with_nothing_to_shard(lmspec: Lmspec
     result = lmspec("check", *args, "parallel.distributed_optimizer=true", "train.recompute=full")
     assert "warning: parallel.distributed_optimizer=true (command-line override) has no effect" in result.err
     assert "dp x cp = 1" in result.err and "set parallel.distributed_optimizer=false" in result.err
+
+
+def test_plan_interleaves_a_short_pipeline_and_explain_prices_it_alike(lmspec: Lmspec) -> None:
+    """64 H100s of Llama 3 70B at 64 sequences a step: eight micro-batches per pipeline leave plain 1F1B
+    idle (pp - 1) of them; plan's winner interleaves, its overrides pass check, and explain's estimate of the
+    same spec is the step time plan ranked it by (one computation)."""
+    job = [*LLAMA_70B, "hardware.nodes=8", "train.global_batch_size=64"]
+    result = lmspec("plan", *job, "--top", "1", "--format", "json")
+    assert result.code == 0, result.err
+    winner = json.loads(result.out)["top"][0]
+    v = winner["parallel.virtual_stages"]
+    assert v is not None and v > 1 and winner["parallel.pp"] > 1
+    assert f"parallel.virtual_stages={v}" in winner["overrides"]
+    assert lmspec("check", *job, *winner["overrides"]).code == 0
+    explained = json.loads(lmspec("explain", *job, *winner["overrides"], "--format", "json").out)
+    assert explained["throughput"]["step_time_s"] == pytest.approx(winner["step_time_s"], rel=1e-5)
+    assert explained["throughput"]["terms"]["bubble_s"] == pytest.approx(winner["terms_s"]["bubble"], rel=1e-4)
