@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from steptime_published import DATA, Point, compose, overrides  # noqa: E402
 
-from lmspec.compiler.models.steptime import CALIBRATION  # noqa: E402
+from lmspec.compiler.models.steptime import CALIBRATION, step_time  # noqa: E402
 from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
-from lmspec.compiler.search.report import Row, row_at, rows  # noqa: E402
+from lmspec.compiler.search.report import TERM_NAMES, Row, row_at, rows  # noqa: E402
 from lmspec.compiler.search.search import SearchResult, search  # noqa: E402
 from lmspec.compiler.spec.sections import TrainingSpec  # noqa: E402
 
@@ -53,6 +53,7 @@ class Ranked:
     winner: str  # its layout, as plan's table shows it
     same_dims_share: float | None = None  # plan's best at the published TP/PP/CP/EP, as a share of the winner
     same_dims: str = ""  # that candidate's per-rank settings, or why there is none
+    saved: tuple[tuple[str, float], ...] = ()  # the terms of the published step the winner shortens most (s)
 
     @property
     def share(self) -> float | None:
@@ -65,6 +66,14 @@ def described(row: Row) -> str:
     v = row.values
     layout = f"{row.layout_text()} {row.sharding_text()} mbs {v['train.micro_batch_size']}"
     return f"{layout} recompute {v['train.recompute']}"
+
+
+def saved_terms(point: Point, winner: Row) -> tuple[tuple[str, float], ...]:
+    """The two terms of the published layout's step that the winner's step shortens most, with the seconds."""
+    assert point.inputs is not None and point.constants is not None
+    published = step_time(point.inputs, point.constants, CALIBRATION)
+    saved = {name: float(getattr(published, name)) - winner.terms_s[name] for name in TERM_NAMES}
+    return tuple((name, saved[name]) for name in sorted(saved, key=lambda k: -saved[k])[:2] if saved[name] > 0)
 
 
 def best_at_dims(result: SearchResult, spec: TrainingSpec) -> Row | None:
@@ -92,11 +101,12 @@ def rank(point: Point) -> Ranked:
     best = rows(result, 1)[0]
     world = spec.hardware.nodes * spec.hardware.gpus_per_node
     own = best_at_dims(result, spec)
+    saved = saved_terms(point, best)
     if own is None:
         why = "no candidate keeps them (uneven stages, or none fits lmspec's memory budget)"
-        return Ranked(point, best.tokens_per_s / world, described(best), same_dims=why)
+        return Ranked(point, best.tokens_per_s / world, described(best), same_dims=why, saved=saved)
     share = own.tokens_per_s / best.tokens_per_s
-    return Ranked(point, best.tokens_per_s / world, described(best), share, described(own))
+    return Ranked(point, best.tokens_per_s / world, described(best), share, described(own), saved)
 
 
 def job(point: Point) -> tuple:
@@ -133,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         own = "none" if r.same_dims_share is None else f"{r.same_dims_share:.3f}"
         where = "per-rank settings" if r.same_dims_share and r.same_dims_share >= FLOOR else "parallel layout"
         print(f"  {r.point.point['id']}: the gap is in the {where}; plan's best at its dims ({own}): {r.same_dims}")
+        saved = ", ".join(f"{seconds:.3g} s of {TERM_NAMES[name]}" for name, seconds in r.saved)
+        print(f"    the winner's step is {1 - r.share:.0%} shorter: it saves {saved}")
     pairs = orderings(points)
     for fast, slow, agrees in pairs:
         print(

@@ -65,6 +65,15 @@ def test_a_gap_in_per_rank_settings_is_told_from_one_in_the_parallel_layout(
     assert f"TP{p['parallel.tp']} PP{p.get('parallel.pp', 1)} " in ranked.same_dims
 
 
+def test_the_largest_gap_is_the_bubble_of_sixteen_micro_batches_per_pipeline(ranking, points: list) -> None:
+    """Llama 3 405B on 16,384 GPUs: its 16M-token batch leaves TP8 PP16 DP128 16 micro-batches per pipeline,
+    and the bubble is what plan's winner (more sequences per pipeline) shortens most."""
+    point = next(p for p in points if p.point["id"] == "llama3_405b_16384gpu")
+    ranked = ranking.rank(point)
+    assert ranked.share is not None and ranked.share < FLOOR
+    assert ranked.saved[0][0] == "bubble" and ranked.saved[0][1] > 1.0, ranked.saved
+
+
 def _communication_warnings(*extra: str) -> list:
     derived = derive_despite_rules([*DEEPSEEK_V3_PUBLISHED_RUN, *extra])
     return [p for p in derived.problems if "of compute time" in p.message]
