@@ -92,7 +92,8 @@ def overrides(variant: Variant, hardware: str, te: bool) -> list[str]:
 
 
 def compile_variant(variant: Variant, hardware: str, te: bool, work: Path) -> Path:
-    from lmspec.compiler.build.writer import build_files, write_build
+    from lmspec.compiler.build.writer import write_build
+    from lmspec.compiler.emit.manifest import build_files
     from lmspec.compiler.pipeline import make_plan
 
     plan = make_plan(overrides(variant, hardware, te), None)

@@ -9,14 +9,16 @@ numbers are derivable), takes the step time of the spec's own layout (`steptime.
 published figure: the ratio predicted/published per point, the median absolute error overall, per GPU
 generation and per precision, the worst points, and the leave-one-source-out median: for each source, the
 calibration (`steptime.Calibration`) is fitted on the other sources' points alone and the left-out source is
-priced with it, so that figure measures prediction, not fitting. `--fit` prints the calibration fitted on
-every point (what `steptime.CALIBRATION` holds). Points lmspec cannot price are listed with the reason.
+priced with it, so that figure measures prediction, not fitting. `--fit` fits the calibration on every point
+and writes it, with the fit's provenance, to compiler/models/steptime_calibration.json (what
+`steptime.CALIBRATION` loads). Points lmspec cannot price are listed with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import statistics
 import sys
@@ -32,8 +34,10 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lmspec.compiler.models import steptime  # noqa: E402
 from lmspec.compiler.models.steptime import (  # noqa: E402
     CALIBRATION,
+    CALIBRATION_FILE,
     Calibration,
     StepConstants,
     StepInputs,
@@ -44,6 +48,7 @@ from lmspec.compiler.models.steptime import (  # noqa: E402
 from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "steptime" / "published_runs.yaml"
+CALIBRATION_PATH = Path(steptime.__file__).with_name(CALIBRATION_FILE)
 WORST = 5
 # GPU generation of each hardware preset the calibration set uses (H800 is a Hopper H100 with less NVLink).
 GENERATION = {"a100_40g": "A100", "a100_80g": "A100", "h100_80g": "H100", "h800_80g": "H100", "h200_141g": "H100"}
@@ -141,26 +146,31 @@ def median_error(rows: Sequence[Point], calibration: Calibration) -> float | Non
     return statistics.median(abs(r.ratio(calibration) - 1) for r in rows) if rows else None
 
 
-def fit(points: Sequence[Point], start: Calibration = CALIBRATION) -> Calibration:
-    """The calibration minimising the squared log ratios over `points`. A constant no point exercises (its
-    residuals do not move with it: Ampere's flash attention, when every Ampere point predates it) keeps its
-    starting value rather than drifting to a bound."""
-    names = Calibration.names()
-    start_values = {n: float(getattr(start, n)) for n in names}
+def _residuals(points: Sequence[Point], values: Mapping[str, float]) -> np.ndarray:
+    return np.array([math.log(p.ratio(Calibration(**values))) for p in points])
 
-    def residuals_of(values: Mapping[str, float]) -> np.ndarray:
-        return np.array([math.log(p.ratio(Calibration(**values))) for p in points])
 
-    base = residuals_of(start_values)
-    free = [
+def exercised(points: Sequence[Point], start: Calibration = CALIBRATION) -> list[str]:
+    """The constants `points` can fit: those whose residuals move with them (not Ampere's flash attention
+    when every Ampere point predates it)."""
+    start_values = dataclasses.asdict(start)
+    base = _residuals(points, start_values)
+    return [
         n
-        for n in names
-        if not np.allclose(residuals_of({**start_values, n: start_values[n] * 1.01}), base, rtol=0, atol=1e-12)
+        for n in Calibration.names()
+        if not np.allclose(_residuals(points, {**start_values, n: start_values[n] * 1.01}), base, rtol=0, atol=1e-12)
     ]
+
+
+def fit(points: Sequence[Point], start: Calibration = CALIBRATION) -> Calibration:
+    """The calibration minimising the squared log ratios over `points`. A constant no point exercises keeps
+    its starting value rather than drifting to a bound."""
+    start_values = {n: float(getattr(start, n)) for n in Calibration.names()}
+    free = exercised(points, start)
     low, high = (np.array(b) for b in zip(*(BOUNDS[n] for n in free)))
     x0 = np.clip([start_values[n] for n in free], low, high)
     solved = least_squares(
-        lambda x: residuals_of({**start_values, **dict(zip(free, x))}), x0, bounds=(low, high), x_scale="jac"
+        lambda x: _residuals(points, {**start_values, **dict(zip(free, x))}), x0, bounds=(low, high), x_scale="jac"
     )
     fitted = {**start_values, **{n: float(f"{v:.3g}") for n, v in zip(free, solved.x)}}
     return Calibration(**fitted)
@@ -224,11 +234,48 @@ def report(points: Sequence[Point], calibration: Calibration, loso: Mapping[str,
         )
 
 
+def _from_root(path: Path) -> str:
+    """`path` relative to the checkout (the same wherever the bench runs from), else as given."""
+    resolved = path.resolve()
+    return resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else str(path)
+
+
+def calibration_document(
+    calibration: Calibration, points: Sequence[Point], data: Path, loso: Mapping[str, float]
+) -> dict[str, Any]:
+    """steptime_calibration.json: the constants, how they were fitted and how well they predict, and the
+    notes on the constants no point moves (kept from the file as it stands)."""
+    fitted = exercised(points, calibration)
+    held = list(loso.values())
+    notes = json.loads(CALIBRATION_PATH.read_text(encoding="utf-8")).get("notes", {})
+    return {
+        "constants": dataclasses.asdict(calibration),
+        "fit": {
+            "command": ".venv/bin/python bench/steptime_published.py --fit",
+            "data": _from_root(data),
+            "points": len(points),
+            "sources": len({p.source for p in points}),
+            "method": (
+                "least squares on log(predicted / published) tokens/s per GPU over every point, each constant "
+                "within bench/steptime_published.py's BOUNDS, rounded to 3 significant digits"
+            ),
+            "fitted": fitted,
+            "kept": [n for n in Calibration.names() if n not in fitted],
+            "median_absolute_error": _pct(median_error(points, calibration)),
+            "leave_one_source_out_median_absolute_error": _pct(statistics.median(held)),
+            "leave_one_source_out_worst": _pct(max(held)),
+        },
+        "notes": notes,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--only", nargs="+", metavar="ID", help="score these points only (no refits)")
-    parser.add_argument("--fit", action="store_true", help="print the calibration fitted on every point")
+    parser.add_argument(
+        "--fit", action="store_true", help=f"fit the calibration on every point and write it to {CALIBRATION_FILE}"
+    )
     args = parser.parse_args(argv)
     raw = yaml.safe_load(args.data.read_text(encoding="utf-8"))["points"]
     if args.only:
@@ -243,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = fit(priced)
         print("fitted on every point:", ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(calibration).items()))
     loso = {} if args.only else leave_one_source_out(priced)
+    if args.fit and args.only:
+        print(f"not written to {CALIBRATION_FILE}: --only fits a subset")
+    elif args.fit:
+        document = calibration_document(calibration, priced, args.data, loso)
+        CALIBRATION_PATH.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {CALIBRATION_PATH.relative_to(ROOT)}")
     report(points, calibration, loso)
     return 0 if priced else 1
 

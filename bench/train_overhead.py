@@ -105,16 +105,16 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
+    from lmspec.compiler.backends.megatron_config import ParallelDegrees, model_settings
     from lmspec.runtime.data.datasets import build_datasets
     from lmspec.runtime.train.data import micro_batches
-    from lmspec.runtime.train.megatron.config import ParallelDegrees
     from lmspec.runtime.train.megatron.model import build_model
 
     batch = plan.trained().batch
     ps.initialize_model_parallel()
     torch.manual_seed(spec.train.seed)
     tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
-    model = torch.nn.parallel.DistributedDataParallel(build_model(spec, True, True, ParallelDegrees()))
+    model = torch.nn.parallel.DistributedDataParallel(build_model(model_settings(spec, ParallelDegrees()), True, True))
     opt = spec.train.optimizer
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, weight_decay=opt.weight_decay
@@ -144,7 +144,8 @@ def _plain_loop(spec: Spec, plan: Plan) -> None:
 
 
 def main(rounds: int) -> None:
-    from lmspec.compiler.build.writer import build_files, write_build
+    from lmspec.compiler.build.writer import write_build
+    from lmspec.compiler.emit.manifest import build_files
     from lmspec.compiler.pipeline import make_plan
 
     with tempfile.TemporaryDirectory(prefix="lmspec-bench-") as tmp:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lmspec.compiler.plan import Device, device_kind
+from lmspec.compiler.backends import BACKENDS, BackendName
+from lmspec.compiler.models.dims import Device, device_kind
 from lmspec.compiler.spec.sections import TrainingSpec
 
-Backend = Literal["megatron", "deepspeed"]
+Backend = BackendName
 Impl = Literal["local", "transformer_engine"]
 Feature = Literal[
     "tensor_parallel",
@@ -91,79 +92,16 @@ class Capabilities:
         return feature not in self.lacks
 
 
-_MEGATRON_CPU = "megatron-core's mixed-precision optimizer and distributed optimizer accept only CUDA tensors"
-_NO_USERBUFFERS = (
-    "lmspec's Megatron trainer does not set up Transformer Engine's userbuffers, which Megatron-LM's "
-    "--tp-comm-overlap initialises before building the model"
-)
-_LOCAL = "megatron-core's local (pure-PyTorch) implementation"
-_HF = "lmspec's DeepSpeed trainer (transformers' modeling code under ZeRO data parallelism)"
-
-_MEGATRON_LOCAL: dict[Feature, str] = {
-    "context_parallel": f"{_LOCAL} has no context-parallel attention",
-    "precision_fp8": "FP8 GEMMs come from Transformer Engine",
-    "flash_attention": f"{_LOCAL} materialises the s x s attention scores (Transformer Engine fuses them)",
-    "grouped_gemm_experts": f"{_LOCAL} runs the experts one after another (SequentialMLP)",
-    "zero_1": "ZeRO stages are DeepSpeed's; Megatron shards optimizer states with parallel.distributed_optimizer",
-    "zero_2": "ZeRO stages are DeepSpeed's; Megatron shards optimizer states with parallel.distributed_optimizer",
-    "zero_3": "ZeRO stages are DeepSpeed's; Megatron shards optimizer states with parallel.distributed_optimizer",
-    "offload_optimizer": "optimizer offload is DeepSpeed's (ZeRO-Offload)",
-    "offload_params": "parameter offload is DeepSpeed's (ZeRO-Infinity)",
-    "tp_comm_overlap": _NO_USERBUFFERS,
-}
-_MEGATRON_TE: dict[Feature, str] = {
-    k: v for k, v in _MEGATRON_LOCAL.items() if k not in ("context_parallel", "precision_fp8", "flash_attention")
-}
-_MEGATRON_TE.pop("grouped_gemm_experts")
-_DEEPSPEED: dict[Feature, str] = {
-    "tensor_parallel": f"{_HF} is data parallel only (shard with parallel.zero_stage)",
-    "pipeline_parallel": f"{_HF} is data parallel only (shard with parallel.zero_stage)",
-    "interleaved_pipeline": f"{_HF} has no pipeline",
-    "context_parallel": f"{_HF} is data parallel only",
-    "expert_parallel": f"{_HF} is data parallel only",
-    "expert_tensor_parallel": f"{_HF} is data parallel only",
-    "sequence_parallel": f"{_HF} has no tensor parallelism to split sequences over",
-    "mtp": "transformers' modeling code does not build multi-token-prediction modules",
-    "precision_fp8": "FP8 GEMMs come from Transformer Engine, which transformers' modeling code does not use",
-    "recompute_selective": "transformers' gradient checkpointing recomputes whole layers (train.recompute=full)",
-    "grouped_gemm_experts": "transformers' MoE blocks loop over their experts",
-    "tp_comm_overlap": f"{_HF} has no tensor parallelism",
-    "moe_a2a_overlap": f"{_HF} has no expert parallelism",
-    "distributed_optimizer": "the distributed optimizer is Megatron's; DeepSpeed shards with parallel.zero_stage",
-    "init_from": "it initialises from train.seed; a lmspec torch_dist checkpoint is Megatron's format",
-}
-
+# Every backend declares its targets' rows (lmspec.compiler.backends: one module each, with why each feature
+# is missing); the table is their union, so a new backend adds its rows in its own module.
 TABLE: dict[Target, Capabilities] = {
-    Target("megatron", "local", "cpu"): Capabilities(
-        lacks={
-            **_MEGATRON_LOCAL,
-            "precision_bf16": _MEGATRON_CPU,
-            "moe_a2a_overlap": "megatron-core's combined 1F1B schedule runs the all-to-alls on CUDA streams",
-            "precision_fp16": _MEGATRON_CPU,
-            "distributed_optimizer": _MEGATRON_CPU,
-            "expert_tensor_parallel": (
-                "megatron-core's token dispatcher all-gathers uneven token counts over the expert tensor-parallel "
-                "group, which gloo cannot (the parity sweep's ep/etp layouts)"
-            ),
-        }
-    ),
-    Target("megatron", "local", "gpu"): Capabilities(lacks=dict(_MEGATRON_LOCAL)),
-    Target("megatron", "transformer_engine", "gpu"): Capabilities(lacks=dict(_MEGATRON_TE)),
-    Target("deepspeed", "local", "cpu"): Capabilities(
-        lacks={
-            **_DEEPSPEED,
-            "precision_fp16": "DeepSpeed's CPU accelerator has fp16 kernels only where oneDNN provides them",
-        }
-    ),
-    Target("deepspeed", "local", "gpu"): Capabilities(lacks=dict(_DEEPSPEED)),
+    Target(name, impl, device): Capabilities(lacks=dict(lacks))
+    for name, backend in BACKENDS.items()
+    for (impl, device), lacks in backend.targets.items()
 }
 # Targets that do not exist, and why: the rule's message when a spec names one.
 NO_TARGET: dict[tuple[Backend, Impl], str] = {
-    ("megatron", "transformer_engine"): "Transformer Engine runs on NVIDIA GPUs only; set train.transformer_impl=local",
-    ("deepspeed", "transformer_engine"): (
-        "lmspec's DeepSpeed trainer runs transformers' PyTorch modeling code, not Transformer Engine; "
-        "set train.transformer_impl=local"
-    ),
+    (name, impl): why for name, backend in BACKENDS.items() for impl, why in backend.no_target.items()
 }
 
 

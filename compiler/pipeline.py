@@ -1,6 +1,8 @@
 """spec + overrides -> Plan -> build: the steps every command shares.
 
-`make_plan` is the three steps from a spec to a checked Plan. `compile_one` carries one spec
+`make_plan` is the steps from a spec to a checked Plan: compose, the schema, the compile's inputs
+(compiler/inputs.py: everything a compile reads from the machine, read once, here, before the
+rules and the Plan), the rules, the Plan. `compile_one` carries one spec
 on to the build it makes; `lmspec compile`, the sweep (`compile -m`), `lmspec hook
 compile-check` and `lmspec init` all compile through it and differ only in what they report.
 """
@@ -14,19 +16,36 @@ from pathlib import Path
 from typing import Any
 
 from lmspec.compiler.errors import Problem, SpecError, print_problems
+from lmspec.compiler.inputs import CompileInputs, read_inputs
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.plan import Plan, build_plan, spec_dict
-from lmspec.compiler.spec.load import compose_spec
+from lmspec.compiler.rules import rule_problems
+from lmspec.compiler.spec.load import Composed, compose_spec
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import training
-from lmspec.compiler.spec.validate import validate, validate_shape
+from lmspec.compiler.spec.sections import Spec, training
+from lmspec.compiler.spec.validate import typed_spec, validate
 
 
 def make_plan(overrides: list[str], spec_file: Path | None = None) -> Plan:
-    composed = compose_spec(overrides, spec_file)
-    spec, warnings = validate(composed)
-    return build_plan(spec, composed, warnings)
+    return plan_from(compose_spec(overrides, spec_file))
+
+
+def checked(
+    composed: Composed, build_dir: Callable[[str], Path] | None = None
+) -> tuple[Spec, CompileInputs, list[Problem]]:
+    """The typed spec, what compiling it reads from this machine, and its warnings; SpecError lists
+    every error. `build_dir` names the build a spec of that name replaces or is checked against
+    (its memory chart is one of the inputs); None: no earlier build."""
+    spec = typed_spec(composed)
+    inputs = read_inputs(spec, build_dir(spec.name) if build_dir is not None else None)
+    return spec, inputs, validate(spec, composed.origins, inputs)
+
+
+def plan_from(composed: Composed, build_dir: Callable[[str], Path] | None = None) -> Plan:
+    """The checked Plan of a composed spec (see `checked`)."""
+    spec, inputs, warnings = checked(composed, build_dir)
+    return build_plan(spec, composed, warnings, inputs)
 
 
 @dataclass(frozen=True)
@@ -44,14 +63,15 @@ class Derived:
 def derive_despite_rules(overrides: list[str], spec_file: Path | None = None) -> Derived:
     composed = compose_spec(overrides, spec_file)
     try:
-        spec, found = validate_shape(composed)
+        spec = typed_spec(composed)
     except SpecError as exc:
         return Derived(composed.spec, composed.origins, tuple(exc.problems), None, None)
-    problems = tuple(found)
+    inputs = read_inputs(spec)
+    problems = tuple(rule_problems(spec, composed.origins, inputs))
     trains = training(spec)
     if trains is not None and ParallelDims.from_spec(trains) is None:
         return Derived(spec_dict(spec), composed.origins, problems, count_params(spec.model), None)
-    plan = build_plan(spec, composed, list(problems))
+    plan = build_plan(spec, composed, list(problems), inputs)
     return Derived(plan.spec_dict(), composed.origins, problems, plan.params, plan)
 
 
@@ -75,9 +95,9 @@ class Compiled:
 
     @cached_property
     def files(self) -> dict[str, str]:
-        from lmspec.compiler.build.writer import build_files
+        from lmspec.compiler.emit.manifest import build_files
 
-        return build_files(self.plan, replacing=self.target)
+        return build_files(self.plan)
 
     def stale(self) -> list[str]:
         """Each file on disk that differs from this compile, with why (`compile --check`); [] when up to date."""
@@ -111,10 +131,13 @@ def compile_one(
     """
     from lmspec.compiler.build.writer import BUILD, build_target, require_replaceable
 
-    plan = make_plan(list(overrides), spec_file)
+    def build_dir(name: str) -> Path:
+        return build_target(output, dir_name(name) if dir_name is not None else name)
+
+    plan = plan_from(compose_spec(list(overrides), spec_file), build_dir)
     if print_warnings:
         print_problems(plan.warnings)
-    target = build_target(output, dir_name(plan.name) if dir_name is not None else plan.name)
+    target = build_dir(plan.name)
     if not check:
         require_replaceable(target, BUILD)
     return Compiled(plan, target)

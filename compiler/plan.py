@@ -1,7 +1,9 @@
 """The Plan: the one input of every emitter, built once from a validated spec.
 
-Frozen, typed, with every derived number filled in, so no emitter re-derives
-anything and every artifact agrees with every other.
+Frozen, typed, with every derived number from one derivation (`build_plan`), so no emitter
+re-derives anything and every artifact agrees with every other. The cost model's numbers (training
+memory, communication, step time: most of the derivation's time) are derived from the spec when
+first read and kept, so a rank that opens a build (compiler/build/reader.py) does not pay for them.
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any
 
 from lmspec.compiler import __version__
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import Problem, UsageError
+from lmspec.compiler.inputs import NOTHING_READ, CompileInputs
 from lmspec.compiler.models.checkpoint_size import CheckpointSize, checkpoint_size
 from lmspec.compiler.models.comm import CommEstimate
-from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.dims import Device, ParallelDims, device_kind
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
 from lmspec.compiler.models.serve_decode import ServeNumbers, serve_numbers
@@ -37,8 +41,6 @@ from lmspec.compiler.models.train_memory import TrainMemory, estimate_train_memo
 from lmspec.compiler.spec.load import Composed
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import ConvertSpec, ServingSpec, Spec, TrainingSpec, serving, training
-
-Device = Literal["cpu", "gpu"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,17 +83,38 @@ class RunPaths:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainPlan:
-    """Training's derived numbers; present when the spec trains."""
+    """Training's derived numbers; present when the spec trains. The cost model's (memory, comm, step_time)
+    are derived from `spec` when first read: a cached_property writes its value once into the instance's
+    own __dict__, which a frozen dataclass allows, and equality stays that of the fields they follow from."""
 
     spec: TrainingSpec
     layout: Layout
     batch: Batch
-    memory: TrainMemory  # per-GPU training memory of every pipeline stage
     flops: FlopsSummary
-    comm: CommEstimate  # communication per step against compute, nothing overlapped
     checkpoint: CheckpointSize  # bytes per save, the disk keep_last_k saves hold, the time a save takes
-    # Not in plan.json (as `lmspec explain` shows it, apart): the step time `lmspec plan` ranks this layout by.
-    step_time: StepTime
+
+    @cached_property
+    def memory(self) -> TrainMemory:
+        """Per-GPU training memory of every pipeline stage."""
+        memory = estimate_train_memory(self.spec)
+        assert memory is not None, "validate() guarantees a legal layout"
+        return memory
+
+    @cached_property
+    def _priced(self) -> tuple[CommEstimate, StepTime]:
+        priced = estimate_comm_and_step(self.spec, self.memory)
+        assert priced is not None, "validate() guarantees a legal layout"
+        return priced
+
+    @cached_property
+    def comm(self) -> CommEstimate:
+        """Communication per step against compute, nothing overlapped."""
+        return self._priced[0]
+
+    @cached_property
+    def step_time(self) -> StepTime:
+        """The step time `lmspec plan` ranks this layout by; not in plan.json (`lmspec explain` shows it apart)."""
+        return self._priced[1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +146,9 @@ class Plan:
     paths: RunPaths
     device: Device
     origins: Origins  # where each key of the spec came from: file:line, an override, or the build's spec file
+    # What the compile read from the machine (compiler/inputs.py); not compared: it is no derived number, and a
+    # Plan read back from a build (Plan.from_json) holds nothing read.
+    inputs: CompileInputs = dataclasses.field(default=NOTHING_READ, compare=False)
 
     @property
     def name(self) -> str:
@@ -149,15 +175,15 @@ class Plan:
     def spec_dict(self) -> dict[str, Any]:
         return spec_dict(self.spec)
 
-    def derived_dict(self) -> dict[str, Any]:
+    def derived_dict(self, cost_model: bool = True) -> dict[str, Any]:
         """Everything lmspec derived, as plain data: what `explain --format json` adds to the spec.
-        A part the job does not have is null."""
+        A part the job does not have is null; cost_model=False leaves out COST_SECTIONS and derives none of them."""
         t, v = self.train, self.serve
-        return {
+        derived = {
             "layout": _plain(dataclasses.asdict(t.layout)) if t else None,
             "batch": dataclasses.asdict(t.batch) if t else None,
             "params": params_dict(self.params),
-            "memory": memory_dict(t.memory) if t else None,
+            "memory": None,  # COST_SECTIONS: filled in below, in this order
             "flops": flops_dict(t.flops) if t else None,
             "serve": (
                 {
@@ -168,22 +194,34 @@ class Plan:
                 if v
                 else None
             ),
-            "comm": comm_dict(t.comm) if t else None,
+            "comm": None,
             "checkpoint": checkpoint_dict(t.checkpoint) if t else None,
         }
+        if not cost_model:
+            return {key: value for key, value in derived.items() if key not in COST_SECTIONS}
+        if t:
+            derived.update(memory=memory_dict(t.memory), comm=comm_dict(t.comm))
+        return derived
 
-    def to_document(self) -> dict[str, Any]:
-        """plan.json's document (compiler/emit/spec_files.py writes it)."""
-        return {"lmspec_version": self.lmspec_version, **self.derived_dict()}
+    def to_document(self, cost_model: bool = True) -> dict[str, Any]:
+        """plan.json's document (compiler/emit/spec_files.py writes it); cost_model as derived_dict's."""
+        return {"lmspec_version": self.lmspec_version, **self.derived_dict(cost_model)}
 
     @classmethod
-    def from_json(cls, document: Any, spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
+    def from_json(
+        cls, document: Any, spec: Spec, composed: Composed, warnings: list[Problem], *, cost_model: bool = True
+    ) -> Plan:
         """plan.json back into the Plan it was written from. The file rounds FLOPs and times to six
         digits, so the Plan is derived again from its verified spec by `build_plan` (the one
         derivation) and the document must be exactly that Plan's: ValueError naming the first
-        entry that differs (a plan edited by hand, or from another derivation)."""
+        entry that differs (a plan edited by hand, or from another derivation).
+        cost_model=False compares every section but COST_SECTIONS, which need only be there: the Plan
+        derives them from the spec if they are ever read, never from the document, so what they hold
+        changes nothing that runs, and the cost model is not run (Build.open on every rank)."""
         plan = build_plan(spec, composed, warnings)
-        expected = json.loads(json.dumps(plan.to_document()))  # tuples as lists, as JSON holds them
+        expected = json.loads(json.dumps(plan.to_document(cost_model)))  # tuples as lists, as JSON holds them
+        if not cost_model and isinstance(document, dict):
+            expected |= {key: document.get(key, _ABSENT) for key in COST_SECTIONS}
         if document != expected:
             raise ValueError(f"its {_first_difference(document, expected)!r} is not what lmspec derives from the spec")
         return plan
@@ -203,6 +241,9 @@ def _first_difference(found: Any, expected: Any, path: str = "") -> str:
 
 
 _MISSING = object()
+_ABSENT = object()  # a section the document must have, whatever it holds
+# plan.json's sections from the cost model (TrainPlan.memory, .comm): most of what deriving a Plan takes
+COST_SECTIONS = ("memory", "comm")
 
 
 def spec_dict(spec: Spec) -> dict[str, Any]:
@@ -222,11 +263,6 @@ def served_model_dir(spec: ServingSpec) -> str:
     return spec.convert.output
 
 
-def device_kind(spec: Spec) -> Device:
-    """`cpu` for the cpu hardware (ranks are processes on host cores over shared memory and gloo)."""
-    return "cpu" if spec.hardware.intra_node.link == "shm" else "gpu"
-
-
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -235,7 +271,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
+def build_plan(spec: Spec, composed: Composed, warnings: list[Problem], inputs: CompileInputs = NOTHING_READ) -> Plan:
     """Derive every number from a spec that `validate` accepted."""
     trains, serves = training(spec), serving(spec)
     return Plan(
@@ -250,6 +286,7 @@ def build_plan(spec: Spec, composed: Composed, warnings: list[Problem]) -> Plan:
         paths=run_paths(spec),
         device=device_kind(spec),
         origins=composed.origins,
+        inputs=inputs,
     )
 
 
@@ -293,18 +330,10 @@ def train_plan(spec: TrainingSpec) -> TrainPlan:
         tokens_per_step=t.global_batch_size * t.seq_length,
         samples=split_samples(t),
     )
-    memory = estimate_train_memory(spec)
-    assert memory is not None, "validate() guarantees a legal layout"
-    priced = estimate_comm_and_step(spec, memory)
-    assert priced is not None, "validate() guarantees a legal layout"
-    comm, step = priced
     return TrainPlan(
         spec=spec,
         layout=layout,
         batch=batch,
-        memory=memory,
         flops=flops_summary(spec, batch.tokens_per_step, dims.world),
-        comm=comm,
         checkpoint=checkpoint_size(spec),
-        step_time=step,
     )

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from lmspec.compiler.errors import UsageError
+from lmspec.compiler.families.hf_model import model_group
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.spec.sections import ModelSpec, ServeSpec, ServingSpec
 from lmspec.compiler.spec.typed import from_dict
@@ -28,8 +29,6 @@ QUANTIZATION_METHODS: tuple[str, ...] = tuple(  # serve.quantization's values, f
 
 def served_config_problems(spec: ServingSpec, config: Mapping[str, Any]) -> list[str]:
     """Every way `config` (serve.model_path's config.json) contradicts `spec`; empty when it is the spec's model."""
-    from lmspec.compiler.cli.import_model import model_group
-
     source = f"{spec.serve.model_path or 'the served model'}/config.json"
     problems = _quantization_problems(spec, config.get(QUANTIZATION_CONFIG), source)
     architecture = {k: v for k, v in config.items() if k != QUANTIZATION_CONFIG}  # compared above, not a model key

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from lmspec.compiler.errors import UsageError
+from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.spec.sections import ClusterSpec
 
 
@@ -38,4 +39,4 @@ def submit(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[st
 def in_container(cluster: ClusterSpec) -> bool:
     """Whether every node's launcher runs in a container image (cluster.slurm.container, under Slurm): then the
     image's interpreter and vLLM run, not this machine's, so lmspec run names neither."""
-    return cluster.launcher == "slurm" and cluster.slurm.container.image is not None
+    return launcher_of(cluster).container and cluster.slurm.container.image is not None

@@ -31,7 +31,9 @@ from typing import Any, cast
 
 import torch
 
-from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, MAPPING
+from lmspec.compiler.backends import backend_of
+from lmspec.compiler.backends.backend import load
+from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, MAPPING, MEGATRON_CONFIG
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
@@ -102,27 +104,30 @@ def _single_process_group() -> None:
         dist.init_process_group("gloo", rank=0, world_size=1)
 
 
-def megatron_outputs(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Logits [b, s, V] and every decoder layer's output [b, s, h] of the trained checkpoint."""
-    from lmspec.runtime.compat.megatron import megatron_on_cpu
+def megatron_reference(build: Build, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits [b, s, V] and every decoder layer's output [b, s, h] of the trained checkpoint, the model
+    built from the build's megatron/config.json for one process (the Megatron backend's reference)."""
+    from lmspec.runtime.compat.megatron import megatron_on_cpu, without_transformer_engine
 
+    document, seed = build.json(MEGATRON_CONFIG), build.training().train.seed
     _single_process_group()
-    with megatron_on_cpu():
-        return _megatron_forward(spec, ckpt_dir, tokens)
+    with megatron_on_cpu(), without_transformer_engine():  # the local path, also on a GPU without TE
+        return _megatron_forward(document, seed, step_dir / DIST_CKPT_DIR, tokens)
 
 
-def _megatron_forward(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _megatron_forward(
+    document: dict[str, Any], seed: int, ckpt_dir: Path, tokens: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     from megatron.core import dist_checkpointing, tensor_parallel
     from megatron.core import parallel_state as ps
 
-    from lmspec.runtime.train.megatron.config import ParallelDegrees
     from lmspec.runtime.train.megatron.model import build_model
 
     ps.initialize_model_parallel()
-    tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)  # megatron's attention forks this RNG
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)  # megatron's attention forks this RNG
     try:
         # logits only: megatron runs an MTP block only with labels, and HF models hold no MTP layers
-        model = build_model(spec, pre_process=True, post_process=True, degrees=ParallelDegrees(), mtp=False)
+        model = build_model(document, pre_process=True, post_process=True, parallel=False, mtp=False)
         wanted = model.sharded_state_dict()
         state = dist_checkpointing.load(wanted, str(ckpt_dir))
         model.load_state_dict({k: v for k, v in state.items() if k in wanted})  # common.pt adds optimizer groups
@@ -147,15 +152,15 @@ def _megatron_forward(spec: Any, ckpt_dir: Path, tokens: torch.Tensor) -> tuple[
         ps.destroy_model_parallel()
 
 
-def deepspeed_outputs(spec: Any, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def deepspeed_reference(build: Build, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The DeepSpeed backend's own model (lmspec.runtime.train.deepspeed.trainer.hf_config) with DeepSpeed's
-    consolidation of the ZeRO shards loaded into it."""
+    consolidation of the ZeRO shards loaded into it (the DeepSpeed backend's reference)."""
     import transformers
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     from lmspec.runtime.train.deepspeed.trainer import hf_config
 
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(build.training()), dtype=torch.float32)
     state = get_fp32_state_dict_from_zero_checkpoint(str(step_dir / DEEPSPEED_DIR))
     model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()}, strict=True)
     return _forward(model, tokens)
@@ -260,10 +265,7 @@ def verify_build(build: Build, hf_dir: Path | None = None) -> Report:
     if not (hf_dir / "config.json").is_file():
         raise UsageError(f"{hf_dir}: no converted model; run `lmspec run {build.root} --stage convert` first")
     tokens = token_batch(spec, Path(paths.run_dir))
-    if spec.train.backend == "deepspeed":
-        reference = deepspeed_outputs(spec, step, tokens)
-    else:
-        reference = megatron_outputs(spec, step / DIST_CKPT_DIR, tokens)
+    reference = load(backend_of(spec).reference_outputs)(build, step, tokens)
     return compare(reference, hf_outputs(hf_dir, tokens))
 
 

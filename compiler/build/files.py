@@ -20,6 +20,8 @@ TORCHRUN_SH = "launch/torchrun.sh"
 SBATCH_SH = "launch/sbatch.sh"
 NCCL_ENV = "launch/nccl.env"
 DS_CONFIG = "ds_config.json"  # train.backend=deepspeed only
+MEGATRON_CONFIG = "megatron/config.json"  # train.backend=megatron only: what the trainer builds megatron-core from
+MEGATRON_ARGS = "megatron/pretrain_gpt_args.sh"  # the same as Megatron-LM's pretrain_gpt.py arguments
 MAPPING = "convert/mapping.json"  # the reviewed checkpoint -> HuggingFace table
 VLLM_YAML = "serve/vllm.yaml"
 SERVE_SH = "serve/serve.sh"  # a one-node engine
@@ -38,8 +40,10 @@ VLLM_LOG = "vllm.log"  # lmspec.runtime.serve.stage
 TOKENIZER_DIR = "tokenizer"  # the training tokenizer a served model without one gets
 VLLM_CACHE_DIR = "vllm_cache"  # vLLM's compile and download caches (serve/serve.sh)
 DATA_DIR = "datasets"  # the built-in corpus prepared for the run's tokenizer, megatron-core's index cache
-RANK_LOGS = "rank_logs"  # launch/torchrun.sh: every rank's stdout and stderr, one folder per launch (torchrun --log-dir)
-RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR, DATA_DIR, RANK_LOGS)
+RANK_LOGS = "rank_logs"  # launch/torchrun.sh: each rank's stdout and stderr, a folder per launch (torchrun --log-dir)
+TENSORBOARD_DIR = "tensorboard"  # lmspec.runtime.train.metric_sinks: train.logging.tensorboard's event files
+WANDB_DIR = "wandb"  # W&B's own folder in the directory it is given (train.logging.wandb): the run directory
+RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR, DATA_DIR, RANK_LOGS, TENSORBOARD_DIR, WANDB_DIR)
 
 # -- train.checkpoint.dir (lmspec.runtime.train.checkpoint) -------------------------------------------------
 LATEST = "latest"  # one line naming the newest complete step directory
@@ -50,11 +54,21 @@ TRAINER_STATE = "trainer_state"  # in each step directory: rank_<R>.pt
 PREVIOUS_RUNS = "previous_runs"  # checkpoints of earlier runs, moved aside
 DIST_CKPT_DIR = "torch_dist"  # megatron-core dist_checkpointing, in each step directory
 DEEPSPEED_DIR = "deepspeed"  # DeepSpeed's save_checkpoint layout, in each step directory
+# convert/mapping.json's checkpoint_format: what the converter reads (TrainingBackend.checkpoint_format)
+TORCH_DIST_FORMAT = DIST_CKPT_DIR  # megatron-core's dist_checkpointing, sharded as the mapping's rows say
+DEEPSPEED_ZERO_FORMAT = "deepspeed_zero"  # ZeRO partitions, consolidated to full tensors by zero_to_fp32
 
 
 def run_dir(name: str) -> str:
     """The run directory of job `name`, relative to the working directory."""
     return f"{RUNS}/{name}"
+
+
+def serve_scripts(nodes: int) -> tuple[str, ...]:
+    """The scripts that start vLLM on an engine of `nodes` nodes (what compiler/emit/serve.py writes besides
+    vllm.yaml and a launcher's own files, and what the serve stage checks before bash runs them):
+    serve.sh for one node, head.sh and worker.sh for more."""
+    return (SERVE_SH,) if nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
 
 
 def step_dir(step: int) -> str:

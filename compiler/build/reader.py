@@ -8,6 +8,11 @@ JSON of the shape compiler/build/writer.py writes, by this lmspec version). From
 - `build.spec`: spec.resolved.yaml through the schema into the typed Spec; `build.plan`: the
   typed Plan that plan.json serialises (compiler/plan.py, Plan.from_json); `build.mapping`:
   convert/mapping.json as a checked JSON document;
+- the Plan: every rank opens the build, so `Build.open(dir)` compares plan.json with the Plan of
+  the spec without running the cost model (memory, communication), whose sections need only be
+  there (the Plan derives them from the spec if a reader asks, never from the file);
+  `Build.open(dir, cost_model=True)`, what the commands that run once use (`lmspec run` before it
+  starts anything, `diff`, `logs`, `doctor`), compares those too, so an edited plan.json is refused whole;
 - `build.script(rel)`: verifies a file another program reads from disk (bash runs
   launch/torchrun.sh, vLLM reads serve/vllm.yaml) and returns its path.
 
@@ -33,9 +38,8 @@ from typing import Any
 import yaml
 
 from lmspec.compiler import __version__
+from lmspec.compiler.build.digest import sha256
 from lmspec.compiler.build.files import MANIFEST, MAPPING, PLAN, SPEC
-from lmspec.compiler.errors import UsageError
-from lmspec.compiler.paths import SPECS_DIR, display_path
 from lmspec.compiler.build.safe_read import (
     CONTROL,
     Unreadable,
@@ -45,7 +49,8 @@ from lmspec.compiler.build.safe_read import (
     strict_json,
     yaml_document,
 )
-from lmspec.compiler.build.digest import sha256
+from lmspec.compiler.errors import UsageError
+from lmspec.compiler.paths import SPECS_DIR, display_path
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.load import Composed
 from lmspec.compiler.spec.provenance import Origins
@@ -78,7 +83,7 @@ class Manifest:
     text: str  # the file itself, as `lmspec diff` lists it
 
 
-def _shown(path: Path, rel: str | None = None) -> str:
+def _shown_path(path: Path, rel: str | None = None) -> str:
     """`path` (and `rel` below it, as given: a file there may be a symlink loop) as a user reads it."""
     try:
         shown = display_path(path)
@@ -89,10 +94,10 @@ def _shown(path: Path, rel: str | None = None) -> str:
 
 def recompile_command(root: Path, manifest: Manifest | None) -> str:
     """The command that compiles `root` again, from what its manifest records."""
-    parent = _shown(root.parent)
+    parent = _shown_path(root.parent)
     if manifest is None:
         return (
-            f"move {_shown(root)} aside and compile again (lmspec compile -o {parent} "
+            f"move {_shown_path(root)} aside and compile again (lmspec compile -o {parent} "
             "with the spec and overrides it came from)"
         )
     preset = (SPECS_DIR / f"{manifest.name}.yaml").is_file()
@@ -140,21 +145,21 @@ def _manifest_from(doc: Any, text: str) -> Manifest:
 def read_manifest(root: Path) -> Manifest:
     """The manifest of the build at `root`, of any lmspec version; DamagedBuild if there is none
     or it is not one lmspec wrote (what tells an lmspec build from any other directory)."""
-    shown = _shown(root, MANIFEST)
+    shown = _shown_path(root, MANIFEST)
     if not root.is_dir():
         what = "no such directory" if not os.path.lexists(root) else "not a directory"
         raise DamagedBuild(
             MANIFEST,
-            f"{_shown(root)} is not a build directory ({what}); compile one with `lmspec compile` "
+            f"{_shown_path(root)} is not a build directory ({what}); compile one with `lmspec compile` "
             "and pass build/<name>",
         )
     try:
         data = read_regular_below(root, MANIFEST, MAX_MANIFEST_BYTES)
     except Unreadable as exc:
-        if str(exc) == "is missing":
+        if exc.missing:
             raise DamagedBuild(
                 MANIFEST,
-                f"{_shown(root)} is not a build directory (no {MANIFEST}); compile one with "
+                f"{_shown_path(root)} is not a build directory (no {MANIFEST}); compile one with "
                 "`lmspec compile` and pass build/<name>",
             ) from None
         raise DamagedBuild(MANIFEST, f"{shown}: {exc}; {recompile_command(root, None)}") from None
@@ -179,20 +184,23 @@ class Build:
         self._bytes: dict[str, bytes] = {}
 
     @classmethod
-    def open(cls, root: Path) -> Build:
+    def open(cls, root: Path, *, cost_model: bool = False) -> Build:
         """The build at `root`: manifest checked, spec and plan read and verified before any stage
-        reads anything else; a DamagedBuild (exit 2) if it is not what lmspec wrote."""
+        reads anything else; a DamagedBuild (exit 2) if it is not what lmspec wrote. plan.json's
+        cost-model sections are compared with the spec's only with `cost_model`: a command that runs once
+        asks for it, a rank does not."""
         manifest = read_manifest(root)
         if manifest.lmspec_version != __version__:
             raise DamagedBuild(
                 MANIFEST,
-                f"{_shown(root)} was compiled by lmspec {printable(manifest.lmspec_version)} ({MANIFEST}), this is "
-                f"lmspec {__version__}, whose runtime may read it differently; {recompile_command(root, manifest)}",
+                f"{_shown_path(root)} was compiled by lmspec {printable(manifest.lmspec_version)} ({MANIFEST}), "
+                f"this is lmspec {__version__}, whose runtime may read it differently; "
+                f"{recompile_command(root, manifest)}",
             )
         build = cls(root, manifest)
         spec, data, origins = build._read_spec()
         build.spec = spec
-        build.plan = build._read_plan(spec, data, origins)
+        build.plan = build._read_plan(spec, data, origins, cost_model)
         return build
 
     def training(self) -> TrainingSpec:
@@ -200,8 +208,8 @@ class Build:
         trains = training(self.spec)
         if trains is None:
             raise UsageError(
-                f"{_shown(self.root)} is a serve-only job (train: null): it has no training, checkpoint or "
-                f"conversion; run `lmspec run {shlex.quote(_shown(self.root))} --stage serve`"
+                f"{_shown_path(self.root)} is a serve-only job (train: null): it has no training, checkpoint or "
+                f"conversion; run `lmspec run {shlex.quote(_shown_path(self.root))} --stage serve`"
             )
         return trains
 
@@ -210,13 +218,13 @@ class Build:
         serves = serving(self.spec)
         if serves is None:
             raise UsageError(
-                f"{_shown(self.root)} is a train-only job (serve: null): it has no serving artifacts; "
+                f"{_shown_path(self.root)} is a train-only job (serve: null): it has no serving artifacts; "
                 "compile it with a serve section (serve=default) to serve"
             )
         return serves
 
     def refuse(self, rel: str, problem: str, fix: str | None = None) -> DamagedBuild:
-        return DamagedBuild(rel, f"{_shown(self.root, rel)}: {printable(problem)}; {fix or self.recompile()}")
+        return DamagedBuild(rel, f"{_shown_path(self.root, rel)}: {printable(problem)}; {fix or self.recompile()}")
 
     def recompile(self) -> str:
         return recompile_command(self.root, self.manifest)
@@ -237,7 +245,7 @@ class Build:
             if rel == SPEC:  # an edited resolved spec can be compiled as it stands
                 fix = (
                     f"lmspec runs only what it compiled: compile your edits with `lmspec compile --spec "
-                    f"{shlex.quote(_shown(self.root, rel))} -o {shlex.quote(_shown(self.root.parent))}`, "
+                    f"{shlex.quote(_shown_path(self.root, rel))} -o {shlex.quote(_shown_path(self.root.parent))}`, "
                     f"or undo them: {self.recompile()}"
                 )
             raise self.refuse(
@@ -279,7 +287,7 @@ class Build:
         problem = plain_problem(data)
         if problem:
             raise self.refuse(SPEC, printable(problem))
-        origins = Origins({key: _shown(self.root, SPEC) for key in data})
+        origins = Origins({key: _shown_path(self.root, SPEC) for key in data})
         problems = [p for p in schema_problems(data, origins) if p.severity == "error"]
         if problems:
             listed = "; ".join(printable(p.message) for p in problems[:_LISTED])
@@ -303,29 +311,18 @@ class Build:
                 raise self.refuse(rel, f"its {key!r} entry is missing or not a {kind.__name__}")
         return doc
 
-    def _read_plan(self, spec: Spec, data: dict[str, Any], origins: Origins) -> Plan:
+    def _read_plan(self, spec: Spec, data: dict[str, Any], origins: Origins, cost_model: bool) -> Plan:
         """plan.json as the typed Plan (compiler/plan.py): what lmspec derived, written by this build's lmspec.
-        The spec must still pass every rule; the run-path rule depends on the working directory, so it
-        is left to the stages, which repeat it from theirs (rules/run_paths.py require_run_paths_apart)."""
-        from lmspec.compiler.rules import rule_problems
-        from lmspec.compiler.rules.context import RuleContext
-        from lmspec.compiler.rules.run_paths import run_paths_apart
-
+        The rules are the compiler's, checked when the build was compiled: a build whose files hash to
+        its manifest holds a spec they accepted, and the runtime never imports them (compiler/contract.py).
+        The Plan has no warnings here; `lmspec logs` asks the rules for them (compiler/observe/logs)."""
         parts = {"layout": dict, "batch": dict} if training(spec) is not None else {}
         doc = self._document(PLAN, {"lmspec_version": str, **parts, **({"serve": dict} if serving(spec) else {})})
         if doc["lmspec_version"] != self.manifest.lmspec_version:
             raise self.refuse(PLAN, f"written by lmspec {doc['lmspec_version']!r}, {MANIFEST} by {__version__}")
-        problems = rule_problems(spec, origins)
-        of_this_directory = list(run_paths_apart(RuleContext(spec, origins)))
-        errors = [p for p in problems if p.severity == "error" and p not in of_this_directory]
-        if errors:
-            listed = "; ".join(printable(p.message) for p in errors[:_LISTED])
-            more = f" (+{len(errors) - _LISTED} more)" if len(errors) > _LISTED else ""
-            raise self.refuse(SPEC, f"breaks lmspec {__version__}'s rules: {listed}{more}")
         composed = Composed(data, origins, self.manifest.overrides, dict(self.manifest.choices))
-        warnings = [p for p in problems if p.severity == "warning"]
         try:
-            return Plan.from_json(doc, spec, composed, warnings)
+            return Plan.from_json(doc, spec, composed, [], cost_model=cost_model)
         except ValueError as exc:
             raise self.refuse(PLAN, printable(str(exc))) from None
 
@@ -343,4 +340,3 @@ class Build:
                 "hf_config": dict,
             },
         )
-

@@ -1,13 +1,20 @@
 """Reading files that may be hostile: regular files only, bounded, parsed strictly.
 
-`read_regular_below(root, rel, limit)` opens `root/rel` one path component at a time without
-following symlinks, and only after lstat says "regular file" (then with O_NONBLOCK, checked
-again by fstat): a FIFO or device where a file belongs is refused, never opened or waited on;
-a file over `limit` bytes is refused by its size before it is read. `strict_json` accepts
-standard JSON only (no NaN/Infinity, no repeated keys, no stack overflow); `yaml_document`
-refuses anchors and aliases (an alias bomb expands in whatever walks the result);
-`plain_problem` finds what a JSON-shaped spec cannot hold (bytes, dates, NaN, odd keys).
-Each failure is an `Unreadable` / ValueError whose text reads after "<path>: ".
+Two readers, one failure type (`Unreadable`, whose text reads after "<path>: " and which says
+whether the file was simply missing):
+- `read_regular_below(root, rel, limit)`, for a build or data directory a reader is handed: it
+  opens `root/rel` one path component at a time without following symlinks, and only after lstat
+  says "regular file" (then with O_NONBLOCK, checked again by fstat); its reasons are verb
+  phrases (`is a FIFO, not a regular file`).
+- `read_regular(path, limit)`, for a directory a compile may overwrite (the earlier build,
+  `compile --check`, the writer's ownership test): it refuses a symlink at the final component
+  only, opens with O_NONBLOCK and checks fstat; its reasons are noun phrases (`a FIFO, not a
+  regular file`), as the writer's messages put them after "is" themselves.
+Either way a FIFO or device where a file belongs is refused, never waited on, and a file over
+`limit` bytes is refused by its size before it is read. `strict_json` accepts standard JSON only
+(no NaN/Infinity, no repeated keys, no stack overflow); `yaml_document` refuses anchors and
+aliases (an alias bomb expands in whatever walks the result); `plain_problem` finds what a
+JSON-shaped spec cannot hold (bytes, dates, NaN, odd keys).
 """
 
 from __future__ import annotations
@@ -48,8 +55,17 @@ def _describe(mode: int) -> str:
     return f"of file type {stat.S_IFMT(mode):o}"
 
 
+READ_LIMIT_BYTES = 64 << 20  # read_regular's default: a build's largest file (a chart, REPORT.md) is well under 1 MiB
+
+
 class Unreadable(Exception):
-    """Why a file could not be read, as a phrase: `is a FIFO, not a regular file`."""
+    """Why a file could not be read, as a phrase (`reason`); `missing` when there is no file at all, so
+    a caller can tell "not there" from "there but unreadable" without comparing the text."""
+
+    def __init__(self, reason: str, *, missing: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing = missing
 
 
 def _os_reason(exc: OSError) -> str:
@@ -90,7 +106,7 @@ def read_regular_below(root: Path, rel: str, limit: int) -> bytes:
                 raise Unreadable(f"is {_describe(info.st_mode)}, not a regular file")
             file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
         except OSError as exc:
-            raise Unreadable(_os_reason(exc)) from None
+            raise Unreadable(_os_reason(exc), missing=exc.errno == errno.ENOENT) from None
     finally:
         os.close(fd)
     try:
@@ -110,6 +126,53 @@ def read_regular_below(root: Path, rel: str, limit: int) -> bytes:
         raise Unreadable(_os_reason(exc)) from None
     finally:
         os.close(file_fd)
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words: 'a directory', 'a symlink', 'a FIFO', ..."""
+    for test, words in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return words
+    return "a special file"
+
+
+def read_regular(path: Path, limit: int = READ_LIMIT_BYTES) -> bytes:
+    """The bytes of the regular file `path`; raises Unreadable ('missing', 'a FIFO, not a regular file', ...)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise Unreadable("missing", missing=True) from None
+        if exc.errno == errno.ELOOP:
+            raise Unreadable("a symlink, not a regular file") from None
+        if exc.errno == errno.ENXIO:
+            raise Unreadable("a socket, not a regular file") from None
+        raise Unreadable(f"unreadable: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable(f"{kind_of(info.st_mode)}, not a regular file")
+        if info.st_size > limit:
+            raise Unreadable(f"{info.st_size} bytes, more than a build file can be ({limit})")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise Unreadable(f"more than {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise Unreadable(f"unreadable: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _refuse_constant(name: str) -> Any:

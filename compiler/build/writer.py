@@ -1,4 +1,4 @@
-"""Write a build directory atomically, with a manifest of sha256s; or check one for drift.
+"""Write a build directory atomically (the files `compiler/emit/manifest.py` made); or check one for drift.
 
 Every directory and file lmspec writes goes through the two safe-write primitives here
 (`replace_directory` for builds and converted models, `write_file_atomic` for single files
@@ -53,15 +53,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lmspec.compiler.build.digest import sha256
-from lmspec.compiler.build.files import CONVERTED_MANIFEST, MANIFEST, SPEC
-from lmspec.compiler.build.earlier import EarlierBuild, Unreadable, kind_of, manifest_files, read_regular
+from lmspec.compiler.build.earlier import manifest_files
+from lmspec.compiler.build.files import CONVERTED_MANIFEST, MANIFEST
+from lmspec.compiler.build.safe_read import Unreadable, kind_of, read_regular
 from lmspec.compiler.errors import UsageError
-
-if TYPE_CHECKING:
-    from lmspec.compiler.plan import Plan
 
 EXECUTABLE_SUFFIXES = (".sh",)
 NAME_MAX = 255  # bytes in one path component (Linux, macOS)
@@ -88,34 +85,6 @@ CONVERTED = Owner(
     sealed=True,
 )
 OWNER_MANIFESTS = (BUILD.manifest, CONVERTED.manifest)
-
-
-def build_files(plan: Plan, replacing: Path | None = None) -> dict[str, str]:
-    """Every artifact of the plan plus manifest.json, which records how the build was made.
-
-    `replacing` is the build directory these files will replace or be checked against: an
-    untouched chart there drawn from the same numbers is kept instead of redrawn.
-    """
-    # Imported here: the converter imports this module for its safe-write primitives, not the emitters.
-    from lmspec.compiler.emit import emit_all
-    from lmspec.compiler.build.files import MEMORY_CHART
-    from lmspec.compiler.emit.memory_chart import chart_key, drawn_key
-    from lmspec.compiler.emit.spec_files import dump_json
-
-    earlier_chart = EarlierBuild(replacing).file(MEMORY_CHART) if replacing is not None else None
-    kept = earlier_chart is not None and drawn_key(earlier_chart) == chart_key(plan)
-    files = emit_all(plan, chart=earlier_chart if kept else None)
-    files[MANIFEST] = dump_json(
-        {
-            "lmspec_version": plan.lmspec_version,
-            "name": plan.name,
-            "overrides": list(plan.overrides),
-            "choices": dict(plan.choices),
-            "spec_sha256": sha256(files[SPEC]),
-            "files": {path: sha256(text) for path, text in files.items()},
-        }
-    )
-    return dict(sorted(files.items()))
 
 
 def build_target(root: Path, name: str) -> Path:
@@ -156,7 +125,7 @@ def stale_files(target: Path, files: dict[str, str]) -> list[str]:
             found = _walk(target, _dirs_above(files))
         except Unreadable as exc:
             return differences + [f"{target} ({exc.reason})"]
-        differences += sorted(f"{_shown(rel, m, False)} (not emitted)" for rel, m in found if rel not in files)
+        differences += sorted(f"{_shown_entry(rel, m, False)} (not emitted)" for rel, m in found if rel not in files)
     return differences
 
 
@@ -223,7 +192,12 @@ def write_file_atomic(path: Path, text: str, *, owned_prefix: str) -> None:
             if exclusive:
                 _clean_leftovers(parent)
             require_own_file(path, owned_prefix)
-            replace_file(path, text.encode("utf-8"), parent / f"{_staging_name()}.part", lambda: require_own_file(path, owned_prefix))
+            replace_file(
+                path,
+                text.encode("utf-8"),
+                parent / f"{_staging_name()}.part",
+                lambda: require_own_file(path, owned_prefix),
+            )
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {_why(exc)}") from None
 
@@ -267,14 +241,15 @@ def _not_owned(target: Path, mode: int, manifest: str) -> str | None:
         found = _walk(target, _dirs_above(names))
     except Unreadable as exc:
         return exc.reason
-    foreign = [_shown(rel, m, True) for rel, m in found if not (stat.S_ISREG(m) and rel in names)]
+    foreign = [_shown_entry(rel, m, True) for rel, m in found if not (stat.S_ISREG(m) and rel in names)]
     if foreign:
         more = f" and {len(foreign) - _LISTED} more" if len(foreign) > _LISTED else ""
         return f"it holds {', '.join(foreign[:_LISTED])}{more}, which {manifest} does not name"
     return None
 
 
-def _shown(rel: str, mode: int, with_kind: bool) -> str:
+def _shown_entry(rel: str, mode: int, with_kind: bool) -> str:
+    """A directory entry in a list of differences: `dir/`, or `name (a FIFO)` when `with_kind` and not a file."""
     if stat.S_ISDIR(mode):
         return rel + "/"
     return f"{rel} ({kind_of(mode)})" if with_kind and not stat.S_ISREG(mode) else rel

@@ -68,7 +68,7 @@ def read_build(path: Path) -> tuple[dict[str, str], Plan]:
     from lmspec.compiler.build.files import MANIFEST
     from lmspec.compiler.build.reader import Build
 
-    build = Build.open(path)
+    build = Build.open(path, cost_model=True)
     files = {rel: build.text(rel) for rel in build.manifest.files}
     files[MANIFEST] = build.manifest.text
     return files, build.plan
@@ -99,7 +99,7 @@ def working_directory(path: Path) -> Iterator[None]:
 
 
 def _compile(spec_file: Path, overrides: list[str], cwd: Path) -> tuple[dict[str, str], Plan]:
-    from lmspec.compiler.build.writer import build_files
+    from lmspec.compiler.emit.manifest import build_files
     from lmspec.compiler.pipeline import make_plan
 
     with working_directory(cwd):
@@ -158,7 +158,7 @@ def compile_against(
 ) -> tuple[tuple[dict[str, str], Plan], tuple[dict[str, str], Plan], str]:
     """((files, Plan) at `rev`, (files, Plan) now, build name): the spec's directory at `rev` compiled in a temp dir."""
     from lmspec.compiler.paths import SPECS_DIR
-    from lmspec.compiler.spec.load import resolve_spec_file
+    from lmspec.compiler.spec.spec_file import resolve_spec_file
 
     spec_file = resolve_spec_file(spec) if spec is not None else SPECS_DIR / "config.yaml"
     with snapshot(rev, spec_file.parent) as snap:

@@ -20,6 +20,7 @@ from typing import Any
 
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_OK, UsageError
+from lmspec.compiler.families.hf_model import model_group
 
 IMPORT_HEADER = "# Imported by `lmspec import-model` from "  # an existing file not starting so is not replaced
 
@@ -55,32 +56,6 @@ def read_config(source: Path) -> tuple[Path, bytes, dict[str, Any]]:
     if not isinstance(config, dict):
         raise UsageError(f"{path} holds a JSON {type(config).__name__}, not a config object")
     return path, data, config
-
-
-def model_group(config: dict[str, Any], name: str) -> dict[str, Any]:
-    """The model group of `config` (name and family first, then the family's fields), or an error
-    naming every field lmspec would have to drop."""
-    from lmspec.compiler.families import FAMILIES
-    from lmspec.compiler.families.hf_import import HfConfig
-
-    by_class = {family.hf_class: family_name for family_name, family in FAMILIES.items()}
-    architectures = config.get("architectures")
-    arch = architectures[0] if isinstance(architectures, list) and architectures else None
-    if arch not in by_class:
-        raise UsageError(
-            f"config.json field architectures: {architectures!r} is no class lmspec supports "
-            f"({', '.join(sorted(by_class))})"
-        )
-    family_name = by_class[arch]
-    read = HfConfig(config)
-    fields = FAMILIES[family_name].from_hf_config(read)
-    unread = read.unread()
-    if unread:
-        raise UsageError(
-            f"config.json field(s) {', '.join(unread)}: lmspec does not model them, so importing would train "
-            f"and serve a different model than the release ({arch})"
-        )
-    return {"name": name, "family": family_name, **fields}
 
 
 def _ordered(cls: type, group: dict[str, Any]) -> dict[str, Any]:

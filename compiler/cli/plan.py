@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from lmspec.compiler.backends import BACKENDS
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.spec.kinds import NODES_MAX
@@ -97,13 +98,13 @@ def _spec_words(args: argparse.Namespace) -> list[str]:
 def _no_fit(result: Any, args: argparse.Namespace) -> int:
     from lmspec.compiler.errors import SpecError, error
     from lmspec.compiler.models.dims import world_size
-    from lmspec.compiler.search.report import gib
+    from lmspec.compiler.search.report import gib_number
     from lmspec.compiler.search.search import fewest_gpus
 
     spec = result.spec
     p = result.priced
     largest = max(result.axes.nodes)
-    smallest = f"; the smallest needs {gib(p.memory_bytes.min())} GiB" if p.columns.size else ""
+    smallest = f"; the smallest needs {gib_number(p.memory_bytes.min())} GiB" if p.columns.size else ""
     fallback = fewest_gpus(spec, largest, args.backend)
     counts = sorted(world_size(spec.hardware.gpus_per_node, int(n)) for n in result.axes.nodes)
     shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}..{counts[-1]}"
@@ -122,11 +123,11 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
         again = _shell(["lmspec", "plan", *_spec_words(args), *kept, f"hardware.nodes={nodes}"])
         fewest = (
             f"training fits from {found} GPUs ({nodes} nodes) on, e.g. {best.layout_text()} "
-            f"{best.sharding_text()} at {gib(best.memory_bytes)} GiB per GPU: {again}"
+            f"{best.sharding_text()} at {gib_number(best.memory_bytes)} GiB per GPU: {again}"
         )
     message = (
         f"no layout of {spec.model.name} fits on {where}: {result.legal:,} legal layouts all exceed the "
-        f"{gib(p.budget_bytes)} GiB usable per GPU{smallest}; {fewest}"
+        f"{gib_number(p.budget_bytes)} GiB usable per GPU{smallest}; {fewest}"
     )
     if args.format == "json":
         from lmspec.compiler.search.report import to_json
@@ -143,7 +144,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UsageError(f"--top {args.top}: must be 1 or more")
     spec, composed = _base_spec(args)
-    args.backend = args.backend or ["megatron", "deepspeed"]
+    args.backend = args.backend or list(BACKENDS)
     result = search(spec, _nodes(args, spec, composed), args.backend, args.objective, args.top)
     if not result.feasible:
         return _no_fit(result, args)
@@ -245,10 +246,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--backend",
-        choices=("megatron", "deepspeed"),
+        choices=tuple(BACKENDS),
         action="append",
         default=None,
-        help="search this backend only (repeatable; default both)",
+        help="search this backend only (repeatable; default: every backend)",
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument(

@@ -64,6 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="import: the HuggingFace directory to read; verify: the HF model to compare with (default convert.output)",
     )
     p.add_argument("--smoke", action="store_true", help="quick check that the stage can start, then exit")
+    loudness = p.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "--quiet", dest="log_level", action="store_const", const="WARNING", help="log warnings and errors only"
+    )
+    loudness.add_argument(
+        "--verbose", dest="log_level", action="store_const", const="DEBUG", help="log debug lines, on every rank"
+    )
     p.set_defaults(handler=run_build)
 
 
@@ -73,7 +80,11 @@ def stage_function(stage: str) -> Callable[[Build, argparse.Namespace], int]:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    build = Build.open(args.build_dir)
+    from lmspec.runtime.log import setup_logging
+
+    # this process's stage output, and $LMSPEC_LOG_LEVEL for the ranks the launch scripts start
+    setup_logging(args.log_level, capture_warnings=False)
+    build = Build.open(args.build_dir, cost_model=True)  # plan.json whole, once, before anything starts
     trains = training(build.spec) is not None
     stage = args.stage or ("train" if trains else SERVE_STAGE)
     if stage == SERVE_STAGE:

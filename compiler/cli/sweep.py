@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lmspec.compiler.build.earlier import Unreadable, read_regular
+from lmspec.compiler.build.safe_read import Unreadable, read_regular
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, SpecError, UsageError, print_problems
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def sweep_combinations(overrides: list[str]) -> list[tuple[list[str], str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as exc:
-        from lmspec.compiler.spec.load import override_error
+        from lmspec.compiler.spec.overrides import override_error
 
         raise override_error(exc) from None
     swept = _swept_keys(overrides)
@@ -73,7 +73,7 @@ def sweep_point_name(name: str, suffix: str) -> str:
 _PLAIN_SUFFIX = re.compile(r"[A-Za-z0-9._=,+-]+")
 
 
-def shown(text: str) -> str:
+def one_line(text: str) -> str:
     """`text` on one line: control characters (a newline in a swept value) written as escapes."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
@@ -101,7 +101,7 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
                 print_warnings=False,  # counted in the index instead
             )
         except SpecError as exc:
-            print(f"[{shown(suffix)}] invalid:", file=sys.stderr)
+            print(f"[{one_line(suffix)}] invalid:", file=sys.stderr)
             print_problems(exc.problems)
             points.append((suffix, None, [p.message for p in exc.problems if p.severity == "error"]))
             status = EXIT_FAILED
@@ -113,7 +113,7 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
             continue
         if point.target in by_target:
             raise UsageError(
-                f"sweep points {shown(by_target[point.target])!r} and {shown(suffix)!r} would both be built as "
+                f"sweep points {one_line(by_target[point.target])!r} and {one_line(suffix)!r} would both be built as "
                 f"{point.target}; list each combination once"
             )
         by_target[point.target] = suffix
@@ -176,7 +176,7 @@ def sweep_index(rows: list[SweepRow], swept: list[str]) -> str:
     valid = [n for n in numbers if n]
     columns = [c for c in labels if c in ALWAYS_SHOWN or len({n.get(c) for n in valid}) > 1]
     lines = [
-        f"{INDEX_HEADER}{shown(' '.join(swept)) or 'one combination'}",
+        f"{INDEX_HEADER}{one_line(' '.join(swept)) or 'one combination'}",
         "",
         f"{sum(r.build is not None for r in rows)} of {len(rows)} combinations valid; "
         "each build's REPORT.md has the details.",
@@ -198,4 +198,4 @@ def sweep_index(rows: list[SweepRow], swept: list[str]) -> str:
 
 def _cell(text: str) -> str:
     """`text` as one Markdown table cell: one line, `|` escaped."""
-    return shown(text).replace("|", "\\|")
+    return one_line(text).replace("|", "\\|")

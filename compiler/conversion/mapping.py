@@ -30,7 +30,7 @@ from lmspec.compiler.conversion.transforms import (
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.models.units import PRECISION_DTYPE
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.spec.sections import ModelSpec
+from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
 
 FP32_TENSORS = ("mlp.router.expert_bias",)  # megatron keeps it fp32; HF's e_score_correction_bias too
 
@@ -140,13 +140,17 @@ def make_transform(row: Row, m: ModelSpec, megatron: str, hf: tuple[str, ...], p
     return simple[kind](megatron, hf, shape, parts)
 
 
-def build_entries(plan: Plan) -> list[Entry]:
+def build_entries(spec: TrainingSpec, stage_layers: tuple[int, ...]) -> list[Entry]:
     """Every tensor of the model, in checkpoint order: embedding, layers (experts by id), norm, head, then
-    the MTP modules (DeepSeek-V3)."""
-    m, lay = plan.spec.model, plan.trained().layout
+    the MTP modules (DeepSeek-V3). `stage_layers` are the decoder layers of each pipeline stage
+    (models/dims.py). Takes the spec, not the Plan: the rule that the model shards over the layout
+    (rules/conversion.py) builds the same entries before there is a Plan. MappingError when a tensor
+    does not shard."""
+    assert spec.convert is not None, "only a job that converts has a mapping"
+    m, lay = spec.model, spec.parallel
     family = FAMILIES[m.family]
-    src = PRECISION_DTYPE[plan.trained().spec.train.precision]
-    dst = plan.conversion().dtype
+    src = PRECISION_DTYPE[spec.train.precision]
+    dst = spec.convert.dtype
     stacked = m.moe is None  # megatron stacks homogeneous layers on a leading axis; MoE layer lists are not
     last = lay.pp - 1
 
@@ -192,7 +196,7 @@ def build_entries(plan: Plan) -> list[Entry]:
 
     entries = [entry(EMBEDDING, EMBEDDING.checkpoint, (), 0, EMBEDDING.model, EMBEDDING.hf, lay.tp)]
     start = 0
-    for stage, count in enumerate(lay.stage_layers):
+    for stage, count in enumerate(stage_layers):
         for layer in range(start, start + count):
             local = f"decoder.layers.{layer - start}."
             rows = family.layer_rows(m, layer)

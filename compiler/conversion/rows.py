@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from lmspec.compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.kinds import SplitKind as Split
 
-if TYPE_CHECKING:  # sections.py takes its family names from the registry, which reads these rows
+if TYPE_CHECKING:  # compiler/spec/sections/ takes its family names from the registry, which reads these rows
     from lmspec.compiler.spec.sections import ModelSpec
 
 
@@ -27,7 +27,7 @@ class Row(NamedTuple):
     checkpoint: str  # dist-checkpoint key suffix
     model: str  # running model state_dict key suffix
     hf: tuple[str, ...]  # HF name suffix(es)
-    kind: K
+    kind: Split
     shape: str  # key into the model's shape table (lmspec.compiler.conversion.mapping)
 
 
@@ -36,13 +36,17 @@ EMBEDDING = Row(
     "embedding.word_embeddings.weight",
     "embedding.word_embeddings.weight",
     ("model.embed_tokens.weight",),
-    K.COLUMN,
+    Split.COLUMN,
     "vocab",
 )
 FINAL_NORM = Row(
-    "decoder.final_layernorm.weight", "decoder.final_layernorm.weight", ("model.norm.weight",), K.REPLICATED, "hidden"
+    "decoder.final_layernorm.weight",
+    "decoder.final_layernorm.weight",
+    ("model.norm.weight",),
+    Split.REPLICATED,
+    "hidden",
 )
-OUTPUT = Row("output_layer.weight", "output_layer.weight", ("lm_head.weight",), K.COLUMN, "vocab")
+OUTPUT = Row("output_layer.weight", "output_layer.weight", ("lm_head.weight",), Split.COLUMN, "vocab")
 
 # -- attention, per layer ----------------------------------------------------------------------
 GQA_ATTENTION = (
@@ -50,21 +54,21 @@ GQA_ATTENTION = (
         "self_attention.linear_qkv.layer_norm_weight",
         "input_layernorm.weight",
         ("input_layernorm.weight",),
-        K.REPLICATED,
+        Split.REPLICATED,
         "hidden",
     ),
     Row(
         "self_attention.linear_qkv.weight",
         "self_attention.linear_qkv.weight",
         ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-        K.QKV,
+        Split.QKV,
         "qkv",
     ),
     Row(
         "self_attention.linear_proj.weight",
         "self_attention.linear_proj.weight",
         ("self_attn.o_proj.weight",),
-        K.ROW,
+        Split.ROW,
         "o_proj",
     ),
 )
@@ -72,7 +76,7 @@ GQA_QKV_BIAS = Row(  # Qwen2: 1-D, interleaved by query group like the weight's 
     "self_attention.linear_qkv.bias",
     "self_attention.linear_qkv.bias",
     ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
-    K.QKV,
+    Split.QKV,
     "qkv_bias",
 )
 GQA_QK_NORM = (  # Qwen3: one RMSNorm over head_dim shared by every query head, one by every key head
@@ -80,45 +84,45 @@ GQA_QK_NORM = (  # Qwen3: one RMSNorm over head_dim shared by every query head, 
         "self_attention.q_layernorm.weight",
         "self_attention.q_layernorm.weight",
         ("self_attn.q_norm.weight",),
-        K.REPLICATED,
+        Split.REPLICATED,
         "head",
     ),
     Row(
         "self_attention.k_layernorm.weight",
         "self_attention.k_layernorm.weight",
         ("self_attn.k_norm.weight",),
-        K.REPLICATED,
+        Split.REPLICATED,
         "head",
     ),
 )
 MLA_ATTENTION = (
-    Row("input_layernorm.weight", "input_layernorm.weight", ("input_layernorm.weight",), K.REPLICATED, "hidden"),
+    Row("input_layernorm.weight", "input_layernorm.weight", ("input_layernorm.weight",), Split.REPLICATED, "hidden"),
     Row(
         "self_attention.linear_kv_down_proj.weight",
         "self_attention.linear_kv_down_proj.weight",
         ("self_attn.kv_a_proj_with_mqa.weight",),
-        K.MLA_DOWN,
+        Split.MLA_DOWN,
         "kv_down",
     ),
     Row(
         "self_attention.kv_layernorm.weight",
         "self_attention.kv_layernorm.weight",
         ("self_attn.kv_a_layernorm.weight",),
-        K.REPLICATED,
+        Split.REPLICATED,
         "kv_rank",
     ),
     Row(
         "self_attention.linear_kv_up_proj.weight",
         "self_attention.linear_kv_up_proj.weight",
         ("self_attn.kv_b_proj.weight",),
-        K.MLA_UP,
+        Split.MLA_UP,
         "kv_up",
     ),
     Row(
         "self_attention.linear_proj.weight",
         "self_attention.linear_proj.weight",
         ("self_attn.o_proj.weight",),
-        K.ROW,
+        Split.ROW,
         "o_proj",
     ),
 )
@@ -127,21 +131,21 @@ MLA_Q_COMPRESSED = (
         "self_attention.linear_q_down_proj.weight",
         "self_attention.linear_q_down_proj.weight",
         ("self_attn.q_a_proj.weight",),
-        K.MLA_DOWN,
+        Split.MLA_DOWN,
         "q_down",
     ),
     Row(
         "self_attention.q_layernorm.weight",
         "self_attention.q_layernorm.weight",
         ("self_attn.q_a_layernorm.weight",),
-        K.REPLICATED,
+        Split.REPLICATED,
         "q_rank",
     ),
     Row(
         "self_attention.linear_q_up_proj.weight",
         "self_attention.linear_q_up_proj.weight",
         ("self_attn.q_b_proj.weight",),
-        K.MLA_UP,
+        Split.MLA_UP,
         "q_up",
     ),
 )
@@ -150,7 +154,7 @@ MLA_Q_DIRECT = (  # q_lora_rank null (DeepSeek-V2-Lite): one column-parallel que
         "self_attention.linear_q_proj.weight",
         "self_attention.linear_q_proj.weight",
         ("self_attn.q_proj.weight",),
-        K.MLA_UP,
+        Split.MLA_UP,
         "q_proj",
     ),
 )
@@ -160,21 +164,25 @@ GQA_PRE_MLP_NORM = Row(
     "mlp.linear_fc1.layer_norm_weight",
     "pre_mlp_layernorm.weight",
     ("post_attention_layernorm.weight",),
-    K.REPLICATED,
+    Split.REPLICATED,
     "hidden",
 )
 MLA_PRE_MLP_NORM = Row(
-    "pre_mlp_layernorm.weight", "pre_mlp_layernorm.weight", ("post_attention_layernorm.weight",), K.REPLICATED, "hidden"
+    "pre_mlp_layernorm.weight",
+    "pre_mlp_layernorm.weight",
+    ("post_attention_layernorm.weight",),
+    Split.REPLICATED,
+    "hidden",
 )
 DENSE_MLP = (
     Row(
         "mlp.linear_fc1.weight",
         "mlp.linear_fc1.weight",
         ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
-        K.GATED_MLP,
+        Split.GATED_MLP,
         "fc1",
     ),
-    Row("mlp.linear_fc2.weight", "mlp.linear_fc2.weight", ("mlp.down_proj.weight",), K.ROW, "fc2"),
+    Row("mlp.linear_fc2.weight", "mlp.linear_fc2.weight", ("mlp.down_proj.weight",), Split.ROW, "fc2"),
 )
 
 # Routed experts as DeepSeek's and Qwen3-MoE's releases name them (Mixtral's are w1/w3/w2: its module).
@@ -183,14 +191,14 @@ PROJ_EXPERTS = (
         "mlp.experts.experts.linear_fc1.weight",
         "mlp.experts.local_experts.{i}.linear_fc1.weight",
         ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
-        K.GATED_MLP,
+        Split.GATED_MLP,
         "expert_fc1",
     ),
     Row(
         "mlp.experts.experts.linear_fc2.weight",
         "mlp.experts.local_experts.{i}.linear_fc2.weight",
         ("mlp.experts.{e}.down_proj.weight",),
-        K.ROW,
+        Split.ROW,
         "expert_fc2",
     ),
 )

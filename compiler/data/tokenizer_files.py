@@ -16,6 +16,13 @@ from lmspec.compiler.build.safe_read import Unreadable, read_regular_below, stri
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_JSON_LIMIT = 256 * 2**20  # the largest released tokenizer.json files are ~20 MB
+MEGATRON_VOCAB_MULTIPLE = 128  # Megatron-LM's --make-vocab-size-divisible-by default
+
+
+def padded_vocab_size(ids: int) -> int:
+    """`ids` rounded up to a multiple of 128: the embedding rows Megatron would allocate (the rules
+    propose it as model.vocab_size at compile time, the data preflight again at run time)."""
+    return -(-ids // MEGATRON_VOCAB_MULTIPLE) * MEGATRON_VOCAB_MULTIPLE
 
 
 class TokenizerFilesError(ValueError):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lmspec.compiler.build.files import MEMORY_CHART
+from lmspec.compiler.emit.backend_config import emit_backend_config
 from lmspec.compiler.emit.conversion import emit_conversion
-from lmspec.compiler.emit.deepspeed_config import emit_ds_config
 from lmspec.compiler.emit.launch import emit_launch
 from lmspec.compiler.emit.memory_chart import emit_memory_chart
 from lmspec.compiler.emit.nccl import emit_nccl_env
@@ -25,7 +25,7 @@ from lmspec.compiler.plan import Plan
 Emitter = Callable[[Plan], dict[str, str]]
 
 EMITTERS: tuple[Emitter, ...] = (emit_resolved_spec, emit_plan_json, emit_report, emit_nccl_env)
-TRAINING_EMITTERS: tuple[Emitter, ...] = (emit_ds_config, emit_launch)  # when the spec trains
+TRAINING_EMITTERS: tuple[Emitter, ...] = (emit_backend_config, emit_launch)  # when the spec trains
 CONVERSION_EMITTERS: tuple[Emitter, ...] = (emit_conversion,)  # when it trains and converts
 SERVING_EMITTERS: tuple[Emitter, ...] = (emit_serve,)  # when it serves
 

@@ -15,13 +15,14 @@ took 17 ms, a third of a compile's own time).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from lmspec.compiler.build.files import DIST_CKPT_DIR, MAPPING
+from lmspec.compiler.backends import backend_of
+from lmspec.compiler.build.files import DEEPSPEED_ZERO_FORMAT, MAPPING, TORCH_DIST_FORMAT
 from lmspec.compiler.conversion.mapping import Entry, build_entries, hf_config
-from lmspec.compiler.conversion.transforms import Direct, MappingError
+from lmspec.compiler.conversion.transforms import Direct
 from lmspec.compiler.emit.spec_files import dump_json, dump_json_line
-from lmspec.compiler.errors import SpecError, error
 from lmspec.compiler.plan import Plan
 
 FORMAT = "lmspec-convert-mapping/1"
@@ -46,8 +47,15 @@ def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
     return tensors
 
 
+# TrainingBackend.checkpoint_format -> the tensors its checkpoint holds, as the mapping lists them
+TENSOR_LISTS: dict[str, Callable[[list[Entry]], list[dict[str, Any]]]] = {
+    TORCH_DIST_FORMAT: lambda entries: [e.describe() for e in entries],
+    DEEPSPEED_ZERO_FORMAT: _deepspeed_tensors,
+}
+
+
 def mapping_document(plan: Plan) -> dict[str, Any]:
-    entries = build_entries(plan)
+    entries = build_entries(plan.trained().spec, plan.trained().layout.stage_layers)
     lay, backend = plan.trained().layout, plan.trained().spec.train.backend
     doc: dict[str, Any] = {
         "format": FORMAT,
@@ -58,12 +66,8 @@ def mapping_document(plan: Plan) -> dict[str, Any]:
         "checkpoint_dir": plan.trained().spec.train.checkpoint.dir,
         "hf_config": hf_config(plan),
     }
-    if backend == "megatron":
-        doc["checkpoint_format"] = DIST_CKPT_DIR
-        doc["tensors"] = [e.describe() for e in entries]
-    else:
-        doc["checkpoint_format"] = "deepspeed_zero"
-        doc["tensors"] = _deepspeed_tensors(entries)
+    doc["checkpoint_format"] = checkpoint_format = backend_of(plan.trained().spec).checkpoint_format
+    doc["tensors"] = TENSOR_LISTS[checkpoint_format](entries)
     doc["hf_tensor_count"] = sum(
         len(t["hf"]) * (t["experts"]["count"] if "experts" in t else 1) for t in doc["tensors"]
     )
@@ -78,17 +82,5 @@ def dump_mapping(doc: dict[str, Any]) -> str:
 
 
 def emit_conversion(plan: Plan) -> dict[str, str]:
-    try:
-        return {MAPPING: dump_mapping(mapping_document(plan))}
-    except MappingError as exc:  # a size the rules let through but no rank split can hold
-        lay = plan.trained().layout
-        raise SpecError(
-            [
-                error(
-                    "parallel.tp",
-                    f"parallel.tp={lay.tp} (ep {lay.ep}, etp {lay.etp}): {MAPPING} cannot shard the model: {exc}; "
-                    "use a parallel.tp that divides model.ffn_hidden_size, model.vocab_size and "
-                    "model.num_kv_heads (and parallel.ep/etp that divide the experts' sizes)",
-                )
-            ]
-        ) from None
+    """A Plan's model always shards over its layout: rules/conversion.py refused the spec otherwise."""
+    return {MAPPING: dump_mapping(mapping_document(plan))}

@@ -2,9 +2,10 @@
 
 Every number is concrete (never DeepSpeed/HF "auto"): batch keys from the Plan, bucket sizes
 derived from the hidden size exactly as DeepSpeed's HuggingFace integration fills its "auto"
-values. DeepSpeed silently accepts unknown top-level keys and optimizer/scheduler types, so
+values. DeepSpeed silently accepts unknown top-level keys and optimizer types, so
 the emitter only uses names from the tables below, which tests/launch check against
-DeepSpeed's own code.
+DeepSpeed's own code. It has no `scheduler`: the trainer hands DeepSpeed the spec's schedule
+(runtime/train/deepspeed/lr_schedule.py), which none of DeepSpeed's schedulers can express.
 """
 
 from __future__ import annotations
@@ -29,15 +30,12 @@ TOP_LEVEL_KEYS = frozenset(
         "zero_optimization",
         "zero_allow_untested_optimizer",
         "optimizer",
-        "scheduler",
         "activation_checkpointing",
         "checkpoint",
     }
 )
 # spec optimizer -> (DeepSpeed optimizer type, adam_w_mode or None for non-Adam)
 OPTIMIZER_TYPES = {"adamw": ("AdamW", True), "adam": ("Adam", False), "sgd": ("SGD", None)}
-# spec lr_schedule.decay -> DeepSpeed scheduler type (deepspeed.runtime.lr_schedules)
-SCHEDULER_TYPES = {"cosine": "WarmupCosineLR", "linear": "WarmupDecayLR", "constant": "WarmupLR"}
 
 # fp16 dynamic loss scaling: DeepSpeed's documented defaults, written out so reviewers see them.
 FP16_INITIAL_SCALE_POWER = 16
@@ -50,8 +48,7 @@ ZERO3_PERSISTENCE_PER_HIDDEN = 10
 
 
 def emit_ds_config(plan: Plan) -> dict[str, str]:
-    if plan.trained().spec.train.backend != "deepspeed":
-        return {}
+    """The DeepSpeed backend's emitter (lmspec.compiler.backends.deepspeed names it)."""
     return {DS_CONFIG: dump_json(ds_config(plan))}
 
 
@@ -68,7 +65,6 @@ def ds_config(plan: Plan) -> dict[str, Any]:
         "gradient_clipping": t.grad_clip,
         "zero_optimization": _zero(plan),
         "optimizer": _optimizer(plan),
-        "scheduler": _scheduler(plan),
         "checkpoint": {"tag_validation": "Warn", "load_universal": False, "use_node_local_storage": False},
     }
     if t.optimizer.name == "sgd" and plan.trained().layout.zero_stage > 0:
@@ -148,28 +144,3 @@ def optimizer_summary(plan: Plan) -> str:
     if adam_w_mode is not None and p.offload_optimizer:
         return f"DeepSpeedCPUAdam ({kind}, offloaded; torch's {kind} where its cpu_adam op cannot be built)"
     return f"torch {kind}"
-
-
-def _scheduler(plan: Plan) -> dict[str, Any]:
-    t = plan.trained().spec.train
-    o, s = t.optimizer, t.lr_schedule
-    kind = SCHEDULER_TYPES[s.decay]
-    warmup_steps = max(1, s.warmup_steps)  # DeepSpeed rejects 0 (and warms up >= 2 steps anyway)
-    if s.decay == "cosine":
-        params: dict[str, Any] = {
-            "total_num_steps": t.steps,
-            "warmup_num_steps": warmup_steps,
-            "warmup_type": "linear",
-            "warmup_min_ratio": 0.0,
-            "cos_min_ratio": o.min_lr / o.lr,
-        }
-    else:
-        params = {
-            "warmup_min_lr": 0.0,
-            "warmup_max_lr": o.lr,
-            "warmup_num_steps": warmup_steps,
-            "warmup_type": "linear",
-        }
-        if s.decay == "linear":
-            params["total_num_steps"] = t.steps
-    return {"type": kind, "params": params}

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.emit.quoting import Quoted, shell
 from lmspec.compiler.plan import Plan
 
@@ -20,8 +21,8 @@ def kernel_settings(plan: Plan) -> list[tuple[str, str, Quoted]]:
     if plan.train is None:  # vLLM sets its own
         return []
     t = plan.train.spec.train
-    if plan.device == "cpu" or t.backend != "megatron":
-        return []
+    if plan.device == "cpu" or not backend_of(plan.train.spec).one_cuda_work_queue:
+        return []  # Transformer Engine runs only where the queue matters (the capability table: TE is Megatron's)
     out = [
         (
             "one CUDA work queue: Megatron's tensor/sequence-parallel communication is queued ahead of the "

@@ -12,11 +12,9 @@ from lmspec.compiler.build.files import RANK_LOGS, SBATCH_SH, TORCHRUN_SH, run_d
 from lmspec.compiler.emit import site
 from lmspec.compiler.emit.quoting import Quoted, directive, shell
 from lmspec.compiler.emit.render import render
+from lmspec.compiler.launch_names import IMPORT_MODULE, TRAIN_MODULE
 from lmspec.compiler.plan import Plan
 
-PYTHON_ENV = "LMSPEC_PYTHON"  # interpreter running torch.distributed.run (default python3); named in torchrun.sh.j2
-TRAIN_MODULE = "lmspec.runtime.train"
-IMPORT_MODULE = "lmspec.runtime.convert.from_hf"  # torchrun.sh's `import` entry: released HF weights in
 LOOPBACK_ADDR = "127.0.0.1"  # one node: rendezvous on loopback, no hostname resolution needed
 # cluster.master_port=null under Slurm: MASTER_PORT = base + SLURM_JOB_ID % span, below Linux's
 # ephemeral range (32768-60999), so jobs sharing a node differ unless their ids differ by a multiple of span

@@ -1,26 +1,27 @@
 """REPORT.md: the human summary reviewed in pull requests. Small and stable on purpose.
 
-Every section but one is a function of the Plan alone. The data section
-(lmspec.compiler.emit.report_data) also reads the tokenizer directory and the datasets' sidecars
-where the compile runs: the one part of a build that depends on files outside the spec, so a
-compile without the data (CI) reports less.
+Every section is a function of the Plan alone. The data section (lmspec.compiler.emit.report_data)
+shows what the compile's inputs step (lmspec.compiler.inputs) read of the tokenizer directory and the
+datasets' sidecars where the compile ran: the one part of a build that depends on files outside the spec,
+so a compile without the data (CI) reports less.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from lmspec.compiler.backends import backend_of
+from lmspec.compiler.backends.backend import load
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.capabilities import capabilities_of, target_of
-from lmspec.compiler.emit.deepspeed_config import optimizer_summary
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.report_format import (
+    MEMORY_DECIMALS,
     amount,
     count,
     days,
     flops,
-    gib,
     gib_gb,
     memory_unit,
     percent,
@@ -31,6 +32,7 @@ from lmspec.compiler.emit.report_format import (
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.models.summary import step_estimate
 from lmspec.compiler.models.train_memory import TERMS
+from lmspec.compiler.models.units import gib
 from lmspec.compiler.plan import Plan
 
 # REPORT.md's names of the step-time terms (compiler/models/summary.py STEP_TERMS)
@@ -75,16 +77,17 @@ def _training(plan: Plan) -> dict[str, Any]:
     """The training sections of the report: layout, batch, data, memory, FLOPs."""
     train = plan.trained()
     s, layout = train.spec, train.layout
+    backend = backend_of(s)
     rows = [
         ("world size", f"{count(layout.world_size)} = {count(layout.nodes)} node(s) x {count(layout.gpus_per_node)}"),
         ("tp x pp x dp x cp", " x ".join(count(n) for n in (layout.tp, layout.pp, layout.dp, layout.cp))),
         ("ep x etp (expert dp)", f"{count(layout.ep)} x {count(layout.etp)} ({count(layout.expert_dp)})"),
         ("layers per stage", ", ".join(map(str, layout.stage_layers))),
         ("sequence parallel", "yes" if layout.sequence_parallel else "no"),
-        ("optimizer sharding", _sharding(plan)),
+        ("optimizer sharding", backend.sharding_summary(layout.zero_stage, layout.distributed_optimizer)),
     ]
-    if s.train.backend == "deepspeed":
-        rows.append(("optimizer", optimizer_summary(plan)))
+    if backend.optimizer_summary is not None:
+        rows.append(("optimizer", load(backend.optimizer_summary)(plan)))
     batch = train.batch
     batch_rows = [
         (
@@ -281,7 +284,7 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
             f"{gib_gb(v.weights_bytes_per_gpu)}, tp {s.tp} x pp {s.pp}",
         ),
         ("KV cache per token per GPU", f"{count(v.kv_cache_bytes_per_token)} bytes"),
-        ("KV cache per GPU", gib(v.cache_budget_bytes)),
+        ("KV cache per GPU", gib(v.cache_budget_bytes, MEMORY_DECIMALS)),
         ("tokens in cache (per engine)", count(v.max_tokens_in_cache)),
         (f"concurrent sequences of {count(s.max_model_len)} tokens (per engine)", count(v.max_concurrent_seqs)),
     ]
@@ -301,16 +304,9 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
             (
                 f"decode bound, {label}",
                 f"<= {rate(bound.tokens_per_s)} tokens/s per engine, {rate(bound.deployment_tokens_per_s)} for "
-                f"all {s.dp} engine(s) (bound: {gib(bound.weights_read_bytes)} of weights + "
-                f"{gib(bound.kv_read_bytes)} of KV read per GPU per step at {bandwidth:,g} GB/s, "
+                f"all {s.dp} engine(s) (bound: {gib(bound.weights_read_bytes, MEMORY_DECIMALS)} of weights + "
+                f"{gib(bound.kv_read_bytes, MEMORY_DECIMALS)} of KV read per GPU per step at {bandwidth:,g} GB/s, "
                 f"{s.pp} stage(s) in turn; compute and communication ignored)",
             )
         )
     return rows
-
-
-def _sharding(plan: Plan) -> str:
-    train = plan.trained()
-    if train.spec.train.backend == "deepspeed":
-        return f"DeepSpeed ZeRO stage {train.layout.zero_stage}"
-    return "Megatron distributed optimizer" if train.layout.distributed_optimizer else "none (Megatron DDP)"

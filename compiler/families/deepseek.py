@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lmspec.compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.kinds import SplitKind as Split
 from lmspec.compiler.conversion.rows import PROJ_EXPERTS, LayerRows, MtpRows, Row, decoder_layer
 from lmspec.compiler.families import hf, hf_import, megatron
 from lmspec.compiler.families.family import Family, MegatronConfig
@@ -17,25 +17,29 @@ if TYPE_CHECKING:
     from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec, MoeSpec
 
-ROUTER = Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router")
+ROUTER = Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), Split.REPLICATED, "router")
 SHARED_EXPERTS = (
     Row(
         "mlp.shared_experts.linear_fc1.weight",
         "mlp.shared_experts.linear_fc1.weight",
         ("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"),
-        K.GATED_MLP,
+        Split.GATED_MLP,
         "shared_fc1",
     ),
     Row(
         "mlp.shared_experts.linear_fc2.weight",
         "mlp.shared_experts.linear_fc2.weight",
         ("mlp.shared_experts.down_proj.weight",),
-        K.ROW,
+        Split.ROW,
         "shared_fc2",
     ),
 )
 ROUTER_BIAS = Row(
-    "mlp.router.expert_bias", "mlp.router.expert_bias", ("mlp.gate.e_score_correction_bias",), K.REPLICATED, "experts"
+    "mlp.router.expert_bias",
+    "mlp.router.expert_bias",
+    ("mlp.gate.e_score_correction_bias",),
+    Split.REPLICATED,
+    "experts",
 )
 
 
@@ -43,10 +47,12 @@ ROUTER_BIAS = Row(
 # them): its decoder layer under the usual names, these four, and copies of the embedding and output head.
 MTP = MtpRows(
     own=(
-        Row("enorm.weight", "enorm.weight", ("enorm.weight",), K.REPLICATED, "hidden"),
-        Row("hnorm.weight", "hnorm.weight", ("hnorm.weight",), K.REPLICATED, "hidden"),
-        Row("eh_proj.weight", "eh_proj.weight", ("eh_proj.weight",), K.COLUMN, "eh_proj"),  # [h, 2h]: [emb; hidden]
-        Row("final_layernorm.weight", "final_layernorm.weight", ("shared_head.norm.weight",), K.REPLICATED, "hidden"),
+        Row("enorm.weight", "enorm.weight", ("enorm.weight",), Split.REPLICATED, "hidden"),
+        Row("hnorm.weight", "hnorm.weight", ("hnorm.weight",), Split.REPLICATED, "hidden"),
+        Row("eh_proj.weight", "eh_proj.weight", ("eh_proj.weight",), Split.COLUMN, "eh_proj"),  # [h, 2h]: [emb; hidden]
+        Row(
+            "final_layernorm.weight", "final_layernorm.weight", ("shared_head.norm.weight",), Split.REPLICATED, "hidden"
+        ),
     ),
     embedding="embed_tokens.weight",
     head="shared_head.head.weight",

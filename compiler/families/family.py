@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-if TYPE_CHECKING:  # sections.py takes its family names from the registry
+if TYPE_CHECKING:  # compiler/spec/sections/ takes its family names from the registry
     from lmspec.compiler.conversion.rows import LayerRows, MtpRows
     from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lmspec.compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.kinds import SplitKind as Split
 from lmspec.compiler.conversion.rows import LayerRows, Row, decoder_layer
 from lmspec.compiler.families import hf, hf_import, megatron, softmax_router
 from lmspec.compiler.families.family import Family, MegatronConfig
@@ -18,20 +18,20 @@ if TYPE_CHECKING:
     from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec
 
-ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("block_sparse_moe.gate.weight",), K.REPLICATED, "router"),)
+ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("block_sparse_moe.gate.weight",), Split.REPLICATED, "router"),)
 EXPERT = (
     Row(
         "mlp.experts.experts.linear_fc1.weight",
         "mlp.experts.local_experts.{i}.linear_fc1.weight",
         ("block_sparse_moe.experts.{e}.w1.weight", "block_sparse_moe.experts.{e}.w3.weight"),
-        K.GATED_MLP,
+        Split.GATED_MLP,
         "expert_fc1",
     ),
     Row(
         "mlp.experts.experts.linear_fc2.weight",
         "mlp.experts.local_experts.{i}.linear_fc2.weight",
         ("block_sparse_moe.experts.{e}.w2.weight",),
-        K.ROW,
+        Split.ROW,
         "expert_fc2",
     ),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from lmspec.compiler.conversion.kinds import SplitKind as K
+from lmspec.compiler.conversion.kinds import SplitKind as Split
 from lmspec.compiler.conversion.rows import PROJ_EXPERTS, LayerRows, Row, decoder_layer
 from lmspec.compiler.families import hf, hf_import, megatron, softmax_router
 from lmspec.compiler.families.family import Family, MegatronConfig
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from lmspec.compiler.families.hf_import import HfConfig
     from lmspec.compiler.spec.sections import ModelSpec
 
-ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), K.REPLICATED, "router"),)
+ROUTER = (Row("mlp.router.weight", "mlp.router.weight", ("mlp.gate.weight",), Split.REPLICATED, "router"),)
 
 
 def _dense_layers(config: HfConfig, num_layers: int) -> int:

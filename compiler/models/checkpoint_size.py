@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.train_memory import optimizer_states
 from lmspec.compiler.models.units import FP32_BYTES, GB, SECONDS_PER_MINUTE, precision_bytes
@@ -82,7 +83,7 @@ class CheckpointSize:
 def checkpoint_bytes_per_param(spec: TrainingSpec) -> tuple[int, int]:
     """(weight bytes, fp32 master bytes) one save writes per parameter, beside the optimizer's moments."""
     t, p = spec.train, spec.parallel
-    if t.backend == "deepspeed" and p.zero_stage == 3:
+    if backend_of(spec).zero_sharding and p.zero_stage == 3:
         # the 16-bit weights are not gathered on save; the fp32 partitions (the weights under fp32) are
         return 0, FP32_BYTES
     return precision_bytes(t.precision), FP32_BYTES if t.precision != "fp32" else 0

@@ -104,11 +104,11 @@ def pp_bytes_per_micro_batch(tokens: Any, tp_split: Any, hidden: int, element_by
     return 2 * tokens * hidden * element_bytes / tp_split
 
 
-def dp_grad_bytes(deepspeed: Any, precision: str) -> Any:
-    """Bytes per gradient element on the wire: Megatron reduces its fp32 main gradients (lmspec's
-    trainer sets `grad_reduce_in_fp32` under bf16/fp16); DeepSpeed reduces in its
-    `communication_data_type`, which defaults to the model's dtype."""
-    return pick(deepspeed, precision_bytes(precision), FP32_BYTES)
+def dp_grad_bytes(in_fp32: Any, precision: str) -> Any:
+    """Bytes per gradient element on the wire: fp32 where the backend reduces in fp32 (its
+    `grad_reduce_in_fp32`: Megatron under bf16/fp16, megatron/config.json's DDP section), else the model's
+    dtype (DeepSpeed's `communication_data_type` default)."""
+    return pick(in_fp32, FP32_BYTES, precision_bytes(precision))
 
 
 @dataclass(frozen=True)

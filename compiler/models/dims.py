@@ -18,9 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from lmspec.compiler.spec.sections import TrainingSpec
+from lmspec.compiler.spec.sections import Spec, TrainingSpec
 
 Device = Literal["cpu", "gpu"]
+
+
+def device_kind(spec: Spec) -> Device:
+    """`cpu` for the cpu hardware (ranks are processes on host cores over shared memory and gloo).
+
+    The one reader of "is this a CPU job": hardware.intra_node.link=shm says it, and the rule
+    rules.hardware.link_matches_generation holds hardware.gpu.generation=cpu to the same answer.
+    """
+    return "cpu" if spec.hardware.intra_node.link == "shm" else "gpu"
 
 
 def world_size(gpus_per_node: Any, nodes: Any) -> Any:
@@ -98,7 +107,7 @@ class ParallelDims:
             dp=dp,
             micro_batches=micro_batches_per_step(t.global_batch_size, t.micro_batch_size, dp),
             stage_layers=stages,
-            device="cpu" if hw.intra_node.link == "shm" else "gpu",
+            device=device_kind(spec),
         )
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lmspec.compiler.models.dims import device_kind
 from lmspec.compiler.models.params import count_params
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.models.units import DTYPE_BYTES, FP32_BYTES, GIB
@@ -100,7 +101,7 @@ def estimate_serve_memory(spec: ServingSpec) -> ServeMemory:
     s, hw = spec.serve, spec.hardware
     weights, per_token = weight_bytes(spec), kv_bytes_per_token(spec)
     reserve = activation_reserve(spec, spec.model)
-    if hw.intra_node.link == "shm":  # CPU backend: a fixed KV space, weights live in host RAM
+    if device_kind(spec) == "cpu":  # vLLM's CPU backend: a fixed KV space, weights live in host RAM
         budget = round(s.cpu_kvcache_space_gib * GIB)
     else:
         budget = max(round(s.gpu_memory_utilization * hw.gpu.memory_gib * GIB) - weights - reserve, 0)

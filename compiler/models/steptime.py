@@ -32,15 +32,19 @@ Communication, by dimension (volumes: `lmspec.compiler.models.comm`, at NCCL bus
   waits for the last gradients).
 Then the optimizer update, memory-bound on the GPU's shard of the parameters.
 
-The constants fitted to published runs are `CALIBRATION` (bench/steptime_published.py fits and scores them,
-leaving each source out in turn); every other constant below is a count or a datasheet-derived ratio.
+The constants fitted to published runs are `CALIBRATION`, loaded once from steptime_calibration.json beside
+this module (bench/steptime_published.py fits and scores them, leaving each source out in turn, and `--fit`
+writes that file); every other constant below is a count or a datasheet-derived ratio.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
+from importlib import resources
 from typing import Any
 
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models import larger, pick, smaller
 from lmspec.compiler.models.comm import (
     CommEstimate,
@@ -89,20 +93,19 @@ class Calibration:
 # CPU, so they take Ampere's (Ada's SM is Ampere's successor; a CPU job's estimate is only a scale).
 CALIBRATED_GENERATION = {"ampere": "ampere", "ada": "ampere", "hopper": "hopper", "cpu": "ampere"}
 
-# Fitted by `bench/steptime_published.py --fit` (least squares on log(predicted / published) over every point
-# of tests/data/steptime/published_runs.yaml, each constant within the bounds that script names), except
-# ampere_attention: every Ampere point predates flash attention, so it keeps FlashAttention-2's reported share
-# of an A100's peak (Dao 2023: 50-73% forward, less with the backward).
-CALIBRATION = Calibration(
-    ampere_gemm=0.784,
-    hopper_gemm=0.709,
-    ampere_attention=0.55,
-    hopper_attention=0.35,
-    fp8_gemm=0.589,
-    elementwise=0.601,
-    tp_overlap_exposed=0.0413,
-    moe_expert_host_s=0.00117,
-)
+# The fitted constants are data beside this module, written by `bench/steptime_published.py --fit`: the file
+# holds the constants and the fit's provenance (command, data file, points, method, which constants the
+# points moved, the errors and the leave-one-source-out error) and notes on the constants no point moves.
+CALIBRATION_FILE = "steptime_calibration.json"
+
+
+def load_calibration() -> Calibration:
+    """The constants of CALIBRATION_FILE (package data of lmspec.compiler.models)."""
+    text = resources.files(__package__).joinpath(CALIBRATION_FILE).read_text(encoding="utf-8")
+    return Calibration(**json.loads(text)["constants"])
+
+
+CALIBRATION = load_calibration()
 
 # --- kernels ---
 ROOFLINE_SHARPNESS = 2  # p in plateau / (1 + (ridge/AI)^p)^(1/p): how sharply a GEMM turns compute-bound
@@ -211,7 +214,8 @@ class StepInputs:
     virtual_stages: Any  # model chunks per pipeline rank (1: plain 1F1B)
     tokens_per_micro_batch: Any  # micro_batch_size x seq_length (one DP rank, before cp)
     sequence_parallel: Any
-    deepspeed: Any  # 1 for the DeepSpeed backend, 0 for Megatron
+    unfused_kernels: Any  # the backend runs transformers' modeling code (TrainingBackend.hf_model_code)
+    zero_sharding: Any  # the backend shards with ZeRO stages (TrainingBackend.zero_sharding)
     grad_bytes: Any  # per gradient element on the wire (comm.dp_grad_bytes)
     element_bytes: Any  # per weight or activation element under train.precision
     zero_stage: Any
@@ -282,7 +286,7 @@ def step_time(x: StepInputs, c: StepConstants, cal: Calibration = CALIBRATION) -
     m, v = d.micro_batches, x.virtual_stages
     rows = x.tokens_per_micro_batch / d.cp  # tokens of every GEMM on one GPU
     tp_split = pick(x.sequence_parallel, d.tp, 1)
-    kernels = pick(x.deepspeed, UNFUSED_KERNEL_FACTOR, 1.0)
+    kernels = pick(x.unfused_kernels, UNFUSED_KERNEL_FACTOR, 1.0)
     compute_mb, attention_s = _compute(x, c, cal, rows, tp_split, kernels)
 
     tp_bytes = tp_bytes_per_micro_batch(x.stage_layers, x.full_recompute, d.tp, rows, c.hidden, x.element_bytes)
@@ -397,9 +401,9 @@ def _dp(x: StepInputs, c: StepConstants, compute_mb: Any) -> tuple[Any, Any]:
     t = dp_traffic(x.zero_stage, x.distributed_optimizer, x.grad_bytes, x.element_bytes)
     forward = compute_mb / (3 + x.full_recompute)  # a backward is twice its forward (+ the recomputed forward)
     backward = compute_mb - forward
-    unoverlapped_reduce = x.deepspeed * (x.zero_stage == 0)  # DeepSpeed all-reduces after the backward
+    unoverlapped_reduce = x.zero_sharding * (x.zero_stage == 0)  # DeepSpeed all-reduces after the backward
     reduce_window = c.overlap_grad_reduce * (1 - unoverlapped_reduce) * backward
-    gather_window = c.overlap_param_gather * (1 - x.deepspeed) * forward  # DeepSpeed gathers after the step
+    gather_window = c.overlap_param_gather * (1 - x.zero_sharding) * forward  # DeepSpeed gathers after the step
     every_window = compute_mb * pick(x.zero_stage == 3, c.overlap_param_gather, c.overlap_grad_reduce)
     exposed = (
         larger(t.reduce * per_byte - DP_OVERLAP_FRACTION * reduce_window, 0.0)
@@ -456,6 +460,7 @@ def step_inputs(spec: TrainingSpec, memory: TrainMemory) -> StepInputs | None:
     if dims is None:
         return None
     m, p, t = spec.model, spec.parallel, spec.train
+    backend = backend_of(spec)
     work = slowest_stage_work(m, t.seq_length, dims.stage_layers, t.recompute)
     dense, expert = worst_gpu_params(spec, dims, memory)
     return StepInputs(
@@ -463,8 +468,9 @@ def step_inputs(spec: TrainingSpec, memory: TrainMemory) -> StepInputs | None:
         virtual_stages=p.virtual_stages or 1,
         tokens_per_micro_batch=t.micro_batch_size * t.seq_length,
         sequence_parallel=p.sequence_parallel,
-        deepspeed=t.backend == "deepspeed",
-        grad_bytes=dp_grad_bytes(t.backend == "deepspeed", t.precision),
+        unfused_kernels=backend.hf_model_code,
+        zero_sharding=backend.zero_sharding,
+        grad_bytes=dp_grad_bytes(backend.grad_reduce_in_fp32(t.precision), t.precision),
         element_bytes=precision_bytes(t.precision),
         zero_stage=p.zero_stage,
         distributed_optimizer=p.distributed_optimizer,

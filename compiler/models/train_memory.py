@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models import ArrayOrNumber, pick, smaller
 from lmspec.compiler.models.activations import (
     ActivationSetting,
@@ -155,7 +156,7 @@ def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber) -> StateBytes:
     low = precision_bytes(t.precision)
     moments = optimizer_states(spec) * FP32_BYTES
     master = FP32_BYTES if mixed else 0
-    if t.backend == "megatron":
+    if not backend_of(spec).zero_sharding:  # Megatron: the distributed optimizer shards fp32 state only
         shard = shards if p.distributed_optimizer else 1
         fp8_copies = FP8_WEIGHT_COPY_BYTES if t.precision == "fp8" else 0
         return StateBytes(weights=low + fp8_copies, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
@@ -174,7 +175,7 @@ def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber) -> StateBytes:
 def activation_setting(spec: TrainingSpec) -> ActivationSetting:
     t, p = spec.train, spec.parallel
     return ActivationSetting(
-        style="megatron" if t.backend == "megatron" else "hf",
+        style="hf" if backend_of(spec).hf_model_code else "megatron",
         seq_length=t.seq_length,
         micro_batch_size=t.micro_batch_size,
         element_bytes=precision_bytes(t.precision),
@@ -191,7 +192,7 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
 def gathered_layer_bytes(spec: TrainingSpec) -> int:
     """ZeRO-3 gathers one module's 16-bit weights and gradients at a time; 0 otherwise."""
     t, p = spec.train, spec.parallel
-    if t.backend == "deepspeed" and p.zero_stage == 3:
+    if backend_of(spec).zero_sharding and p.zero_stage == 3:
         return 2 * precision_bytes(t.precision) * count_params(spec.model).largest_layer
     return 0
 

@@ -24,6 +24,12 @@ PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp
 FP32_BYTES = DTYPE_BYTES["float32"]
 
 
+def gib(n_bytes: float, decimals: int = 1) -> str:
+    """`52.1 GiB`: a memory size in text, with thousands separators; one decimal in messages (rules,
+    doctor), two in REPORT.md (compiler/emit/report_format.py)."""
+    return f"{n_bytes / GIB:,.{decimals}f} GiB"
+
+
 def precision_bytes(precision: str) -> int:
     """Bytes of one weight or activation element under train.precision."""
     return DTYPE_BYTES[PRECISION_DTYPE[precision]]

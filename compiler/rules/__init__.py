@@ -1,21 +1,27 @@
 """Layer two of validation: semantic rules, each a small function yielding problems.
 
-Three plain tables: RULES judge the whole spec; TRAINING_RULES run only when it trains and read it
-narrowed (a TrainingContext), SERVING_RULES only when it serves (a ServingContext). A rule reads
-the typed spec and origins and never writes.
+Plain tables: RULES judge the whole spec; TRAINING_RULES run only when it trains and read it
+narrowed (a TrainingContext), SERVING_RULES only when it serves (a ServingContext).
+ACCEPTED_TRAINING_RULES build what an emitter will to judge it, so they run last and only on a spec
+that trains and that every other rule accepts. A rule reads
+the typed spec, origins and the compile's inputs (compiler/inputs.py), and never
+reads the machine nor writes.
 """
 
 from __future__ import annotations
 
 from lmspec.compiler.errors import Problem
+from lmspec.compiler.inputs import CompileInputs
 from lmspec.compiler.rules import (
     backend,
     batch,
     budget,
     capability,
     checkpoint,
+    conversion,
     data,
     experts,
+    hardware,
     jobs,
     launch,
     layout,
@@ -32,7 +38,7 @@ from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.sections import serving as serving_part
 from lmspec.compiler.spec.sections import training as training_part
 
-RULES = (*jobs.RULES, *model.RULES, *launch.RULES, *site.RULES, *run_paths.RULES)
+RULES = (*jobs.RULES, *hardware.RULES, *model.RULES, *launch.RULES, *site.RULES, *run_paths.RULES)
 TRAINING_RULES = (
     *model.TRAINING_RULES,
     *layout.RULES,
@@ -48,14 +54,18 @@ TRAINING_RULES = (
     *checkpoint.RULES,
 )
 SERVING_RULES = (*serving.RULES, *serve_budget.RULES)
+ACCEPTED_TRAINING_RULES = (*conversion.RULES,)
 
 
-def rule_problems(spec: Spec, origins: Origins) -> list[Problem]:
-    problems = [problem for rule in RULES for problem in rule(RuleContext(spec, origins))]
+def rule_problems(spec: Spec, origins: Origins, inputs: CompileInputs) -> list[Problem]:
+    """Every rule's problems, in table order; `inputs` is what the compile read from the machine."""
+    problems = [problem for rule in RULES for problem in rule(RuleContext(spec, origins, inputs))]
     if (trains := training_part(spec)) is not None:
-        ctx = TrainingContext(trains, origins)
+        ctx = TrainingContext(trains, origins, inputs)
         problems += [problem for rule in TRAINING_RULES for problem in rule(ctx)]
     if (serves := serving_part(spec)) is not None:
-        serve_ctx = ServingContext(serves, origins)
+        serve_ctx = ServingContext(serves, origins, inputs)
         problems += [problem for rule in SERVING_RULES for problem in rule(serve_ctx)]
+    if trains is not None and not any(p.severity == "error" for p in problems):
+        problems += [problem for rule in ACCEPTED_TRAINING_RULES for problem in rule(ctx)]
     return problems

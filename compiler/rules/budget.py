@@ -14,13 +14,16 @@ import math
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
+from lmspec.compiler.backends import backend_of
+from lmspec.compiler.capabilities import capabilities_of
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING
 from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
 from lmspec.compiler.models.steptime import estimate_comm_and_step
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
-from lmspec.compiler.models.units import GB, GIB
+from lmspec.compiler.models.units import GB, gib
 from lmspec.compiler.rules.context import TrainingContext
+from lmspec.compiler.spec.override_text import override_value
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import Spec, TrainingSpec
 
@@ -44,33 +47,29 @@ def with_values(spec: S, changes: dict[str, Any]) -> S:
     return spec
 
 
-def gib(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:,.1f} GiB"
-
-
 def both(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:,.1f} GiB ({n_bytes / GB:,.1f} GB)"
+    """`52.1 GiB (55.9 GB)`: a memory size beside the decimal figure vendors label."""
+    return f"{gib(n_bytes)} ({n_bytes / GB:,.1f} GB)"
 
 
 def shown_changes(changes: dict[str, Any]) -> str:
-    def value(v: Any) -> str:
-        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-
-    return " ".join(f"{k}={value(v)}" for k, v in changes.items())
+    """`parallel.tp=2 train.recompute=full`: the changes as command-line overrides."""
+    return " ".join(f"{k}={override_value(v)}" for k, v in changes.items())
 
 
 def candidate_fixes(spec: TrainingSpec) -> Iterator[dict[str, Any]]:
     """TrainingSpec changes in the seed's order; each is checked before it is offered."""
     t, p, m = spec.train, spec.parallel, spec.model
+    backend, capabilities = backend_of(spec), capabilities_of(spec)
     if t.micro_batch_size > 1:
         yield {"train.micro_batch_size": 1}
-    if t.backend == "deepspeed":  # the HF model code has no selective recompute
+    if backend.hf_model_code:  # the HF model code has no selective recompute
         if t.recompute != "full":
             yield {"train.recompute": "full"}
     else:
         for level in RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(t.recompute) + 1 :]:
             yield {"train.recompute": level}
-    if t.backend == "deepspeed":
+    if backend.zero_sharding:
         for stage in range(p.zero_stage + 1, 4):
             if p.pp == 1 or stage <= 1:
                 yield {"parallel.zero_stage": stage}
@@ -80,7 +79,7 @@ def candidate_fixes(spec: TrainingSpec) -> Iterator[dict[str, Any]]:
             yield {"parallel.offload_params": True}
     elif not p.distributed_optimizer:
         yield {"parallel.distributed_optimizer": True}
-    if t.backend == "megatron":
+    if capabilities is not None and capabilities.runs("pipeline_parallel"):
         world = world_size(spec.hardware.gpus_per_node, spec.hardware.nodes)
         pps = [n for n in divisors(world) if p.pp < n <= m.num_layers and world % (n * p.tp * p.cp) == 0]
         pp_fix = _first_fitting_or_last(
@@ -92,7 +91,7 @@ def candidate_fixes(spec: TrainingSpec) -> Iterator[dict[str, Any]]:
         )
         if pp_fix:
             yield pp_fix
-        if m.moe is not None:
+        if m.moe is not None and capabilities.runs("expert_parallel"):
             ep_fix = _first_fitting_or_last(spec, [{"parallel.ep": n} for n in _legal_eps(spec) if n > p.ep])
             if ep_fix:
                 yield ep_fix
@@ -134,7 +133,8 @@ def _fewest_nodes(spec: TrainingSpec) -> tuple[int, TrainingSpec, TrainMemory] |
 
     def grown(nodes: int) -> TrainingSpec:
         bigger = with_value(base, "hardware.nodes", nodes)
-        eps = _legal_eps(bigger) if spec.train.backend == "megatron" else []
+        capabilities = capabilities_of(spec)
+        eps = _legal_eps(bigger) if capabilities is not None and capabilities.runs("expert_parallel") else []
         return with_value(bigger, "parallel.ep", eps[-1]) if eps and eps[-1] > spec.parallel.ep else bigger
 
     def fits(nodes: int) -> TrainMemory | None:

@@ -8,7 +8,6 @@ the same device that run it (the keys to change) and the key's value that does w
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,8 +23,9 @@ from lmspec.compiler.capabilities import (
     targets_running,
 )
 from lmspec.compiler.errors import Problem, error
-from lmspec.compiler.plan import Device
+from lmspec.compiler.models.dims import Device
 from lmspec.compiler.rules.context import TrainingContext
+from lmspec.compiler.spec.override_text import override_value
 from lmspec.compiler.spec.sections import TrainingSpec
 
 # The keys that pick a target, as `Target`'s fields name them.
@@ -83,10 +83,6 @@ def way_in(own: Target, feature: Feature) -> str:
     return "needs GPU hardware" + (f" with {' or '.join(there)}" if any(there) else "") + " (no CPU target runs it)"
 
 
-def _shown(value: Any) -> str:
-    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
-
-
 def target_runs_spec(ctx: TrainingContext) -> Iterator[Problem]:
     """One error per feature the target lacks; one error on train.transformer_impl for no target."""
     spec = ctx.spec
@@ -109,7 +105,7 @@ def target_runs_spec(ctx: TrainingContext) -> Iterator[Problem]:
             key,
             (
                 f"{ctx.show(key)} {way_in(own, feature)}; {caps.lacks[feature]}; "
-                f"or set {key}={_shown(without(spec, feature, caps))}"
+                f"or set {key}={override_value(without(spec, feature, caps))}"
             ),
         )
 

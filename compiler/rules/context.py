@@ -1,16 +1,15 @@
-"""What every rule gets: the typed spec, where each value came from, and a formatter."""
+"""What every rule gets: the typed spec, where each value came from, what the compile read, and a formatter."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 from typing import Any, Generic, TypeVar
 
+from lmspec.compiler.inputs import NOTHING_READ, CompileInputs
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import ServingSpec, Spec, TrainingSpec
+from lmspec.compiler.spec.shown_key import show_key, value_at
 
 S = TypeVar("S", bound=Spec)
 
@@ -22,15 +21,17 @@ class SpecContext(Generic[S]):
 
     spec: S
     origins: Origins
+    # What the compile read from the machine (compiler/inputs.py): the only facts beyond the spec a
+    # rule may use. A rule called outside a compile (the search, the runtime) reads none of them.
+    inputs: CompileInputs = NOTHING_READ
 
     def value(self, key: str) -> Any:
         """The key's value; None under a section the spec sets to null (`train.seq_length` of train: null)."""
-        return reduce(lambda node, part: None if node is None else getattr(node, part), key.split("."), self.spec)
+        return value_at(self.spec, key)
 
     def show(self, key: str) -> str:
-        """`parallel.tp=6 (command-line override)`: the key, its value and its origin."""
-        shown = json.dumps(_plain(self.value(key)))
-        return f"{key}={shown} ({self.origins.of(key)})"
+        """`parallel.tp=6 (command-line override)`: the key, its value and its origin (compiler/spec/shown_key.py)."""
+        return show_key(self.spec, self.origins, key)
 
     def sources(self, *keys: str) -> str:
         """`parallel.tp from command-line override; hardware.nodes from ...`: where factors came from."""
@@ -55,12 +56,3 @@ def listed(values: Sequence[object], limit: int = HINT_VALUES) -> str:
         return ", ".join(map(str, values))
     head, tail = values[: limit - 2], values[-2:]
     return f"{', '.join(map(str, head))}, ..., {', '.join(map(str, tail))} ({len(values)} values)"
-
-
-def _plain(value: Any) -> Any:
-    """A typed value as JSON data: a section (e.g. a filled-in model.mla) as a mapping, tuples as lists."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

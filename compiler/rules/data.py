@@ -3,12 +3,13 @@
 The spec alone decides most of it: the tokenizer kind and its directory agree; every source is
 a Megatron prefix (not PREFIX.bin/.idx, nor a raw corpus `lmspec data prepare` must turn into
 one) listed once; validation has a valid split to read; the byte tokenizer's ids fit the
-embedding. One rule reads a file when this machine holds it: a tokenizer directory's vocabulary
-against model.vocab_size. A directory not readable here is no error: `lmspec run` checks the
-tokenizer and the datasets where the job runs, before any worker starts.
+embedding. One rule judges a file when this machine holds it: a tokenizer directory's vocabulary
+against model.vocab_size, as the compile's inputs read it (compiler/inputs.py). A directory not
+readable here is no error: `lmspec run` checks the tokenizer and the datasets where the job runs,
+before any worker starts.
 
-Paths are opened as the runtime opens them, relative to the working directory (as
-lmspec.compiler.rules.run_paths). A job too big to be a demo (several nodes, or a model of
+Paths are compared as the runtime opens them, relative to the working directory (as
+lmspec.compiler.run_paths), resolved by the compile's inputs. A job too big to be a demo (several nodes, or a model of
 LARGE_MODEL_PARAMS or more) that trains on lmspec's demo data gets a warning, not an error:
 the presets do, on purpose, so that their layouts compile anywhere.
 """
@@ -16,34 +17,25 @@ the presets do, on purpose, so that their layouts compile anywhere.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Iterator
-from pathlib import Path
 
 from lmspec.compiler.data.sidecar import SIDECAR_SUFFIX
-from lmspec.compiler.data.tokenizer_files import TokenizerFiles, TokenizerFilesError, read_tokenizer_files
+from lmspec.compiler.data.tokenizer_files import MEGATRON_VOCAB_MULTIPLE, TokenizerFilesError, padded_vocab_size
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.params import count_params
 from lmspec.compiler.rules.budget import computable
 from lmspec.compiler.rules.context import TrainingContext
-from lmspec.compiler.rules.run_paths import resolve
 
 # The ids of lmspec.runtime.data.byte_tokenizer (256 bytes, end-of-text, pad), which the compiler
 # cannot import; tests count them in the tokenizer.json it writes.
 BYTE_TOKENIZER_IDS = 258
-MEGATRON_VOCAB_MULTIPLE = 128  # Megatron-LM's --make-vocab-size-divisible-by default
 LARGE_MODEL_PARAMS = 10**9  # from here on a model is trained for real, not as a smoke test
 DATASET_FILE_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)  # files of a prefix, never the prefix itself
 RAW_CORPUS_SUFFIXES = (".jsonl.gz", ".jsonl", ".json", ".parquet", ".txt")  # `lmspec data prepare` inputs
 PREPARE = "lmspec data prepare"
 PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./-]+")  # a path Hydra reads as itself, unquoted
-
-
-def padded_vocab_size(ids: int) -> int:
-    """`ids` rounded up to a multiple of 128: the embedding rows Megatron would allocate."""
-    return -(-ids // MEGATRON_VOCAB_MULTIPLE) * MEGATRON_VOCAB_MULTIPLE
 
 
 def source_key(index: int, field: str = "path") -> str:
@@ -63,16 +55,6 @@ def override(key: str, value: str) -> str:
     if PLAIN_VALUE.fullmatch(value):
         return f"{key}={value}"
     return shlex.quote(f"{key}={json.dumps(value)}")
-
-
-def local_tokenizer(path: str) -> TokenizerFiles | TokenizerFilesError:
-    """The tokenizer directory at `path` as this machine holds it, or why it cannot be read here."""
-    try:
-        return read_tokenizer_files(Path(path))
-    except TokenizerFilesError as exc:
-        return exc
-    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
-        return TokenizerFilesError(exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
 
 
 def tokenizer_needs_its_path(ctx: TrainingContext) -> Iterator[Problem]:
@@ -141,14 +123,10 @@ def sources_are_prefixes(ctx: TrainingContext) -> Iterator[Problem]:
 
 
 def sources_listed_once(ctx: TrainingContext) -> Iterator[Problem]:
-    try:
-        cwd = os.getcwd()
-    except OSError:  # the working directory was deleted: compare the paths as written
-        cwd = "/"
     first: dict[str, int] = {}
     sources = ctx.spec.train.data.sources or ()
     for index, source in enumerate(sources):
-        seen = resolve(source.path, cwd) or source.path
+        seen = ctx.inputs.resolved(source.path) or source.path
         if seen not in first:
             first[seen] = index
             continue
@@ -179,7 +157,7 @@ def vocabulary_fits_the_embedding(ctx: TrainingContext) -> Iterator[Problem]:
         )
     if data.tokenizer != "hf" or data.tokenizer_path is None:
         return
-    files = local_tokenizer(data.tokenizer_path)
+    files = ctx.inputs.tokenizer(data.tokenizer_path)
     if isinstance(files, TokenizerFilesError) or files.vocab_size <= rows:
         return  # not readable here: `lmspec run` checks the tokenizer where the job runs
     yield error(

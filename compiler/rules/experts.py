@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.models.dims import data_parallel_size, divisors, ranks_per_stage
 from lmspec.compiler.rules.context import TrainingContext, listed
@@ -24,8 +25,9 @@ def expert_group_fits(ranks_per_stage: Any, ep: Any, etp: Any) -> Any:
     return ranks_per_stage % (ep * etp) == 0
 
 
-def moe_tp_has_sequence_parallel(megatron: Any, is_moe: Any, tp: Any, sequence_parallel: Any) -> Any:
-    return (megatron == 0) | (is_moe == 0) | (tp == 1) | (sequence_parallel != 0)
+def moe_tp_has_sequence_parallel(needs_it: Any, is_moe: Any, tp: Any, sequence_parallel: Any) -> Any:
+    """`needs_it`: the backend's TrainingBackend.moe_tp_needs_sequence_parallel (a column, in the search)."""
+    return (needs_it == 0) | (is_moe == 0) | (tp == 1) | (sequence_parallel != 0)
 
 
 def ep_needs_moe(ctx: TrainingContext) -> Iterator[Problem]:
@@ -72,7 +74,10 @@ def moe_tensor_parallel_needs_sequence_parallel(ctx: TrainingContext) -> Iterato
     """megatron-core raises at model build for MoE layers under TP without sequence parallelism."""
     s = ctx.spec
     if not moe_tp_has_sequence_parallel(
-        s.train.backend == "megatron", s.model.moe is not None, s.parallel.tp, s.parallel.sequence_parallel
+        backend_of(s).moe_tp_needs_sequence_parallel,
+        s.model.moe is not None,
+        s.parallel.tp,
+        s.parallel.sequence_parallel,
     ):
         yield error(
             "parallel.sequence_parallel",

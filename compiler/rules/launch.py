@@ -1,4 +1,7 @@
-"""Rules of the launch artifacts: what sbatch, NCCL and DeepSpeed's scheduler will really do.
+"""Rules of the launch artifacts: what NCCL will really do, and each launcher's own.
+
+A launcher's rules (sbatch's time limit, a local job's one node) live in its module
+(lmspec.compiler.launchers); the two tables below run them, so no rule here compares launcher names.
 
 The strings placed in them (Slurm names and times, interface and RDMA device names) are
 checked by their kinds (lmspec.compiler.spec.kinds) in the schema, before any rule runs."""
@@ -7,34 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.errors import Problem, warning
+from lmspec.compiler.launchers import LAUNCHERS, launcher_of
 from lmspec.compiler.rules.context import RuleContext, TrainingContext
-
-DEEPSPEED_MIN_WARMUP_STEPS = 2  # DeepSpeed's Warmup* schedulers use max(2, warmup_num_steps)
-SECONDS_PER = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
-
-
-def time_limit_seconds(limit: str) -> int:
-    """`[D-]HH:MM:SS` (lmspec.compiler.spec.kinds.SLURM_TIME, ASCII digits only) in seconds."""
-    days, _, clock = limit.rpartition("-")
-    hours, minutes, seconds = (int(part) for part in clock.split(":"))
-    return (
-        int(days or 0) * SECONDS_PER["days"] + hours * SECONDS_PER["hours"] + minutes * SECONDS_PER["minutes"] + seconds
-    )
-
-
-def slurm_signal_before_time_limit(ctx: RuleContext) -> Iterator[Problem]:
-    slurm = ctx.spec.cluster.slurm
-    limit_s = time_limit_seconds(slurm.time)
-    if slurm.signal_seconds >= limit_s:
-        yield error(
-            "cluster.slurm.signal_seconds",
-            (
-                f"{ctx.show('cluster.slurm.signal_seconds')} is not shorter than {ctx.show('cluster.slurm.time')} "
-                f"({limit_s} s): the pre-timeout checkpoint signal would come before training starts; "
-                f"use a value below {limit_s}, e.g. {max(1, limit_s // 10)}"
-            ),
-        )
 
 
 def roce_gid_index(ctx: RuleContext) -> Iterator[Problem]:
@@ -57,40 +35,12 @@ def roce_gid_index(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
-def local_launcher_is_one_node(ctx: TrainingContext) -> Iterator[Problem]:
-    s = ctx.spec
-    if s.cluster.launcher == "local" and s.hardware.nodes > 1:
-        yield warning(
-            "cluster.launcher",
-            (
-                f"{ctx.show('cluster.launcher')} with {ctx.show('hardware.nodes')}: `lmspec run` starts this node "
-                "only; run launch/torchrun.sh on every node with NODE_RANK and MASTER_ADDR, or use cluster=slurm"
-            ),
-        )
+def chosen_launcher(ctx: TrainingContext) -> Iterator[Problem]:
+    """The training rules of the spec's own launcher (lmspec.compiler.launchers: each module declares its own)."""
+    for rule in launcher_of(ctx.spec.cluster).training_rules:
+        yield from rule(ctx)
 
 
-def deepspeed_schedule(ctx: TrainingContext) -> Iterator[Problem]:
-    t = ctx.spec.train
-    if t.backend != "deepspeed":
-        return
-    if t.lr_schedule.decay == "linear" and t.optimizer.min_lr > 0:
-        yield warning(
-            "train.optimizer.min_lr",
-            (
-                f"{ctx.show('train.optimizer.min_lr')} is ignored with {ctx.show('train.lr_schedule.decay')} on "
-                "DeepSpeed: its WarmupDecayLR decays to 0; use train.lr_schedule.decay=cosine to end at min_lr"
-            ),
-        )
-    if t.lr_schedule.warmup_steps < DEEPSPEED_MIN_WARMUP_STEPS:
-        yield warning(
-            "train.lr_schedule.warmup_steps",
-            (
-                f"{ctx.show('train.lr_schedule.warmup_steps')}: DeepSpeed's schedulers warm up for at least "
-                f"{DEEPSPEED_MIN_WARMUP_STEPS} steps; set train.lr_schedule.warmup_steps={DEEPSPEED_MIN_WARMUP_STEPS} "
-                "to say so in the spec"
-            ),
-        )
-
-
-RULES = (slurm_signal_before_time_limit, roce_gid_index)
-TRAINING_RULES = (local_launcher_is_one_node, deepspeed_schedule)
+# every launcher's rules on its own section first (each spec has every section), then the fabric's
+RULES = (*(rule for launcher in LAUNCHERS.values() for rule in launcher.rules), roce_gid_index)
+TRAINING_RULES = (chosen_launcher,)

@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.dims import (
     ParallelDims,
@@ -295,11 +296,12 @@ def sharding_needs_data_parallel(ctx: TrainingContext) -> Iterator[Problem]:
     p, dims = ctx.spec.parallel, ParallelDims.from_spec(ctx.spec)
     if dims is None:  # world_size_matches reports the layout
         return
-    key = "parallel.zero_stage" if ctx.spec.train.backend == "deepspeed" else "parallel.distributed_optimizer"
-    sharded = p.zero_stage > 0 if key == "parallel.zero_stage" else p.distributed_optimizer
+    backend = backend_of(ctx.spec)
+    key = backend.sharding_key
+    sharded = p.zero_stage > 0 if backend.zero_sharding else p.distributed_optimizer
     expert_dp = dims.expert_dp if ctx.spec.model.moe is not None else 1
     if not sharding_has_data_parallel(sharded, dims.dense_dp, expert_dp):
-        off = "parallel.zero_stage=0" if key == "parallel.zero_stage" else "parallel.distributed_optimizer=false"
+        off = "parallel.zero_stage=0" if backend.zero_sharding else "parallel.distributed_optimizer=false"
         yield warning(
             key,
             (

@@ -1,241 +1,26 @@
-"""Rule: the directories a run writes belong to one owner each.
+"""Rules: the directories a run writes belong to one owner each, and train.init_from names a step.
 
-Three directories are written at run time, relative to the working directory:
-
-- the run directory `runs/<name>/` (lmspec.compiler.build.files.run_dir): metrics.jsonl (training),
-  vllm.log, tokenizer/ and vllm_cache/ (serving);
-- `train.checkpoint.dir`: step directories that `keep_last_k` prunes and
-  `train.checkpoint.resume=never` moves aside (lmspec.runtime.train.checkpoint);
-- `convert.output`: replaced as a whole by every `lmspec run BUILD --stage convert`.
-
-So convert.output and train.checkpoint.dir may not be the same directory nor inside one
-another (the conversion would delete the checkpoints, or write among them); neither may be the
-run directory, contain it, or be one of the run directory's own entries (the conversion would
-delete metrics.jsonl; the checkpoint directory would hold the run's logs). Both may live inside
-the run directory, as the presets put them (runs/<name>/checkpoints, runs/<name>/hf).
-`serve.model_path`, when set, may not be the checkpoint directory nor inside it: what is there
-is a training checkpoint (not a HuggingFace model) that keep_last_k deletes under the server.
-`train.init_from`, when set, names one step directory (`step_<N>`, lmspec.compiler.build.files) of
-another run's checkpoints, never the run's own train.checkpoint.dir nor inside it: a checkpoint there is
-resumed instead (resume=auto), or moved aside before it is read (resume=never), so the key would do nothing.
-
-Paths are compared after normalisation: `.`, `..`, `./x`, trailing slashes and symlinks that
-exist now (os.path.realpath), relative ones joined to the working directory. That is the
-directory the runtime resolves them against: launch/torchrun.sh, sbatch and `lmspec run` do not
-change directory. The runtime repeats the check with its own working directory
-(`overlaps`, called by lmspec.runtime.train.loop) in case the job starts elsewhere.
-
-Empty strings and strings with a NUL byte are left to the string validation of the schema.
+What may not overlap, and why, is compiler/run_paths.py's (the runtime repeats that check from its own
+working directory); here the rule reports it from the compiling one, as the compile's inputs resolved
+each path (compiler/inputs.py), with each key's origin.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Literal
 
-from lmspec.compiler.build.files import RUN_DIR_ENTRIES, STEP_PREFIX, run_dir, step_number
-from lmspec.compiler.errors import Problem, UsageError, error
+from lmspec.compiler.build.files import STEP_PREFIX, run_dir, step_number
+from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.rules.context import RuleContext, TrainingContext
-from lmspec.compiler.spec.sections import Spec
-
-RUN_DIR = "the run directory"  # the label of `runs/<name>/` in messages (its key is `name`)
-
-Relation = Literal["same", "inside", "contains"]
-
-
-def resolve(path: str | None, cwd: str) -> str | None:
-    """`path` as the runtime opens it from `cwd`, normalised; None when it cannot be a path."""
-    if not path:
-        return None
-    try:
-        return os.path.realpath(os.path.join(cwd, path))
-    except ValueError:  # an embedded NUL byte
-        return None
-
-
-def relation(a: str, b: str) -> Relation | None:
-    """How resolved path `a` stands to resolved path `b`: the same, inside it, containing it, or apart."""
-    pa, pb = PurePosixPath(a), PurePosixPath(b)
-    if pa == pb:
-        return "same"
-    if pa.is_relative_to(pb):
-        return "inside"
-    if pb.is_relative_to(pa):
-        return "contains"
-    return None
-
-
-@dataclass(frozen=True)
-class Clash:
-    """Two owned directories that overlap: `key`'s directory stands in `relation` to `other`'s."""
-
-    key: str  # the key to change: convert.output, train.checkpoint.dir or serve.model_path
-    other: str  # the key it clashes with, or RUN_DIR
-    relation: Relation  # of `path` to `other_path`
-    path: str  # resolved
-    other_path: str  # resolved; for a run directory entry, that entry
-    entry: str | None  # the run directory's own entry it is or is inside (other=RUN_DIR only)
-    consequence: str
-    fix: str
-
-
-def _defaults(spec: Spec) -> dict[str, str]:
-    """The presets' values (specs/train/default.yaml, specs/convert/default.yaml), offered as fixes."""
-    return {"convert.output": f"{run_dir(spec.name)}/hf", "train.checkpoint.dir": f"{run_dir(spec.name)}/checkpoints"}
-
-
-_CONVERT_HARM = "`lmspec run BUILD --stage convert` replaces convert.output as a whole and would delete"
-_HARM: dict[tuple[str, str, Relation], str] = {
-    ("convert.output", "train.checkpoint.dir", "same"): f"{_CONVERT_HARM} every checkpoint",
-    ("convert.output", "train.checkpoint.dir", "contains"): f"{_CONVERT_HARM} the checkpoints inside it",
-    ("convert.output", "train.checkpoint.dir", "inside"): (
-        "the conversion would write among the checkpoints, replacing whatever is at its path"
-    ),
-    ("convert.output", RUN_DIR, "same"): f"{_CONVERT_HARM} the run's metrics.jsonl, logs and checkpoints",
-    ("convert.output", RUN_DIR, "contains"): f"{_CONVERT_HARM} the run directory with everything in it",
-    ("train.checkpoint.dir", RUN_DIR, "same"): (
-        "lmspec prunes the checkpoint directory and moves it aside (resume=never), so it must hold "
-        "only checkpoints, not the run's metrics.jsonl and logs"
-    ),
-    ("train.checkpoint.dir", RUN_DIR, "contains"): (
-        "lmspec prunes the checkpoint directory and moves it aside (resume=never), so it must hold "
-        "only checkpoints, not the run directory"
-    ),
-}
-
-
-def path_values(spec: Spec) -> dict[str, str | None]:
-    """The run's directories as the spec writes them; None where its section is null (train: null, ...).
-    A serve-only job reads neither convert.output nor a checkpoint directory."""
-    t, c, v = spec.train, spec.convert, spec.serve
-    return {
-        "convert.output": c.output if c is not None and t is not None else None,
-        "train.checkpoint.dir": t.checkpoint.dir if t is not None else None,
-        "serve.model_path": v.model_path if v is not None else None,
-        "train.init_from": t.init_from if t is not None else None,
-    }
-
-
-def overlaps(spec: Spec, cwd: str) -> list[Clash]:
-    """Every overlap of the run's directories as seen from working directory `cwd` (no I/O but realpath)."""
-    run = resolve(run_dir(spec.name), cwd)
-    written = path_values(spec)
-    paths = {key: resolve(written[key], cwd) for key in ("convert.output", "train.checkpoint.dir")}
-    ckpt = paths["train.checkpoint.dir"]
-    defaults = _defaults(spec)
-    clashes: list[Clash] = []
-
-    def fix_for(key: str) -> str:
-        """The preset's value for `key` when it is free of every clash, else a generic fix."""
-        suggested = resolve(defaults[key], cwd)
-        others = [p for k, p in paths.items() if k != key and p is not None]
-        if suggested is not None and all(relation(suggested, p) is None for p in others):
-            return f"use {key}={defaults[key]}"
-        return f"point {key} at a directory of its own, apart from {' and '.join(k for k in paths if k != key)}"
-
-    output = paths["convert.output"]
-    if output is not None and ckpt is not None and (rel := relation(output, ckpt)) is not None:
-        harm = _HARM[("convert.output", "train.checkpoint.dir", rel)]
-        clashes.append(
-            Clash("convert.output", "train.checkpoint.dir", rel, output, ckpt, None, harm, fix_for("convert.output"))
-        )
-
-    for key, path in paths.items():
-        if path is None or run is None or (rel := relation(path, run)) is None:
-            continue
-        if rel != "inside":
-            clashes.append(Clash(key, RUN_DIR, rel, path, run, None, _HARM[(key, RUN_DIR, rel)], fix_for(key)))
-            continue
-        entry = PurePosixPath(path).relative_to(run).parts[0]
-        if entry not in RUN_DIR_ENTRIES:
-            continue  # a directory of its own inside the run directory: the presets' layout
-        at = str(PurePosixPath(run) / entry)
-        harm = (
-            f"{_CONVERT_HARM} the run's {entry}"
-            if key == "convert.output"
-            else f"the checkpoints would be written over the run's {entry}"
-        )
-        clashes.append(Clash(key, RUN_DIR, relation(path, at) or "inside", path, at, entry, harm, fix_for(key)))
-
-    model = resolve(written["serve.model_path"], cwd)
-    if model is not None and ckpt is not None and (rel := relation(model, ckpt)) in ("same", "inside"):
-        clashes.append(
-            Clash(
-                "serve.model_path",
-                "train.checkpoint.dir",
-                rel,
-                model,
-                ckpt,
-                None,
-                "a training checkpoint is not a HuggingFace model vLLM can load, and keep_last_k deletes old steps",
-                "serve the conversion output (serve.model_path=null, after `lmspec run BUILD --stage convert`) "
-                "or a directory outside train.checkpoint.dir",
-            )
-        )
-    start = resolve(written["train.init_from"], cwd)
-    if start is not None and ckpt is not None and (rel := relation(start, ckpt)) in ("same", "inside"):
-        clashes.append(
-            Clash(
-                "train.init_from",
-                "train.checkpoint.dir",
-                rel,
-                start,
-                ckpt,
-                None,
-                "a checkpoint in train.checkpoint.dir is resumed instead of initialising from train.init_from "
-                "(resume=auto), or moved aside before it is read (resume=never)",
-                "to continue that run leave train.init_from=null; to start a new run from its weights give this "
-                "run a train.checkpoint.dir of its own",
-            )
-        )
-    return clashes
-
-
-_VERB = {"same": "is the same directory as", "inside": "is inside", "contains": "contains"}
-
-
-def describe(clash: Clash, show: dict[str, str]) -> str:
-    """One line: both keys with value and origin, the normalised paths, the harm, the fix."""
-    other = f"{RUN_DIR} {show[RUN_DIR]}" if clash.other == RUN_DIR else show[clash.other]
-    if clash.entry is not None:
-        verb = "is" if clash.relation == "same" else "is inside"
-        head = f"{show[clash.key]} {verb} the run's {clash.entry} in {other}"
-    else:
-        head = f"{show[clash.key]} {_VERB[clash.relation]} {other}"
-    paths = f"both resolve to {clash.path}" if clash.relation == "same" else f"{clash.path} vs {clash.other_path}"
-    return f"{head} ({paths}): {clash.consequence}; {clash.fix}"
-
-
-def require_run_paths_apart(spec: Spec) -> None:
-    """The rule again at run time, from the working directory a stage really has (the build may have
-    been compiled elsewhere): UsageError listing every clash."""
-    cwd = os.getcwd()
-    problems = runtime_problems(spec, cwd)
-    if problems:
-        raise UsageError("; and ".join(problems) + "; recompile the build")
-
-
-def runtime_problems(spec: Spec, cwd: str) -> list[str]:
-    """The same check at run time, from the job's own working directory (no origins there)."""
-    values: dict[str, str | None] = {**path_values(spec), "name": spec.name}
-    show = {key: f"{key}={json.dumps(value)}" for key, value in values.items()}
-    show[RUN_DIR] = f"{run_dir(spec.name)}/ of {show['name']}"
-    return [f"{describe(clash, show)} (working directory {cwd})" for clash in overlaps(spec, cwd)]
+from lmspec.compiler.run_paths import RUN_DIR, describe, overlaps
 
 
 def run_paths_apart(ctx: RuleContext) -> Iterator[Problem]:
-    try:
-        cwd = os.getcwd()
-    except OSError:  # the working directory was deleted: compare the paths as written
-        cwd = "/"
     keys = ("convert.output", "train.checkpoint.dir", "serve.model_path", "train.init_from")
     show = {key: ctx.show(key) for key in keys}
     show[RUN_DIR] = f"{run_dir(ctx.spec.name)}/ of {ctx.show('name')}"
-    for clash in overlaps(ctx.spec, cwd):
+    for clash in overlaps(ctx.spec, ctx.inputs.resolved):
         yield error(clash.key, describe(clash, show))
 
 

@@ -13,7 +13,8 @@ from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.models.dims import divisors, world_size
 from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
 from lmspec.compiler.models.serve_memory import estimate_serve_memory
-from lmspec.compiler.rules.budget import both, computable, gib, shown_changes, with_value, with_values
+from lmspec.compiler.models.units import gib
+from lmspec.compiler.rules.budget import both, computable, shown_changes, with_value, with_values
 from lmspec.compiler.rules.context import ServingContext
 from lmspec.compiler.rules.serving import TRAIN_ONLY_FIX
 from lmspec.compiler.spec.sections import ServingSpec

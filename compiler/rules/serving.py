@@ -11,30 +11,20 @@ import ipaddress
 from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error, warning
-from lmspec.compiler.models.dims import divisors, world_size
+from lmspec.compiler.models.dims import device_kind, divisors, world_size
 from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.rules.context import ServingContext, listed
+from lmspec.compiler.vllm_cpu import cpu_attention_problems
 
 # Above this fraction vLLM leaves too little device memory for the CUDA context, NCCL buffers
 # and the sampler's peaks (the seed's pitfall); vLLM's own default is 0.9.
 GPU_MEMORY_UTILIZATION_WARN = 0.95
 CALIBRATED_QUANTIZATION = ("awq", "gptq")  # scales come from a calibration run, not from vLLM
 _SERVE_GPU_KEYS = ("serve.tp", "serve.pp", "serve.dp", "hardware.nodes")
-# vLLM 0.32's CPU attention kernels (vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes):
-# another head_dim starts, then fails the first request (RuntimeError: Unsupported CPU attention configuration).
-CPU_ATTENTION_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-# vLLM 0.32's CPU MLA (backends/mla/cpu_mla.py, amx_mla.py): the decode kernel is compiled for one
-# latent width, kv_lora_rank + qk_rope_head_dim = 512 + 64 (DeepSeek-V2/V3), and an unquantized cache.
-CPU_MLA_LATENT_WIDTH = 576
 LOOPBACK_NAMES = ("localhost",)
 # The way out for a train+serve spec whose serving outgrows the hardware its training was sized for.
 TRAIN_ONLY_FIX = "serve=null (a train-only job: the hardware is sized for training; serve in a spec of its own)"
-
-
-def _cpu(ctx: ServingContext) -> bool:
-    """The `cpu` hardware (as lmspec.compiler.emit.nccl.cpu_ranks): vLLM's CPU backend."""
-    return ctx.spec.hardware.intra_node.link == "shm"
 
 
 def serve_tp_divides_heads(ctx: ServingContext) -> Iterator[Problem]:
@@ -139,7 +129,7 @@ def serve_len_within_positions(ctx: ServingContext) -> Iterator[Problem]:
 
 def serve_memory_utilization_leaves_headroom(ctx: ServingContext) -> Iterator[Problem]:
     # (0, 1] itself is the schema's bound; this is the headroom vLLM does not manage.
-    if not _cpu(ctx) and ctx.spec.serve.gpu_memory_utilization > GPU_MEMORY_UTILIZATION_WARN:
+    if device_kind(ctx.spec) == "gpu" and ctx.spec.serve.gpu_memory_utilization > GPU_MEMORY_UTILIZATION_WARN:
         yield warning(
             "serve.gpu_memory_utilization",
             (
@@ -177,7 +167,7 @@ def serve_expert_parallel_needs_moe(ctx: ServingContext) -> Iterator[Problem]:
 
 def serve_cpu_kvcache_whole_gib(ctx: ServingContext) -> Iterator[Problem]:
     space = ctx.spec.serve.cpu_kvcache_space_gib
-    if _cpu(ctx) and space != int(space):
+    if device_kind(ctx.spec) == "cpu" and space != int(space):
         yield error(
             "serve.cpu_kvcache_space_gib",
             (
@@ -232,44 +222,8 @@ def serve_data_parallel_applies(ctx: ServingContext) -> Iterator[Problem]:
 
 
 def serve_cpu_attention_supported(ctx: ServingContext) -> Iterator[Problem]:
-    """vLLM's CPU backend checks neither at start-up: a wrong size serves until the first request fails.
-    MLA outside DeepSeek's latent is refused for a serve-only job and a warning on a train+serve one
-    (tiny_moe, the CPU training model of the DeepSeek shape, trains; its serving is what cannot run)."""
-    m = ctx.spec.model
-    if not _cpu(ctx):
-        return
-    if m.attention == "mla":
-        if m.mla is None:  # rules.model reports the missing block
-            return
-        problem = error if ctx.spec.train is None else warning
-        fix = "" if ctx.spec.train is None else " or serve=null (train only)"
-        width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
-        if width != CPU_MLA_LATENT_WIDTH:
-            yield problem(
-                "model.mla.kv_lora_rank",
-                (
-                    f"{ctx.show('model.mla.kv_lora_rank')} + {ctx.show('model.mla.qk_rope_head_dim')} = {width}: "
-                    f"vLLM's CPU MLA kernel supports only a latent of {CPU_MLA_LATENT_WIDTH} (512 + 64, "
-                    f"DeepSeek-V2/V3); serve this model on GPUs (hardware=h100_80g, ...){fix}"
-                ),
-            )
-        if ctx.spec.serve.kv_cache_dtype != "auto":
-            yield problem(
-                "serve.kv_cache_dtype",
-                (
-                    f"{ctx.show('serve.kv_cache_dtype')}: vLLM's CPU MLA supports only an unquantized KV cache; "
-                    f"use serve.kv_cache_dtype=auto{fix}"
-                ),
-            )
-    elif m.head_dim not in CPU_ATTENTION_HEAD_DIMS:
-        yield error(
-            "model.head_dim",
-            (
-                f"{ctx.show('model.head_dim')}: vLLM's CPU attention supports head_dim "
-                f"{', '.join(map(str, CPU_ATTENTION_HEAD_DIMS))} only (the server would start and fail the first "
-                "request); use one of those (hidden_size / num_attention_heads) or serve on GPUs"
-            ),
-        )
+    """What vLLM's CPU backend cannot serve (compiler/vllm_cpu.py, which the serve stage runs again)."""
+    yield from cpu_attention_problems(ctx.spec, ctx.origins)
 
 
 RULES = (

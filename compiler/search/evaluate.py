@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
 from lmspec.compiler.models.comm import dp_grad_bytes
 from lmspec.compiler.models.dims import balanced_stages, micro_batches_per_step
 from lmspec.compiler.models.flops import flops_breakdown, mfu
@@ -19,7 +20,15 @@ from lmspec.compiler.models.steptime import (
     step_time,
 )
 from lmspec.compiler.models.units import precision_bytes
-from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, Columns, data_parallel, dims_of, world
+from lmspec.compiler.search.legality import (
+    BACKENDS,
+    RECOMPUTE,
+    Columns,
+    backend_property,
+    data_parallel,
+    dims_of,
+    world,
+)
 from lmspec.compiler.search.memory import stage_table, worst_stage_memory
 from lmspec.compiler.spec.sections import TrainingSpec
 
@@ -80,14 +89,16 @@ def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, StepConsta
     """The step-time model's inputs for candidates carrying memory's dense/expert parameter columns."""
     work = pipeline_work(spec)
     s = f.pp - 1
-    deepspeed = f.backend == BACKENDS.index("deepspeed")
+    reduce_in_fp32 = [TRAINING_BACKENDS[b].grad_reduce_in_fp32(spec.train.precision) for b in BACKENDS]
+    fp32_gradients = np.array(reduce_in_fp32)[f.backend]
     inputs = StepInputs(
         dims=dims_of(f, spec),
         virtual_stages=f.virtual_stages,
         tokens_per_micro_batch=f.micro_batch_size * spec.train.seq_length,
         sequence_parallel=f.sequence_parallel,
-        deepspeed=deepspeed,
-        grad_bytes=dp_grad_bytes(deepspeed, spec.train.precision),
+        unfused_kernels=backend_property(f, "hf_model_code"),
+        zero_sharding=backend_property(f, "zero_sharding"),
+        grad_bytes=dp_grad_bytes(fp32_gradients, spec.train.precision),
         element_bytes=precision_bytes(spec.train.precision),
         zero_stage=f.zero_stage,
         distributed_optimizer=f.distributed_optimizer,

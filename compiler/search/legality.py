@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
 from lmspec.compiler.models.dims import (
     ParallelDims,
     derived_dp,
@@ -31,7 +32,7 @@ from lmspec.compiler.models.dims import (
 from lmspec.compiler.rules import batch, capability, experts, layout
 from lmspec.compiler.spec.sections import TrainingSpec
 
-BACKENDS: tuple[Literal["megatron", "deepspeed"], ...] = ("megatron", "deepspeed")
+BACKENDS: tuple[str, ...] = tuple(TRAINING_BACKENDS)  # a candidate's `backend` column indexes this
 RECOMPUTE: tuple[Literal["none", "selective", "full"], ...] = ("none", "selective", "full")
 ZERO_STAGES: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
 
@@ -86,8 +87,9 @@ def dims_of(c: Columns, s: TrainingSpec) -> ParallelDims:
     )
 
 
-def _deepspeed(c: Columns) -> np.ndarray:
-    return c.backend == BACKENDS.index("deepspeed")
+def backend_property(c: Columns, name: str) -> np.ndarray:
+    """A TrainingBackend field of each candidate's backend (lmspec.compiler.backends), as a column."""
+    return np.array([getattr(TRAINING_BACKENDS[b], name) for b in BACKENDS])[c.backend]
 
 
 def _expert_group_fits(c: Columns, s: TrainingSpec) -> Any:
@@ -149,10 +151,11 @@ def _virtual_stages_fit(c: Columns, s: TrainingSpec) -> Any:
 SCHEDULE_CHECKS = (Check("layout.virtual_stages_fit", _virtual_stages_fit),)
 
 
-def candidate_impl(deepspeed: bool, spec: TrainingSpec) -> Literal["local", "transformer_engine"]:
-    """The transformer_impl a candidate runs with: DeepSpeed's trainer is transformers' PyTorch code
-    (local); Megatron candidates keep the spec's own implementation."""
-    return "local" if deepspeed else spec.train.transformer_impl
+def candidate_impl(backend: str, spec: TrainingSpec) -> Literal["local", "transformer_engine"]:
+    """The transformer_impl a candidate runs with: the spec's own where the backend has a target with it,
+    else the pure-PyTorch one every backend has (DeepSpeed's trainer is transformers' PyTorch code)."""
+    impls = {impl for impl, _ in TRAINING_BACKENDS[backend].targets}
+    return spec.train.transformer_impl if spec.train.transformer_impl in impls else "local"
 
 
 # The columns that decide which capabilities a candidate asks for, each reduced to the values that
@@ -190,7 +193,7 @@ def _candidate_spec(spec: TrainingSpec, values: tuple[int, ...]) -> TrainingSpec
     train = dataclasses.replace(
         spec.train,
         backend=BACKENDS[backend],
-        transformer_impl=candidate_impl(BACKENDS[backend] == "deepspeed", spec),
+        transformer_impl=candidate_impl(BACKENDS[backend], spec),
         recompute=RECOMPUTE[recompute],
     )
     return dataclasses.replace(spec, parallel=parallel, train=train)
@@ -220,7 +223,7 @@ BACKEND_CHECKS = (
     Check(
         "experts.moe_tensor_parallel_needs_sequence_parallel",
         lambda c, s: experts.moe_tp_has_sequence_parallel(
-            ~_deepspeed(c), s.model.moe is not None, c.tp, c.sequence_parallel
+            backend_property(c, "moe_tp_needs_sequence_parallel"), s.model.moe is not None, c.tp, c.sequence_parallel
         ),
     ),
     Check("capability.target_runs_spec", _target_runs),

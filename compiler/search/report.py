@@ -8,10 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
 from lmspec.compiler.models import steptime, units
 from lmspec.compiler.models.dims import world_size
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, candidate_impl
 from lmspec.compiler.search.search import SearchResult
+from lmspec.compiler.spec.override_text import override_value
 
 TERM_NAMES = {
     "compute": "compute",
@@ -59,9 +61,10 @@ class Row:
 
     def sharding_text(self) -> str:
         v = self.values
-        if v["train.backend"] == "deepspeed":
-            return f"deepspeed ZeRO-{v['parallel.zero_stage']}"
-        return "megatron dist-opt" if v["parallel.distributed_optimizer"] else "megatron"
+        backend = TRAINING_BACKENDS[v["train.backend"]]
+        if backend.zero_sharding:
+            return f"{backend.name} ZeRO-{v['parallel.zero_stage']}"
+        return f"{backend.name} dist-opt" if v["parallel.distributed_optimizer"] else backend.name
 
 
 def values_of(result: SearchResult, i: int) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def values_of(result: SearchResult, i: int) -> dict[str, Any]:
         "parallel.zero_stage": int(c.zero_stage[i]),
         "parallel.distributed_optimizer": bool(c.distributed_optimizer[i]),
         "train.backend": BACKENDS[int(c.backend[i])],
-        "train.transformer_impl": candidate_impl(BACKENDS[int(c.backend[i])] == "deepspeed", result.spec),
+        "train.transformer_impl": candidate_impl(BACKENDS[int(c.backend[i])], result.spec),
         "train.micro_batch_size": int(c.micro_batch_size[i]),
         "train.recompute": RECOMPUTE[int(c.recompute[i])],
         "parallel.overlap.moe_a2a": bool(c.moe_a2a[i]),
@@ -141,9 +144,6 @@ def rows(result: SearchResult, top: int) -> list[Row]:
 def overrides(values: dict[str, Any]) -> list[str]:
     """TrainingSpec overrides that select this layout (dp derived, stages balanced)."""
 
-    def shown(v: Any) -> str:
-        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-
     keys = (
         "hardware.nodes",
         "parallel.tp",
@@ -166,7 +166,7 @@ def overrides(values: dict[str, Any]) -> list[str]:
         "parallel.offload_optimizer": "false",
         "parallel.offload_params": "false",
     }
-    return [f"{k}={shown(values[k])}" for k in keys] + [f"{k}={v}" for k, v in fixed.items()]
+    return [f"{k}={override_value(values[k])}" for k in keys] + [f"{k}={v}" for k, v in fixed.items()]
 
 
 def rejection_lines(result: SearchResult) -> list[tuple[str, int]]:
@@ -223,7 +223,9 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
     }
 
 
-def gib(n_bytes: float) -> str:
+def gib_number(n_bytes: float) -> str:
+    """`52.1`: the GiB figure alone, one decimal and no separators: a table cell (`used/budget`), or a
+    sentence that names the unit after it (units.gib writes `1,234.5 GiB` for messages)."""
     return f"{n_bytes / units.GIB:.1f}"
 
 
@@ -263,7 +265,7 @@ def print_table(result: SearchResult, top: int) -> None:
             r.sharding_text(),
             str(v["train.micro_batch_size"]),
             v["train.recompute"],
-            f"{gib(r.memory_bytes)}/{gib(result.priced.budget_bytes)}",
+            f"{gib_number(r.memory_bytes)}/{gib_number(result.priced.budget_bytes)}",
             f"{r.step_time_s:.3g}",
             f"{r.tokens_per_s:,.0f}",
             f"{r.mfu:.1%}",
@@ -327,15 +329,15 @@ def current_layout(result: SearchResult) -> str | None:
         better = int(np.count_nonzero(tps > tps[i]))
         best = float(tps[int(result.ranked[0])])
         return (
-            f"the spec's own layout ({shown}) fits at {gib(f.memory_bytes[i])} GiB and ranks #{better + 1} "
+            f"the spec's own layout ({shown}) fits at {gib_number(f.memory_bytes[i])} GiB and ranks #{better + 1} "
             f"by tokens/s: {tps[i]:,.0f} tokens/s, {tps[i] / best:.0%} of the winner"
         )
     legal = result.priced.columns
     hit = np.flatnonzero(match(legal))
     if hit.size:
         return (
-            f"the spec's own layout ({shown}) needs {gib(result.priced.memory_bytes[int(hit[0])])} GiB per GPU, "
-            f"over the {gib(result.priced.budget_bytes)} GiB budget"
+            f"the spec's own layout ({shown}) needs {gib_number(result.priced.memory_bytes[int(hit[0])])} GiB per GPU, "
+            f"over the {gib_number(result.priced.budget_bytes)} GiB budget"
         )
     if s.hardware.nodes not in result.axes.nodes:
         return None

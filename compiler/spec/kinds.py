@@ -1,6 +1,6 @@
 """What a spec value of each kind may hold: one `Kind` per kind of string, one bound per kind of number.
 
-compiler/spec/sections.py declares a kind for every string key and a maximum for every numeric
+compiler/spec/sections/ declares a kind for every string key and a maximum for every numeric
 key (compiler/spec/schema.py refuses to generate a schema otherwise). The JSON Schema carries each
 kind as an ECMA `pattern` (editors check it as you type) and as `format: <kind name>`; lmspec's
 own check (compiler/spec/schema_check.py) calls `Kind.problem` for that format, so the Python side

@@ -27,7 +27,7 @@ _NUMBER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum")
 
 
 class UndeclaredBound(TypeError):
-    """A key of compiler/spec/sections.py without the bound its type needs (a maximum, a kind)."""
+    """A key of compiler/spec/sections/ without the bound its type needs (a maximum, a kind)."""
 
 
 def _string_schema(kind: Kind) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def _type_schema(tp: Any, bounds: dict[str, Any], where: str) -> dict[str, Any]:
     if origin is list:
         (item,) = typing.get_args(tp)
         if "maxItems" not in bounds:
-            raise UndeclaredBound(f"{where}: a list key needs max_items= in compiler/spec/sections.py")
+            raise UndeclaredBound(f"{where}: a list key needs max_items= in compiler/spec/sections/")
         return {"type": "array", "items": _type_schema(item, bounds, where), "maxItems": bounds["maxItems"]}
     if tp is type(None):
         return {"type": "null"}
@@ -64,12 +64,12 @@ def _type_schema(tp: Any, bounds: dict[str, Any], where: str) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": _SCALARS[tp]}
     if tp in (int, float):
         if "maximum" not in bounds:
-            raise UndeclaredBound(f"{where}: a numeric key needs maximum= in compiler/spec/sections.py")
+            raise UndeclaredBound(f"{where}: a numeric key needs maximum= in compiler/spec/sections/")
         schema.update({k: v for k, v in bounds.items() if k in _NUMBER_BOUNDS})
     if tp is str:
         if "kind" not in bounds:
             raise UndeclaredBound(
-                f"{where}: a string key needs kind= (lmspec.compiler.spec.kinds) in compiler/spec/sections.py"
+                f"{where}: a string key needs kind= (lmspec.compiler.spec.kinds) in compiler/spec/sections/"
             )
         schema = _string_schema(bounds["kind"])
     return schema

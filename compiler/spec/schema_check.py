@@ -29,8 +29,8 @@ from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.paths import SCHEMA_FILE
 from lmspec.compiler.spec.aliases import lmspec_keys
 from lmspec.compiler.spec.kinds import KINDS, control_character
-from lmspec.compiler.spec.load import did_you_mean
 from lmspec.compiler.spec.provenance import Origins
+from lmspec.compiler.spec.suggest import did_you_mean
 
 
 def _is_integer(_checker: Any, instance: Any) -> bool:
@@ -118,7 +118,7 @@ def expected(schema: dict[str, Any]) -> str:
     return " ".join([words, *[b for b in bounds if b]])
 
 
-def shown(value: Any) -> str:
+def shown_as_json(value: Any) -> str:
     """A value as JSON for a message; one too large to print whole is described instead."""
     try:
         return json.dumps(value, ensure_ascii=True)
@@ -137,7 +137,7 @@ def _dotted(path: Any) -> str:
 def _number_hint(key: str, value: Any, schema: dict[str, Any]) -> str:
     """What is wrong with a number that a bound does not say: NaN, a bool, 2.0 for an integer."""
     if isinstance(value, bool):
-        return f"; {shown(value)} is a boolean, not a number"
+        return f"; {shown_as_json(value)} is a boolean, not a number"
     if isinstance(value, float) and not math.isfinite(value):
         return "; NaN and infinities are not accepted, use a finite number"
     wants_int = schema.get("type") == "integer" or any(o.get("type") == "integer" for o in schema.get("anyOf", []))
@@ -153,7 +153,7 @@ def _at(root: Any, path: list[Any]) -> Any:
 
 
 def _example(path: list[Any], default: str) -> str:
-    """The example sections.py gives for the key at `path` (a list item: the list's first)."""
+    """The example compiler/spec/sections/ gives for the key at `path` (a list item: the list's first)."""
     node: dict[str, Any] = validator().schema
     for part in path:
         if isinstance(part, int):
@@ -175,13 +175,13 @@ def _kind_problem(err: ValidationError, origins: Origins, root: Any) -> Problem:
         key = _dotted(path[:-1])
         return error(
             key,
-            f"{key}={shown(_at(root, path[:-1]))} ({origins.of(key)}): item {path[-1]}: {err.instance!r} "
+            f"{key}={shown_as_json(_at(root, path[:-1]))} ({origins.of(key)}): item {path[-1]}: {err.instance!r} "
             f"is not {kind.what}{pattern} ({err.message}){why}; e.g. {example}",
         )
     key = _dotted(path)
     return error(
         key,
-        f"{key}={shown(err.instance)} ({origins.of(key)}): expected {kind.what}{pattern}; {err.message}{why}; "
+        f"{key}={shown_as_json(err.instance)} ({origins.of(key)}): expected {kind.what}{pattern}; {err.message}{why}; "
         f"e.g. {key}={example}",
     )
 
@@ -230,7 +230,7 @@ def _problem(err: ValidationError, origins: Origins, root: Any) -> list[Problem]
         if branch:
             return [p for sub in branch for p in _problem(sub, origins, root)]
     hint = _number_hint(key, err.instance, err.schema)
-    return [error(key, f"{key}={shown(err.instance)} ({where}): expected {expected(err.schema)}{hint}")]
+    return [error(key, f"{key}={shown_as_json(err.instance)} ({where}): expected {expected(err.schema)}{hint}")]
 
 
 def schema_problems(spec: dict[str, Any], origins: Origins) -> list[Problem]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import TYPE_CHECKING, Any, TypeVar, Union
@@ -36,6 +37,13 @@ def _convert(tp: Any, value: Any) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build `cls` from a dict the schema has already accepted (lists become tuples)."""
-    hints = typing.get_type_hints(cls)
-    kwargs = {f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)}
+    kwargs = {name: _convert(hint, data[name]) for name, hint in _field_hints(cls)}
     return cls(**kwargs)
+
+
+@functools.cache
+def _field_hints(cls: type[DataclassInstance]) -> tuple[tuple[str, Any], ...]:
+    """(field name, resolved type) of each field of a section, once per class: resolving the string
+    annotations is most of what turning a spec into its sections takes (Build.open does it on every rank)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))

@@ -12,7 +12,7 @@ OmegaConf's own loader (what Hydra calls on each file) accepts what a spec must 
 Here each file is read as UTF-8 and composed by libyaml with OmegaConf's own implicit
 resolvers (so every node carries the tag OmegaConf would construct), checked in one walk
 that visits each node once (aliases are counted, never expanded), and constructed; Hydra
-gets `OmegaConf.create` of that value (compiler/spec/load.py) and provenance reads the same nodes
+gets `OmegaConf.create` of that value (compiler/spec/hydra_compat.py) and provenance reads the same nodes
 for its `file:line`s. One parse per file instead of OmegaConf's pure-Python one plus a
 libyaml one for provenance.
 """

@@ -33,6 +33,12 @@ What it changes, and why (see ../shared/NOTES-deps.md):
    (megatron's `jit_fuser`); on a CPU inductor compiles C++ for each new shape (~5 s a process,
    again for each expert's token count until it marks shapes dynamic). They run eagerly here:
    the same arithmetic, and the autograd functions around them still save only their input.
+9. Where Transformer Engine is absent (every CPU, and GPUs without TE, which run
+   train.transformer_impl=local), two megatron-core 0.16.1 bugs: MLA sets HAVE_TE from an import
+   that succeeds with mock names, then calls `isinstance(x, <mock>)` while building the model;
+   the MoE router's forward reads `te_general_gemm`, which moe_utils defines only when TE imports.
+   `without_transformer_engine()` sets HAVE_TE=False and defines te_general_gemm=None for its
+   block; `megatron_on_cpu()` enters it, a GPU trainer on the local path enters it itself.
 The trainer also passes an explicit causal mask (megatron's default mask helper
 allocates on "cuda").
 """
@@ -47,7 +53,7 @@ from typing import Any
 
 import torch
 
-from lmspec.runtime.compat.seam import require, swapped
+from lmspec.runtime.compat.seam import defined, require, swapped
 
 SEAM = "lmspec.runtime.compat.megatron"
 # Exact: the patched call sites are this release's; another release may assume CUDA elsewhere
@@ -226,6 +232,29 @@ def _patches() -> list[tuple[Any, str, Any]]:
     return patches
 
 
+@contextmanager
+def without_transformer_engine() -> Iterator[bool]:
+    """megatron-core's local (pure-PyTorch) path made to build and run where Transformer Engine is not
+    installed (item 9) inside the block, untouched after it; yields whether anything is patched (False
+    where TE imports, or inside an outer block, which restores). Enter it before building the model and
+    keep it for as long as the model runs: the router reads te_general_gemm at every forward."""
+    from megatron.core.transformer import multi_latent_attention
+    from megatron.core.transformer.moe import moe_utils
+
+    mock_te = multi_latent_attention.HAVE_TE and not isinstance(multi_latent_attention.TELinear, type)
+    no_gemm = not hasattr(moe_utils, "te_general_gemm")
+    if not (mock_te or no_gemm):
+        yield False
+        return
+    require(SEAM, "megatron-core", MEGATRON_CORE)
+    with ExitStack() as stack:
+        if mock_te:
+            stack.enter_context(swapped(multi_latent_attention, "HAVE_TE", False))
+        if no_gemm:
+            stack.enter_context(defined(moe_utils, "te_general_gemm", None))
+        yield True
+
+
 _active = False  # inside an outer megatron_on_cpu() block: the outer one restores
 
 
@@ -242,6 +271,7 @@ def megatron_on_cpu() -> Iterator[bool]:
     with ExitStack() as stack:
         for owner, name, value in _patches():
             stack.enter_context(swapped(owner, name, value))
+        stack.enter_context(without_transformer_engine())  # 9: no CPU has Transformer Engine
         _active = True
         try:
             yield True

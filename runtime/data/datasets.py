@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from lmspec.compiler.build.files import DATA_DIR, TOKENIZER_DIR
 from lmspec.compiler.data.sidecar import read_sidecar
+from lmspec.compiler.data.tokenizer_files import padded_vocab_size
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.rules.data import padded_vocab_size
 from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.data.builtin_corpus import corpus_files
 from lmspec.runtime.data.byte_tokenizer import has_tokenizer, save_byte_tokenizer

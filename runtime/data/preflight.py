@@ -16,20 +16,21 @@ problems are returned at once; each names the key, the path and the fix. Nothing
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import struct
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lmspec.compiler.data.sidecar import DatasetSidecar, SidecarError, read_sidecar, sidecar_path
-from lmspec.compiler.data.tokenizer_files import TokenizerFiles, read_tokenizer_files
+from lmspec.compiler.data.tokenizer_files import TokenizerFiles, padded_vocab_size, read_tokenizer_files
 from lmspec.compiler.errors import Problem, error, print_problems, warning
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.rules.data import padded_vocab_size
 from lmspec.compiler.spec.sections import DataSourceSpec
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from lmspec.runtime.data.index_probe import OpenedDataset
@@ -60,10 +61,8 @@ def data_ready(plan: Plan, *, report: bool = True) -> bool:
     if report:
         print_problems(sorted(problems, key=lambda p: p.severity != "error"))
         if errors:
-            print(
-                f"lmspec run: the training data is not ready ({len(errors)} error(s)); nothing was started or written",
-                file=sys.stderr,
-                flush=True,
+            logger.error(
+                f"lmspec run: the training data is not ready ({len(errors)} error(s)); nothing was started or written"
             )
     return not errors
 

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import shlex
 
-from lmspec.compiler.build.files import NCCL_ENV, SERVE_HEAD_SH, SERVE_SBATCH_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
+from lmspec.compiler.build.files import (
+    NCCL_ENV,
+    SERVE_HEAD_SH,
+    SERVE_SBATCH_SH,
+    SERVE_WORKER_SH,
+    VLLM_YAML,
+    serve_scripts,
+)
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.emit.serve import endpoint
+from lmspec.compiler.endpoint import endpoint
 from lmspec.compiler.errors import EXIT_OK
+from lmspec.compiler.launchers import launcher_of
+from lmspec.compiler.launchers.launcher import Launcher
 from lmspec.compiler.models.serve_layout import ServeLayout
 from lmspec.runtime.slurm import sbatch_command, sbatch_test_command, submit
 from lmspec.runtime.smoke_checks import Check, run_checks
@@ -24,12 +33,11 @@ from lmspec.runtime.smoke_checks import Check, run_checks
 ADDRESS = "ADDRESS"  # placeholder for node 0's address as the other nodes reach it
 
 
-def engine_files(layout: ServeLayout, slurm: bool) -> tuple[str, ...]:
-    """What bash and vLLM read: a one-node engine's serve.sh, or head.sh + worker.sh (which source the
-    build's network settings, as sbatch.sh does); sbatch.sh under Slurm."""
-    scripts = (SERVE_SH,) if layout.nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
-    network = (NCCL_ENV,) if slurm or layout.nodes > 1 else ()
-    return (*((SERVE_SBATCH_SH,) if slurm else ()), *scripts, *network, VLLM_YAML)
+def engine_files(layout: ServeLayout, launcher: Launcher) -> tuple[str, ...]:
+    """What bash and vLLM read: the launcher's own serve files (sbatch.sh under Slurm), then a one-node
+    engine's serve.sh, or head.sh + worker.sh (which source the build's network settings, as a batch job does)."""
+    network = (NCCL_ENV,) if launcher.batch_job or layout.nodes > 1 else ()
+    return (*launcher.serve_files, *serve_scripts(layout.nodes), *network, VLLM_YAML)
 
 
 def print_node_commands(build: Build, env_prefix: str, extra: list[str]) -> int:
@@ -70,7 +78,7 @@ def submit_engine(
         print(env_prefix + shlex.join(command))
         return EXIT_OK
     if smoke:
-        files = engine_files(build.plan.served().layout, slurm=True)
+        files = engine_files(build.plan.served().layout, launcher_of(spec.cluster))
         checks: list[Check] = [
             (f"{r} parses (bash -n)", ["bash", "-n", str(root / r)]) for r in files if r.endswith(".sh")
         ]

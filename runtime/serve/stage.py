@@ -34,13 +34,14 @@ from typing import Any
 
 from lmspec.compiler.build.files import SERVE_SH, TOKENIZER_DIR, VLLM_LOG
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV, endpoint
+from lmspec.compiler.endpoint import endpoint
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
+from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
+from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.rules.context import ServingContext
-from lmspec.compiler.rules.serving import serve_cpu_attention_supported
 from lmspec.compiler.serve_config import served_config_problems
 from lmspec.compiler.spec.sections import ServingSpec
+from lmspec.compiler.vllm_cpu import cpu_attention_problems
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 from lmspec.runtime.serve.cluster import engine_files, print_node_commands, submit_engine
 from lmspec.runtime.slurm import in_container
@@ -60,20 +61,20 @@ class ServeFailure(Exception):
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
     spec, plan = build.serving(), build.plan
-    layout, slurm = plan.served().layout, spec.cluster.launcher == "slurm"
-    for rel in engine_files(layout, slurm):  # what bash and vLLM read: as compiled, or nothing starts
+    layout, launcher = plan.served().layout, launcher_of(spec.cluster)
+    for rel in engine_files(layout, launcher):  # what bash and vLLM read: as compiled, or nothing starts
         build.script(rel)
     env = dict(os.environ)
     cli = Path(sys.executable).parent / CPU_VLLM_CLI
     if cli.is_file() and not in_container(spec.cluster):  # in a container the image's vLLM runs
         env.setdefault(VLLM_CLI_ENV, str(cli))
     prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
-    if slurm or layout.nodes > 1:
+    if launcher.batch_job or layout.nodes > 1:
         extra: list[str] = []
         if not options.dry_run:
             check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
             extra = _tokenizer_flags(plan)  # written under runs/, which every node reads from the same directory
-        if slurm:
+        if launcher.batch_job:
             return submit_engine(build, env, prefix, extra, dry_run=options.dry_run, smoke=options.smoke)
         return print_node_commands(build, prefix, extra)  # never a one-node engine for a multi-node layout
     command = ["bash", str(build.root.resolve() / SERVE_SH)]
@@ -255,7 +256,7 @@ def _preflight(plan: Plan, env: dict[str, str]) -> None:
     spec = plan.served().spec
     v = spec.serve
     # what compile only warns about on a train+serve job (it trains), the serve stage refuses
-    cpu = [p.message for p in serve_cpu_attention_supported(ServingContext(spec, plan.origins))]
+    cpu = [p.message for p in cpu_attention_problems(spec, plan.origins)]
     if cpu:
         raise UsageError("vLLM's CPU backend cannot serve this model: " + "; ".join(cpu))
     check_served_model(plan, required=True)

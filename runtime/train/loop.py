@@ -6,7 +6,7 @@ files; no other arguments. Runs under torchrun (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); nccl on GPU, gloo on CPU.
 Writes into the run directory `runs/<name>/` (relative to the working
 directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`, which
-must not overlap (lmspec.compiler.rules.run_paths, checked again here from the job's
+must not overlap (lmspec.compiler.run_paths, checked again here from the job's
 own working directory). Before the first step the run's identity is decided
 (lmspec.runtime.train.checkpoint.Checkpoints.open_run): resume=auto continues the newest
 usable checkpoint's run, resume=never moves an earlier run's checkpoints aside. A run that resumes
@@ -26,10 +26,9 @@ train.transformer_impl=transformer_engine where TE or a GPU is missing (runtime/
 from __future__ import annotations
 
 import datetime
-import math
+import logging
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,12 +36,14 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from lmspec.compiler.build.files import DS_CONFIG, LAUNCH_FILES, TRAINER_STATE
+from lmspec.compiler.backends import backend_of
+from lmspec.compiler.backends.backend import load
+from lmspec.compiler.build.files import LAUNCH_FILES, TRAINER_STATE
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.models.samples import evaluates_after, evaluation_index
 from lmspec.compiler.plan import Plan
-from lmspec.compiler.rules.run_paths import require_run_paths_apart
+from lmspec.compiler.run_paths import require_run_paths_apart
 from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.data.datasets import DataError, build_datasets
 from lmspec.runtime.data.preflight import data_ready
@@ -54,6 +55,8 @@ from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest, stop_signals_blocked
 from lmspec.runtime.train.te_preflight import transformer_engine_ready
 
+logger = logging.getLogger(__name__)
+
 
 class Trainer(Protocol):
     dp_rank: int
@@ -61,7 +64,7 @@ class Trainer(Protocol):
     num_micro_batches: int
     micro_batch_size: int
 
-    def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]: ...
+    def train_step(self, batches: list[Batch], step: int) -> tuple[float, float, float]: ...
     def eval_loss(self, batches: list[Batch]) -> float: ...
     def save(self, directory: Path) -> None: ...
     def load(self, directory: Path) -> None: ...
@@ -74,26 +77,13 @@ class Trainer(Protocol):
 def load_build(build_dir: Path) -> Build:
     """A build lmspec wrote, verified against its manifest (compiler/build/reader.py): its typed
     TrainingSpec and Plan, the launch files that started this process (a build edited by hand is refused
-    here too when its scripts are run directly: torchrun.sh, sbatch) and, for DeepSpeed, ds_config.json,
-    all checked before the ranks meet."""
+    here too when its scripts are run directly: torchrun.sh, sbatch) and the configuration its backend's
+    trainer builds from (megatron/config.json, ds_config.json), all checked before the ranks meet."""
     build = Build.open(build_dir)
     for rel in LAUNCH_FILES:
         build.script(rel)
-    if build.training().train.backend == "deepspeed":
-        build.json(DS_CONFIG)
+    build.json(backend_of(build.training()).config_file)
     return build
-
-
-def lr_at(spec: TrainingSpec, step: int) -> float:
-    """Learning rate for optimizer step `step` (1-based): linear warm-up, then decay to min_lr."""
-    opt, sched, total = spec.train.optimizer, spec.train.lr_schedule, spec.train.steps
-    if sched.warmup_steps and step <= sched.warmup_steps:
-        return opt.lr * step / sched.warmup_steps
-    if sched.decay == "constant" or total <= sched.warmup_steps:
-        return opt.lr
-    progress = min(1.0, (step - sched.warmup_steps) / (total - sched.warmup_steps))
-    shape = 0.5 * (1 + math.cos(math.pi * progress)) if sched.decay == "cosine" else 1 - progress
-    return opt.min_lr + (opt.lr - opt.min_lr) * shape
 
 
 def init_distributed(spec: TrainingSpec, plan: Plan) -> None:
@@ -114,14 +104,11 @@ def init_distributed(spec: TrainingSpec, plan: Plan) -> None:
 
 
 def make_trainer(build: Build) -> Trainer:
-    spec, plan = build.training(), build.plan
-    if spec.train.backend == "megatron":
-        from lmspec.runtime.train.megatron.trainer import MegatronTrainer
-
-        return MegatronTrainer(spec, plan)
-    from lmspec.runtime.train.deepspeed.trainer import DeepSpeedTrainer
-
-    return DeepSpeedTrainer(spec, plan, build.json(DS_CONFIG))
+    """The backend's trainer (its module names the class), built from the build's configuration file."""
+    spec = build.training()
+    backend = backend_of(spec)
+    trainer: Trainer = load(backend.trainer)(spec, build.plan, build.json(backend.config_file))
+    return trainer
 
 
 def _rng_state(trainer: Trainer) -> dict[str, Any]:
@@ -184,13 +171,13 @@ def train(build: Build) -> int:
     if path is not None:
         step, consumed = load_checkpoint(path, trainer)
         if rank0:
-            print(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}", flush=True)
+            logger.info(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}")
     elif spec.train.init_from is not None:
         trainer.init_from(Path(spec.train.init_from))
         if rank0:
-            print(f"lmspec: initialised from {spec.train.init_from}; run {ckpts.run_id}", flush=True)
+            logger.info(f"lmspec: initialised from {spec.train.init_from}; run {ckpts.run_id}")
     elif rank0:
-        print(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})", flush=True)
+        logger.info(f"lmspec: run {ckpts.run_id}: from scratch (train.checkpoint.resume={ckpt_spec.resume})")
     stop = StopRequest()
     stop.install()
     log = MetricsLog(
@@ -216,7 +203,7 @@ def train(build: Build) -> int:
                 trainer.dp_size,
                 trainer.num_micro_batches,
             )
-            loss, grad_norm, lr = trainer.train_step(batches, lr_at(spec, step + 1))
+            loss, grad_norm, lr = trainer.train_step(batches, step + 1)
             elapsed = time.perf_counter() - started
             step, consumed = step + 1, consumed + global_batch
             log.record(step, loss, lr, grad_norm, elapsed)
@@ -226,13 +213,12 @@ def train(build: Build) -> int:
             if step % ckpt_spec.interval == 0 or step == spec.train.steps or stopping:
                 saved = save_checkpoint(ckpts, trainer, step, consumed)
                 if rank0:
-                    print(f"lmspec: saved {saved}", flush=True)
+                    logger.info(f"lmspec: saved {saved}")
             if stopping:
                 if rank0:
-                    print(
+                    logger.info(
                         f"lmspec: {stop.signal_name or 'signal'} received: checkpointed at step {step}; "
-                        f"exit {REQUEUE_EXIT_CODE} (requeue)",
-                        flush=True,
+                        f"exit {REQUEUE_EXIT_CODE} (requeue)"
                     )
                 return REQUEUE_EXIT_CODE
     finally:
@@ -243,7 +229,7 @@ def train(build: Build) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m lmspec.runtime.train <build dir>", file=sys.stderr)
+        logger.error("usage: python -m lmspec.runtime.train <build dir>")
         return EXIT_USAGE
     build_dir = Path(argv[0])
     try:
@@ -258,13 +244,13 @@ def main(argv: list[str]) -> int:
             return EXIT_FAILED
         init_distributed(spec, build.plan)
     except UsageError as exc:
-        print(f"lmspec: error: {exc}", file=sys.stderr)
+        logger.error(f"lmspec: error: {exc}")
         return EXIT_USAGE
     try:
         return train(build)
     except (NonFiniteLoss, CheckpointError, NotImplementedError, DataError, TokenizerError) as exc:
         if dist.get_rank() == 0:  # every rank reaches the same verdict
-            print(f"lmspec: error: {exc}", file=sys.stderr, flush=True)
+            logger.error(f"lmspec: error: {exc}")
         return EXIT_FAILED
     finally:
         if dist.is_initialized():

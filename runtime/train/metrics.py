@@ -7,12 +7,14 @@ model FLOPs per token (no recompute) are the Plan's, never derived here again; M
 `lmspec.compiler.models.flops.mfu` of them against `hardware.gpu.bf16_tflops` per rank.
 Rank 0 prints the record's human line on stdout and appends its JSON line to
 `<run dir>/metrics.jsonl`; on a terminal a progress bar (rich) shows the step.
+The same records also go to TensorBoard and W&B when train.logging asks (runtime/train/metric_sinks.py).
 A validation is a record of its own, {"step", "val_loss"}, written whatever the log interval, and the
 line `lmspec: validation loss at step N: X`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import resource
@@ -25,8 +27,10 @@ from lmspec.compiler.build.files import METRICS
 from lmspec.compiler.models.flops import mfu
 from lmspec.compiler.observe.metrics_record import StepMetrics
 from lmspec.compiler.spec.sections import TrainingSpec
+from lmspec.runtime.train.metric_sinks import MetricSink, open_sinks
 
 _KIB = 1024
+logger = logging.getLogger(__name__)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -59,7 +63,7 @@ def _retire(path: Path) -> None:
     while (retired := path.with_name(f"{path.stem}.previous-{n}{path.suffix}")).exists():
         n += 1
     os.rename(path, retired)
-    print(f"lmspec: an earlier run's {path} moved to {retired}", flush=True)
+    logger.info(f"lmspec: an earlier run's {path} moved to {retired}")
 
 
 class MetricsLog:
@@ -86,10 +90,12 @@ class MetricsLog:
         self.flops_per_token = flops_per_token
         self.path = run_dir / METRICS
         self._progress = None
+        self._sinks: list[MetricSink] = []
         if is_rank0:
             run_dir.mkdir(parents=True, exist_ok=True)
             if fresh_run:
                 _retire(self.path)
+            self._sinks = open_sinks(spec.train.logging, run_dir, spec.name)
             if sys.stdout.isatty():
                 from rich.progress import Progress
 
@@ -130,7 +136,11 @@ class MetricsLog:
             print(line, flush=True)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(m.to_json() + "\n")
+        for sink in self._sinks:
+            sink.write(m)
 
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+        for sink in self._sinks:
+            sink.close()

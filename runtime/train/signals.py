@@ -26,8 +26,14 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
+from lmspec.compiler.launchers import LAUNCHERS
+
 REQUEUE_EXIT_CODE = 3
-HANDLED = (signal.SIGTERM, signal.SIGUSR1)
+# SIGTERM always (scancel, preemption, lmspec run stopping a local group), then each launcher's own stop
+# signal (lmspec.compiler.launchers: Slurm's pre-timeout USR1), each once
+HANDLED: tuple[signal.Signals, ...] = tuple(
+    dict.fromkeys((signal.SIGTERM, *(launcher.stop_signal for launcher in LAUNCHERS.values())))
+)
 
 
 class StopRequest:

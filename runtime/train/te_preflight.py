@@ -13,12 +13,15 @@ will use: `python -m lmspec.runtime.train.te_preflight BUILD_DIR`.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from pathlib import Path
 
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Problem, error, print_problems
 from lmspec.compiler.spec.sections import TrainingSpec
+
+logger = logging.getLogger(__name__)
 
 TE_PREFLIGHT_MODULE = "lmspec.runtime.train.te_preflight"
 KEY = "train.transformer_impl"
@@ -78,11 +81,9 @@ def transformer_engine_ready(spec: TrainingSpec, *, report: bool = True) -> bool
     problems = check_transformer_engine(spec)
     if problems and report:
         print_problems(problems)
-        print(
+        logger.error(
             f"lmspec: the build's Transformer Engine layers cannot run here ({len(problems)} error(s)); "
-            "nothing was started",
-            file=sys.stderr,
-            flush=True,
+            "nothing was started"
         )
     return not problems
 

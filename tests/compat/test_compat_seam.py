@@ -1,4 +1,5 @@
-"""lmspec.runtime.compat.seam: version checks name both releases; a swapped attribute is always restored."""
+"""lmspec.runtime.compat.seam: version checks name both releases; a swapped attribute is always restored,
+a defined one always removed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from lmspec.runtime.compat.seam import (
     UpstreamVersionError,
+    defined,
     expect,
     installed_version,
     require,
@@ -57,3 +59,14 @@ def test_swapped_restores_the_attribute_also_when_the_block_fails() -> None:
     with pytest.raises(AttributeError), swapped(owner, "gone", 1):
         pass
     assert not hasattr(owner, "gone")
+
+
+def test_defined_adds_a_missing_name_for_the_block_only() -> None:
+    owner = types.SimpleNamespace(present=1)
+    with pytest.raises(RuntimeError), defined(owner, "missing", None):
+        assert owner.missing is None
+        raise RuntimeError
+    assert not hasattr(owner, "missing")
+    with pytest.raises(AttributeError, match="present is defined upstream now"), defined(owner, "present", 2):
+        pass
+    assert owner.present == 1

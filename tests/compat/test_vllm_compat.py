@@ -1,5 +1,6 @@
-"""lmspec.runtime.compat.vllm relies on vLLM's CLI asking `importlib.metadata.version("vllm")` and
-dispatching through the namespace's `dispatch_function`; both patches are undone after their block.
+"""lmspec.runtime.compat.vllm relies on vLLM's CLI asking `importlib.metadata.version("vllm")`,
+dispatching through the namespace's `dispatch_function`, and its serve command starting to serve
+through the entries named in SERVING_ENTRIES; each patch is undone after its block.
 tests/serve/test_vllm_judge.py runs the real CLI through them on lmspec's own command lines."""
 
 from __future__ import annotations
@@ -52,3 +53,28 @@ def test_the_dispatch_is_replaced_inside_the_block_only() -> None:
         assert parser.parse_args(["serve"]).dispatch_function is judge
     assert argparse.ArgumentParser.parse_known_args is original
     assert parser.parse_args(["serve"]).dispatch_function is serve
+
+
+def test_vllms_serve_command_still_starts_serving_through_the_replaced_entries() -> None:
+    from vllm.entrypoints.cli import serve
+
+    source = inspect.getsource(serve.ServeSubcommand.cmd)
+    for name in vllm_compat.SERVING_ENTRIES:
+        assert f"{name}(args)" in source, name
+    assert list(inspect.signature(serve.run_headless).parameters) == ["args"]
+
+
+def test_the_serving_entries_are_replaced_inside_the_block_only() -> None:
+    from vllm.entrypoints.cli import serve
+
+    originals = {name: getattr(serve, name) for name in vllm_compat.SERVING_ENTRIES}
+    calls: list[tuple[str, bool]] = []
+
+    def check(args: argparse.Namespace, headless: bool) -> None:
+        calls.append((args.tag, headless))
+
+    with vllm_compat.serving_replaced(check):
+        for name in vllm_compat.SERVING_ENTRIES:
+            getattr(serve, name)(argparse.Namespace(tag=name))
+    assert calls == [(name, name == vllm_compat.HEADLESS_ENTRY) for name in vllm_compat.SERVING_ENTRIES]
+    assert {name: getattr(serve, name) for name in vllm_compat.SERVING_ENTRIES} == originals

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lmspec.compiler.build.digest import sha256
-from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.build.writer import write_build
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
 
 DEEPSEEK = [

@@ -5,25 +5,30 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from lmspec.compiler import plan as plan_module
 from lmspec.compiler.build import files
-from lmspec.compiler.build.reader import Build
-from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.build.reader import Build, DamagedBuild
+from lmspec.compiler.build.writer import write_build
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.emit.spec_files import emit_plan_json
 from lmspec.compiler.paths import SPECS_DIR
-from lmspec.compiler.plan import Plan, build_plan
+from lmspec.compiler.pipeline import plan_from
+from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.load import Composed, compose_spec
-from lmspec.compiler.spec.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(p for p in SPECS_DIR.glob("*.yaml") if p.name != "config.yaml")
 FILES_MODULE = ROOT / "compiler" / "build" / "files.py"
-# The backend is also called "deepspeed" (train.backend): that word is a name of the spec, not only a directory.
-SHARED_WORDS = {files.DEEPSPEED_DIR}
+# The backend is also called "deepspeed" (train.backend), and "tensorboard" and "wandb" are the packages that
+# write those folders: each word is a name of something else too, not only a directory.
+SHARED_WORDS = {files.DEEPSPEED_DIR, files.TENSORBOARD_DIR, files.WANDB_DIR}
 NAMES = {
     value: name
     for name, value in vars(files).items()
@@ -35,8 +40,7 @@ PARENTS = [value for value in NAMES if "/" not in value and value != files.RUNS]
 
 def _compiled(spec_file: Path) -> tuple[Plan, Composed]:
     composed = compose_spec([], spec_file)
-    spec, warnings = validate(composed)
-    return build_plan(spec, composed, warnings), composed
+    return plan_from(composed), composed
 
 
 @pytest.mark.parametrize("spec_file", PRESETS, ids=[p.stem for p in PRESETS])
@@ -55,9 +59,10 @@ def test_build_open_returns_the_compiled_spec_and_plan(
     write_build(tmp_path / plan.name, build_files(plan))
     build = Build.open(tmp_path / plan.name)
     assert build.spec == plan.spec
-    # The origins (and the warnings that quote them) are the build's spec file, no longer the preset's lines.
+    # The origins are the build's spec file, no longer the preset's lines; the warnings are the rules', which
+    # the build contract does not run (compiler/contract.py).
     assert set(build.plan.origins.where.values()) == {f"{plan.name}/{files.SPEC}"}
-    assert [w.key for w in build.plan.warnings] == [w.key for w in plan.warnings]
+    assert build.plan.warnings == ()
     assert dataclasses.replace(build.plan, origins=plan.origins, warnings=plan.warnings) == plan
 
 
@@ -86,6 +91,45 @@ def test_a_plan_document_that_is_not_the_plans_is_refused_by_entry(change, named
     change(document)
     with pytest.raises(ValueError, match=f"its '{named}' is not what lmspec derives from the spec"):
         Plan.from_json(document, plan.spec, composed, list(plan.warnings))
+
+
+def _forge_plan(root: Path, change: Callable[[dict], object]) -> None:
+    """plan.json edited, and manifest.json rewritten to hash it: only the checks beyond hashes can refuse it."""
+    doc = json.loads((root / files.PLAN).read_text(encoding="utf-8"))
+    change(doc)
+    text = json.dumps(doc)
+    (root / files.PLAN).write_text(text, encoding="utf-8")
+    manifest = json.loads((root / files.MANIFEST).read_text(encoding="utf-8"))
+    manifest["files"][files.PLAN] = hashlib.sha256(text.encode()).hexdigest()
+    (root / files.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def test_a_rank_runs_no_cost_model_and_never_reads_its_sections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Build.open, which every rank runs, compares plan.json with the spec's Plan except the cost model's
+    sections (memory, comm), and does not run the model: the Plan derives those numbers from the spec when
+    they are read, never from the file. The commands that run once (cost_model=True) refuse an edit there."""
+    monkeypatch.chdir(tmp_path)
+    plan, _ = _compiled(SPECS_DIR / "tiny_moe_pretrain_2rank_cpu_fp32.yaml")
+    root = tmp_path / plan.name
+    write_build(root, build_files(plan))
+    _forge_plan(root, lambda d: d["memory"]["stages"][0].__setitem__("layers", 99))
+
+    def unpriced(*_: object) -> None:
+        raise AssertionError("Build.open ran the cost model")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(plan_module, "estimate_train_memory", unpriced)
+        patched.setattr(plan_module, "estimate_comm_and_step", unpriced)
+        build = Build.open(root)
+    assert build.plan.trained().memory == plan.trained().memory  # the spec's numbers, not the edited file's
+    assert build.plan.trained().comm == plan.trained().comm
+    with pytest.raises(DamagedBuild, match="its 'memory.stages.0.layers' is not what lmspec derives from the spec"):
+        Build.open(root, cost_model=True)
+    _forge_plan(root, lambda d: d.pop("comm"))  # the sections must still be there
+    with pytest.raises(DamagedBuild, match="its 'comm' is not what lmspec derives from the spec"):
+        Build.open(root)
 
 
 def _file_names_in(path: Path) -> list[str]:

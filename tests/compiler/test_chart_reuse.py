@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmspec.compiler.build.digest import sha256
 from lmspec.compiler.build.files import MEMORY_CHART
-from lmspec.compiler.build.writer import build_files, sha256
 from lmspec.compiler.cli.main import run
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.emit.memory_chart import chart_key, drawn_key, emit_memory_chart
 from lmspec.compiler.emit.spec_files import dump_json
-from lmspec.compiler.pipeline import make_plan
+from lmspec.compiler.pipeline import make_plan, plan_from
+from lmspec.compiler.spec.load import compose_spec
 
 CHART = Path("tiny") / "report" / "memory.svg"
 PROBE = """
@@ -84,6 +86,6 @@ def test_the_writer_keeps_the_earlier_charts_bytes_and_the_emitter_draws_from_th
     manifest = json.loads((build / "manifest.json").read_text())
     manifest["files"][MEMORY_CHART] = sha256(earlier)
     (build / "manifest.json").write_text(dump_json(manifest))
-    assert build_files(plan, replacing=build)[MEMORY_CHART] == earlier
+    assert build_files(plan_from(compose_spec([]), lambda name: tmp_path / name))[MEMORY_CHART] == earlier
     assert build_files(plan)[MEMORY_CHART] == drawn == emit_memory_chart(plan)[MEMORY_CHART]
     assert run(["compile", "--check", "-o", str(tmp_path)]) == 0  # kept, so the build on disk is up to date

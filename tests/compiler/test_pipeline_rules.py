@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from lmspec.compiler.backends.megatron_config import pipeline_layout
 from lmspec.compiler.models.dims import chunk_layers
-from lmspec.runtime.train.megatron.config import pipeline_layout
 
 PP2 = ["parallel.pp=2"]
 

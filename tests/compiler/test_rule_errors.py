@@ -407,6 +407,24 @@ CASES = [
         ["parallel.overlap.moe_a2a=true (command-line override) overlaps expert all-to-alls, but parallel.ep=1"],
         id="moe-a2a-overlap-needs-experts",
     ),
+    pytest.param(
+        ["hardware.intra_node.link=nvlink"],
+        [
+            'hardware.intra_node.link="nvlink" (command-line override) and hardware.gpu.generation="cpu" '
+            "(lmspec:specs/hardware/cpu.yaml:14) disagree on whether the ranks are CPU processes",
+            "set hardware.intra_node.link=shm for CPU ranks, or hardware.gpu.generation=ampere, ada or hopper for GPUs",
+        ],
+        id="gpu-link-on-cpu-generation",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "hardware.intra_node.link=shm"],
+        [
+            'hardware.intra_node.link="shm" (command-line override) and hardware.gpu.generation="hopper" '
+            "(lmspec:specs/hardware/h100_80g.yaml:11) disagree on whether the ranks are CPU processes",
+            "set hardware.gpu.generation=cpu for CPU ranks, or hardware.intra_node.link=nvlink or pcie for GPUs",
+        ],
+        id="shm-link-on-gpu-generation",
+    ),
 ]
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from lmspec.compiler.errors import SpecError
 from lmspec.compiler.paths import SPECS_DIR
+from lmspec.compiler.pipeline import checked
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.schema_check import schema_problems
-from lmspec.compiler.spec.validate import validate
 
 GROUP_FILES = sorted(p for p in SPECS_DIR.rglob("*.yaml") if p.parent != SPECS_DIR)
 PRIMARY_FILES = sorted(SPECS_DIR.glob("*.yaml"))
@@ -32,7 +32,7 @@ def test_every_group_option_composes_and_matches_the_schema(path: Path) -> None:
 def test_every_composed_preset_validates(path: Path) -> None:
     composed = compose_spec([], spec_file=path)
     try:
-        validate(composed)
+        checked(composed)
     except SpecError as exc:  # pragma: no cover - the message is the point
         pytest.fail(f"{path.name} does not validate:\n{exc}")
 

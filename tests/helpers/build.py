@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.build.writer import write_build
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
 

@@ -1,6 +1,7 @@
 """What the runtime's own megatron GPTModel saves for backward, per part, on this rank.
 
-The model is lmspec.runtime.train.megatron.model.build_model's, at the given degrees, inside
+The model is lmspec.runtime.train.megatron.model.build_model's, from the settings megatron/config.json
+would hold (lmspec.compiler.backends.megatron_config.model_settings) at the given degrees, inside
 megatron_on_cpu with megatron's parallel state initialised to them (torch.distributed must be up:
 one process in tests/models, two under torchrun in `python -m helpers.megatron_activations`). One
 forward and backward; helpers.saved_tensors charges each saved storage to the embedding, a decoder
@@ -34,6 +35,7 @@ def measure(spec: Spec, degrees: Any) -> dict[str, int]:
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
+    from lmspec.compiler.backends.megatron_config import model_settings
     from lmspec.runtime.compat.megatron import megatron_on_cpu
     from lmspec.runtime.train.megatron.model import build_model
 
@@ -42,7 +44,7 @@ def measure(spec: Spec, degrees: Any) -> dict[str, int]:
         ps.initialize_model_parallel(tensor_model_parallel_size=degrees.tp)
         try:
             tensor_parallel.model_parallel_cuda_manual_seed(0)
-            model = build_model(spec, pre_process=True, post_process=True, degrees=degrees)
+            model = build_model(model_settings(spec, degrees), pre_process=True, post_process=True)
             model.train()
             generator = torch.Generator().manual_seed(0)  # the same tokens on every rank
             tokens = torch.randint(0, spec.model.vocab_size, (b, s), generator=generator)
@@ -66,7 +68,7 @@ def measure(spec: Spec, degrees: Any) -> dict[str, int]:
 def main() -> int:
     import torch.distributed as dist
 
-    from lmspec.runtime.train.megatron.config import ParallelDegrees
+    from lmspec.compiler.backends.megatron_config import ParallelDegrees
 
     out, preset, recompute, tp = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     dist.init_process_group("gloo")

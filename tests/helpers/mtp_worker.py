@@ -34,9 +34,10 @@ def main() -> dict:
     from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionBlock
 
     from helpers.specs import spec_of
+    from lmspec.compiler.backends.megatron_config import ParallelDegrees, model_settings
     from lmspec.compiler.models.params import count_params
     from lmspec.runtime.compat.megatron import megatron_on_cpu
-    from lmspec.runtime.train.megatron.config import ParallelDegrees, transformer_config
+    from lmspec.runtime.train.megatron.config import transformer_config
     from lmspec.runtime.train.megatron.layer_specs import decoder_block_spec, mtp_block_spec
     from lmspec.runtime.train.megatron.model import build_model
 
@@ -45,7 +46,7 @@ def main() -> dict:
         ps.initialize_model_parallel()
         tensor_parallel.model_parallel_cuda_manual_seed(1)
         spec = spec_of("model=tiny_moe", "hardware=cpu", "model.mtp_layers=1")
-        model = build_model(spec, True, True, ParallelDegrees())
+        model = build_model(model_settings(spec, ParallelDegrees()), True, True)
         report["tiny_moe_built"] = sum(p.numel() for n, p in model.named_parameters() if n.startswith("mtp."))
         report["tiny_moe_counted"] = count_params(spec.model).mtp
         report["tiny_moe_model_built"] = sum(p.numel() for p in model.parameters())
@@ -67,12 +68,12 @@ def main() -> dict:
         report["eh_proj_grad_linear_in_weight"] = bool(torch.allclose(eh2, 2 * eh1, rtol=1e-4, atol=1e-7))
         report["decoder_grad_linear_in_weight"] = bool(torch.allclose(d2 - d0, 2 * (d1 - d0), rtol=1e-3, atol=1e-7))
         report["decoder_grad_moves_with_weight"] = float((d1 - d0).abs().max())
-        plain = build_model(spec, True, True, ParallelDegrees(), mtp=False)
+        plain = build_model(model_settings(spec, ParallelDegrees()), True, True, mtp=False)
         plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("mtp.")})
         report["lm_loss_without_mtp"] = _forward_backward(plain, tokens)
 
         v3 = spec_of("model=deepseek_v3", "hardware=cpu")
-        config = transformer_config(v3, ParallelDegrees())
+        config = transformer_config(model_settings(v3, ParallelDegrees()))
         config.perform_initialization = False  # shapes only
         with torch.device("meta"):
             block = MultiTokenPredictionBlock(config=config, spec=mtp_block_spec(config, decoder_block_spec(config)))

@@ -3,7 +3,7 @@
 A layout is one value per axis (the spec's own keys) on top of BASE, which fixes what every
 layout shares: the batch (micro 2, global 16: every world of 1, 2 or 4 ranks divides it), seq 64,
 3 steps, no validation, no checkpoint before the last step. `enumerate_layouts` composes the spec
-once per (model, world) with Hydra, then asks `validate` (what `lmspec check` runs) about each
+once per (model, world) with Hydra, then asks `checked` (what `lmspec check` runs) about each
 candidate, so no rule is copied here. It goes in two stages, to stay at seconds instead of the
 hours the whole product (~83k candidates per model, world and backend) would take: the shape
 axes (backend, tp, pp, pp_layout, virtual stages, ep, etp, sequence parallel) at the defaults of
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from lmspec.compiler.errors import SpecError
+from lmspec.compiler.pipeline import checked
 from lmspec.compiler.spec.load import Composed, compose_spec
-from lmspec.compiler.spec.validate import validate
 
 MODELS = ("tiny", "tiny_moe")
 WORLDS = (2, 4)
@@ -163,12 +163,12 @@ class Enumerated:
 
 
 def accepts(composed: Composed, layout: ParityLayout) -> str | None:
-    """None when `validate` accepts the layout written into the composed spec, else its first error."""
+    """None when `checked` accepts the layout written into the composed spec, else its first error."""
     spec = copy.deepcopy(composed.spec)
     for f in ("backend", *(name for name, _ in _NAMED)):
         spec[_SECTION.get(f, "parallel")][f] = getattr(layout, f)
     try:
-        validate(Composed(spec, composed.origins, composed.overrides, composed.choices))
+        checked(Composed(spec, composed.origins, composed.overrides, composed.choices))
     except SpecError as exc:
         return exc.problems[0].line()
     return None

@@ -26,7 +26,8 @@ from pathlib import Path
 from helpers.parity_layouts import MODELS, WORLDS, ParityLayout, enumerate_layouts
 from helpers.processes import kill_group
 from helpers.torchrun import workers
-from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.build.writer import write_build
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
 
 # fp32 on CPU: a layout changes only the order of sums (TP/SP reductions, DP all-reduce, the pipeline's

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from lmspec.compiler.errors import EXIT_FAILED
-from lmspec.compiler.rules.run_paths import require_run_paths_apart
+from lmspec.compiler.run_paths import require_run_paths_apart
 from lmspec.runtime.compat.megatron import megatron_on_cpu
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.train.loop import init_distributed, load_build, train

@@ -15,8 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from helpers.ports import free_port
 from helpers.processes import kill_group
+from lmspec.compiler.build.reader import Build
+from lmspec.compiler.models.lr_schedule import lr_at
 
 RUN_TIMEOUT_S = 240
 NPROC = 2
@@ -37,6 +41,14 @@ class Run:
 
     def val_losses(self, name: str) -> dict[int, float]:
         return {m["step"]: m["val_loss"] for m in self.metrics(name) if "val_loss" in m}
+
+
+def assert_rates_follow_the_schedule(build: Path, result: Run, name: str) -> None:
+    """Every step's recorded learning rate is the spec's schedule's (compiler/models/lr_schedule.py's lr_at),
+    whichever backend trained: both follow that one owner (tests/runtime/test_lr_schedule.py)."""
+    train = Build.open(build).training().train
+    rates = {m["step"]: m["lr"] for m in result.metrics(name) if "lr" in m}
+    assert rates and all(rate == pytest.approx(lr_at(train, step), rel=1e-12) for step, rate in rates.items()), rates
 
 
 def _command(build: Path) -> list[str]:

@@ -244,6 +244,7 @@ def test_damaged_checkpoint_is_skipped_with_one_line_warning(
         ),
     ],
 )
+@pytest.mark.usefixtures("runtime_logging")
 def test_nothing_usable_left_is_a_clean_checkpoint_error(
     tmp_path: Path, damage: Callable[[Path], None], fragments: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -280,6 +281,7 @@ def test_save_replaces_a_latest_directory_by_moving_it_aside(tmp_path: Path) -> 
     assert [p.read_text() for p in moved] == ["mine"]
 
 
+@pytest.mark.usefixtures("runtime_logging")
 def test_later_stages_get_the_same_answer_without_torch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """newest_checkpoint (for convert and verify): resume's choice and warnings; no checkpoint is a clean error."""
     import subprocess

@@ -3,8 +3,9 @@ one line naming the file:line or the key and the fix, no traceback, and never ha
 
 What they exercise: compiler/spec/yaml_files.py (one checked libyaml parse of every YAML file the
 composition reads: tags, YAML 1.1 numbers, duplicate keys, aliases, nesting, encoding, the
-defaults list's shape) and the hooks and re-phrasings of compiler/spec/load.py (include loops,
-missing configs, group overrides, empty merges, interpolations, the override grammar).
+defaults list's shape) and composition's hooks and re-phrasings (compiler/spec/load.py and the modules
+it calls: include loops, missing configs, group overrides, empty merges, interpolations, the override
+grammar).
 """
 
 from __future__ import annotations

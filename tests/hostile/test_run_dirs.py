@@ -13,7 +13,8 @@ import pytest
 from helpers.tree import snapshot
 
 from lmspec.compiler.build.files import PREVIOUS_RUNS, STEP_MANIFEST
-from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.build.writer import write_build
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, dir_run_id
 from lmspec.runtime.train.loop import main as train_main
@@ -180,6 +181,7 @@ def test_run_directories_may_not_overlap(
         assert errors and all(sum(k in e for k in keys) >= 2 for e in errors), errors  # each names both keys
 
 
+@pytest.mark.usefixtures("runtime_logging")  # as `python -m lmspec.runtime.train` sets it up first
 def test_runtime_repeats_the_check_from_its_own_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

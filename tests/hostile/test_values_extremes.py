@@ -18,10 +18,9 @@ import pytest
 
 from lmspec.compiler.emit import emit_all
 from lmspec.compiler.errors import SpecError
-from lmspec.compiler.plan import build_plan
+from lmspec.compiler.pipeline import plan_from
 from lmspec.compiler.spec.load import Composed, compose_spec
 from lmspec.compiler.spec.schema import spec_schema
-from lmspec.compiler.spec.validate import validate
 
 SMALLEST_ABOVE_ZERO = 1e-300
 
@@ -102,8 +101,7 @@ def test_a_number_at_its_edge_is_refused_or_compiles_to_standard_json(
     assert _set(spec, path, value)
     edited = Composed(spec=spec, origins=composed.origins, overrides=composed.overrides, choices=composed.choices)
     try:
-        typed, warnings = validate(edited)
-        files = emit_all(build_plan(typed, edited, warnings))
+        files = emit_all(plan_from(edited))
     except SpecError as exc:
         assert exc.problems and all(p.key and p.message for p in exc.problems)
         return

@@ -28,7 +28,8 @@ from helpers.cli import LMSPEC
 from helpers.tree import snapshot
 
 from lmspec.compiler.build import writer
-from lmspec.compiler.build.writer import build_files, write_build
+from lmspec.compiler.build.writer import write_build
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
 
 # The calls that change what is on disk (os.open only when it creates): a kill before each

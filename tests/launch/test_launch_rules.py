@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lmspec.compiler.errors import SpecError
+from lmspec.compiler.launchers.slurm import time_limit_seconds
 from lmspec.compiler.pipeline import make_plan
-from lmspec.compiler.rules.launch import time_limit_seconds
 
 ERRORS = [
     pytest.param(
@@ -73,18 +73,6 @@ WARNINGS = [
             "NODE_RANK and MASTER_ADDR, or use cluster=slurm",
         ],
         id="local-multi-node",
-    ),
-    pytest.param(
-        ["train.backend=deepspeed", "train.lr_schedule.decay=linear"],
-        "train.optimizer.min_lr",
-        ["WarmupDecayLR decays to 0", "train.lr_schedule.decay=cosine"],
-        id="deepspeed-linear-min-lr",
-    ),
-    pytest.param(
-        ["train.backend=deepspeed", "train.lr_schedule.warmup_steps=0"],
-        "train.lr_schedule.warmup_steps",
-        ["train.lr_schedule.warmup_steps=0 (command-line override)", "at least 2 steps"],
-        id="deepspeed-short-warmup",
     ),
 ]
 

@@ -9,7 +9,7 @@ import pytest
 from helpers.build import compile_build
 
 from lmspec.compiler.build.files import NCCL_ENV, SBATCH_SH, TORCHRUN_SH
-from lmspec.compiler.build.writer import build_files
+from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
 
 SHELL_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)
@@ -130,8 +130,8 @@ def test_scripts_carry_the_plans_numbers(variant: str, builds: dict[str, Path]) 
     assert ("--requeue" in options) == s.cluster.slurm.requeue
     assert options.get("--partition") == s.cluster.slurm.partition
     assert options.get("--account") == s.cluster.slurm.account
-    gpu = s.hardware.intra_node.link != "shm"
-    assert options.get("--gpus-per-node") == (str(layout.gpus_per_node) if gpu else None)
+    gpus = str(layout.gpus_per_node) if plan.device == "gpu" else None
+    assert options.get("--gpus-per-node") == gpus
 
 
 def test_nccl_env_follows_the_fabric(builds: dict[str, Path]) -> None:

@@ -30,6 +30,9 @@ def test_logs_and_doctor_on_a_real_cpu_run(tmp_path: Path) -> None:
     trained = _run([LMSPEC, "run", "build/tiny"], tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     (tmp_path / "train.out").write_text(trained.stdout)
+    # third-party warnings once per run (runtime/log.py): rank 0's first of each text, one line, no source echo
+    shown = [line.partition("Warning: ")[2] for line in trained.stderr.splitlines() if "Warning: " in line]
+    assert len(shown) == len(set(shown)) and "warnings.warn(" not in trained.stderr, trained.stderr
     lines = (tmp_path / "runs/tiny/metrics.jsonl").read_text().splitlines()
     jsonl = [line for line in lines if "val_loss" not in json.loads(line)]
     rows = [json.loads(line) for line in jsonl]

@@ -59,7 +59,7 @@ def one_rank() -> Iterator[None]:
 
 @cache
 def _measure(preset: str, recompute: str) -> dict[str, int]:
-    from lmspec.runtime.train.megatron.config import ParallelDegrees
+    from lmspec.compiler.backends.megatron_config import ParallelDegrees
 
     return measure(megatron_spec(preset, recompute), ParallelDegrees())
 

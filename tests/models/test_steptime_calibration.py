@@ -4,6 +4,7 @@ the fit. bench/steptime_published.py prints the per-point table these numbers co
 
 from __future__ import annotations
 
+import json
 import statistics
 from types import ModuleType
 
@@ -34,6 +35,11 @@ def points(bench: ModuleType) -> list:
     return composed
 
 
+@pytest.fixture(scope="module")
+def held_out(bench: ModuleType, points: list) -> dict[str, float]:
+    return bench.leave_one_source_out(points)
+
+
 def _errors(points: list, calibration=CALIBRATION) -> list[float]:
     return [abs(p.ratio(calibration) - 1) for p in points]
 
@@ -51,8 +57,15 @@ def test_published_runs_are_priced_within_the_issue_targets(points: list) -> Non
     assert max(errors) <= WORST_ERROR, (worst.point["id"], worst.ratio(CALIBRATION))
 
 
-def test_each_source_is_predicted_by_the_others(bench: ModuleType, points: list) -> None:
+def test_the_calibration_file_is_what_the_fit_writes(bench: ModuleType, points: list, held_out: dict) -> None:
+    """steptime_calibration.json's provenance (data, points, errors) is the committed fit's, not an older one's."""
+    written = json.loads(bench.CALIBRATION_PATH.read_text(encoding="utf-8"))
+    assert written == bench.calibration_document(CALIBRATION, points, bench.DATA, held_out), (
+        "refit: .venv/bin/python bench/steptime_published.py --fit"
+    )
+
+
+def test_each_source_is_predicted_by_the_others(points: list, held_out: dict) -> None:
     """The score of prediction, not of fitting: every source priced with constants fitted without it."""
-    held_out = bench.leave_one_source_out(points)
     assert len(held_out) == len(points)
     assert statistics.median(held_out.values()) <= LEAVE_ONE_SOURCE_OUT_MEDIAN_ERROR

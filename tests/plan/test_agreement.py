@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from helpers.layouts import Layout, enumerate_one, price_one, scalar
 
+from lmspec.compiler.backends.megatron import MEGATRON
 from lmspec.compiler.models import steptime
 from lmspec.compiler.models.comm import (
     dp_grad_bytes,
@@ -314,7 +315,7 @@ def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
     assert priced is not None
     comm = priced[0]
     dense, expert = worst_gpu_params(spec, dims, memory)
-    traffic = dp_traffic(0, False, dp_grad_bytes(False, "bf16"), 2)
+    traffic = dp_traffic(0, False, dp_grad_bytes(MEGATRON.grad_reduce_in_fp32("bf16"), "bf16"), 2)
     assert (traffic.reduce, traffic.gather, traffic.every) == (8, 0, 0)  # one all-reduce of fp32 main gradients
     per_byte = dp_seconds_per_byte(dims, dense, expert, steptime.bus_links(spec.hardware))
     assert comm.dp_s == pytest.approx(8 * per_byte, rel=1e-12)

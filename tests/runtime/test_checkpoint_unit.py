@@ -36,6 +36,7 @@ def test_partial_save_is_ignored_and_cleaned(tmp_path: Path) -> None:
     assert not list((tmp_path / "ck").glob(".tmp-*"))
 
 
+@pytest.mark.usefixtures("runtime_logging")
 def test_corrupt_file_falls_back_with_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ckpts = Checkpoints(tmp_path / "ck", keep_last_k=3)
     _save(ckpts, 10)

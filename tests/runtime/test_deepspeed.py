@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers.blend import blend_overrides
 from helpers.build import compile_build
-from helpers.torchrun import run
+from helpers.torchrun import assert_rates_follow_the_schedule, run
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +39,7 @@ def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
     losses = first.losses(NAME)
     assert sorted(losses) == list(range(1, 5)) and all(math.isfinite(v) for v in losses.values())
     assert losses[4] < losses[1]
+    assert_rates_follow_the_schedule(build, first, NAME)
     val = first.val_losses(NAME)
     assert sorted(val) == [2, 4] and all(math.isfinite(v) for v in val.values())
     ckpt = tmp_path / "runs" / NAME / "checkpoints"
@@ -52,6 +53,7 @@ def test_zero3_trains_checkpoints_and_resumes_exactly(tmp_path: Path) -> None:
     assert f"resumed from runs/{NAME}/checkpoints/step_2 (step 2)" in resumed.output
     again = resumed.losses(NAME)
     assert sorted(again) == [3, 4]
+    assert_rates_follow_the_schedule(build, resumed, NAME)
     for step in again:
         assert again[step] == losses[step], step
     assert resumed.val_losses(NAME) == {4: val[4]}

@@ -1,4 +1,5 @@
-"""The TransformerConfig and layer specs the megatron trainer builds, per train.transformer_impl, on CPU.
+"""The TransformerConfig and layer specs the megatron trainer builds from megatron/config.json, per
+train.transformer_impl, on CPU.
 
 Transformer Engine is not installed here, so the TE path is checked as far as megatron-core 0.16.1 lets
 it be without TE: the config's arguments (a pure function of the spec), the config megatron-core
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 import torch
 
+from lmspec.compiler.backends.megatron_config import megatron_config
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
-from lmspec.runtime.train.megatron.config import ParallelDegrees, transformer_config, transformer_config_kwargs
+from lmspec.runtime.train.megatron.config import transformer_config, transformer_config_kwargs, wgrad_fusion_kernel
 from lmspec.runtime.train.megatron.layer_specs import decoder_block_spec
 
 # one H200 training the tiny model: a GPU target, so train/default.yaml's transformer_engine stands
@@ -30,8 +32,9 @@ def _plan(*overrides: str) -> Plan:
     return make_plan([*ONE_GPU, *overrides], None)
 
 
-def _kwargs(plan: Plan, wgrad_fusion: bool = True) -> dict[str, Any]:
-    return transformer_config_kwargs(plan.spec, ParallelDegrees.of(plan.trained().layout), wgrad_fusion=wgrad_fusion)
+def _kwargs(plan: Plan) -> dict[str, Any]:
+    """The arguments the runtime builds the TransformerConfig with, from the plan's megatron/config.json."""
+    return transformer_config_kwargs(megatron_config(plan))
 
 
 def _built(kwargs: dict[str, Any]) -> Any:
@@ -55,7 +58,6 @@ def test_transformer_engine_takes_megatron_lms_fusions_and_attention() -> None:
         "apply_rope_fusion": True,
         "masked_softmax_fusion": True,
         "persist_layer_norm": True,
-        "gradient_accumulation_fusion": True,
         "cp_comm_type": "p2p",
         "params_dtype": torch.bfloat16,
         "bf16": True,
@@ -72,7 +74,10 @@ def test_transformer_engine_takes_megatron_lms_fusions_and_attention() -> None:
 
 
 def test_gradient_accumulation_fusion_only_where_its_kernel_is_installed() -> None:
-    assert _kwargs(_plan(), wgrad_fusion=False)["gradient_accumulation_fusion"] is False
+    """The file asks for it as Megatron-LM does on the TE path; the runtime turns it off without APEX's kernel."""
+    plan = _plan()
+    assert megatron_config(plan)["transformer_config"]["gradient_accumulation_fusion"] is True
+    assert _kwargs(plan)["gradient_accumulation_fusion"] is wgrad_fusion_kernel()
 
 
 def test_flash_attention_off_stores_the_scores_with_tes_unfused_attention() -> None:
@@ -115,7 +120,7 @@ def test_the_local_path_keeps_megatron_cores_pure_pytorch_settings() -> None:
     assert kwargs["transformer_impl"] == "local"
     assert not any(kwargs[k] for k in (*fusions, "gradient_accumulation_fusion"))
     assert "attention_backend" not in kwargs and "cp_comm_type" not in kwargs and "moe_grouped_gemm" not in kwargs
-    config = transformer_config(plan.spec, ParallelDegrees())
+    config = transformer_config(megatron_config(plan), parallel=False)
     assert (config.transformer_impl, config.moe_grouped_gemm, config.params_dtype) == ("local", False, torch.float32)
 
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from lmspec.compiler.backends.megatron_config import megatron_config
 from lmspec.compiler.pipeline import make_plan
-from lmspec.runtime.train.megatron.ddp import ddp_config
+from lmspec.runtime.train.megatron.config import ddp_config
 
 H200 = ["hardware=h200_141g", "train.seq_length=1024", "serve.max_model_len=1024"]
 
 
 def _ddp(*overrides: str):
+    """The layout and megatron-core's DistributedDataParallelConfig built from the build's megatron/config.json."""
     plan = make_plan(list(overrides), None)
-    return plan.trained().layout, ddp_config(plan.spec, plan.trained().layout)
+    return plan.trained().layout, ddp_config(megatron_config(plan))
 
 
 @pytest.mark.parametrize("distributed_optimizer", [False, True])

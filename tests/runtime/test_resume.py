@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.blend import blend_overrides
 from helpers.build import compile_build
-from helpers.torchrun import run, run_until, workers
+from helpers.torchrun import assert_rates_follow_the_schedule, run, run_until, workers
 
 from lmspec.runtime.train.checkpoint import verify
 
@@ -42,6 +42,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory):
     assert result.code == 0, result.output[-4000:]
     assert sorted(result.val_losses(NAME)) == [4, 8]
     assert "lmspec: validation loss at step 4: " in result.output
+    assert_rates_follow_the_schedule(build, result, NAME)
     return build, result
 
 
@@ -72,6 +73,7 @@ def test_kill9_worker_mid_save_then_resume_matches_uninterrupted(reference, tmp_
     assert sorted(losses) == list(range(1, 9))
     for step in range(3, 9):  # bitwise: same floats, not approximately
         assert losses[step] == ref_losses[step], step
+    assert_rates_follow_the_schedule(build, resumed, NAME)  # megatron's scheduler stepped straight to step 3
     assert resumed.val_losses(NAME) == ref.val_losses(NAME)
     assert (ckpt / "latest").read_text().strip() == "step_8"
 

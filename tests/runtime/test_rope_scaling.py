@@ -7,8 +7,8 @@ import pytest
 import torch
 from helpers.specs import spec_of
 
+from lmspec.compiler.backends.megatron_config import rope_scaling_settings
 from lmspec.compiler.families.hf import rope_scaling
-from lmspec.runtime.train.megatron.model import rope_scaling_kwargs
 
 LLAMA3 = (
     "model.rope_scaling={type:llama3,factor:8.0,original_max_position_embeddings:8192,low_freq_factor:1.0,"
@@ -34,7 +34,7 @@ def test_megatron_rotary_angles_are_transformers(scaling: str) -> None:
         rotary_base=int(m.rope_theta),
         use_cpu_initialization=True,
         cp_group=object(),  # unused without context parallelism; avoids megatron's parallel_state
-        **rope_scaling_kwargs(m),
+        **rope_scaling_settings(m),
     )
     megatron_angles = rotary.get_freqs_non_repeated(POSITIONS)  # [s, dim/2]: position x frequency, as forward
     parameters = {"rope_theta": m.rope_theta, **(rope_scaling(m) or {})}

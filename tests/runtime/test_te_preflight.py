@@ -41,6 +41,7 @@ def test_the_local_path_needs_neither() -> None:
     assert check_transformer_engine(make_plan(local, None).spec) == []
 
 
+@pytest.mark.usefixtures("runtime_logging")
 def test_the_entry_point_exits_1_before_any_rank_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

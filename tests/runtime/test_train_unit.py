@@ -1,4 +1,4 @@
-"""The entry point's pieces that need no ranks: usage errors, LR schedule, the NaN stop, metrics lines."""
+"""The entry point's pieces that need no ranks: usage errors, the NaN stop, metrics lines (LR: test_lr_schedule.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helpers.build import compile_build
 
 from lmspec.compiler.models.flops import mfu
 from lmspec.compiler.observe.metrics_record import StepMetrics
-from lmspec.runtime.train.loop import load_build, lr_at, main
+from lmspec.runtime.train.loop import load_build, main
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
 
 RUNTIME_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu", "peak_memory_bytes")
@@ -22,12 +22,14 @@ def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_build(tmp_path_factory.mktemp("b") / "build", ["train.log_interval=2"]).dir
 
 
+@pytest.mark.usefixtures("runtime_logging")
 def test_missing_build_dir_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "nope")]) == 2
     assert "nope is not a build directory (no such directory); compile one" in capsys.readouterr().err
     assert main([]) == 2
 
 
+@pytest.mark.usefixtures("runtime_logging")
 def test_world_size_mismatch_names_the_keys(
     tiny_build: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -35,16 +37,6 @@ def test_world_size_mismatch_names_the_keys(
     assert main([str(tiny_build)]) == 2
     err = capsys.readouterr().err
     assert "layout.world_size=2" in err and "hardware.gpus_per_node=2" in err and "launch/torchrun.sh" in err
-
-
-def test_lr_schedule_warmup_then_cosine_to_min(tiny_build: Path) -> None:
-    spec = load_build(tiny_build).spec
-    opt, warmup, steps = spec.train.optimizer, spec.train.lr_schedule.warmup_steps, spec.train.steps
-    assert lr_at(spec, 1) == pytest.approx(opt.lr / warmup)
-    assert lr_at(spec, warmup) == pytest.approx(opt.lr)
-    assert lr_at(spec, steps) == pytest.approx(opt.min_lr)
-    mid = lr_at(spec, (warmup + steps) // 2)
-    assert opt.min_lr < mid < opt.lr
 
 
 def _metrics_log(build: Path, run_dir: Path) -> MetricsLog:

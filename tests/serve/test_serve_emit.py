@@ -72,7 +72,7 @@ def _option(plan: Plan, key: str) -> object:
         "kv-cache-dtype": v.kv_cache_dtype,
         "quantization": v.quantization,
         "enforce-eager": v.enforce_eager,
-        "attention-backend": "CPU_MLA" if s.hardware.intra_node.link == "shm" and s.model.attention == "mla" else None,
+        "attention-backend": "CPU_MLA" if plan.device == "cpu" and s.model.attention == "mla" else None,
     }[key]
 
 

@@ -27,7 +27,7 @@ from helpers.ports import free_port
 from helpers.processes import kill_group
 
 from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_SH, SERVE_WORKER_SH
-from lmspec.compiler.emit.serve import CPU_VLLM_CLI, VLLM_CLI_ENV
+from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
 from lmspec.runtime.data.byte_tokenizer import save_byte_tokenizer
 
 pytestmark = [needs_vllm, pytest.mark.slow]

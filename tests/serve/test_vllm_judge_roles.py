@@ -22,9 +22,9 @@ from helpers.hf import save_random_hf_llama
 from helpers.marks import needs_vllm
 from helpers.vllm_check import check_batch
 
-from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML
+from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_SH, SERVE_WORKER_SH, VLLM_YAML, serve_scripts
 from lmspec.compiler.conversion.mapping import hf_config
-from lmspec.compiler.emit.serve import role_flags, serve_scripts
+from lmspec.compiler.emit.serve import role_flags
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.pipeline import make_plan
 from lmspec.compiler.plan import Plan
@@ -124,7 +124,7 @@ def role_argvs(plan: Plan, build: Path) -> dict[str, list[str]]:
     config = ["serve", "--config", str(build / VLLM_YAML)]
     layout = plan.served().layout
     argvs: dict[str, list[str]] = {}
-    for script in serve_scripts(plan):
+    for script in serve_scripts(plan.served().layout.nodes):
         if script == SERVE_SH:
             argvs["serve"] = [*config, *(role_flags(plan, "serve", HEAD, "0") or [])]
         elif script == SERVE_HEAD_SH:

@@ -114,4 +114,4 @@ def test_every_key_has_a_description_and_an_example_for_editors() -> None:
     keys = dict(_leaf_keys(schema))
     assert sorted(keys) == sorted(_spec_keys(Spec))  # every key of the typed sections, and no other
     missing = sorted(k for k, prop in keys.items() if not prop.get("description") or not prop.get("examples"))
-    assert missing == [], f"keys without a description or an example in compiler/spec/sections.py: {missing}"
+    assert missing == [], f"keys without a description or an example in compiler/spec/sections/: {missing}"

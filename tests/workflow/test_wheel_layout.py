@@ -1,6 +1,6 @@
 """The wheel installs one top-level import name, `lmspec`, holding every package of the tree and its
-data (specs, schemas, templates, scaffold, corpus): no bare `compiler` or `runtime` in site-packages,
-and no package directory forgotten by pyproject's explicit list."""
+data (specs, schemas, templates, scaffold, corpus, the step-time calibration): no bare `compiler` or
+`runtime` in site-packages, and no package directory forgotten by pyproject's explicit list."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def test_the_wheel_holds_only_the_lmspec_namespace_with_its_data(tmp_path: Path)
         "lmspec/schemas/spec.schema.json",
         "lmspec/templates/torchrun.sh.j2",
         "lmspec/compiler/cli/scaffold/starter_spec.yaml.j2",
+        "lmspec/compiler/models/steptime_calibration.json",
         "lmspec/runtime/train/corpus/training_notes.txt",
         "lmspec/runtime/train/__main__.py",
     ):

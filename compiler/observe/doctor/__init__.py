@@ -4,7 +4,9 @@ spec keys to change. SIGNATURES is the plain table of them, checked in order."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
+from lmspec.compiler.launchers import LAUNCHERS
 from lmspec.compiler.observe.doctor.checkpoint import CheckpointLoadFailure
 from lmspec.compiler.observe.doctor.comm import TpSlowdown
 from lmspec.compiler.observe.doctor.crash import UnrecognisedFailure
@@ -15,8 +17,17 @@ from lmspec.compiler.observe.doctor.nccl import NcclConnectionError, NcclInterfa
 from lmspec.compiler.observe.doctor.numerics import NonFiniteLoss
 from lmspec.compiler.observe.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
 from lmspec.compiler.observe.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
-from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory, SlurmPreemption, SlurmTimeLimit, StoppedForRequeue
+from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory
 from lmspec.compiler.observe.logs.context import RunContext
+
+# every launcher's own signatures (lmspec.compiler.launchers), in the registry's order: a log is read
+# whatever launcher wrote it, and often without its build
+LAUNCHER_SIGNATURES: tuple[Signature, ...] = tuple(
+    signature
+    for launcher in LAUNCHERS.values()
+    if launcher.doctor_module is not None
+    for signature in importlib.import_module(launcher.doctor_module).SIGNATURES
+)
 
 SIGNATURES: tuple[Signature, ...] = (
     NcclTimeout(),
@@ -27,9 +38,7 @@ SIGNATURES: tuple[Signature, ...] = (
     WorldSizeMismatch(),
     ParallelLayout(),
     RendezvousFailure(),
-    SlurmTimeLimit(),
-    SlurmPreemption(),
-    StoppedForRequeue(),
+    *LAUNCHER_SIGNATURES,
     NonFiniteLoss(),
     CheckpointLoadFailure(),
     TpSlowdown(),

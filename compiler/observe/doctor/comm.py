@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmspec.compiler.models.comm import CommEstimate
+from lmspec.compiler.models.units import gib
 from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText
 from lmspec.compiler.observe.logs.context import RunContext
+from lmspec.compiler.spec.override_text import override_value
 from lmspec.compiler.spec.sections import TrainingSpec
 
 COMM_SHARE_LIMIT = 0.30  # the seed: comm over 30% of the step is where TP stops paying
@@ -28,11 +30,6 @@ def tp_bound_comm(comm: CommEstimate) -> CommEstimate | None:
     if comm.share_of_step <= COMM_SHARE_LIMIT or max(_KINDS, key=lambda k: getattr(comm, k)) != "tp_s":
         return None
     return comm
-
-
-def _shown(value: Any) -> str:
-    """As a Hydra override writes it."""
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @dataclass(frozen=True)
@@ -74,17 +71,19 @@ def _candidates(spec: TrainingSpec) -> list[dict[str, Any]]:
 
 def _tp_fixes(spec: TrainingSpec) -> list[Fix]:
     """The best lower-TP layouts by comm share: those that fit first, then the least comm."""
-    from lmspec.compiler.rules.budget import gib
-
     options = [o for changes in _candidates(spec) if (o := _option(spec, changes)) is not None]
     options.sort(key=lambda o: (not o.fits, o.share > COMM_SHARE_LIMIT, o.share, o.worst_bytes))
     fixes = []
     for o in options[:SHOWN_OPTIONS]:
         (key, value), *rest = o.changes.items()
-        also = f"with {' '.join(f'{k}={_shown(v)}' for k, v in rest)}: " if rest else ""
+        also = f"with {' '.join(f'{k}={override_value(v)}' for k, v in rest)}: " if rest else ""
         fits = "fits" if o.fits else "over the memory budget"
         fixes.append(
-            Fix(key, _shown(value), f"{also}comm {o.share:.0%} of the step, {gib(o.worst_bytes)} per GPU ({fits})")
+            Fix(
+                key,
+                override_value(value),
+                f"{also}comm {o.share:.0%} of the step, {gib(o.worst_bytes)} per GPU ({fits})",
+            )
         )
     return fixes
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import re
 
+from lmspec.compiler.models.units import gib
 from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
+from lmspec.compiler.spec.override_text import override_value
 
 _SIZE = r"[\d.]+ [KMGT]?i?B"
 _OOM = re.compile(
@@ -84,7 +86,7 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
     The run needed `needed_bytes` (in use + the failed allocation) where the model planned less;
     each estimate is scaled by that ratio so a fix that only just fits on paper is not offered as enough.
     """
-    from lmspec.compiler.rules.budget import candidate_fixes, estimate, gib, with_values
+    from lmspec.compiler.rules.budget import candidate_fixes, estimate, with_values
 
     spec = context.training
     planned = estimate(spec)
@@ -103,24 +105,17 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
         (key, value), *rest = changes.items()
         projected = memory.worst.total_bytes * scale
         verdict = "fits" if projected <= budget else "still over"
-        also = f"with {' '.join(f'{k}={_shown(v)}' for k, v in rest)}: " if rest else ""
+        also = f"with {' '.join(f'{k}={override_value(v)}' for k, v in rest)}: " if rest else ""
         fixes.append(
             Fix(
                 key,
-                _shown(value),
+                override_value(value),
                 f"{also}model {gib(memory.worst.total_bytes)} per GPU"
                 + (f", {gib(projected)} at the run's x{scale:.2f}" if scale > 1 else "")
                 + f" ({verdict})",
             )
         )
     return note, fixes
-
-
-def _shown(value: object) -> str:
-    """As a Hydra override writes it."""
-    if value is None:
-        return "null"
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class CudaOutOfMemory:

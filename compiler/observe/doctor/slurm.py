@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Signature, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 
 _TIME_LIMIT = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED (?:AT \S+ )?DUE TO TIME LIMIT \*\*\*")
@@ -189,3 +189,8 @@ class HostOutOfMemory:
             tuple(e for e, _ in hits),
             tuple(fixes),
         )
+
+
+# the slurm launcher's own signatures (lmspec.compiler.launchers.slurm names this module), in the doctor's
+# table order; HostOutOfMemory is the kernel's, seen under any launcher, and stays in the doctor's own list
+SIGNATURES: tuple[Signature, ...] = (SlurmTimeLimit(), SlurmPreemption(), StoppedForRequeue())

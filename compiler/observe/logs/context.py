@@ -64,11 +64,18 @@ class RunContext:
 
 
 def load_build(build_dir: Path) -> RunContext:
-    """The verified spec and plan of a compiled build (compiler/build/reader.py: refused when damaged)."""
-    from lmspec.compiler.build.reader import Build
+    """The verified spec and plan of a compiled build (compiler/build/reader.py: refused when damaged),
+    with the rules' warnings, which the report lists and Build.open (the runtime's reader) does not run."""
+    import dataclasses
 
-    build = Build.open(build_dir)
-    return RunContext(plan=build.plan, origin=str(build_dir))
+    from lmspec.compiler.build.reader import Build
+    from lmspec.compiler.inputs import read_inputs
+    from lmspec.compiler.rules import rule_problems
+
+    build = Build.open(build_dir, cost_model=True)
+    found = rule_problems(build.spec, build.plan.origins, read_inputs(build.spec))
+    warnings = tuple(p for p in found if p.severity == "warning")
+    return RunContext(plan=dataclasses.replace(build.plan, warnings=warnings), origin=str(build_dir))
 
 
 def flag_overrides(

@@ -2,9 +2,9 @@
 
 The model is built from `model.*` alone (no download), as the transformers class of
 `model.family` (lmspec.compiler.families). `deepspeed.initialize` gets the build's
-emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, scheduler,
-gradient accumulation, clipping), so the learning rate follows DeepSpeed's
-scheduler from that file. `eval_loss` runs the engine in eval mode without gradients.
+emitted `ds_config.json` unchanged (ZeRO stage, precision, optimizer, gradient accumulation,
+clipping) and the spec's learning-rate schedule as a client scheduler (`.lr_schedule`: DeepSpeed's own
+cannot run it). `eval_loss` runs the engine in eval mode without gradients.
 Checkpoints use DeepSpeed's own save/load under `<step dir>/deepspeed/` (model, optimizer and
 scheduler states per ZeRO rank). Two things the file asks for the runtime arranges first: the
 activation checkpointing of its `activation_checkpointing` section (`.activation_checkpointing`), and
@@ -14,6 +14,7 @@ log names the optimizer that ran.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.deepspeed.activation_checkpointing import enable_activation_checkpointing
 from lmspec.runtime.train.deepspeed.cpu_adam import with_available_optimizer
+from lmspec.runtime.train.deepspeed.lr_schedule import SpecSchedule
+
+logger = logging.getLogger(__name__)
 
 DS_TAG = "state"
 
@@ -66,17 +70,24 @@ class DeepSpeedTrainer:
         model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
         checkpointed = enable_activation_checkpointing(model, ds_config)
         ds_config, fallback = with_available_optimizer(ds_config)
-        self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model,
+            model_parameters=model.parameters(),
+            config=ds_config,
+            lr_scheduler=lambda optimizer: SpecSchedule(optimizer, spec.train),
+        )
         self.device = self.engine.device
         if self.dp_rank == 0:
             if fallback:
-                print(f"lmspec: {fallback}", flush=True)
+                logger.info(f"lmspec: {fallback}")
             optimizer = type(self.engine.basic_optimizer).__name__
             recompute = "every decoder layer checkpointed" if checkpointed else "no activation checkpointing"
-            print(f"lmspec: deepspeed optimizer {optimizer}; {recompute}", flush=True)
+            logger.info(f"lmspec: deepspeed optimizer {optimizer}; {recompute}")
 
-    def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
-        """One optimizer step of `grad_accum_steps` micro-batches; `lr` comes from ds_config's scheduler."""
+    def train_step(self, batches: list[Batch], step: int) -> tuple[float, float, float]:
+        """Optimizer step `step`: `grad_accum_steps` micro-batches at the rate the scheduler set after the
+        step before (DeepSpeed restores its count on a resume)."""
+        used_lr = self.engine.get_lr()[0]
         totals = torch.zeros(2, dtype=torch.float64)
         for batch in batches:
             loss, tokens = self._loss(batch, "mean")
@@ -84,7 +95,6 @@ class DeepSpeedTrainer:
             self.engine.step()
             totals += torch.tensor([float(loss.detach()) * tokens, tokens], dtype=torch.float64)
         grad_norm = self.engine.get_global_grad_norm()
-        used_lr = self.engine.get_lr()[0]
         return self._dp_mean(totals), float(grad_norm) if grad_norm is not None else math.nan, used_lr
 
     def eval_loss(self, batches: list[Batch]) -> float:

@@ -5,7 +5,9 @@ norm+linear, TEDotProductAttention, TEGroupedMLP experts).
 
 For MLA megatron-core 0.16.1's local spec names `MLASelfAttention`, but its local core
 attention rejects MLA's distinct value width, so `LatentCoreAttention` (torch SDPA) stands
-in; its pure-PyTorch norm gets the sequence-parallel tag it lacks.
+in; its pure-PyTorch norm gets the sequence-parallel tag it lacks. These are modules of the
+spec, not patches: the two megatron-core bugs of a machine without Transformer Engine are
+patched for the model's life by `lmspec.runtime.compat.megatron.without_transformer_engine()`.
 """
 
 from __future__ import annotations
@@ -95,20 +97,6 @@ def _swap_modules(node: Any, mla: bool, seen: set[int] | None = None) -> None:
             _swap_modules(value, mla, seen)
 
 
-def _without_transformer_engine_fixes() -> None:
-    """Two megatron-core 0.16.1 bugs that show only where Transformer Engine is absent
-    (any CPU, and GPUs without TE): MLA sets HAVE_TE from an import that succeeds with
-    mock names, then calls `isinstance(x, <mock>)`; the MoE router reads
-    `te_general_gemm`, which is defined only when TE imports."""
-    from megatron.core.transformer import multi_latent_attention
-    from megatron.core.transformer.moe import moe_utils
-
-    if not isinstance(multi_latent_attention.TELinear, type):
-        multi_latent_attention.HAVE_TE = False
-    if not hasattr(moe_utils, "te_general_gemm"):
-        moe_utils.te_general_gemm = None
-
-
 def decoder_block_spec(config: Any, pp_rank: int | None = None, vp_stage: int | None = None) -> Any:
     """megatron-core's decoder block spec for `config` (model chunk `vp_stage` of an interleaved pipeline),
     as Megatron-LM's gpt_builders picks it: Transformer Engine's layers
@@ -122,7 +110,6 @@ def decoder_block_spec(config: Any, pp_rank: int | None = None, vp_stage: int | 
     )
     if not use_te:
         _swap_modules(block_spec, mla=config.multi_latent_attention)
-        _without_transformer_engine_fixes()
     return block_spec
 
 

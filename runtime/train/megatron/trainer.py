@@ -1,9 +1,11 @@
 """megatron-core backend: GPTModel chunks under Megatron DDP, 1F1B via get_forward_backward_func.
 
-One `train_step` = `grad_accum_steps` micro-batches through the pipeline schedule
-megatron picks for the layout (no pipelining, 1F1B for pp > 1, interleaved 1F1B over this
-rank's model chunks with `parallel.virtual_stages`), then megatron's optimizer step over all
-chunks (grad clip to `train.grad_clip`). The loss reported is the mean token loss over the
+Every megatron-core object (parallel groups, model config, DDP, optimizer, LR scheduler) is built from the
+build's megatron/config.json (lmspec.runtime.train.megatron.config). One `train_step` = `grad_accum_steps`
+micro-batches through the pipeline schedule megatron picks for the layout (no pipelining, 1F1B for pp > 1,
+interleaved 1F1B over this rank's model chunks with `parallel.virtual_stages`), then megatron's optimizer
+step over all chunks (grad clip to `train.grad_clip`) at the rate megatron-core's OptimizerParamScheduler
+gives that step. The loss reported is the mean token loss over the
 whole global batch. `eval_loss` runs the same schedule forward only, the model in eval mode,
 as Megatron-LM's `evaluate`. Checkpoints go through `dist_checkpointing` (torch_dist), the chunks
 under Megatron-LM's names (`model`, or `model0`, `model1`, ...) with global tensor keys, so any
@@ -13,6 +15,7 @@ weights of one (train.init_from), the optimizer starting fresh from them.
 
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import ExitStack
 from functools import partial
@@ -25,37 +28,30 @@ import torch.distributed as dist
 from lmspec.compiler.build.files import DIST_CKPT_DIR
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import TrainingSpec
-from lmspec.runtime.compat.megatron import megatron_on_cpu
+from lmspec.runtime.compat.megatron import megatron_on_cpu, without_transformer_engine
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.init_from import require_model_tensors
-from lmspec.runtime.train.megatron.config import ParallelDegrees
+from lmspec.runtime.train.megatron.config import ddp_config, optimizer_config, param_scheduler
 from lmspec.runtime.train.megatron.context_parallel import this_rank_share
-from lmspec.runtime.train.megatron.ddp import ddp_config
 from lmspec.runtime.train.megatron.model import build_chunks
 
 
 class MegatronTrainer:
-    def __init__(self, spec: TrainingSpec, plan: Plan) -> None:
+    def __init__(self, spec: TrainingSpec, plan: Plan, document: dict[str, Any]) -> None:
+        """`document`: the build's megatron/config.json, as compiled (lmspec.runtime.train.loop reads it
+        through Build); every megatron-core object is built from it."""
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
         from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer import get_megatron_optimizer
         from megatron.core.transformer.module import Float16Module
 
         self.spec = spec
         layout, batch = plan.trained().layout, plan.trained().batch
         self._compat = ExitStack()  # megatron-core's CPU patches for the trainer's life; close() undoes them
         self.cpu = self._compat.enter_context(megatron_on_cpu())
-        ps.initialize_model_parallel(
-            tensor_model_parallel_size=layout.tp,
-            pipeline_model_parallel_size=layout.pp,
-            virtual_pipeline_model_parallel_size=layout.virtual_stages,
-            context_parallel_size=layout.cp,
-            expert_model_parallel_size=layout.ep,
-            expert_tensor_parallel_size=layout.etp,
-            # megatron-core's groups otherwise wait 30 min on a silent peer, whatever the default group's timeout
-            distributed_timeout_minutes=spec.cluster.nccl.timeout_minutes,
-        )
+        self._compat.enter_context(without_transformer_engine())  # the local path on a GPU without TE
+        ps.initialize_model_parallel(**document["parallel_state"])
         tensor_parallel.model_parallel_cuda_manual_seed(spec.train.seed)
         self.ps = ps
         self.num_micro_batches = batch.grad_accum_steps
@@ -63,15 +59,14 @@ class MegatronTrainer:
         self.seq_length = batch.seq_length
         self.dp_rank = ps.get_data_parallel_rank()
         self.dp_size = ps.get_data_parallel_world_size()
-        degrees = ParallelDegrees.of(layout)
-        self.chunks = build_chunks(spec, degrees)
+        self.chunks = build_chunks(document)
         self.config = self.chunks[0].config  # the schedule reads chunk 0's (Megatron-LM's get_model_config)
         if layout.pp > 1 and ps.get_tensor_model_parallel_rank() == 0 and self.dp_rank == 0:
             stage = ps.get_pipeline_model_parallel_rank()
             built = [len(chunk.decoder.layers) for chunk in self.chunks]
             chunks = f" in {len(built)} chunks of {built}" if layout.virtual_stages else ""
-            print(f"lmspec: pipeline stage {stage}/{layout.pp}: {sum(built)} layers{chunks}", flush=True)
-        ddp = ddp_config(spec, layout)
+            logging.getLogger(__name__).info(f"lmspec: pipeline stage {stage}/{layout.pp}: {sum(built)} layers{chunks}")
+        ddp = ddp_config(document)
         self.models = [
             DistributedDataParallel(
                 config=chunk.config,
@@ -87,24 +82,8 @@ class MegatronTrainer:
         if ddp.overlap_grad_reduce:  # Megatron-LM's align_grad_reduce: the schedule starts each chunk's reduce
             grad_sync = [model.start_grad_sync for model in self.models]
             self.config.grad_sync_func = grad_sync if len(grad_sync) > 1 else grad_sync[0]
-        opt = spec.train.optimizer
-        self.optimizer = get_megatron_optimizer(
-            OptimizerConfig(
-                optimizer="sgd" if opt.name == "sgd" else "adam",
-                lr=opt.lr,
-                min_lr=opt.min_lr,
-                weight_decay=opt.weight_decay,
-                adam_beta1=opt.beta1,
-                adam_beta2=opt.beta2,
-                adam_eps=opt.eps,
-                clip_grad=spec.train.grad_clip,
-                bf16=self.config.bf16,
-                fp16=self.config.fp16,
-                params_dtype=self.config.params_dtype,
-                use_distributed_optimizer=spec.parallel.distributed_optimizer,
-            ),
-            self.models,
-        )
+        self.optimizer = get_megatron_optimizer(optimizer_config(document), self.models)
+        self.scheduler = param_scheduler(document, self.optimizer)
         device = "cpu" if self.cpu else torch.cuda.current_device()
         s = self.seq_length
         self.position_ids = torch.arange(s, device=device).unsqueeze(0).expand(self.micro_batch_size, s)
@@ -136,16 +115,17 @@ class MegatronTrainer:
         loss_sum = output.float().sum()
         return loss_sum, num_tokens, {"loss_sum": loss_sum.detach().clone(), "tokens": num_tokens.double()}
 
-    def train_step(self, batches: list[Batch], lr: float) -> tuple[float, float, float]:
-        """Forward/backward over this rank's micro-batches, optimizer step; (loss, grad_norm, lr)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+    def train_step(self, batches: list[Batch], step: int) -> tuple[float, float, float]:
+        """Forward/backward over this rank's micro-batches, optimizer step `step` (1-based) at the
+        learning rate megatron-core's scheduler gives it; (loss, grad_norm, lr)."""
+        self.scheduler.step(step - self.scheduler.num_steps)  # after a resume, straight to `step`
+        lr = self.scheduler.get_lr({})  # the schedule's own rate (a param group may scale it; none here does)
         for model in self.models:
             model.zero_grad_buffer()
         self.optimizer.zero_grad()
         outputs = self._schedule(batches, forward_only=False)
         _, grad_norm, _ = self.optimizer.step()
-        return self._mean_loss(outputs), float(grad_norm) if grad_norm is not None else math.nan, lr
+        return self._mean_loss(outputs), float(grad_norm) if grad_norm is not None else math.nan, float(lr)
 
     def eval_loss(self, batches: list[Batch]) -> float:
         """The mean token loss of these micro-batches over all DP ranks, no gradients, dropout off."""
