@@ -8,10 +8,10 @@ numbers are derivable), takes the step time of the spec's own layout (`steptime.
 `lmspec plan` ranks by and `lmspec explain` prints), turns it into tokens/s per GPU and prints it beside the
 published figure: the ratio predicted/published per point, the median absolute error overall, per GPU
 generation and per precision, the worst points, and the leave-one-source-out median: for each source, the
-calibration (`steptime.Calibration`) is fitted on the other sources' points alone and the left-out source is
+calibration (`steptime_calibration.Calibration`) is fitted on the other sources' points alone and the left-out source is
 priced with it, so that figure measures prediction, not fitting. `--fit` fits the calibration on every point
 and writes it, with the fit's provenance, to compiler/models/steptime_calibration.json (what
-`steptime.CALIBRATION` loads). Points lmspec cannot price are listed with the reason.
+`steptime_calibration.CALIBRATION` loads). Points lmspec cannot price are listed with the reason.
 """
 
 from __future__ import annotations
@@ -34,21 +34,14 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lmspec.compiler.models import steptime  # noqa: E402
-from lmspec.compiler.models.steptime import (  # noqa: E402
-    CALIBRATION,
-    CALIBRATION_FILE,
-    Calibration,
-    StepConstants,
-    StepInputs,
-    step_constants,
-    step_inputs,
-    step_time,
-)
+from lmspec.compiler.models import steptime_calibration  # noqa: E402
+from lmspec.compiler.models.steptime import step_time  # noqa: E402
+from lmspec.compiler.models.steptime_calibration import CALIBRATION, CALIBRATION_FILE, Calibration  # noqa: E402
+from lmspec.compiler.models.steptime_inputs import StepConstants, StepInputs, step_constants, step_inputs  # noqa: E402
 from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "steptime" / "published_runs.yaml"
-CALIBRATION_PATH = Path(steptime.__file__).with_name(CALIBRATION_FILE)
+CALIBRATION_PATH = Path(steptime_calibration.__file__).with_name(CALIBRATION_FILE)
 WORST = 5
 # GPU generation of each hardware preset the calibration set uses (H800 is a Hopper H100 with less NVLink).
 GENERATION = {"a100_40g": "A100", "a100_80g": "A100", "h100_80g": "H100", "h800_80g": "H100", "h200_141g": "H100"}

@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from steptime_published import DATA, Point, compose, overrides  # noqa: E402
 
-from lmspec.compiler.models.steptime import CALIBRATION, step_time  # noqa: E402
+from lmspec.compiler.models.steptime import step_time  # noqa: E402
+from lmspec.compiler.models.steptime_calibration import CALIBRATION  # noqa: E402
 from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
 from lmspec.compiler.search.report import TERM_NAMES, Row, row_at, rows  # noqa: E402
 from lmspec.compiler.search.search import SearchResult, search  # noqa: E402

@@ -4,7 +4,7 @@ The runtime reads a build through `Build.open` (compiler/build/reader.py), the t
 (compiler/plan.py) and the file names (compiler/build/files.py), and uses pure helpers that the
 compiler shares with it: the models (compiler/models/), the families and the conversion table,
 the spec's typed sections, the errors, the data sidecars and tokenizer files (compiler/data/), the
-run directories (compiler/run_paths.py), the atomic writer (compiler/build/writer.py), the
+run directories (compiler/run_paths.py), the atomic writes (compiler/build/atomic.py), the
 launcher table (compiler/launchers/), and what the emitted scripts and the runtime must spell alike
 (compiler/launch_names.py, compiler/endpoint.py, the file names' serve_scripts) or check alike
 (compiler/vllm_cpu.py, which a rule and the serve stage both run; compiler/spec/shown_key.py, the

@@ -129,7 +129,8 @@ def compile_one(
     Unless `check`, a target that is not an lmspec build is refused (UsageError) before any
     artifact is emitted; `write()` checks again.
     """
-    from lmspec.compiler.build.writer import BUILD, build_target, require_replaceable
+    from lmspec.compiler.build.ownership import BUILD, require_replaceable
+    from lmspec.compiler.build.writer import build_target
 
     def build_dir(name: str) -> Path:
         return build_target(output, dir_name(name) if dir_name is not None else name)

@@ -45,7 +45,8 @@ from lmspec.compiler.spec.sections import ConvertSpec, ServingSpec, Spec, Traini
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """Every parallel degree, resolved (no `auto` left)."""
+    """Every parallel degree, resolved (no `auto` left): ParallelDims' values for this one spec, as plan.json
+    records them (compiler/models/dims.py names the four stages of a layout)."""
 
     world_size: int
     nodes: int

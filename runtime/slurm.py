@@ -1,7 +1,7 @@
 """Submitting a build's sbatch script: the one owner of the sbatch command line and its job id.
 
-Training follows its job to the end (`sbatch --wait`, runtime/train/launch.py); serving submits an
-engine that runs until cancelled and returns (runtime/serve/cluster.py). Both read the job id from
+Training follows its job to the end (`sbatch --wait`), serving submits an
+engine that runs until cancelled and returns (both in runtime/launchers/slurm.py). Both read the job id from
 sbatch's first line (--parsable: `ID` or `ID;CLUSTER`) and name the missing Slurm client the same way.
 """
 

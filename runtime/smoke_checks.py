@@ -1,17 +1,19 @@
 """`--smoke` of a stage that launches through scripts: each check a command that must exit 0, run in order.
 
-Training (runtime/train/launch.py) and a Slurm-submitted engine (runtime/serve/cluster.py) ask the same
+Training (runtime/train/launch.py) and a Slurm-submitted engine (runtime/launchers/slurm.py) ask the same
 kind of question, "could this start?", without starting anything: one line per check, the first failure
 with its command and stderr ends the run with exit 1.
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import subprocess
-import sys
 
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
+
+logger = logging.getLogger(__name__)
 
 Check = tuple[str, list[str]]  # (what it proves, the command)
 
@@ -21,10 +23,10 @@ def run_checks(checks: list[Check], env: dict[str, str]) -> int:
         try:
             result = subprocess.run(check, env=env, capture_output=True, text=True, check=False)
         except FileNotFoundError as exc:
-            print(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}", file=sys.stderr)
+            logger.error(f"smoke: FAILED {label}: {check[0]}: {exc.strerror}")
             return EXIT_FAILED
         if result.returncode != 0:
-            print(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}", file=sys.stderr)
+            logger.error(f"smoke: FAILED {label}: {shlex.join(check)}\n{result.stderr.strip()}")
             return EXIT_FAILED
-        print(f"smoke: ok {label}")
+        print(f"smoke: ok {label}")  # the checklist --smoke was asked for: its product, at any log level
     return EXIT_OK

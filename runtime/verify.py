@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import sys
@@ -36,6 +37,8 @@ from lmspec.compiler.backends.backend import load
 from lmspec.compiler.build.files import DEEPSPEED_DIR, DIST_CKPT_DIR, MAPPING, MEGATRON_CONFIG
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+logger = logging.getLogger(__name__)
 
 MAX_LOGITS_ABS_DIFF = 1e-4  # fp32 (issue 18); a wrong norm_topk_prob measured 0.0137
 MIN_LAYER_COSINE = 0.999  # a layer whose outputs fall below this is "diverging" (the locator, not the criterion)
@@ -281,16 +284,15 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
     report = verify_build(build, getattr(options, "hf_dir", None))
     print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     if report.ok:
-        print(
+        logger.info(
             f"verify: ok: logits max |diff| {report.max_abs_diff:.3e} <= {MAX_LOGITS_ABS_DIFF:g}, "
             f"cosine {report.cosine:.6f}"
         )
         return EXIT_OK
-    print(
+    logger.error(
         f"verify: FAILED: logits max |diff| {report.max_abs_diff:.3e} (<= {MAX_LOGITS_ABS_DIFF:g} required), "
         f"cosine {report.cosine:.6f}; first diverging: {report.first_divergence()} (layer outputs below "
-        f"{MIN_LAYER_COSINE} cosine); check its entries in {MAPPING}",
-        file=sys.stderr,
+        f"{MIN_LAYER_COSINE} cosine); check its entries in {MAPPING}"
     )
     return EXIT_FAILED
 
@@ -298,15 +300,18 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     """`python -m lmspec.runtime.verify <build dir> [<hf dir>]` (an HF directory other than convert.output)."""
     if len(argv) not in (1, 2):
-        print("usage: python -m lmspec.runtime.verify <build dir> [<hf dir>]", file=sys.stderr)
+        logger.error("usage: python -m lmspec.runtime.verify <build dir> [<hf dir>]")
         return EXIT_USAGE
     hf_dir = Path(argv[1]) if len(argv) > 1 else None
     try:
         return run_stage(Build.open(Path(argv[0])), argparse.Namespace(dry_run=False, hf_dir=hf_dir))
     except UsageError as exc:
-        print(f"lmspec: error: {exc}", file=sys.stderr)
+        logger.error(f"lmspec: error: {exc}")
         return EXIT_USAGE
 
 
 if __name__ == "__main__":
+    from lmspec.runtime.log import setup_logging
+
+    setup_logging()  # as every runtime process's entry (runtime/log.py)
     sys.exit(main(sys.argv[1:]))

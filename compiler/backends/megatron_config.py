@@ -49,8 +49,8 @@ BUCKET_ELEMENTS_PER_DP_RANK = 1_000_000
 
 @dataclass(frozen=True)
 class ParallelDegrees:
-    """The model-parallel degrees a model is built for: the Plan's layout in training (`of`), or any
-    degrees a test measures at."""
+    """The model-parallel degrees a model is built for: the Plan's Layout in training (`of`), or any
+    degrees a test measures at (the last of a layout's stages: compiler/models/dims.py)."""
 
     tp: int = 1
     pp: int = 1

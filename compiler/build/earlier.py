@@ -4,7 +4,7 @@ A file is offered only while its bytes still hash to what that build's manifest 
 so a hand-edited artifact is never carried into a new build.
 
 Every read of a directory lmspec may not have written (the earlier build, `compile --check`,
-the ownership test of compiler/build/writer.py) goes through compiler/build/safe_read.py's
+the ownership test of compiler/build/ownership.py) goes through compiler/build/safe_read.py's
 `read_regular`: it never follows a final symlink, never blocks on a FIFO, reads regular files
 only and at most READ_LIMIT_BYTES, and reports every failure as `Unreadable` with a short reason
 instead of an exception a user would see as a traceback.

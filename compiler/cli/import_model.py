@@ -84,7 +84,8 @@ def group_text(group: dict[str, Any], source: Path, digest: str, output: Path) -
 
 
 def _cmd_import_model(args: argparse.Namespace) -> int:
-    from lmspec.compiler.build.writer import require_own_file, write_file_atomic
+    from lmspec.compiler.build.atomic import write_file_atomic
+    from lmspec.compiler.build.ownership import require_own_file
     from lmspec.compiler.spec.kinds import PLAIN_NAME
 
     output: Path = args.output

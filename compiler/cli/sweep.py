@@ -56,8 +56,8 @@ def sweep_point_name(name: str, suffix: str) -> str:
     digits of the overrides' sha256 follow, the slug cut to fit (`tiny-train.checkpoint.dir=a_b-1f2e3d4c`).
     The sweep index lists each name next to the overrides it stands for.
     """
+    from lmspec.compiler.build.atomic import NAME_MAX
     from lmspec.compiler.build.digest import sha256
-    from lmspec.compiler.build.writer import NAME_MAX
 
     if not suffix:
         return name
@@ -84,8 +84,9 @@ def compile_many(combos: list[tuple[list[str], str]], args: argparse.Namespace) 
     Every build's directory is named by `sweep_point_name`, directly under the build root; all
     targets (and the index) are checked before the first is written, so a refusal writes nothing.
     """
+    from lmspec.compiler.build.atomic import write_file_atomic
     from lmspec.compiler.build.files import PLAN
-    from lmspec.compiler.build.writer import require_own_file, write_file_atomic
+    from lmspec.compiler.build.ownership import require_own_file
     from lmspec.compiler.pipeline import compile_one
 
     status = EXIT_OK

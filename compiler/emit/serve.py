@@ -36,7 +36,7 @@ from lmspec.compiler.emit.render import render
 from lmspec.compiler.endpoint import endpoint
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, PYTHON_ENV, VLLM_CLI_ENV
 from lmspec.compiler.launchers import launcher_of
-from lmspec.compiler.models.serve_layout import RoleName, ServeLayout
+from lmspec.compiler.models.serve_layout import RoleName
 from lmspec.compiler.plan import Plan
 
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
@@ -252,21 +252,6 @@ def serve_sbatch_sh(plan: Plan) -> str:
     )
 
 
-def run_instructions(plan: Plan) -> str:
-    """What to run where, for REPORT.md (lmspec.runtime.serve.stage prints the same per node)."""
-    layout: ServeLayout = plan.served().layout
-    build = f"build/{plan.name}"
-    if launcher_of(plan.spec.cluster).batch_job:
-        return f"`lmspec run {build} --stage serve` (submits {SERVE_SBATCH_SH}: {layout.nodes} node(s))"
-    if layout.nodes == 1:
-        return f"`lmspec run {build} --stage serve` ({SERVE_SH} with {VLLM_YAML})"
-    return (
-        f"on node 0 `bash {build}/{SERVE_HEAD_SH} HEAD_ADDRESS`, on node k = 1..{layout.nodes - 1} "
-        f"`bash {build}/{SERVE_WORKER_SH} HEAD_ADDRESS k` ({layout.mode}; HEAD_ADDRESS: node 0 as the others "
-        f"reach it); `lmspec run {build} --stage serve` prints these"
-    )
-
-
 def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
     """REPORT.md's serving rows that are not memory: layout, lengths, dtypes, quantization, endpoint."""
     s, v = plan.spec, plan.served().spec.serve
@@ -286,5 +271,5 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
         ("quantization", QUANTIZATION_NOTES[v.quantization] if v.quantization else "none"),
         ("model served", f"`{plan.served().model_dir}` ({source})"),
         ("endpoint", f"{endpoint(v.host, v.port)} as `{v.served_model_name}`, {auth}"),
-        ("run", run_instructions(plan)),
+        ("run", launcher_of(plan.spec.cluster).serve_instructions(plan)),
     ]

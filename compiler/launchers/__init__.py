@@ -1,9 +1,10 @@
 """The launchers `lmspec run` starts a build with: `cluster.launcher` -> its module's Launcher.
 
-A launcher is one file here (its rules, the files only it emits, whether it submits a batch job, its stop
-signal, its doctor signatures; lmspec.compiler.launchers.launcher says what each is) plus a cluster preset
-under specs/cluster/. This table is the only other line: `cluster.launcher`'s allowed values (and so the
-schema's enum, in this order) are its keys; `python -m lmspec.compiler.spec.schema` rewrites schemas/.
+A launcher is one file here (its rules, the files only it emits, how `lmspec run` starts it, its stop
+signal, its doctor signatures; lmspec.compiler.launchers.launcher says what each is), its runtime record
+under runtime/launchers/, and a cluster preset under specs/cluster/. This table is the only other line:
+`cluster.launcher`'s allowed values (and so the schema's enum, in this order) are its keys;
+`python -m lmspec.compiler.spec.schema` rewrites schemas/.
 A launcher's name is compared nowhere else (tests/compiler/test_plugin_names.py): code asks `launcher_of`.
 """
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from lmspec.compiler.errors import Problem
 
 if TYPE_CHECKING:  # the rules package imports the registry to run these: only types cross back
+    from lmspec.compiler.plan import Plan
     from lmspec.compiler.rules.context import RuleContext, TrainingContext
 
     Rule = Callable[[RuleContext], Iterator[Problem]]
@@ -34,9 +35,10 @@ class Launcher:
     section: str | None
     rules: tuple[Rule, ...]  # judge `section` in every spec (lmspec.compiler.rules.launch.RULES)
     training_rules: tuple[TrainingRule, ...]  # only when it is the spec's launcher and the spec trains
-    # `lmspec run` hands the job to a scheduler that starts every node (launch/sbatch.sh, serve/sbatch.sh) and
-    # follows it; False: lmspec starts this machine's processes itself and prints the other nodes' commands
-    batch_job: bool
+    # how `lmspec run` starts a build under it: "module:attribute" of its lmspec.runtime.launchers.LauncherRuntime
+    # (named, not imported: the compiler never imports the runtime)
+    runtime: str
+    serve_instructions: Callable[[Plan], str]  # REPORT.md's serving "run" row: what starts the engine, where
     serve_files: tuple[str, ...]  # build files only it emits for serving (lmspec.compiler.emit.serve)
     container: bool  # runs every node's processes in cluster.slurm.container's image (pyxis on srun)
     # what asks the trainer to checkpoint and exit for requeue (runtime/train/signals.py handles each): Slurm's

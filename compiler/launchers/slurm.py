@@ -1,7 +1,7 @@
 """cluster.launcher=slurm: the job goes to Slurm as one batch script that starts every node.
 
 `lmspec run` submits launch/sbatch.sh (serve/sbatch.sh for serving) and follows the job
-(runtime/train/launch.py, runtime/serve/cluster.py, runtime/slurm.py). Before the time limit Slurm sends
+(runtime/launchers/slurm.py, runtime/slurm.py). Before the time limit Slurm sends
 USR1 to the batch shell (`--signal=B:USR1@N`, compiler/emit/launch.py), which forwards it to every task:
 the trainer checkpoints and exits for requeue. cluster.slurm is read by this launcher alone; its
 container runs on srun through pyxis (compiler/emit/site.py).
@@ -18,6 +18,7 @@ from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.launchers.launcher import Launcher
 
 if TYPE_CHECKING:
+    from lmspec.compiler.plan import Plan
     from lmspec.compiler.rules.context import RuleContext
 
 SECONDS_PER = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
@@ -46,12 +47,18 @@ def slurm_signal_before_time_limit(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+def serve_instructions(plan: Plan) -> str:
+    nodes = plan.served().layout.nodes
+    return f"`lmspec run build/{plan.name} --stage serve` (submits {SERVE_SBATCH_SH}: {nodes} node(s))"
+
+
 SLURM = Launcher(
     name="slurm",
     section="cluster.slurm",
     rules=(slurm_signal_before_time_limit,),
     training_rules=(),
-    batch_job=True,
+    runtime="lmspec.runtime.launchers.slurm:SLURM",
+    serve_instructions=serve_instructions,
     serve_files=(SERVE_SBATCH_SH,),
     container=True,
     stop_signal=signal.SIGUSR1,

@@ -14,7 +14,7 @@ all-gather (n-1)/n, an all-to-all (n-1)/n. Traffic per step:
 A group stays on the intra-node link when its span fits in one node (`ParallelDims`' spans). A ring that
 leaves the node crosses the network once per node and ring, so NCCL runs one ring per NIC: the group's
 members in one node share the node's NICs (`Links.ring_bytes_per_s`). What is hidden behind compute, and
-the seconds these volumes take, is the step-time model's (compiler/models/steptime.py): plan.json's
+the seconds these volumes take, is the step-time model's (compiler/models/steptime_comm.py): plan.json's
 `comm` is that computation's communication with nothing overlapped.
 """
 
@@ -81,7 +81,7 @@ def ring(n: Any) -> Any:
     """Share of a buffer each of n ranks sends in a reduce-scatter, all-gather or all-to-all (0 at n = 1).
 
     This and the volume functions below are plain arithmetic on ints or numpy arrays: `lmspec plan`
-    prices its candidates' traffic with them (compiler/models/steptime.py)."""
+    prices its candidates' traffic with them (compiler/models/steptime_comm.py)."""
     return (n - 1) / n
 
 

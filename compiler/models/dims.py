@@ -11,6 +11,13 @@ formula serves both.
 Rank order is Megatron's: `tp-cp-ep-dp-pp` for the dense layers and `etp-ep-edp-pp` for the
 experts (MoE parallel folding), so a group's members lie within `span` consecutive ranks and
 the group stays on the intra-node link when the span fits in one node.
+
+One layout passes through four named stages, each the input of the next and none re-deriving another:
+`ParallelSpec` (compiler/spec/sections: what the spec asks, `dp: auto` included) -> `ParallelDims` (here:
+every degree resolved and every number that follows, for one spec or a million candidates) -> the Plan's
+`Layout` (compiler/plan.py: one resolved layout as plan.json records it, built from ParallelDims) ->
+`ParallelDegrees` (compiler/backends/megatron_config.py: the model-parallel part a megatron-core model is
+built at, the Layout's in training, or all ones for one process).
 """
 
 from __future__ import annotations

@@ -11,14 +11,8 @@ from lmspec.compiler.models.comm import dp_grad_bytes
 from lmspec.compiler.models.dims import balanced_stages, micro_batches_per_step
 from lmspec.compiler.models.flops import flops_breakdown, mfu
 from lmspec.compiler.models.stages import slowest_stage_work
-from lmspec.compiler.models.steptime import (
-    StepConstants,
-    StepInputs,
-    StepTime,
-    moe_a2a_overlaps,
-    step_constants,
-    step_time,
-)
+from lmspec.compiler.models.steptime import StepTime, step_time
+from lmspec.compiler.models.steptime_inputs import StepConstants, StepInputs, moe_a2a_overlaps, step_constants
 from lmspec.compiler.models.units import precision_bytes
 from lmspec.compiler.search.legality import (
     BACKENDS,

@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 
 from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
-from lmspec.compiler.models import steptime, units
+from lmspec.compiler.models import (
+    steptime,
+    steptime_calibration,
+    steptime_comm,
+    steptime_compute,
+    steptime_inputs,
+    units,
+)
 from lmspec.compiler.models.dims import world_size
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, candidate_impl
 from lmspec.compiler.search.search import SearchResult
@@ -176,12 +183,15 @@ def rejection_lines(result: SearchResult) -> list[tuple[str, int]]:
 def constants() -> dict[str, Any]:
     """The step-time model's named constants (its fitted calibration among them), as the JSON output documents
     them (units are not its own)."""
+    found = {
+        name: getattr(module, name)
+        for module in (steptime, steptime_calibration, steptime_comm, steptime_compute, steptime_inputs)
+        for name in dir(module)
+        if name.isupper() and not hasattr(units, name)
+    }
     out: dict[str, Any] = {}
-    for name in dir(steptime):
-        value = getattr(steptime, name)
-        if not name.isupper() or hasattr(units, name):
-            continue
-        if isinstance(value, steptime.Calibration):
+    for name, value in sorted(found.items()):
+        if isinstance(value, steptime_calibration.Calibration):
             out[name] = dataclasses.asdict(value)
         elif isinstance(value, (int, float, dict)):
             out[name] = value

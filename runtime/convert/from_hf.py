@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     from lmspec.runtime.train.loop import init_distributed
 
     if len(argv) != 3:
-        print("usage: python -m lmspec.runtime.convert.from_hf <build dir> <hf dir> <out dir>", file=sys.stderr)
+        logger.error("usage: python -m lmspec.runtime.convert.from_hf <build dir> <hf dir> <out dir>")
         return EXIT_USAGE
     build_dir, hf_dir, out_root = (Path(a) for a in argv)
     try:

@@ -21,11 +21,11 @@ from lmspec.compiler.backends import BACKENDS, backend_of
 from lmspec.compiler.build.files import run_dir, step_dir
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_OK, UsageError
-from lmspec.compiler.launchers import launcher_of
 from lmspec.runtime.convert.hf_source import check_source
+from lmspec.runtime.launchers import runtime_of
 from lmspec.runtime.slurm import in_container
 from lmspec.runtime.train.checkpoint import TMP_PREFIX
-from lmspec.runtime.train.launch import launch, launch_command, launch_env, launch_root, print_dry_run
+from lmspec.runtime.train.launch import launch_env, launch_root, print_dry_run
 
 logger = logging.getLogger(__name__)
 
@@ -52,23 +52,22 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
         )
     fp8 = check_source(hf_dir, build.mapping["hf_config"])
     out = imported_root(build)
-    launcher = launcher_of(build.spec.cluster)
+    launcher = runtime_of(build.spec.cluster)
     entry = (IMPORT_ENTRY, str(hf_dir.resolve()), str(out.resolve()))
-    command = launch_command(launch_root(build), launcher, entry)
+    command = launcher.command(launch_root(build), entry)
     env = launch_env(in_container(build.spec.cluster))
     if options.dry_run:
         return print_dry_run(command, env, launcher)
     if fp8 is not None:
         logger.info(f"import: {hf_dir} is block-FP8 ({fp8.block[0]}x{fp8.block[1]}); dequantising while reading")
-    code = launch(command, env, launcher, build.spec.name)
+    code = launcher.run(command, env, build.spec.name)
     if code != EXIT_OK:
         for partial in out.glob(f"{TMP_PREFIX}*"):  # the save's temporary directory: never a checkpoint
             shutil.rmtree(partial, ignore_errors=True)
         logger.error(f"lmspec run: the import failed (exit code {code}); no checkpoint was written")
         return code
-    print(
+    logger.info(
         f"import: wrote {out / step_dir(0)}; train from it by compiling with the override "
-        f"train.init_from={out / step_dir(0)}",
-        flush=True,
+        f"train.init_from={out / step_dir(0)}"
     )
     return EXIT_OK

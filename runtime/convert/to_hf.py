@@ -25,7 +25,7 @@ Before anything is written: every model key of the checkpoint must be in the map
 and every mapped key in the checkpoint (both lists printed otherwise), with the shapes
 and dtypes the mapping says; the direct path checks each HF tensor's byte count.
 Output goes to a staging directory that takes the place of `convert.output` at the end
-(compiler/build/writer.py replace_directory: renameat2 exchange, so a failed or killed conversion
+(compiler/build/atomic.py replace_directory: renameat2 exchange, so a failed or killed conversion
 leaves the previous one in place). The output carries lmspec-convert.json, the list of the
 files the converter wrote; an existing `convert.output` without it (a run directory, the
 checkpoints, a user's directory) or with files it does not name is refused (exit 2), never
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import time
@@ -47,6 +48,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmspec.compiler.build.atomic import replace_directory
 from lmspec.compiler.build.files import (
     DEEPSPEED_DIR,
     DEEPSPEED_ZERO_FORMAT,
@@ -55,8 +57,8 @@ from lmspec.compiler.build.files import (
     MAPPING,
     TORCH_DIST_FORMAT,
 )
+from lmspec.compiler.build.ownership import CONVERTED, require_replaceable
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.build.writer import CONVERTED, replace_directory, require_replaceable
 from lmspec.compiler.conversion.document import TRANSFORMS, Tensor, tensors
 from lmspec.compiler.conversion.kinds import SplitKind
 from lmspec.compiler.conversion.transforms import Transform
@@ -75,6 +77,8 @@ from lmspec.runtime.dtypes import DTYPE_BYTES, torch_dtype
 if TYPE_CHECKING:
     import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
     from rich.progress import Progress
+
+logger = logging.getLogger(__name__)
 
 _LISTED = 20  # names printed per problem list
 OUTPUT_LABEL = "convert.output="  # how messages about the output directory name it
@@ -348,10 +352,10 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
     try:
         output, summary = convert_build(build, progress=sys.stderr.isatty())
     except ConversionError as exc:
-        print(f"lmspec: convert: {exc}", file=sys.stderr)
+        logger.error(f"lmspec: convert: {exc}")
         return EXIT_FAILED
     seconds = time.perf_counter() - start
-    print(
+    logger.info(
         f"converted {summary['tensors']} tensors ({summary['bytes'] / 1e9:.3f} GB, {summary['shards']} shard(s)) "
         f"into {output} in {seconds:.1f} s ({summary['bytes'] / 1e9 / seconds:.2f} GB/s)"
     )
@@ -361,14 +365,17 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     """`python -m lmspec.runtime.convert.to_hf <build dir>` (what the stage runs, also usable alone)."""
     if len(argv) != 1:
-        print("usage: python -m lmspec.runtime.convert.to_hf <build dir>", file=sys.stderr)
+        logger.error("usage: python -m lmspec.runtime.convert.to_hf <build dir>")
         return EXIT_USAGE
     try:
         return run_stage(Build.open(Path(argv[0])), argparse.Namespace(dry_run=False))
     except UsageError as exc:
-        print(f"lmspec: error: {exc}", file=sys.stderr)
+        logger.error(f"lmspec: error: {exc}")
         return EXIT_USAGE
 
 
 if __name__ == "__main__":
+    from lmspec.runtime.log import setup_logging
+
+    setup_logging()  # as every runtime process's entry (runtime/log.py)
     sys.exit(main(sys.argv[1:]))

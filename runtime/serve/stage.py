@@ -13,14 +13,16 @@ The spec is the typed one of compiler/build/reader.py, and serve.sh and vllm.yam
 against manifest.json before anything starts; so is the served config.json against the spec
 (compiler/serve_config.py: the model, tp against its heads, max_model_len, expert parallel,
 quantization), every problem listed (exit 2) before vLLM is started.
-An engine on several nodes, or any under cluster.launcher=slurm, is not started here: the stage
-prints each node's command or submits serve/sbatch.sh (runtime/serve/cluster.py).
+Which engine this machine starts is the launcher's (runtime/launchers/): cluster.launcher=local serves a
+one-node engine here (`serve_here`) and prints each node's command for one on several nodes; slurm submits
+serve/sbatch.sh.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shlex
 import socket
@@ -37,14 +39,15 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.endpoint import endpoint
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
-from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.serve_config import served_config_problems
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.compiler.vllm_cpu import cpu_attention_problems
+from lmspec.runtime.launchers import runtime_of
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
-from lmspec.runtime.serve.cluster import engine_files, print_node_commands, submit_engine
 from lmspec.runtime.slurm import in_container
+
+logger = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 1800.0  # loading hundreds of GB of weights takes many minutes; tiny on CPU ~30-60 s
 HEALTH_POLL_S = 1.0
@@ -60,26 +63,36 @@ class ServeFailure(Exception):
 
 
 def run_stage(build: Build, options: argparse.Namespace) -> int:
-    spec, plan = build.serving(), build.plan
-    layout, launcher = plan.served().layout, launcher_of(spec.cluster)
-    for rel in engine_files(layout, launcher):  # what bash and vLLM read: as compiled, or nothing starts
+    spec = build.serving()
+    launcher = runtime_of(spec.cluster)
+    for rel in launcher.engine_files(
+        build.plan.served().layout
+    ):  # what bash and vLLM read: as compiled, or nothing starts
         build.script(rel)
     env = dict(os.environ)
     cli = Path(sys.executable).parent / CPU_VLLM_CLI
     if cli.is_file() and not in_container(spec.cluster):  # in a container the image's vLLM runs
         env.setdefault(VLLM_CLI_ENV, str(cli))
     prefix = f"{VLLM_CLI_ENV}={shlex.quote(env[VLLM_CLI_ENV])} " if VLLM_CLI_ENV in env else ""
-    if launcher.batch_job or layout.nodes > 1:
-        extra: list[str] = []
-        if not options.dry_run:
-            check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
-            extra = _tokenizer_flags(plan)  # written under runs/, which every node reads from the same directory
-        if launcher.batch_job:
-            return submit_engine(build, env, prefix, extra, dry_run=options.dry_run, smoke=options.smoke)
-        return print_node_commands(build, prefix, extra)  # never a one-node engine for a multi-node layout
+    return launcher.start_serving(build, env, prefix, options)
+
+
+def node_flags(plan: Plan, *, dry_run: bool) -> list[str]:
+    """For an engine this machine does not start (a batch job's, or one on several nodes): the served model
+    checked where it is here, and the vLLM flags every node's script gets. The tokenizer is written under
+    runs/, which every node reads from the same directory; a dry run checks and writes nothing."""
+    if dry_run:
+        return []
+    check_served_model(plan, required=False)  # the nodes read the model; here it may not be reachable
+    return _tokenizer_flags(plan)
+
+
+def serve_here(build: Build, env: dict[str, str], env_prefix: str, options: argparse.Namespace) -> int:
+    """A one-node engine started on this machine (its launcher's choice): serve/serve.sh under watch."""
+    spec, plan = build.serving(), build.plan
     command = ["bash", str(build.root.resolve() / SERVE_SH)]
     if options.dry_run:
-        print(prefix + shlex.join(command))
+        print(env_prefix + shlex.join(command))
         return EXIT_OK
     _preflight(plan, env)
     command += _tokenizer_flags(plan)
@@ -93,12 +106,12 @@ def run_stage(build: Build, options: argparse.Namespace) -> int:
         with sigterm_raises():
             return _serve(spec, proc, env, log_path, smoke=options.smoke)
     except ServeFailure as exc:
-        print(f"serve: FAILED: {exc}", file=sys.stderr)
-        _print_log_tail(log_path)
+        logger.error(f"serve: FAILED: {exc}")
+        _log_tail(log_path)
         stop_group(proc, sweep=True)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("\nserve: interrupted; stopping vLLM", file=sys.stderr)
+        logger.warning("\nserve: interrupted; stopping vLLM")
         stop_group(proc, sweep=True)
         return EXIT_SIGINT
     except Terminated:
@@ -114,17 +127,16 @@ def _serve(
     key = env.get(v.api_key_env) if v.api_key_env else None
     _wait_healthy(proc, base, log_path)
     check_endpoint(base, v.served_model_name, key)
-    print(
+    logger.info(
         f"serving {v.served_model_name} at {base}/v1 (OpenAI-compatible"
         + (f"; key from ${v.api_key_env}" if key else "; no API key")
-        + f"); log: {log_path}",
-        flush=True,
+        + f"); log: {log_path}"
     )
     if smoke:
         stop_group(proc, sweep=True)
-        print("serve: smoke checks passed; vLLM stopped")
+        logger.info("serve: smoke checks passed; vLLM stopped")
         return EXIT_OK
-    print("serve: Ctrl-C stops the server", flush=True)
+    logger.info("serve: Ctrl-C stops the server")
     rc = proc.wait()
     if rc != 0:
         raise ServeFailure(f"vLLM exited with code {rc}")
@@ -150,7 +162,7 @@ def check_endpoint(base: str, served_name: str, key: str | None) -> None:
     choices, usage = answer.get("choices") or [{}], answer.get("usage") or {}
     if not isinstance(choices[0].get("text"), str) or not usage.get("completion_tokens"):
         raise ServeFailure(f"/v1/completions gave no completion: {json.dumps(answer)[:300]}")
-    print(f"completion ({usage['completion_tokens']} tokens): {SMOKE_PROMPT!r} -> {choices[0]['text']!r}", flush=True)
+    logger.info(f"completion ({usage['completion_tokens']} tokens): {SMOKE_PROMPT!r} -> {choices[0]['text']!r}")
 
 
 def request_json(url: str, key: str | None, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -177,7 +189,7 @@ def _wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> N
         if _healthy(f"{base}/health"):
             if tty:
                 print()
-            print(f"vLLM healthy after {waited:.0f} s", flush=True)
+            logger.info(f"vLLM healthy after {waited:.0f} s")
             return
         if waited > HEALTH_TIMEOUT_S:
             raise ServeFailure(f"/health did not answer within {HEALTH_TIMEOUT_S:.0f} s")
@@ -216,7 +228,7 @@ def _tokenizer_flags(plan: Plan) -> list[str]:
     directory = Path(plan.paths.run_dir) / TOKENIZER_DIR
     directory.mkdir(parents=True, exist_ok=True)
     training_tokenizer(train.data).write(directory)
-    print(f"serve: {model} has no tokenizer; serving with the training tokenizer written to {directory}")
+    logger.info(f"serve: {model} has no tokenizer; serving with the training tokenizer written to {directory}")
     return ["--tokenizer", str(directory)]
 
 
@@ -228,7 +240,9 @@ def check_served_model(plan: Plan, *, required: bool) -> None:
     config_path = model / "config.json"
     if not config_path.is_file():
         if not required:
-            print(f"serve: no {config_path} on this machine: the served model is not checked against the spec here")
+            logger.info(
+                f"serve: no {config_path} on this machine: the served model is not checked against the spec here"
+            )
             return
         if v.model_path:
             raise UsageError(
@@ -278,11 +292,10 @@ def _preflight(plan: Plan, env: dict[str, str]) -> None:
             ) from None
 
 
-def _print_log_tail(log_path: Path) -> None:
+def _log_tail(log_path: Path) -> None:
+    """vLLM's last lines, with the failure they explain: one record, so a rank prefix heads the block once."""
     try:
         lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
     except OSError:
         return
-    print(f"--- last {len(lines)} lines of {log_path} ---", file=sys.stderr)
-    for line in lines:
-        print(line, file=sys.stderr)
+    logger.error("\n".join([f"--- last {len(lines)} lines of {log_path} ---", *lines]))

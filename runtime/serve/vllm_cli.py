@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -45,6 +46,8 @@ from lmspec.runtime.compat.vllm import (
     serving_replaced,
     version_lookup_answered,
 )
+
+logger = logging.getLogger(__name__)
 
 CHECK_FLAG, CHECK_BATCH_FLAG = "--check", "--check-batch"
 CHECK_RESULT_PREFIX = "vllm-check: "
@@ -146,12 +149,15 @@ def check_build_config(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lmspec.runtime.log import setup_logging
+
+    setup_logging()  # lmspec-vllm is a runtime process of its own (runtime/log.py); vLLM's loggers keep their handlers
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (CHECK_FLAG, CHECK_BATCH_FLAG):
         try:
             check_build_config(argv)
         except UsageError as exc:
-            print(f"lmspec-vllm: error: {exc}", file=sys.stderr)
+            logger.error(f"lmspec-vllm: error: {exc}")
             return EXIT_USAGE
         expect_servable()
         with version_lookup_answered():
@@ -160,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         require_checkable()
     except UpstreamVersionError as exc:
-        print(f"lmspec-vllm: error: {exc}", file=sys.stderr)
+        logger.error(f"lmspec-vllm: error: {exc}")
         return EXIT_USAGE
     if argv[0] == CHECK_FLAG:
         batch = [argv[1:]]
@@ -172,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = check(one)
             print(CHECK_RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
             if result["error"]:
-                print(f"vLLM refused {' '.join(one)}: {result['error']}", file=sys.stderr)
+                logger.error(f"vLLM refused {' '.join(one)}: {result['error']}")
             worst = max(worst, result["exit"])
     return worst
 

@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
+from lmspec.compiler.build.atomic import replace_file
 from lmspec.compiler.build.digest import sha256_file
 from lmspec.compiler.build.files import (
     LATEST,
@@ -81,7 +82,6 @@ from lmspec.compiler.build.files import (
     step_dir,
     step_number,
 )
-from lmspec.compiler.build.writer import replace_file
 
 logger = logging.getLogger(__name__)
 

@@ -90,10 +90,13 @@ def transformer_engine_ready(spec: TrainingSpec, *, report: bool = True) -> bool
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print(f"usage: python -m {TE_PREFLIGHT_MODULE} <build dir>", file=sys.stderr)
+        logger.error(f"usage: python -m {TE_PREFLIGHT_MODULE} <build dir>")
         return EXIT_USAGE
     return EXIT_OK if transformer_engine_ready(Build.open(Path(argv[0])).training()) else EXIT_FAILED
 
 
 if __name__ == "__main__":
+    from lmspec.runtime.log import setup_logging
+
+    setup_logging()  # as every runtime process's entry (runtime/log.py)
     sys.exit(main(sys.argv[1:]))

@@ -10,8 +10,10 @@ from helpers.paths import ROOT
 from helpers.plugin_names import name_comparisons, names_compared_outside
 
 from lmspec.compiler.backends import BACKENDS
+from lmspec.compiler.backends.backend import load
 from lmspec.compiler.launchers import LAUNCHERS
 from lmspec.compiler.spec.schema import spec_schema
+from lmspec.runtime.launchers import LauncherRuntime
 
 SUBJECTS = ("launcher",)
 OWN = ("compiler/launchers/__init__.py", *(f"compiler/launchers/{name}.py" for name in LAUNCHERS))
@@ -77,7 +79,7 @@ def test_the_scan_finds_each_shape(source: str) -> None:
         "if t.transformer_impl == 'local':\n    pass\n",  # another key's value, not a launcher
         "impl = 'local' if deepspeed else spec.train.transformer_impl\n",
         "match spec.train.transformer_impl:\n    case 'local':\n        pass\n",
-        "if launcher.batch_job:\n    pass\n",  # asking the plug-in: what the rest of the code does
+        "if launcher.container:\n    pass\n",  # asking the plug-in: what the rest of the code does
     ],
 )
 def test_the_scan_passes_other_comparisons(source: str) -> None:
@@ -86,6 +88,12 @@ def test_the_scan_passes_other_comparisons(source: str) -> None:
 
 def test_the_table_is_keyed_by_each_launchers_name() -> None:
     assert {name: launcher.name for name, launcher in LAUNCHERS.items()} == {name: name for name in LAUNCHERS}
+
+
+def test_each_launcher_names_its_runtime_record() -> None:
+    """`Launcher.runtime` is a name the compiler does not import: here it must resolve to the record `lmspec run`
+    starts the build with."""
+    assert all(isinstance(load(launcher.runtime), LauncherRuntime) for launcher in LAUNCHERS.values())
 
 
 def test_cluster_launcher_admits_the_table_and_each_section_exists() -> None:

@@ -2,7 +2,7 @@
 
 `write_build` runs in a forked child that SIGKILLs itself just before its n-th call that
 changes the disk (os.open creating a file, mkdir, chmod, rename, replace, unlink, rmdir and
-the renameat2 of compiler/build/writer.py), for n = 1, 2, ... until a run completes: every state
+the renameat2 of compiler/build/atomic.py), for n = 1, 2, ... until a run completes: every state
 between two such calls is a state a kill can leave. After each kill the target must be exactly the old or
 exactly the new build (with renameat2), or, in the fallback's window between its two
 renames, missing with the old build whole under a `.lmspec-` dot-name; then an ordinary
@@ -27,7 +27,7 @@ from helpers.build import compile_build
 from helpers.cli import LMSPEC
 from helpers.tree import snapshot
 
-from lmspec.compiler.build import writer
+from lmspec.compiler.build import atomic
 from lmspec.compiler.build.writer import write_build
 from lmspec.compiler.emit.manifest import build_files
 from lmspec.compiler.pipeline import make_plan
@@ -64,7 +64,7 @@ def killed_at(n: int, action: Callable[[], None], exchange: bool) -> bool:
             for name in CALLS:
                 setattr(os, name, counted(getattr(os, name)))
             # A file system without renameat2 (the documented fallback) answers "not offered".
-            writer._renameat2 = counted(writer._renameat2 if exchange else lambda source, destination, flags: False)
+            atomic._renameat2 = counted(atomic._renameat2 if exchange else lambda source, destination, flags: False)
             action()
             os._exit(0)
         except BaseException:
@@ -85,7 +85,7 @@ def _has_exchange(directory: Path) -> bool:
     (directory / "a").mkdir()
     (directory / "b").mkdir()
     try:
-        return writer._renameat2(directory / "a", directory / "b", writer.RENAME_EXCHANGE)
+        return atomic._renameat2(directory / "a", directory / "b", atomic.RENAME_EXCHANGE)
     finally:
         (directory / "a").rmdir()
         (directory / "b").rmdir()

@@ -1,4 +1,4 @@
-"""The safe-write primitives of compiler/build/writer.py on their own, and the sweep point names."""
+"""The safe-write primitives of compiler/build/atomic.py on their own, and the sweep point names."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from helpers.tree import snapshot
 
-from lmspec.compiler.build.writer import CONVERTED, NAME_MAX, build_target, replace_directory, write_file_atomic
+from lmspec.compiler.build.atomic import NAME_MAX, replace_directory, write_file_atomic
+from lmspec.compiler.build.ownership import CONVERTED
+from lmspec.compiler.build.writer import build_target
 from lmspec.compiler.cli.sweep import sweep_point_name
 from lmspec.compiler.errors import UsageError
 

@@ -8,7 +8,8 @@ from helpers.specs import spec_of
 
 from lmspec.compiler.models.comm import CommEstimate, DpTraffic, dp_traffic
 from lmspec.compiler.models.dims import ParallelDims
-from lmspec.compiler.models.steptime import bus_links, estimate_comm_and_step
+from lmspec.compiler.models.steptime import estimate_comm_and_step
+from lmspec.compiler.models.steptime_inputs import bus_links
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.spec.sections import Spec
 

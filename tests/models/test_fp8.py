@@ -15,7 +15,8 @@ import pytest
 from helpers.specs import spec_of
 
 from lmspec.compiler.inputs import read_inputs
-from lmspec.compiler.models.steptime import CALIBRATION, estimate_step_time
+from lmspec.compiler.models.steptime import estimate_step_time
+from lmspec.compiler.models.steptime_calibration import CALIBRATION
 from lmspec.compiler.models.train_memory import estimate_train_memory
 from lmspec.compiler.rules import rule_problems
 from lmspec.compiler.spec.provenance import Origins

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from helpers.bench import bench_module
 
-from lmspec.compiler.models.steptime import CALIBRATION
+from lmspec.compiler.models.steptime_calibration import CALIBRATION
 
 pytestmark = pytest.mark.slow  # composes 39 jobs and runs 11 least-squares fits (~15 s)
 

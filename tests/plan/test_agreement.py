@@ -16,7 +16,7 @@ import pytest
 from helpers.layouts import Layout, enumerate_one, price_one, scalar
 
 from lmspec.compiler.backends.megatron import MEGATRON
-from lmspec.compiler.models import steptime
+from lmspec.compiler.models import steptime, steptime_inputs
 from lmspec.compiler.models.comm import (
     dp_grad_bytes,
     dp_seconds_per_byte,
@@ -317,7 +317,7 @@ def test_plan_json_dp_traffic_is_the_searchs_bytes_per_parameter() -> None:
     dense, expert = worst_gpu_params(spec, dims, memory)
     traffic = dp_traffic(0, False, dp_grad_bytes(MEGATRON.grad_reduce_in_fp32("bf16"), "bf16"), 2)
     assert (traffic.reduce, traffic.gather, traffic.every) == (8, 0, 0)  # one all-reduce of fp32 main gradients
-    per_byte = dp_seconds_per_byte(dims, dense, expert, steptime.bus_links(spec.hardware))
+    per_byte = dp_seconds_per_byte(dims, dense, expert, steptime_inputs.bus_links(spec.hardware))
     assert comm.dp_s == pytest.approx(8 * per_byte, rel=1e-12)
     assert dims.spans_nodes(dims.dense_dp_span)  # dp 4 x tp 8 = 32 ranks: over the NICs
 

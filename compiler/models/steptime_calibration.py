@@ -1,0 +1,55 @@
+"""The step-time model's fitted constants: their type, and the data file beside this module that holds them.
+
+They are fitted to published training runs by `bench/steptime_published.py --fit`, which writes
+steptime_calibration.json; kept apart from the formulas (compiler/models/steptime.py and its parts) so a
+refit changes data, never code, and the fit's provenance travels with the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from importlib import resources
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """The constants fitted to published training runs (tests/data/steptime/published_runs.yaml)."""
+
+    ampere_gemm: float  # share of the bf16 peak large GEMMs sustain in training, Ampere
+    hopper_gemm: float  # the same, Hopper
+    ampere_attention: float  # share of the bf16 peak flash attention (forward + backward) sustains, Ampere
+    hopper_attention: float  # the same, Hopper
+    fp8_gemm: float  # share of the FP8 peak large FP8 GEMMs sustain (scaling and casts around them aside)
+    elementwise: float  # share of the HBM bandwidth the memory-bound kernels sustain
+    tp_overlap_exposed: float  # share of TP collectives left exposed by parallel.overlap.tp_comm
+    moe_expert_host_s: float  # host-bound seconds per local expert, MoE layer and micro-batch (dropless)
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        return tuple(f.name for f in fields(Calibration))
+
+    def gemm(self, generation: str) -> float:
+        return float(getattr(self, f"{CALIBRATED_GENERATION[generation]}_gemm"))
+
+    def attention(self, generation: str) -> float:
+        return float(getattr(self, f"{CALIBRATED_GENERATION[generation]}_attention"))
+
+
+# hardware.gpu.generation -> the generation whose constants it takes: no published run calibrates Ada or a
+# CPU, so they take Ampere's (Ada's SM is Ampere's successor; a CPU job's estimate is only a scale).
+CALIBRATED_GENERATION = {"ampere": "ampere", "ada": "ampere", "hopper": "hopper", "cpu": "ampere"}
+
+# The fitted constants are data beside this module, written by `bench/steptime_published.py --fit`: the file
+# holds the constants and the fit's provenance (command, data file, points, method, which constants the
+# points moved, the errors and the leave-one-source-out error) and notes on the constants no point moves.
+CALIBRATION_FILE = "steptime_calibration.json"
+
+
+def load_calibration() -> Calibration:
+    """The constants of CALIBRATION_FILE (package data of lmspec.compiler.models)."""
+    text = resources.files(__package__).joinpath(CALIBRATION_FILE).read_text(encoding="utf-8")
+    return Calibration(**json.loads(text)["constants"])
+
+
+CALIBRATION = load_calibration()
