@@ -44,10 +44,22 @@ Feature = Literal[
     "grouped_gemm_experts",
     "tp_comm_overlap",
     "moe_a2a_overlap",
+    "moe_allgather_dispatcher",
+    "moe_flex_dispatcher",
+    "moe_load_balancing_type",
+    "moe_aux_loss_coeff",
+    "moe_bias_update_rate",
+    "moe_capacity_factor",
+    "moe_router_dtype",
+    "moe_permute_fusion",
+    "moe_shared_expert_overlap",
+    "moe_force_balance",
 ]
 
 # feature -> (the key that asks for it, the value that does without it), for the way out of a refusal.
-# grouped_gemm_experts has no key: the runtime uses it wherever the target runs it.
+# grouped_gemm_experts is asked for by train.moe.grouped_gemm=true only; with auto the runtime uses it
+# wherever the target runs it (`grouped_gemm`). The train.moe features are asked for by a MoE model only:
+# on a dense one the keys do nothing (rules/moe_settings.py warns).
 FEATURE_KEYS: dict[Feature, tuple[str, object]] = {
     "tensor_parallel": ("parallel.tp", 1),
     "pipeline_parallel": ("parallel.pp", 1),
@@ -72,6 +84,17 @@ FEATURE_KEYS: dict[Feature, tuple[str, object]] = {
     "init_from": ("train.init_from", None),
     "tp_comm_overlap": ("parallel.overlap.tp_comm", False),
     "moe_a2a_overlap": ("parallel.overlap.moe_a2a", False),
+    "grouped_gemm_experts": ("train.moe.grouped_gemm", "auto"),
+    "moe_allgather_dispatcher": ("train.moe.dispatcher", "alltoall"),
+    "moe_flex_dispatcher": ("train.moe.dispatcher", "alltoall"),
+    "moe_load_balancing_type": ("train.moe.load_balancing", "auto"),
+    "moe_aux_loss_coeff": ("train.moe.aux_loss_coeff", 0.001),
+    "moe_bias_update_rate": ("train.moe.bias_update_rate", 0.001),
+    "moe_capacity_factor": ("train.moe.capacity_factor", None),
+    "moe_router_dtype": ("train.moe.router_dtype", "fp32"),
+    "moe_permute_fusion": ("train.moe.permute_fusion", False),
+    "moe_shared_expert_overlap": ("train.moe.shared_expert_overlap", False),
+    "moe_force_balance": ("train.moe.force_balance", False),
 }
 
 
@@ -117,6 +140,7 @@ def capabilities_of(spec: TrainingSpec) -> Capabilities | None:
 def requested_features(spec: TrainingSpec) -> tuple[Feature, ...]:
     """The features a spec asks for, in FEATURE_KEYS' order."""
     p, t, m = spec.parallel, spec.train, spec.model
+    moe = t.moe if m.moe is not None else None
     asked: dict[Feature, bool] = {
         "tensor_parallel": p.tp > 1,
         "pipeline_parallel": p.pp > 1,
@@ -141,8 +165,31 @@ def requested_features(spec: TrainingSpec) -> tuple[Feature, ...]:
         "init_from": t.init_from is not None,
         "tp_comm_overlap": p.overlap.tp_comm,
         "moe_a2a_overlap": p.overlap.moe_a2a,
+        "grouped_gemm_experts": moe is not None and moe.grouped_gemm is True,
+        "moe_allgather_dispatcher": moe is not None and moe.dispatcher == "allgather",
+        "moe_flex_dispatcher": moe is not None and moe.dispatcher == "flex",
+        "moe_load_balancing_type": moe is not None and moe.load_balancing != "auto",
+        "moe_aux_loss_coeff": moe is not None and moe.aux_loss_coeff != FEATURE_KEYS["moe_aux_loss_coeff"][1],
+        "moe_bias_update_rate": moe is not None and moe.bias_update_rate != FEATURE_KEYS["moe_bias_update_rate"][1],
+        "moe_capacity_factor": moe is not None and moe.capacity_factor is not None,
+        "moe_router_dtype": moe is not None and moe.router_dtype != "fp32",
+        "moe_permute_fusion": moe is not None and moe.permute_fusion,
+        "moe_shared_expert_overlap": moe is not None and moe.shared_expert_overlap,
+        "moe_force_balance": moe is not None and moe.force_balance,
     }
     return tuple(f for f in FEATURE_KEYS if asked[f])
+
+
+def grouped_gemm(spec: TrainingSpec) -> bool:
+    """Whether the experts run as one grouped GEMM: train.moe.grouped_gemm, auto = wherever the target runs it
+    (an explicit true the target cannot run is refused by rules/capability.py)."""
+    if spec.model.moe is None:
+        return False
+    asked = spec.train.moe.grouped_gemm
+    if asked != "auto":
+        return asked
+    caps = capabilities_of(spec)
+    return caps is not None and caps.runs("grouped_gemm_experts")
 
 
 def targets_running(feature: Feature, device: Device) -> tuple[Target, ...]:

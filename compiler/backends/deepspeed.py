@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from lmspec.compiler.rules.context import TrainingContext
 
 _HF = "lmspec's DeepSpeed trainer (transformers' modeling code under ZeRO data parallelism)"
+_NO_DISPATCHER = "transformers' MoE blocks route and loop over their experts in place: no token dispatcher"
+_NO_AUX_LOSS = (
+    "transformers' MoE blocks are built without router logits (output_router_logits=false): lmspec's DeepSpeed "
+    "trainer adds no load-balancing loss"
+)
 LACKS: dict[Feature, str] = {
     "tensor_parallel": f"{_HF} is data parallel only (shard with parallel.zero_stage)",
     "pipeline_parallel": f"{_HF} is data parallel only (shard with parallel.zero_stage)",
@@ -35,6 +40,15 @@ LACKS: dict[Feature, str] = {
     "moe_a2a_overlap": f"{_HF} has no expert parallelism",
     "distributed_optimizer": "the distributed optimizer is Megatron's; DeepSpeed shards with parallel.zero_stage",
     "init_from": "it initialises from train.seed; a lmspec torch_dist checkpoint is Megatron's format",
+    **dict.fromkeys(("moe_allgather_dispatcher", "moe_flex_dispatcher"), _NO_DISPATCHER),
+    "moe_load_balancing_type": _NO_AUX_LOSS,
+    "moe_aux_loss_coeff": _NO_AUX_LOSS,
+    "moe_bias_update_rate": "transformers' modeling code keeps the expert score bias fixed (no aux-loss-free update)",
+    "moe_capacity_factor": "transformers' MoE blocks are dropless: every routed token reaches its experts",
+    "moe_router_dtype": "transformers' MoE blocks route in the model's dtype",
+    "moe_permute_fusion": f"{_NO_DISPATCHER}, so no permutation to fuse",
+    "moe_shared_expert_overlap": f"{_NO_DISPATCHER} to overlap the shared experts with",
+    "moe_force_balance": "transformers' routers have no forced-balance benchmark mode",
 }
 CPU_LACKS: dict[Feature, str] = {
     **LACKS,

@@ -37,11 +37,12 @@ LOCAL_LACKS: dict[Feature, str] = {
     "offload_optimizer": "optimizer offload is DeepSpeed's (ZeRO-Offload)",
     "offload_params": "parameter offload is DeepSpeed's (ZeRO-Infinity)",
     "tp_comm_overlap": _NO_USERBUFFERS,
+    "moe_permute_fusion": f"the fused permutation kernels are Transformer Engine's; {_LOCAL} permutes with torch ops",
 }
 TRANSFORMER_ENGINE_LACKS: dict[Feature, str] = {
     k: v
     for k, v in LOCAL_LACKS.items()
-    if k not in ("context_parallel", "precision_fp8", "flash_attention", "grouped_gemm_experts")
+    if k not in ("context_parallel", "precision_fp8", "flash_attention", "grouped_gemm_experts", "moe_permute_fusion")
 }
 CPU_LACKS: dict[Feature, str] = {
     **LOCAL_LACKS,
@@ -53,6 +54,11 @@ CPU_LACKS: dict[Feature, str] = {
         "megatron-core's token dispatcher all-gathers uneven token counts over the expert tensor-parallel "
         "group, which gloo cannot (the parity sweep's ep/etp layouts)"
     ),
+    "moe_flex_dispatcher": (
+        "the flex dispatcher's DeepEP and HybridEP kernels run on NVIDIA GPUs over NVLink and RDMA; CPU ranks "
+        "over gloo dispatch with alltoall or allgather"
+    ),
+    "moe_shared_expert_overlap": "megatron-core overlaps the shared experts on a CUDA side stream",
 }
 
 

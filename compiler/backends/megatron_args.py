@@ -52,7 +52,11 @@ SAME_NAME_VALUES = (
     "moe_router_num_groups",
     "moe_router_group_topk",
     "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend",
     "moe_router_dtype",
+    "moe_router_bias_update_rate",
+    "moe_expert_capacity_factor",
+    "moe_token_drop_policy",
     "mtp_num_layers",
     "mtp_loss_scaling_factor",
     "q_lora_rank",
@@ -74,6 +78,10 @@ SWITCHES_ON = (
     "moe_router_enable_expert_bias",
     "moe_grouped_gemm",
     "moe_router_pre_softmax",
+    "moe_pad_expert_input_to_capacity",
+    "moe_permute_fusion",
+    "moe_shared_expert_overlap",
+    "moe_router_force_load_balancing",
     "overlap_moe_expert_parallel_comm",
     "bf16",
     "fp16",
@@ -107,6 +115,14 @@ DERIVED = {
     "overlap_p2p_comm",
     "batch_p2p_comm",
     *MLA_FIXED,
+}
+COVERED = {*SAME_NAME_VALUES, *RENAMED_VALUES, *SWITCHES_ON, *SWITCHES_OFF, *DERIVED}
+# the ddp and optimizer fields _training_args writes (bf16 and params_dtype come with the model's flags)
+TRAINING_COVERED = {
+    "ddp": {"grad_reduce_in_fp32", "overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer"}
+    | {"bucket_size"},
+    "optimizer": {"optimizer", "lr", "min_lr", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad"}
+    | {"bf16", "fp16", "params_dtype", "use_distributed_optimizer"},
 }
 
 
@@ -161,6 +177,12 @@ def _transformer_args(config: dict[str, Any], parallel: dict[str, Any]) -> tuple
         args += ["--pipeline-model-parallel-layout", pipeline_layout_text(parallel["pipeline_model_parallel_layout"])]
     # megatron-core computes the softmax in fp32 by default; Megatron-LM only with this flag
     args.append("--attention-softmax-in-fp32")
+    # train.megatron.extra's fields: megatron-core's names, whose Megatron-LM flag (if any) lmspec does not know
+    notes += [
+        f"{name}={value}: no Megatron-LM flag written for it (train.megatron.extra)"
+        for name, value in fields.items()
+        if name not in COVERED
+    ]
     return args, notes
 
 
@@ -218,4 +240,10 @@ def megatron_lm_args(plan: Plan, document: dict[str, Any]) -> tuple[list[str], l
     run = ["--seq-length", _value(batch.seq_length), "--micro-batch-size", _value(batch.micro_batch_size)]
     run += ["--global-batch-size", _value(batch.global_batch_size), "--train-iters", _value(trained.spec.train.steps)]
     run += ["--seed", _value(trained.spec.train.seed)]
-    return model_args + gpt_args + _training_args(document) + run, model_notes + gpt_notes
+    training_notes = [
+        f"{section}.{name}={value}: no Megatron-LM flag written for it (train.megatron.extra)"
+        for section, covered in TRAINING_COVERED.items()
+        for name, value in document[section].items()
+        if name not in covered
+    ]
+    return model_args + gpt_args + _training_args(document) + run, model_notes + gpt_notes + training_notes

@@ -13,7 +13,10 @@ Two settings depend on the machine that runs, not on the spec, and the runtime d
 as Megatron-LM's arguments.py does: `gradient_accumulation_fusion` falls back to off where APEX's
 fused weight-gradient kernel is not installed, and `use_cpu_initialization` is on where no GPU is.
 
-Sections: `transformer_config` (the architecture and implementation settings), `parallel` (the
+`train.megatron.extra` (megatron-core fields lmspec has no key for, checked by rules/megatron_extra.py) is
+merged last into its sections, `transformer_config`, `ddp` and `optimizer`, so a reviewer reads it here too.
+
+Sections: `transformer_config` (the architecture, MoE training and implementation settings), `parallel` (the
 TransformerConfig's parallel degrees at the Plan's layout; a one-process model, as verify builds,
 leaves them out), `gpt_model` (GPTModel's arguments), `parallel_state` (initialize_model_parallel's),
 `ddp`, `optimizer`, `scheduler` (compiler/models/lr_schedule.py's owner of the schedule).
@@ -32,7 +35,7 @@ from lmspec.compiler.models.units import PRECISION_DTYPE
 
 if TYPE_CHECKING:
     from lmspec.compiler.plan import Layout, Plan
-    from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
+    from lmspec.compiler.spec.sections import MegatronSection, ModelSpec, TrainingSpec
 
 # train.fp8_recipe -> (TransformerConfig.fp8, .fp8_recipe), as Megatron-LM's --fp8-format/--fp8-recipe
 # pair them: delayed scaling keeps e5m2 for gradients (hybrid); per-block scales use e4m3 throughout.
@@ -105,7 +108,8 @@ def implementation_settings(spec: TrainingSpec) -> dict[str, Any]:
     and FP8 from train.precision=fp8 with train.fp8_recipe. RoPE fusion is off for MLA: megatron-core
     0.16.1 fuses MLA's RoPE only for YaRN, and lmspec's MLA uses plain RoPE.
     """
-    from lmspec.compiler.capabilities import capabilities_of  # imports the Plan, which imports the cost model
+    # imports the Plan, which imports the cost model
+    from lmspec.compiler.capabilities import grouped_gemm
 
     t, m = spec.train, spec.model
     if t.transformer_impl == "local":
@@ -117,7 +121,6 @@ def implementation_settings(spec: TrainingSpec) -> dict[str, Any]:
             persist_layer_norm=False,
             gradient_accumulation_fusion=False,
         )
-    capabilities = capabilities_of(spec)
     settings: dict[str, Any] = dict(
         transformer_impl="transformer_engine",
         attention_backend="auto" if t.flash_attention else "unfused",
@@ -129,22 +132,78 @@ def implementation_settings(spec: TrainingSpec) -> dict[str, Any]:
         cp_comm_type=CP_COMM_TYPE,
     )
     if m.moe is not None:
-        settings["moe_grouped_gemm"] = capabilities is not None and capabilities.runs("grouped_gemm_experts")
+        settings["moe_grouped_gemm"] = grouped_gemm(spec)
     if t.precision == "fp8" and t.fp8_recipe is not None:
         settings["fp8"], settings["fp8_recipe"] = FP8_SETTINGS[t.fp8_recipe]
     return settings
 
 
+def load_balancing(spec: TrainingSpec) -> str:
+    """train.moe.load_balancing, auto resolved: none with the aux-loss-free expert bias, else aux_loss."""
+    asked = spec.train.moe.load_balancing
+    if asked != "auto":
+        return asked
+    return "none" if spec.model.moe is not None and spec.model.moe.router_score_bias else "aux_loss"
+
+
+def moe_settings(spec: TrainingSpec) -> dict[str, Any]:
+    """How a MoE model trains (train.moe; the architecture is the family's): the dispatcher, the load
+    balancing (no aux loss weight without an aux loss), the router's precision, the capacity and what is
+    dropped over it, Transformer Engine's permutation fusion, the shared-expert overlap and the forced
+    balance. Grouped GEMM is an implementation setting (`implementation_settings`). {} for a dense model."""
+    m, moe = spec.model.moe, spec.train.moe
+    if m is None:
+        return {}
+    balancing = load_balancing(spec)
+    settings: dict[str, Any] = dict(
+        moe_token_dispatcher_type=moe.dispatcher,
+        moe_router_load_balancing_type=balancing,
+        moe_aux_loss_coeff=0.0 if balancing == "none" else moe.aux_loss_coeff,
+        moe_router_dtype=moe.router_dtype,
+        moe_expert_capacity_factor=moe.capacity_factor,
+        moe_permute_fusion=moe.permute_fusion,
+        moe_shared_expert_overlap=moe.shared_expert_overlap,
+        moe_router_force_load_balancing=moe.force_balance,
+    )
+    if moe.dispatcher == "flex":
+        settings["moe_flex_dispatcher_backend"] = moe.flex_backend
+    if m.router_score_bias:
+        settings["moe_router_bias_update_rate"] = moe.bias_update_rate
+    if moe.capacity_factor is not None:
+        settings.update(moe_token_drop_policy=moe.drop_policy, moe_pad_expert_input_to_capacity=moe.pad_to_capacity)
+    return settings
+
+
+def extra_settings(spec: TrainingSpec, section: MegatronSection) -> dict[str, Any]:
+    """train.megatron.extra's fields for one section of the document, as plain JSON values."""
+    return _json(spec.train.megatron.extra.get(section, {}))
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_json(v) for v in value]
+    return value
+
+
 def transformer_settings(spec: TrainingSpec) -> dict[str, Any]:
-    """The TransformerConfig of `spec` but its parallel degrees: the family's architecture
-    (lmspec.compiler.families), precision, recompute and implementation settings; `class` names
-    megatron.core.transformer.transformer_config's class."""
+    """The TransformerConfig of `spec` but its parallel degrees: lmspec's own settings, then
+    train.megatron.extra's."""
+    return {**own_transformer_settings(spec), **extra_settings(spec, "transformer_config")}
+
+
+def own_transformer_settings(spec: TrainingSpec) -> dict[str, Any]:
+    """What lmspec writes of the TransformerConfig from its keys: the family's architecture
+    (lmspec.compiler.families), MoE training, precision, recompute and implementation settings; `class`
+    names megatron.core.transformer.transformer_config's class."""
     t = spec.train
     architecture = FAMILIES[spec.model.family].megatron(spec.model)
     dtype = PRECISION_DTYPE[t.precision]
     return dict(
         {"class": architecture.config_class},
         **architecture.kwargs,
+        **moe_settings(spec),
         activation_func=architecture.activation,
         hidden_dropout=0.0,
         attention_dropout=0.0,
@@ -236,13 +295,14 @@ def ddp_settings(spec: TrainingSpec, layout: Layout) -> dict[str, Any]:
     them). Without grad_reduce the gradients are reduced in one bucket after the backward. Both run on
     gloo too (CPU ranks), with the same losses."""
     overlap = spec.parallel.overlap
-    return dict(
+    settings = dict(
         grad_reduce_in_fp32=grad_reduce_in_fp32(spec.train.precision),
         overlap_grad_reduce=overlap.grad_reduce,
         overlap_param_gather=overlap.param_gather and layout.distributed_optimizer,
         use_distributed_optimizer=layout.distributed_optimizer,
         bucket_size=bucket_elements(layout.dp, layout.cp) if overlap.grad_reduce else None,
     )
+    return {**settings, **extra_settings(spec, "ddp")}
 
 
 def optimizer_settings(spec: TrainingSpec, layout: Layout) -> dict[str, Any]:
@@ -251,7 +311,7 @@ def optimizer_settings(spec: TrainingSpec, layout: Layout) -> dict[str, Any]:
     t = spec.train
     opt = t.optimizer
     dtype = PRECISION_DTYPE[t.precision]
-    return dict(
+    settings = dict(
         optimizer="sgd" if opt.name == "sgd" else "adam",
         lr=opt.lr,
         min_lr=opt.min_lr,
@@ -265,6 +325,7 @@ def optimizer_settings(spec: TrainingSpec, layout: Layout) -> dict[str, Any]:
         params_dtype=dtype,
         use_distributed_optimizer=layout.distributed_optimizer,
     )
+    return {**settings, **extra_settings(spec, "optimizer")}
 
 
 def parallel_state_settings(spec: TrainingSpec, layout: Layout) -> dict[str, Any]:

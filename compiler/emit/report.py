@@ -13,7 +13,7 @@ from typing import Any
 from lmspec.compiler.backends import backend_of
 from lmspec.compiler.backends.backend import load
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
-from lmspec.compiler.capabilities import capabilities_of, target_of
+from lmspec.compiler.capabilities import grouped_gemm, target_of
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.report_format import (
@@ -116,11 +116,10 @@ def _training(plan: Plan) -> dict[str, Any]:
 def _target_line(plan: Plan) -> str:
     """The code that trains the build (compiler/capabilities.py) and the kernels it picks."""
     s = plan.trained().spec
-    t, caps = target_of(s), capabilities_of(s)
+    t = target_of(s)
     uses = ["fused attention" if s.train.flash_attention else "unfused attention (stores the s x s scores)"]
     if s.model.moe is not None:
-        grouped = caps is not None and caps.runs("grouped_gemm_experts")
-        uses.append("grouped-GEMM experts" if grouped else "experts one after another")
+        uses.append("grouped-GEMM experts" if grouped_gemm(s) else "experts one after another")
     if s.train.precision == "fp8":
         uses.append(f"FP8 GEMMs ({s.train.fp8_recipe} scaling)")
     return f"Target: {t.backend}, train.transformer_impl={t.impl}, {t.device}; {', '.join(uses)}."

@@ -1,7 +1,8 @@
 """The megatron-core TransformerConfig arguments every family shares: RMSNorm, SwiGLU, RoPE, no
 biases but the q/k/v one where the model has it; GQA via `num_query_groups` (per-head q/k RMSNorm where
-the model has it) or MLA with RMSNorm on the q/kv latents; MoE with top-k routing,
-shared experts and the first `moe.first_dense_layers` layers dense, dispatched all-to-all."""
+the model has it) or MLA with RMSNorm on the q/kv latents; MoE with top-k routing, shared experts and
+the first `moe.first_dense_layers` layers dense. How a MoE model trains (dispatcher, load balancing,
+capacity, router dtype, kernels) is train.moe's, written by lmspec.compiler.backends.megatron_config."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from lmspec.compiler.families.family import MegatronConfig
 
 if TYPE_CHECKING:
     from lmspec.compiler.spec.sections import ModelSpec
-
-MOE_AUX_LOSS_COEFF = 1e-3
 
 
 def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
@@ -24,14 +23,10 @@ def _moe_kwargs(m: ModelSpec) -> dict[str, Any]:
         "moe_router_topk": moe.top_k,
         "moe_ffn_hidden_size": moe.ffn_hidden_size,
         "moe_layer_freq": [0] * moe.first_dense_layers + [1] * (m.num_layers - moe.first_dense_layers),
-        "moe_token_dispatcher_type": "alltoall",
-        "moe_router_load_balancing_type": "none" if moe.router_score_bias else "aux_loss",
-        "moe_aux_loss_coeff": 0.0 if moe.router_score_bias else MOE_AUX_LOSS_COEFF,
         "moe_router_score_function": moe.router_score_function,
         "moe_router_enable_expert_bias": moe.router_score_bias,
         # softmax over the top-k logits renormalises them (HF norm_topk_prob); softmax over all experts first does not
         "moe_router_pre_softmax": moe.router_score_function == "softmax" and not moe.norm_topk_prob,
-        "moe_router_dtype": "fp32",
         "moe_router_num_groups": moe.router_num_groups,  # group-limited routing (DeepSeek-V3: 8 groups, top 4)
         "moe_router_group_topk": moe.router_group_topk,
         "moe_router_topk_scaling_factor": moe.routed_scaling_factor,

@@ -48,7 +48,15 @@ def rephrase(exc: Exception, overrides: list[str], reads: Reads) -> Exception:
         if hydra_compat.cannot_override(text, key) or hydra_compat.cannot_append(text, key):
             hint = did_you_mean(key, known_keys())
             section = key.rpartition(".")[0]
-            if hydra_compat.cannot_override(text, key) and key in known_keys() and section:
+            value = override.split("=", 1)[1].strip() if "=" in override else ""
+            if hydra_compat.cannot_override(text, key) and key in known_keys() and value.startswith("{"):
+                # Hydra merges a mapping into the one the spec holds and refuses keys that one lacks
+                message = (
+                    f"{key} (command-line override): a mapping given this way may only set keys {key} already "
+                    f"has; replace it whole with ++{key}={value}, or add one entry with "
+                    f"+{key}.NAME=VALUE"
+                )
+            elif hydra_compat.cannot_override(text, key) and key in known_keys() and section:
                 message = (
                     f"{key} (command-line override): {section} is not set (null or absent) in this spec, so it "
                     f"has no {key.rpartition('.')[2]} to override; set the section as a whole: "

@@ -10,6 +10,7 @@ schemas/<section>.schema.json per group. `python -m lmspec.compiler.spec.schema`
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import json
 import types
@@ -42,8 +43,26 @@ def _string_schema(kind: Kind) -> dict[str, Any]:
     }
 
 
+def _mapping_schema(tp: Any, where: str) -> dict[str, Any]:
+    """A `Mapping[K, V]` key: with Literal names K, an object of exactly those (each optional); with str
+    names, any names, each value left to a rule (JsonValue: another program's settings, checked against
+    that program's own types, as train.megatron.extra against megatron-core's dataclasses)."""
+    names, value = typing.get_args(tp)
+    if typing.get_origin(names) is Literal:
+        properties = {
+            name: {**_type_schema(value, {}, f"{where}.{name}"), "description": f"The {name} entry of {where}."}
+            for name in typing.get_args(names)
+        }
+        return {"type": "object", "properties": properties, "additionalProperties": False}
+    if names is not str or value is not Any:
+        raise UndeclaredBound(f"{where}: a mapping key is Mapping[Literal[...], V] or Mapping[str, JsonValue]")
+    return {"type": "object", "additionalProperties": {}}
+
+
 def _type_schema(tp: Any, bounds: dict[str, Any], where: str) -> dict[str, Any]:
     origin = typing.get_origin(tp)
+    if origin in (dict, collections.abc.Mapping):
+        return _mapping_schema(tp, where)
     if origin in (Union, types.UnionType):
         options = [_type_schema(arg, bounds, where) for arg in typing.get_args(tp)]
         return {"anyOf": options}

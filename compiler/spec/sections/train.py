@@ -3,12 +3,13 @@ parts it holds: checkpointing, data and where its metrics go."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from lmspec.compiler.backends import BackendName
 from lmspec.compiler.spec import kinds
-from lmspec.compiler.spec.sections.declare import key
+from lmspec.compiler.spec.sections.declare import Auto, FrozenMapping, JsonValue, key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +125,110 @@ class LoggingSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrainMoeSpec:
+    """How a MoE model trains (model.moe is its architecture): dispatch, load balancing, capacity, kernels."""
+
+    dispatcher: Literal["alltoall", "allgather", "flex"] = key(
+        "Token dispatcher (megatron's moe_token_dispatcher_type): alltoall = tokens to their experts' ranks; "
+        "allgather = every rank gathers all tokens; flex = DeepEP/HybridEP kernels (GPUs, with "
+        "train.moe.flex_backend).",
+        example="alltoall",
+    )
+    flex_backend: Literal["deepep", "hybridep"] | None = key(
+        "The flex dispatcher's kernels (megatron's moe_flex_dispatcher_backend); set exactly with dispatcher=flex.",
+        example="deepep",
+    )
+    load_balancing: Literal["aux_loss", "seq_aux_loss", "global_aux_loss", "none"] | Auto = key(
+        "Load-balancing loss (megatron's moe_router_load_balancing_type): per micro-batch, per sequence "
+        "(DeepSeek-V3), over the global batch, or none; auto = none with model.moe.router_score_bias "
+        "(aux-loss-free), else aux_loss.",
+        example="auto",
+    )
+    aux_loss_coeff: float = key(
+        "Weight of the load-balancing loss (megatron's moe_aux_loss_coeff); used when load_balancing is an aux loss.",
+        example=0.001,
+        minimum=0,
+        maximum=kinds.LOSS_WEIGHT_MAX,
+    )
+    bias_update_rate: float = key(
+        "Step of the aux-loss-free expert bias per global batch (megatron's moe_router_bias_update_rate; "
+        "DeepSeek-V3: 0.001); used with model.moe.router_score_bias.",
+        example=0.001,
+        minimum=0,
+        maximum=1,
+    )
+    capacity_factor: float | None = key(
+        "Tokens an expert takes, as a multiple of an even share (megatron's moe_expert_capacity_factor); "
+        "the rest are dropped as drop_policy says. null = dropless.",
+        example=1.25,
+        exclusive_minimum=0,
+        maximum=kinds.EXPERTS_MAX,  # at most every token to every expert
+    )
+    drop_policy: Literal["probs", "position"] = key(
+        "Which tokens over capacity are dropped (megatron's moe_token_drop_policy): the lowest routing "
+        "probabilities, or the last positions; with a capacity_factor.",
+        example="probs",
+    )
+    pad_to_capacity: bool = key(
+        "Pad each expert's input up to its capacity (megatron's moe_pad_expert_input_to_capacity); needs a "
+        "capacity_factor.",
+        example=False,
+    )
+    router_dtype: Literal["fp32", "fp64"] | None = key(
+        "Precision of routing and of the weighted sum of expert outputs (megatron's moe_router_dtype); "
+        "null = the model's dtype.",
+        example="fp32",
+    )
+    permute_fusion: bool = key(
+        "Transformer Engine's fused token permutation kernels (megatron's moe_permute_fusion; GPUs with "
+        "train.transformer_impl=transformer_engine).",
+        example=False,
+    )
+    grouped_gemm: bool | Auto = key(
+        "All local experts in one grouped GEMM (megatron's moe_grouped_gemm); auto = wherever the training "
+        "target runs it (Transformer Engine).",
+        example="auto",
+    )
+    shared_expert_overlap: bool = key(
+        "Run the shared experts while the routed tokens are dispatched (megatron's moe_shared_expert_overlap; "
+        "needs shared experts and dispatcher=alltoall).",
+        example=False,
+    )
+    force_balance: bool = key(
+        "Route tokens by random logits, evenly (megatron's moe_router_force_load_balancing): a benchmark "
+        "mode whose loss is no real training run's.",
+        example=False,
+    )
+    load_imbalance: float | None = key(
+        "Measured tokens per expert-parallel rank, max over mean (>= 1), for the cost model's step time; "
+        "null = lmspec estimates it. Not a megatron setting.",
+        example=1.3,
+        minimum=1,
+        maximum=kinds.RANKS_MAX,  # max over mean of ep ranks is at most ep
+    )
+
+
+MegatronSection = Literal["transformer_config", "ddp", "optimizer"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MegatronSpec:
+    """megatron-core settings lmspec has no key for, reviewed in the build's megatron/config.json."""
+
+    extra: Mapping[MegatronSection, Mapping[str, JsonValue]] = key(
+        "megatron/config.json section -> {megatron-core field: value}, merged into that section last: "
+        "transformer_config (TransformerConfig or MLATransformerConfig), ddp (DistributedDataParallelConfig), "
+        "optimizer (OptimizerConfig). Each field and value is checked against megatron-core's dataclass; a "
+        "field lmspec sets from its own keys is refused with that key. On the command line: "
+        "+train.megatron.extra.transformer_config.FIELD=VALUE, or ++train.megatron.extra={...} for the whole mapping.",
+        example={"transformer_config": {"moe_z_loss_coeff": 0.001}},
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra", FrozenMapping(self.extra))
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainSpec:
     """Training job."""
 
@@ -177,6 +282,8 @@ class TrainSpec:
         minimum=0,
         maximum=kinds.LOSS_WEIGHT_MAX,
     )
+    moe: TrainMoeSpec = key("How a MoE model trains (unused by a dense model).")
+    megatron: MegatronSpec = key("megatron-core settings lmspec has no key for (train.backend=megatron).")
     init_from: str | None = key(
         "A checkpoint step directory written by lmspec (megatron: its torch_dist/) whose model weights "
         "training starts from, at any layout; optimizer, step and data start fresh. A checkpoint to resume "
