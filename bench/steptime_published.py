@@ -85,6 +85,11 @@ class Point:
         return GENERATION.get(self.point["hardware"], self.point["hardware"])
 
     @property
+    def moe(self) -> bool:
+        """A mixture-of-experts model (the issue-39 targets are scored apart from the dense points)."""
+        return self.constants is not None and self.constants.top_k > 0
+
+    @property
     def precision(self) -> str:
         return str(self.point["layout"].get("train.precision", "bf16"))
 
@@ -156,14 +161,18 @@ def exercised(points: Sequence[Point], start: Calibration = CALIBRATION) -> list
 
 
 def fit(points: Sequence[Point], start: Calibration = CALIBRATION) -> Calibration:
-    """The calibration minimising the squared log ratios over `points`. A constant no point exercises keeps
-    its starting value rather than drifting to a bound."""
+    """The calibration minimising the squared log ratios over `points`, searched from the middle of each
+    constant's BOUNDS, so the fit is a function of the points alone (refitting its own output changes nothing,
+    and each left-out source's fit starts where every other does). A constant no point exercises keeps its
+    value in `start` rather than drifting to a bound."""
     start_values = {n: float(getattr(start, n)) for n in Calibration.names()}
     free = exercised(points, start)
     low, high = (np.array(b) for b in zip(*(BOUNDS[n] for n in free)))
-    x0 = np.clip([start_values[n] for n in free], low, high)
     solved = least_squares(
-        lambda x: _residuals(points, {**start_values, **dict(zip(free, x))}), x0, bounds=(low, high), x_scale="jac"
+        lambda x: _residuals(points, {**start_values, **dict(zip(free, x))}),
+        (low + high) / 2,
+        bounds=(low, high),
+        x_scale="jac",
     )
     fitted = {**start_values, **{n: float(f"{v:.3g}") for n, v in zip(free, solved.x)}}
     return Calibration(**fitted)
@@ -177,6 +186,11 @@ def leave_one_source_out(points: Sequence[Point]) -> dict[str, float]:
         calibration = fit([p for p in points if p.source != source])
         errors.update({str(p.point["id"]): abs(p.ratio(calibration) - 1) for p in held_out})
     return errors
+
+
+def _median_held(rows: Sequence[Point], loso: Mapping[str, float]) -> float | None:
+    held = [loso[str(p.point["id"])] for p in rows if str(p.point["id"]) in loso]
+    return statistics.median(held) if held else None
 
 
 def _pct(x: float | None) -> str:
@@ -208,6 +222,8 @@ def report(points: Sequence[Point], calibration: Calibration, loso: Mapping[str,
     overall = _pct(median_error(ok, calibration))
     print(f"median absolute error: {overall} overall (median ratio {_median_ratio(ok, calibration)})")
     for label, keep in (
+        ("dense", lambda r: not r.moe),
+        ("MoE", lambda r: r.moe),
         ("A100", lambda r: r.generation == "A100"),
         ("H100 (Hopper: H100, H800)", lambda r: r.generation == "H100"),
         ("bf16", lambda r: r.precision == "bf16"),
@@ -225,6 +241,13 @@ def report(points: Sequence[Point], calibration: Calibration, loso: Mapping[str,
             f"leave-one-source-out median absolute error: {_pct(statistics.median(held))} "
             f"(worst {_pct(max(held))}; each source priced with the calibration fitted on the others)"
         )
+        for label, rows in (("dense", [r for r in ok if not r.moe]), ("MoE", [r for r in ok if r.moe])):
+            errors = [loso[str(r.point["id"])] for r in rows if str(r.point["id"]) in loso]
+            if errors:
+                print(
+                    f"  {label:28} {_pct(statistics.median(errors)):>6}  over {len(errors)} points "
+                    f"(worst {_pct(max(errors))})"
+                )
 
 
 def _from_root(path: Path) -> str:
@@ -257,6 +280,16 @@ def calibration_document(
             "median_absolute_error": _pct(median_error(points, calibration)),
             "leave_one_source_out_median_absolute_error": _pct(statistics.median(held)),
             "leave_one_source_out_worst": _pct(max(held)),
+            **{
+                f"{label}_{name}": value
+                for label, rows in (("dense", [p for p in points if not p.moe]), ("moe", [p for p in points if p.moe]))
+                for name, value in (
+                    ("points", len(rows)),
+                    ("median_absolute_error", _pct(median_error(rows, calibration))),
+                    ("leave_one_source_out_median_absolute_error", _pct(_median_held(rows, loso))),
+                    ("leave_one_source_out_worst", _pct(max((loso[str(p.point["id"])] for p in rows), default=None))),
+                )
+            },
         },
         "notes": notes,
     }

@@ -201,7 +201,7 @@ class Plan:
         if not cost_model:
             return {key: value for key, value in derived.items() if key not in COST_SECTIONS}
         if t:
-            derived.update(memory=memory_dict(t.memory), comm=comm_dict(t.comm))
+            derived.update(memory=memory_dict(t.memory), comm=comm_dict(t.comm, t.step_time))
         return derived
 
     def to_document(self, cost_model: bool = True) -> dict[str, Any]:

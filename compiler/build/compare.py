@@ -35,7 +35,7 @@ KEY_NUMBERS: tuple[tuple[str, str], ...] = (
     ("tokens/step", r"^batch\.tokens_per_step$"),
     (f"tokens/s @{REFERENCE_MFU:.0%} MFU", r"^flops\.mfu_at\.reference\.tokens_per_s$"),
     (f"step time @{REFERENCE_MFU:.0%} MFU", r"^flops\.mfu_at\.reference\.step_time_s$"),
-    ("comm/compute", r"^comm\.ratio_to_compute$"),
+    ("exposed comm/compute", r"^comm\.exposed_ratio_to_compute$"),
     ("comm share of step", r"^comm\.share_of_step$"),
     ("serve weights/GPU", r"^serve\.weights_bytes_per_gpu$"),
     ("KV capacity (tokens)", r"^serve\.max_tokens_in_cache$"),
@@ -93,9 +93,9 @@ def key_numbers(plan: dict[str, Any]) -> dict[str, str]:
         else:
             out[label] = format_value(matches[0], flat[matches[0]])
     line = flat.get("comm.warning_ratio")
-    ratio = flat.get("comm.ratio_to_compute")
+    ratio = flat.get("comm.exposed_ratio_to_compute")
     if isinstance(line, (int, float)) and isinstance(ratio, (int, float)) and ratio > line:
-        out["comm/compute"] += f" (over the {line:.0%} line)"
+        out["exposed comm/compute"] += f" (over the {line:.0%} line)"
     return out
 
 

@@ -86,8 +86,9 @@ def step_time(x: StepInputs, c: StepConstants, cal: Calibration = CALIBRATION) -
     m, v = d.micro_batches, x.virtual_stages
     rows = x.tokens_per_micro_batch / d.cp  # tokens of every GEMM on one GPU
     tp_split = pick(x.sequence_parallel, d.tp, 1)
-    compute_mb, attention_s = micro_batch_compute(x, c, cal, rows, tp_split)
-    mb = micro_batch_comm(x, c, cal, rows, tp_split, compute_mb, attention_s)
+    compute = micro_batch_compute(x, c, cal, rows, tp_split)
+    compute_mb = compute.total
+    mb = micro_batch_comm(x, c, cal, rows, tp_split, compute)
 
     per_micro_batch = compute_mb + mb.tp_exposed + mb.ep_exposed + mb.cp_exposed + mb.pp
     dp_exposed, dp_raw = dp_comm(x, c, compute_mb)

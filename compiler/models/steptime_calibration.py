@@ -23,7 +23,7 @@ class Calibration:
     fp8_gemm: float  # share of the FP8 peak large FP8 GEMMs sustain (scaling and casts around them aside)
     elementwise: float  # share of the HBM bandwidth the memory-bound kernels sustain
     tp_overlap_exposed: float  # share of TP collectives left exposed by parallel.overlap.tp_comm
-    moe_expert_host_s: float  # host-bound seconds per local expert, MoE layer and micro-batch (dropless)
+    moe_expert_host_s: float  # host seconds launching one local expert's kernels per MoE layer and micro-batch
 
     @staticmethod
     def names() -> tuple[str, ...]:

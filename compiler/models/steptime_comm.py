@@ -6,8 +6,11 @@ how much of it overlaps the compute of steptime_compute.py. Plain arithmetic on 
 
 - TP collectives are on the critical path, unless `parallel.overlap.tp_comm` pipelines them with the GEMMs
   (Transformer Engine's userbuffers, with sequence parallelism): then the calibrated share stays exposed.
-- Expert all-to-alls are on the critical path, unless `parallel.overlap.moe_a2a`: then one micro-batch's
-  all-to-alls hide behind another's compute (megatron-core's combined 1F1B, DeepSeek-V3's DualPipe).
+- Expert dispatch and combine (compiler/models/moe_dispatch.py, per train.moe.dispatcher) are on the
+  critical path, at the pace of the EP rank that receives the most copies (compiler/models/moe_load.py),
+  unless `parallel.overlap.moe_a2a`: then one micro-batch's all-to-alls hide behind another's compute
+  (megatron-core's combined 1F1B, DeepSeek-V3's DualPipe); or `train.moe.shared_expert_overlap`: then
+  they hide behind the same layer's shared-expert GEMMs.
 - Ring attention (CP) passes the K and V heads (the KV width, not the hidden: GQA sends kv_heads/heads of it)
   of every other CP rank once forward and twice backward, hidden behind the core attention of the same layer.
 - Pipeline send/recv is exposed once per micro-batch (interleaved chunks' extra sends overlap: Megatron's
@@ -29,14 +32,25 @@ from lmspec.compiler.models import larger, pick, smaller
 from lmspec.compiler.models.comm import (
     dp_seconds_per_byte,
     dp_traffic,
-    ep_bytes_per_micro_batch,
     pp_bytes_per_micro_batch,
     tp_bytes_per_micro_batch,
 )
+from lmspec.compiler.models.moe_dispatch import dispatch_bytes, expert_tp_bytes
 from lmspec.compiler.models.steptime_calibration import Calibration
+from lmspec.compiler.models.steptime_compute import MicroBatchCompute
 from lmspec.compiler.models.steptime_inputs import StepConstants, StepInputs
 
 DP_OVERLAP_FRACTION = 0.8  # of its window a bucketed DP collective hides behind
+# The communication kernels of an overlapped all-to-all occupy streaming multiprocessors the compute beside
+# them loses: DeepSeek-V3 gives its dispatch and combine 20 of an H800's 132 SMs (report section 3.2.2,
+# DeepEP's default Buffer.num_sms = 20).
+COMM_SM_SHARE = 20 / 132
+
+
+def overlapped(comm_s: Any, window_s: Any) -> Any:
+    """Seconds `comm_s` of communication adds beside `window_s` of compute it overlaps: what sticks out of the
+    window, and the window's compute slowed by the SMs the communication kernels hold while they run."""
+    return larger(comm_s - window_s, 0.0) + smaller(comm_s, window_s) * COMM_SM_SHARE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,26 +67,46 @@ class MicroBatchComm:
 
 
 def micro_batch_comm(
-    x: StepInputs, c: StepConstants, cal: Calibration, rows: Any, tp_split: Any, compute_s: Any, attention_s: Any
+    x: StepInputs, c: StepConstants, cal: Calibration, rows: Any, tp_split: Any, compute: MicroBatchCompute
 ) -> MicroBatchComm:
     """TP, EP, CP and PP communication of one micro-batch on one GPU of the slowest stage, beside that
-    micro-batch's `compute_s` (of which `attention_s` core attention); `rows`, `tp_split` as in
-    steptime_compute.py `micro_batch_compute`."""
+    micro-batch's `compute` (steptime_compute.py `micro_batch_compute`, with the same `rows`, `tp_split`)."""
+    compute_s, attention_s = compute.total, compute.attention
+    shared_expert_s, imbalance = compute.shared_experts, compute.imbalance
     d = x.dims
     tp_bytes = tp_bytes_per_micro_batch(x.stage_layers, x.full_recompute, d.tp, rows, c.hidden, x.element_bytes)
     tp_mb = tp_bytes / c.link.intra_bytes_per_s
     tp_overlapped = c.overlap_tp_comm * x.sequence_parallel * (d.tp > 1)
     tp_exposed = tp_mb * pick(tp_overlapped, cal.tp_overlap_exposed, 1.0)
 
-    # an all-to-all sends to every peer at once: the peers in the node over NVLink, the rest over the NICs
-    ep_bytes = ep_bytes_per_micro_batch(x.stage_moe_layers, d.ep, rows, tp_split, c.top_k, c.hidden, x.element_bytes)
-    in_node = smaller(d.ep, d.gpus_per_node / d.etp)
-    peers = larger(d.ep - 1, 1)
+    # the dispatcher's bytes (moe_dispatch.py): NVLink and NIC legs run at once, the slowest EP rank receives
+    # `imbalance` times the mean (moe_load.py)
     link = c.link
-    ep_mb = ep_bytes * larger(
-        (in_node - 1) / peers / link.intra_bytes_per_s, (d.ep - in_node) / peers / link.inter_bytes_per_s
+    in_node = smaller(d.ep, d.gpus_per_node / d.etp)
+    sent = dispatch_bytes(
+        c.dispatcher,
+        d.ep,
+        in_node,
+        rows / tp_split,
+        c.top_k,
+        c.hidden,
+        x.element_bytes,
+        c.route_groups,
+        c.route_group_topk,
     )
-    ep_exposed = pick(x.moe_a2a, larger(ep_mb - compute_s, 0.0), ep_mb)
+    if c.dispatcher == "allgather":  # ring collectives over the EP group
+        per_layer = (sent.intra + sent.inter) / link.ring_bytes_per_s(d, d.ep_span, d.etp)
+    else:
+        per_layer = larger(sent.intra / link.intra_bytes_per_s, sent.inter / link.inter_bytes_per_s)
+    # experts split by expert tensor parallelism: the ETP group all-gathers the copies each rank received
+    # and reduce-scatters the experts' outputs, forward and backward (megatron's tp_ep dispatch), on NVLink
+    received = rows / tp_split * c.top_k * c.hidden * x.element_bytes
+    per_layer = per_layer + expert_tp_bytes(d.etp, received) / link.intra_bytes_per_s
+    ep_mb = x.stage_moe_layers * per_layer * imbalance
+    # megatron-core hides the all-to-alls behind another micro-batch's compute (moe_a2a), or behind the
+    # shared experts' GEMMs of the same layer (moe_shared_expert_overlap)
+    beside_shared = pick(c.shared_expert_overlap, overlapped(ep_mb, shared_expert_s), ep_mb)
+    ep_exposed = pick(x.moe_a2a, overlapped(ep_mb, compute_s), beside_shared)
 
     # ring attention: the K and V of every other CP rank pass once forward and twice backward (K/V, then dK/dV)
     kv = rows * c.kv_width / d.tp * x.element_bytes

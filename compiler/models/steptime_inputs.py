@@ -16,7 +16,7 @@ from typing import Any
 from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models.comm import Links, dp_grad_bytes, worst_gpu_params
 from lmspec.compiler.models.dims import ParallelDims
-from lmspec.compiler.models.flops import routed_expert_flops_per_token
+from lmspec.compiler.models.flops import mlp_flops_per_token, routed_expert_flops_per_token
 from lmspec.compiler.models.stages import slowest_stage_work
 from lmspec.compiler.models.train_memory import TrainMemory
 from lmspec.compiler.models.units import GB, GBIT, TFLOPS, precision_bytes
@@ -65,6 +65,16 @@ class StepConstants:
     num_experts: int
     vocab: int
     routed_expert_flops: float  # model FLOPs per token of one MoE layer's routed experts
+    shared_expert_flops: float  # model FLOPs per token of one MoE layer's shared experts
+    dispatcher: str  # train.moe.dispatcher: alltoall, allgather or flex (DeepEP/HybridEP)
+    route_groups: int  # model.moe.router_num_groups (0: no group-limited routing)
+    route_group_topk: int  # model.moe.router_group_topk: groups a token may route into
+    shared_expert_overlap: bool  # train.moe.shared_expert_overlap: shared experts run beside the all-to-alls
+    permute_fusion: bool  # train.moe.permute_fusion: TE's fused permutation kernels
+    force_balance: bool  # train.moe.force_balance
+    load_imbalance: float | None  # train.moe.load_imbalance: a measured max/mean, as stated
+    capacity_factor: float | None  # train.moe.capacity_factor (None: dropless)
+    pad_to_capacity: bool
     fp8: bool
     flash_attention: bool
     overlap_grad_reduce: bool
@@ -136,6 +146,18 @@ def step_constants(spec: TrainingSpec) -> StepConstants:
         num_experts=moe.num_experts if moe else 0,
         vocab=m.vocab_size,
         routed_expert_flops=routed_expert_flops_per_token(m),
+        shared_expert_flops=mlp_flops_per_token(m.hidden_size, moe.num_shared_experts * moe.ffn_hidden_size)
+        if moe
+        else 0.0,
+        dispatcher=t.moe.dispatcher,
+        route_groups=(moe.router_num_groups or 0) if moe else 0,
+        route_group_topk=(moe.router_group_topk or 0) if moe else 0,
+        shared_expert_overlap=t.moe.shared_expert_overlap,
+        permute_fusion=t.moe.permute_fusion,
+        force_balance=t.moe.force_balance,
+        load_imbalance=t.moe.load_imbalance,
+        capacity_factor=t.moe.capacity_factor,
+        pad_to_capacity=t.moe.pad_to_capacity,
         fp8=fp8,
         flash_attention=t.flash_attention,
         overlap_grad_reduce=p.overlap.grad_reduce,

@@ -118,7 +118,9 @@ def serve_dict(s: ServeMemory) -> dict[str, Any]:
     return dict(s.__dict__)
 
 
-def comm_dict(c: CommEstimate) -> dict[str, Any]:
+def comm_dict(c: CommEstimate, step: StepTime) -> dict[str, Any]:
+    """plan.json's `comm`: each dimension's communication with nothing overlapped beside the compute, and
+    what the step leaves exposed after parallel.overlap (the number the communication warning weighs)."""
     return {
         "tp_s": _round(c.tp_s),
         "dp_s": _round(c.dp_s),
@@ -129,8 +131,24 @@ def comm_dict(c: CommEstimate) -> dict[str, Any]:
         "compute_s": _round(c.compute_s),
         "ratio_to_compute": _round(c.ratio_to_compute),
         "share_of_step": _round(c.share_of_step),
+        "exposed_s": _round(float(step.comm)),
+        "exposed_ratio_to_compute": _round(float(exposed_comm_ratio(step))),
         "warning_ratio": COMM_SHARE_WARNING,
     }
+
+
+def exposed_comm_ratio(t: StepTime) -> Any:
+    """The communication the step leaves exposed (StepTime.comm: the tp, ep, cp, pp and dp terms, after what
+    parallel.overlap hides) over its compute: what the communication warning weighs against
+    COMM_SHARE_WARNING (rules/budget.py) and `lmspec plan` ranks by. Plain arithmetic, floats or arrays."""
+    return t.comm / t.compute
+
+
+def comm_over_warning(t: StepTime) -> Any:
+    """Where the communication warning fires: exposed communication above COMM_SHARE_WARNING of compute.
+    One condition for the rule (rules/budget.communication_within_budget) and the search
+    (compiler/search/search.py ranks such layouts below every other); plain arithmetic, floats or arrays."""
+    return t.comm > COMM_SHARE_WARNING * t.compute
 
 
 def checkpoint_dict(c: CheckpointSize) -> dict[str, Any]:

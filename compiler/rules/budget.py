@@ -20,6 +20,7 @@ from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING
 from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
 from lmspec.compiler.models.steptime import estimate_comm_and_step
+from lmspec.compiler.models.summary import comm_over_warning
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
 from lmspec.compiler.models.units import GB, gib
 from lmspec.compiler.rules.context import TrainingContext
@@ -264,7 +265,8 @@ COMM_KEYS = {"tp": "parallel.tp", "dp": "parallel.dp", "ep": "parallel.ep", "cp"
 def communication_within_budget(ctx: TrainingContext) -> Iterator[Problem]:
     """A warning: communication the step cannot hide above 30% of its compute time (the seed's TP8 slowdown).
     What `parallel.overlap` hides behind compute is not counted: DeepSeek-V3's expert all-to-alls, hidden by
-    its DualPipe schedule, do not ask for a lower parallel.ep."""
+    its DualPipe schedule, do not ask for a lower parallel.ep. The condition is `summary.comm_over_warning` on
+    the step `lmspec plan` ranks by, so plan never picks a winner this warning flags while another fits."""
     memory = estimate(ctx.spec)
     priced = estimate_comm_and_step(ctx.spec, memory) if memory is not None else None
     if priced is None:
@@ -278,9 +280,9 @@ def communication_within_budget(ctx: TrainingContext) -> Iterator[Problem]:
         "cp": float(step.cp_comm),
         "pp": float(step.pp_comm),
     }
-    exposed = sum(parts.values())
-    if not compute or exposed / compute <= COMM_SHARE_WARNING:
+    if not compute or not comm_over_warning(step):
         return
+    exposed = float(step.comm)
     worst = max(parts, key=lambda k: parts[k])
     key = COMM_KEYS[worst]
     link = ctx.spec.hardware.intra_node

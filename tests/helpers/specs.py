@@ -26,6 +26,8 @@ DEEPSEEK_V3_PUBLISHED_RUN = (
     "parallel.distributed_optimizer=true",
     "train.precision=fp8",
     "train.fp8_recipe=blockwise",
+    "train.moe.dispatcher=flex",  # DeepSeek's own all-to-all kernels, released as DeepEP
+    "train.moe.flex_backend=deepep",
     "cluster=slurm",
     "serve=null",
 )

@@ -91,7 +91,8 @@ def test_values_read_as_a_reviewer_reads_them() -> None:
 
 
 def test_comm_over_the_warning_line_is_flagged() -> None:
-    plan = {"comm": {"ratio_to_compute": 0.31, "warning_ratio": 0.3, "share_of_step": 0.24}}
-    assert key_numbers(plan)["comm/compute"] == "31% (over the 30% line)"
-    plan["comm"]["ratio_to_compute"] = 0.12
-    assert key_numbers(plan)["comm/compute"] == "12%"
+    """The line is weighed against what the step leaves exposed, as the communication warning weighs it."""
+    plan = {"comm": {"ratio_to_compute": 0.9, "exposed_ratio_to_compute": 0.31, "warning_ratio": 0.3}}
+    assert key_numbers(plan)["exposed comm/compute"] == "31% (over the 30% line)"
+    plan["comm"]["exposed_ratio_to_compute"] = 0.12  # overlap hides the rest of the 90%
+    assert key_numbers(plan)["exposed comm/compute"] == "12%"
