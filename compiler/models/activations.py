@@ -16,9 +16,14 @@ Two accountings, one per kind of model code the backends train:
     per layer and sequence); the value is a view of the fused QKV projection's output, which
     therefore stays whole unless the unfused attention repeats K and V to every query head.
   MoE as megatron-core's router and experts save it: router logits, probabilities and routing
-  map over all experts, top-k indices and scores and their normalising sum; per routed copy
-  the permuted input, the expert's fc1 output and weighted-SwiGLU output, its probability and
-  permutation index.
+  map over all experts, top-k indices and scores and their normalising sum; per routed copy this
+  GPU's experts receive (top_k x `routed_load`: the worst EP rank's imbalance, a capacity factor's
+  cap or padding) the permuted input, the expert's fc1 output and weighted-SwiGLU output and its
+  probability; the permutation index per copy sent (alltoall, flex) or received (allgather).
+  Besides what it saves, a MoE layer holds its dispatcher's buffers while it runs
+  (`moe_transient_bytes`, a working term like full recompute's rebuilt layer). Both measured per
+  dispatcher (alltoall, allgather) at ep=2 on two gloo ranks, tests/models/test_measured_moe.py
+  (saved within 1%, transient within ~3%); flex (DeepEP) is priced from megatron-core's source.
 - `hf`: the HuggingFace modeling code the DeepSpeed backend trains, as measured on CPU
   with saved_tensors_hooks (tests/models): unfused RMSNorm (fp32 input, rsqrt, normalised
   and output tensors), eager attention with K/V repeated to every head, MoE experts that
@@ -34,12 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from lmspec.compiler.models import ArrayOrNumber
+from lmspec.compiler.models import ArrayOrNumber, smaller
 from lmspec.compiler.models.units import FP32_BYTES
 from lmspec.compiler.spec.sections import ModelSpec
 
 Style = Literal["megatron", "hf"]
 Kernels = Literal["fused", "torch"]
+Dispatcher = Literal["alltoall", "allgather", "flex"]
 INDEX_BYTES = 8  # int64 token ids / labels / expert indices
 MASK_BYTES = 1  # dropout masks are stored as bytes
 
@@ -82,6 +88,12 @@ class ActivationSetting:
     recompute: Literal["none", "selective", "full"] = "none"
     flash_attention: bool = True
     kernels: Kernels = "fused"  # megatron's norms and rotary embedding: Transformer Engine's or torch's
+    ep: ArrayOrNumber = 1
+    dispatcher: Dispatcher = "alltoall"  # megatron-core's token dispatcher (train.moe.dispatcher)
+    # routed copies this GPU's experts receive, over the mean top_k per token (moe_load.py: the worst EP
+    # rank's imbalance, capped or padded by a capacity factor)
+    routed_load: ArrayOrNumber = 1.0
+    sent_load: ArrayOrNumber = 1.0  # copies a GPU sends over top_k per token: the capacity factor when padded
 
 
 def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
@@ -154,10 +166,17 @@ def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> 
     sharded += (3 if x.gated else 2) * x.ffn * e  # gated: fc1's output (gate and up), SwiGLU's output
     if x.top_k:
         # router: logits and probabilities (fp32) and routing map over all experts, top-k indices and
-        # scores, their sum; per routed copy: permuted input, fc1 and SwiGLU outputs, probability, index
+        # scores, their sum
         replicated += x.experts * (2 * FP32_BYTES + MASK_BYTES) + x.top_k * (INDEX_BYTES + FP32_BYTES) + FP32_BYTES
-        replicated += x.top_k * (h * e + FP32_BYTES + INDEX_BYTES)
-        routed = x.top_k * 3 * x.expert_ffn * e / a.etp
+        received = x.top_k * a.routed_load  # copies this GPU's experts take, per token
+        # per copy received: the permuted input, its probability; per copy the permutation's index (the
+        # sender's under alltoall/flex; allgather permutes on the receiver, beside its local routing map)
+        replicated = replicated + received * (h * e + FP32_BYTES)
+        if a.dispatcher == "allgather":
+            replicated = replicated + received * INDEX_BYTES + x.experts * MASK_BYTES
+        else:
+            replicated = replicated + x.top_k * a.sent_load * INDEX_BYTES
+        routed = received * 3 * x.expert_ffn * e / a.etp  # fc1 (gate, up) and SwiGLU outputs
         sharded = sharded + routed  # not in place: on arrays `sharded` may be int64
     return replicated, sharded
 
@@ -210,11 +229,53 @@ def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
     return tokens * (replicated / (a.tp if a.sequence_parallel else 1) + sharded / a.tp) + _rope_bytes(x, a)
 
 
-def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> float:
-    """Full recompute still rebuilds one layer's activations at a time during backward."""
-    if a.recompute != "full":
+def dispatched_tokens(a: ActivationSetting) -> ArrayOrNumber:
+    """Tokens of one micro-batch a GPU's router and token dispatcher see: the sequence shard of cp, and of
+    tp under sequence parallelism (megatron refuses MoE training at tp > 1 without it)."""
+    return a.seq_length // a.cp * a.micro_batch_size / (a.tp if a.sequence_parallel else 1)
+
+
+def moe_transient_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
+    """The most a MoE layer holds while it runs beyond what it saves for backward: the dispatcher's
+    buffers and the permuted copies alive during its forward (its backward holds less), per micro-batch.
+
+    T tokens per GPU (`dispatched_tokens`), S = T top_k x sent_load copies sent, R = T top_k x routed_load
+    received, h x element bytes each:
+    - alltoall: 2 (S + R): the permuted input and the dispatch all-to-all's output stay referenced
+      (MoELayer.forward's locals) while the experts' output is un-sorted by local expert (R) and the combine
+      all-to-all returns S copies. Backward holds S + R (the gradients' un-permute and all-to-all).
+    - allgather: T ep + 2 R, and the gathered fp32 probabilities over all experts (T ep x experts): the
+      EP group's gathered tokens (megatron's global memory buffer: allocated once and kept, priced here as
+      the working memory it is; measured apart from the 2 R, which a later pass shows alone), the experts'
+      outputs and their concatenation (the un-permute's T ep output comes after they are freed).
+    - flex (DeepEP; priced from megatron-core 0.16.1's source, token_dispatcher.py and fused_a2a.py, not
+      measured: it needs GPUs): 2 N + R + T, where N = T x min(top_k, ep) x routed_load tokens arrive (a
+      token is sent once per destination rank, at most top_k of them): the received tokens, the experts'
+      output, its un-permuted N copies and the combined T. DeepEP's own NVLink/RDMA buffers, allocated once
+      per process (Buffer(group, num_nvl_bytes, num_rdma_bytes)), are not priced.
+    Measured for alltoall and allgather at ep=2 on CPU (tests/models/test_measured_moe.py): the forward's
+    peak over what was held when the layer began, less the layer's saved bytes."""
+    if not x.top_k or a.style != "megatron":  # the HF code DeepSpeed trains: no dispatcher, not measured
         return 0.0
-    return layer_activation_bytes(x, replace(a, recompute="none"))
+    tokens = dispatched_tokens(a)
+    sent = tokens * x.top_k * a.sent_load
+    received = tokens * x.top_k * a.routed_load
+    copy = x.hidden * a.element_bytes
+    if a.dispatcher == "allgather":
+        gathered = tokens * a.ep
+        return (gathered + 2 * received) * copy + gathered * x.experts * FP32_BYTES
+    if a.dispatcher == "flex":
+        arrived = tokens * smaller(a.ep, x.top_k) * a.routed_load
+        return (2 * arrived + received + tokens) * copy
+    return 2 * (sent + received) * copy
+
+
+def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
+    """What one layer holds, while it runs, beyond what every layer saves: full recompute rebuilds one
+    layer's activations at a time during backward; a MoE layer's dispatch buffers and permuted copies
+    (`moe_transient_bytes`), rebuilt with it under full recompute."""
+    rebuilt = layer_activation_bytes(x, replace(a, recompute="none")) if a.recompute == "full" else 0.0
+    return rebuilt + moe_transient_bytes(x, a)
 
 
 def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:

@@ -23,7 +23,11 @@ parameter, an upper bound: embeddings, the output head, norms and routers stay b
 between GEMMs are bf16, as priced (GEMM inputs TE saves in FP8 are not yet priced smaller).
 
 TP divides the linear layers (norms and routers are replicated), PP splits the layers,
-EP (x ETP) divides the routed experts. Activations follow `activations.py`, times the
+EP (x ETP) divides the routed experts; their distributed-optimizer state shards over expert-dp =
+world / (pp x ep x etp). A MoE layer's routed activations are priced at the worst EP rank's load
+(`moe_loads`: moe_load.rank_imbalance, capped by train.moe.capacity_factor, or exactly the capacity
+with pad_to_capacity), and its dispatch buffers (train.moe.dispatcher) join the working term.
+Activations follow `activations.py`, times the
 micro-batches in flight under 1F1B: stage i holds min(pp - i, grad-accum) of them; interleaved
 1F1B holds model chunks (`in_flight_micro_batches`), which on the first stage is Korthikanti's
 pp x (1 + (pp - 1) / (pp x virtual stages)) (4.2.3).
@@ -31,13 +35,14 @@ pp x (1 + (pp - 1) / (pp x virtual stages)) (4.2.3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models import ArrayOrNumber, pick, smaller
 from lmspec.compiler.models.activations import (
     ActivationSetting,
+    dispatched_tokens,
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
@@ -45,6 +50,7 @@ from lmspec.compiler.models.activations import (
     working_layer_bytes,
 )
 from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.moe_load import rank_imbalance
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
 from lmspec.compiler.models.stages import stage_params
 from lmspec.compiler.models.units import FP32_BYTES, GIB, precision_bytes
@@ -172,9 +178,48 @@ def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber) -> StateBytes:
     )
 
 
+def capacity_load(tokens: Any, top_k: int, experts: int, capacity_factor: float) -> Any:
+    """Copies per expert over the mean when every expert is padded to its capacity, ceil(tokens x top_k x
+    factor / experts) (megatron-core's get_capacity, on each rank's dispatched tokens)."""
+    import math
+
+    import numpy as np
+
+    ceil = math.ceil if isinstance(tokens, int | float) else np.ceil
+    return experts * ceil(tokens * top_k * capacity_factor / experts) / (tokens * top_k)
+
+
+def moe_loads(spec: TrainingSpec, ep: Any, tokens: Any, sp_shards: Any = 1) -> tuple[Any, Any]:
+    """(routed, sent) load of one GPU's MoE layers: routed copies its experts receive and copies it sends,
+    over top_k per token. Received: the worst EP rank's share (moe_load.rank_imbalance: sampling spread,
+    train.moe.load_imbalance or force_balance, capped at train.moe.capacity_factor); with
+    pad_to_capacity every expert holds exactly its capacity, from every rank, so both are the capacity's.
+    `tokens`: one micro-batch's tokens per context-parallel rank (moe_load's count, the step-time model's
+    too); each GPU's dispatcher sees tokens / sp_shards of them (tp under sequence parallelism), whose
+    capacity megatron pads to."""
+    m, settings = spec.model.moe, spec.train.moe
+    if m is None:
+        return 1.0, 1.0
+    if settings.capacity_factor is not None and settings.pad_to_capacity:
+        padded = capacity_load(tokens / sp_shards, m.top_k, m.num_experts, settings.capacity_factor)
+        return padded, padded
+    routed = rank_imbalance(
+        ep,
+        tokens,
+        m.top_k,
+        force_balance=settings.force_balance,
+        stated=settings.load_imbalance,
+        capacity_factor=settings.capacity_factor,
+        pad_to_capacity=False,
+    )
+    return routed, 1.0
+
+
 def activation_setting(spec: TrainingSpec) -> ActivationSetting:
+    """What decides one layout's activation bytes; `moe_loads` at its own ep (compiler/search re-prices
+    them per candidate)."""
     t, p = spec.train, spec.parallel
-    return ActivationSetting(
+    act = ActivationSetting(
         style="hf" if backend_of(spec).hf_model_code else "megatron",
         seq_length=t.seq_length,
         micro_batch_size=t.micro_batch_size,
@@ -186,7 +231,12 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
         recompute=t.recompute,
         flash_attention=t.flash_attention,
         kernels="fused" if t.transformer_impl == "transformer_engine" else "torch",
+        ep=p.ep,
+        dispatcher=t.moe.dispatcher,
     )
+    tokens = t.micro_batch_size * t.seq_length / p.cp
+    routed, sent = moe_loads(spec, p.ep, tokens, tokens / dispatched_tokens(act))
+    return replace(act, routed_load=routed, sent_load=sent)
 
 
 def gathered_layer_bytes(spec: TrainingSpec) -> int:

@@ -22,6 +22,7 @@ from itertools import product
 import numpy as np
 
 from lmspec.compiler.models.activations import (
+    dispatched_tokens,
     embedding_activation_bytes,
     layer_activation_bytes,
     layer_shape,
@@ -37,6 +38,7 @@ from lmspec.compiler.models.train_memory import (
     gathered_layer_bytes,
     in_flight_micro_batches,
     last_stage_activation_bytes,
+    moe_loads,
     stage_terms,
     state_bytes,
 )
@@ -140,25 +142,30 @@ ACTIVATION_TERMS = ("dense_layer", "moe_layer", "embedding", "head", "dense_work
 
 
 def _activation_lookup(
-    spec: TrainingSpec, c: Columns, tp_values: np.ndarray, cp_values: np.ndarray, mbs_values: np.ndarray
+    spec: TrainingSpec,
+    c: Columns,
+    tp_values: np.ndarray,
+    cp_values: np.ndarray,
+    mbs_values: np.ndarray,
+    ep_values: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Activation bytes per micro-batch of each candidate, from the model's functions evaluated once
-    on the small grid of (backend, sp, recompute, tp, cp, micro batch) and looked up."""
+    on the small grid of (backend, sp, recompute, tp, cp, micro batch, ep) and looked up; a MoE layer's
+    routed load (`moe_loads`) is re-priced at every grid point, as activation_setting prices one layout."""
     m = spec.model
     dense_shape = layer_shape(m, False)
     moe_shape = layer_shape(m, True) if m.moe is not None else None  # a dense model has no MoE layer to price
-    grid = (tp_values[:, None, None], cp_values[None, :, None], mbs_values[None, None, :])
-    tables = {
-        k: np.zeros((len(BACKENDS), 2, len(RECOMPUTE), *(len(v) for v in (tp_values, cp_values, mbs_values))))
-        for k in ACTIVATION_TERMS
-    }
+    axes = (tp_values, cp_values, mbs_values, ep_values)
+    grid = [v.reshape([-1 if i == k else 1 for i in range(len(axes))]) for k, v in enumerate(axes)]
+    tables = {k: np.zeros((len(BACKENDS), 2, len(RECOMPUTE), *(len(v) for v in axes))) for k in ACTIVATION_TERMS}
     for b, sp, r in product(range(len(BACKENDS)), (0, 1), range(len(RECOMPUTE))):
+        group = _group_spec(spec, b, sp=bool(sp), recompute=r)
         act = dataclasses.replace(
-            activation_setting(_group_spec(spec, b, sp=bool(sp), recompute=r)),
-            tp=grid[0],
-            cp=grid[1],
-            micro_batch_size=grid[2],
+            activation_setting(group), tp=grid[0], cp=grid[1], micro_batch_size=grid[2], ep=grid[3]
         )
+        tokens = act.micro_batch_size * act.seq_length / act.cp
+        routed, sent = moe_loads(group, act.ep, tokens, tokens / dispatched_tokens(act))
+        act = dataclasses.replace(act, routed_load=routed, sent_load=sent)
         values = (
             layer_activation_bytes(dense_shape, act),
             0.0 if moe_shape is None else layer_activation_bytes(moe_shape, act),
@@ -176,6 +183,7 @@ def _activation_lookup(
         np.searchsorted(tp_values, c.tp),
         np.searchsorted(cp_values, c.cp),
         np.searchsorted(mbs_values, c.micro_batch_size),
+        np.searchsorted(ep_values, c.ep),
     )
     flat = np.ravel_multi_index(at, tables["dense_layer"].shape)
     return {k: t.ravel()[flat] for k, t in tables.items()}
@@ -207,7 +215,8 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
     """Memory of each candidate's worst stage. `c` is sorted by pp and carries dp, world and
     micro_batches; `axes_values` holds the sorted tp, cp and micro-batch values searched."""
     n = c.size
-    act = _activation_lookup(spec, c, axes_values["tp"], axes_values["cp"], axes_values["micro_batch_size"])
+    ep_values = np.unique(c.ep)
+    act = _activation_lookup(spec, c, axes_values["tp"], axes_values["cp"], axes_values["micro_batch_size"], ep_values)
     dense_state, expert_state, gather = _state_columns(spec, c)
     total, worst = np.zeros(n), np.zeros(n, dtype=np.int64)
     dense_out, expert_out = np.zeros(n), np.zeros(n)
