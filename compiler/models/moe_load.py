@@ -24,6 +24,7 @@ with the formula that prices one (`ep_rank_imbalance`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from lmspec.compiler.models import larger, pick, smaller
@@ -46,24 +47,32 @@ def sampling_imbalance(ep: Any, copies_per_rank: Any) -> Any:
     return 1 + spread
 
 
-def rank_imbalance(
-    ep: Any,
-    tokens: Any,
-    top_k: int,
-    *,
-    force_balance: Any = False,
-    stated: float | None = None,
-    capacity_factor: float | None = None,
-    pad_to_capacity: bool = False,
-) -> Any:
+@dataclass(frozen=True)
+class Routing:
+    """The train.moe settings that decide how evenly copies land (`of`), one value the step-time and memory
+    models both read."""
+
+    force_balance: bool = False
+    stated: float | None = None  # train.moe.load_imbalance
+    capacity_factor: float | None = None
+    pad_to_capacity: bool = False
+
+    @staticmethod
+    def of(spec: TrainingSpec) -> Routing:
+        m = spec.train.moe
+        return Routing(m.force_balance, m.load_imbalance, m.capacity_factor, m.pad_to_capacity)
+
+
+def rank_imbalance(ep: Any, tokens: Any, top_k: int, routing: Routing = Routing()) -> Any:
     """Max/mean routed copies per EP rank (see the module docstring); `tokens` are one rank's tokens of a
     micro-batch as the dispatcher sees them (micro-batch x sequence / cp)."""
-    if stated is not None:
-        estimate: Any = stated + 0 * ep
+    if routing.stated is not None:
+        estimate: Any = routing.stated + 0 * ep
     else:
-        estimate = pick(force_balance, 1.0, sampling_imbalance(ep, tokens * top_k))
-    if capacity_factor is not None:
-        estimate = capacity_factor + 0 * ep if pad_to_capacity else smaller(estimate, capacity_factor)
+        estimate = pick(routing.force_balance, 1.0, sampling_imbalance(ep, tokens * top_k))
+    if routing.capacity_factor is not None:
+        cap = routing.capacity_factor
+        estimate = cap + 0 * ep if routing.pad_to_capacity else smaller(estimate, cap)
     return pick(ep > 1, estimate, 1.0)
 
 
@@ -72,15 +81,4 @@ def ep_rank_imbalance(spec: TrainingSpec) -> float:
     moe, t, p = spec.model.moe, spec.train, spec.parallel
     if moe is None:
         return 1.0
-    settings = t.moe
-    return float(
-        rank_imbalance(
-            p.ep,
-            t.micro_batch_size * t.seq_length / p.cp,
-            moe.top_k,
-            force_balance=settings.force_balance,
-            stated=settings.load_imbalance,
-            capacity_factor=settings.capacity_factor,
-            pad_to_capacity=settings.pad_to_capacity,
-        )
-    )
+    return float(rank_imbalance(p.ep, t.micro_batch_size * t.seq_length / p.cp, moe.top_k, Routing.of(spec)))

@@ -95,19 +95,7 @@ def micro_batch_compute(
     """One micro-batch's compute on one GPU of the slowest stage; `rows` are the tokens of every GEMM on
     that GPU, `tp_split` what sequence parallelism divides them by."""
     d = x.dims
-    imbalance = (
-        rank_imbalance(
-            d.ep,
-            rows,
-            c.top_k,
-            force_balance=c.force_balance,
-            stated=c.load_imbalance,
-            capacity_factor=c.capacity_factor,
-            pad_to_capacity=c.pad_to_capacity,
-        )
-        if c.top_k
-        else 1.0
-    )
+    imbalance = rank_imbalance(d.ep, rows, c.top_k, c.routing) if c.top_k else 1.0
     kernels = pick(x.unfused_kernels, UNFUSED_KERNEL_FACTOR, 1.0)
     redo = 1 + x.full_recompute / 3  # full recompute repeats every layer's forward
     attention = x.attention_flops_per_token * (1 + x.recompute_attention / 3)

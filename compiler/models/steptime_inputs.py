@@ -17,6 +17,7 @@ from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models.comm import Links, dp_grad_bytes, worst_gpu_params
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.flops import mlp_flops_per_token, routed_expert_flops_per_token
+from lmspec.compiler.models.moe_load import Routing
 from lmspec.compiler.models.stages import slowest_stage_work
 from lmspec.compiler.models.train_memory import TrainMemory
 from lmspec.compiler.models.units import GB, GBIT, TFLOPS, precision_bytes
@@ -71,10 +72,7 @@ class StepConstants:
     route_group_topk: int  # model.moe.router_group_topk: groups a token may route into
     shared_expert_overlap: bool  # train.moe.shared_expert_overlap: shared experts run beside the all-to-alls
     permute_fusion: bool  # train.moe.permute_fusion: TE's fused permutation kernels
-    force_balance: bool  # train.moe.force_balance
-    load_imbalance: float | None  # train.moe.load_imbalance: a measured max/mean, as stated
-    capacity_factor: float | None  # train.moe.capacity_factor (None: dropless)
-    pad_to_capacity: bool
+    routing: Routing  # what decides the busiest EP rank's load (moe_load.py)
     fp8: bool
     flash_attention: bool
     overlap_grad_reduce: bool
@@ -154,10 +152,7 @@ def step_constants(spec: TrainingSpec) -> StepConstants:
         route_group_topk=(moe.router_group_topk or 0) if moe else 0,
         shared_expert_overlap=t.moe.shared_expert_overlap,
         permute_fusion=t.moe.permute_fusion,
-        force_balance=t.moe.force_balance,
-        load_imbalance=t.moe.load_imbalance,
-        capacity_factor=t.moe.capacity_factor,
-        pad_to_capacity=t.moe.pad_to_capacity,
+        routing=Routing.of(spec),
         fp8=fp8,
         flash_attention=t.flash_attention,
         overlap_grad_reduce=p.overlap.grad_reduce,

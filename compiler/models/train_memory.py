@@ -50,7 +50,7 @@ from lmspec.compiler.models.activations import (
     working_layer_bytes,
 )
 from lmspec.compiler.models.dims import ParallelDims
-from lmspec.compiler.models.moe_load import rank_imbalance
+from lmspec.compiler.models.moe_load import Routing, rank_imbalance
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
 from lmspec.compiler.models.stages import stage_params
 from lmspec.compiler.models.units import FP32_BYTES, GIB, precision_bytes
@@ -203,15 +203,7 @@ def moe_loads(spec: TrainingSpec, ep: Any, tokens: Any, sp_shards: Any = 1) -> t
     if settings.capacity_factor is not None and settings.pad_to_capacity:
         padded = capacity_load(tokens / sp_shards, m.top_k, m.num_experts, settings.capacity_factor)
         return padded, padded
-    routed = rank_imbalance(
-        ep,
-        tokens,
-        m.top_k,
-        force_balance=settings.force_balance,
-        stated=settings.load_imbalance,
-        capacity_factor=settings.capacity_factor,
-        pad_to_capacity=False,
-    )
+    routed = rank_imbalance(ep, tokens, m.top_k, replace(Routing.of(spec), pad_to_capacity=False))
     return routed, 1.0
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lmspec.compiler.models.moe_dispatch import dispatch_bytes, distinct
-from lmspec.compiler.models.moe_load import ep_rank_imbalance, rank_imbalance, sampling_imbalance
+from lmspec.compiler.models.moe_load import Routing, ep_rank_imbalance, rank_imbalance, sampling_imbalance
 from lmspec.compiler.models.steptime import StepTime, step_time
 from lmspec.compiler.models.steptime_inputs import step_constants, step_inputs
 from lmspec.compiler.pipeline import derive_despite_rules
@@ -64,13 +64,13 @@ def test_distinct_places() -> None:
 
 def test_imbalance_from_the_routing_settings() -> None:
     assert rank_imbalance(1, TOKENS, 8) == 1.0
-    assert rank_imbalance(64, TOKENS, 8, force_balance=True) == 1.0
-    assert rank_imbalance(64, TOKENS, 8, stated=1.3) == 1.3
+    assert rank_imbalance(64, TOKENS, 8, Routing(force_balance=True)) == 1.0
+    assert rank_imbalance(64, TOKENS, 8, Routing(stated=1.3)) == 1.3
     sampled = rank_imbalance(64, TOKENS, 8)
     assert sampled == pytest.approx(1 + math.sqrt(2 * math.log(64) * (1 - 1 / 64) / (TOKENS * 8)))
     assert rank_imbalance(64, 16, 8) > sampled  # fewer tokens, wider spread
-    assert rank_imbalance(64, TOKENS, 8, stated=1.5, capacity_factor=1.25) == 1.25  # drops above capacity
-    assert rank_imbalance(64, TOKENS, 8, capacity_factor=1.25, pad_to_capacity=True) == 1.25
+    assert rank_imbalance(64, TOKENS, 8, Routing(stated=1.5, capacity_factor=1.25)) == 1.25  # drops above capacity
+    assert rank_imbalance(64, TOKENS, 8, Routing(capacity_factor=1.25, pad_to_capacity=True)) == 1.25
     arrays = rank_imbalance(np.array([1, 8, 64]), np.array([TOKENS] * 3), 8)
     assert arrays[0] == 1.0 and arrays[1] == pytest.approx(sampling_imbalance(8, TOKENS * 8))
 
