@@ -1,6 +1,12 @@
 """Does `lmspec plan` rank published layouts where they belong? (issue 21, item 4; no GPU needed)
 
     .venv/bin/python bench/steptime_ranking.py [--only ID ...]
+    .venv/bin/python bench/steptime_ranking.py --standing deepseek_v3_2048gpu_h800
+
+`--standing ID` prints where one point's published layout stands among plan's candidates for the same job:
+its rank by tokens/s among every layout that fits and among those without lmspec's communication warning
+(plan's winner is the best of the latter), its estimate as a share of the winner's, and the two steps'
+terms side by side (compute, exposed TP/EP/CP/PP/DP communication, bubble, optimizer).
 
 For each point of tests/data/steptime/published_runs.yaml, runs `lmspec plan`'s search over the same job
 (model, hardware, GPU count, global batch, sequence, precision, and the run's backend: a team on one framework
@@ -38,6 +44,7 @@ from steptime_published import DATA, Point, compose, overrides  # noqa: E402
 
 from lmspec.compiler.models.steptime import step_time  # noqa: E402
 from lmspec.compiler.models.steptime_calibration import CALIBRATION  # noqa: E402
+from lmspec.compiler.models.summary import comm_over_warning  # noqa: E402
 from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
 from lmspec.compiler.search.report import TERM_NAMES, Row, row_at, rows  # noqa: E402
 from lmspec.compiler.search.search import SearchResult, search  # noqa: E402
@@ -110,6 +117,76 @@ def rank(point: Point) -> Ranked:
     return Ranked(point, best.tokens_per_s / world, described(best), share, described(own), saved)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """A published layout among plan's candidates for its job (`standing`)."""
+
+    point: Point
+    winner: Row
+    published_terms: dict[str, float]  # TERM_NAMES -> seconds per step of the published layout
+    published_flagged: bool  # the communication warning fires on it
+    rank_all: int  # 1 + the layouts that fit and are priced faster
+    rank_unflagged: int  # 1 + the layouts without the communication warning that are priced faster
+    feasible: int
+    warned: int
+    fastest_flagged: Row | None  # the fastest layout the warning flags, where it is priced faster than the winner
+
+    @property
+    def share(self) -> float:
+        """The published layout's estimated tokens/s as a share of plan's winner's."""
+        return self.winner.step_time_s / sum(self.published_terms.values())
+
+
+def standing(point: Point) -> Standing:
+    words = [*overrides(point.point), "parallel.overlap.tp_comm=false", "train.transformer_impl=transformer_engine"]
+    plan = derive_despite_rules(words).plan
+    assert plan is not None and plan.train is not None and point.inputs is not None and point.constants is not None
+    spec = plan.train.spec
+    result = search(spec, [spec.hardware.nodes], (spec.train.backend,), "throughput", 1)
+    published = step_time(point.inputs, point.constants, CALIBRATION)
+    total = float(published.total)
+    step = result.priced.step_time_s
+    flagged = np.flatnonzero(result.flagged)
+    fastest = int(flagged[np.argmin(step[flagged])]) if flagged.size else None
+    winner = rows(result, 1)[0]
+    faster_flagged = fastest is not None and step[fastest] < winner.step_time_s
+    return Standing(
+        point=point,
+        winner=winner,
+        published_terms={name: float(getattr(published, name)) for name in TERM_NAMES},
+        published_flagged=bool(comm_over_warning(published)),
+        rank_all=1 + int(np.count_nonzero(step < total)),
+        rank_unflagged=1 + int(np.count_nonzero((step < total) & ~result.flagged)),
+        feasible=result.feasible,
+        warned=result.warned,
+        fastest_flagged=row_at(result, fastest) if faster_flagged and fastest is not None else None,
+    )
+
+
+def print_standing(s: Standing) -> None:
+    w, f = s.winner, s.fastest_flagged
+    print(
+        f"{s.point.point['id']}: plan's winner {described(w)} "
+        f"({w.step_time_s:.4g} s/step, {w.memory_bytes / 2**30:.1f} GiB/GPU)"
+    )
+    if f is not None:
+        print(f"fastest layout the communication warning flags (ranked below the winner): {described(f)}")
+    print(
+        f"published layout: rank #{s.rank_all:,} of {s.feasible:,} layouts that fit by estimated step time, "
+        f"#{s.rank_unflagged:,} among the {s.feasible - s.warned:,} without the communication warning; "
+        f"its estimate is {s.share:.3f} of the winner's tokens/s"
+        f"{'; it draws the communication warning' if s.published_flagged else ''}"
+    )
+    columns = [("published", s.published_terms), ("winner", w.terms_s)] + ([("flagged", f.terms_s)] if f else [])
+    print(f"{'term (s per step)':28}" + "".join(f"{name:>12}" for name, _ in columns))
+    for term in TERM_NAMES:
+        print(f"{TERM_NAMES[term]:28}" + "".join(f"{terms[term]:12.4g}" for _, terms in columns))
+    print(f"{'step':28}" + "".join(f"{sum(terms.values()):12.4g}" for _, terms in columns))
+    comm = ("tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm")
+    ratios = [sum(terms[k] for k in comm) / terms["compute"] for _, terms in columns]
+    print(f"{'exposed comm / compute':28}" + "".join(f"{r:12.1%}" for r in ratios))
+
+
 def job(point: Point) -> tuple:
     p = point.point
     return (point.source, str(p["model"]), p["hardware"], p["gpus"], *(p["layout"].get(k) for k in JOB_KEYS))
@@ -128,8 +205,12 @@ def orderings(points: Sequence[Point]) -> list[tuple[Point, Point, bool]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="ID", help="rank these points only")
+    parser.add_argument("--standing", metavar="ID", help="one point's rank among plan's candidates, with terms")
     args = parser.parse_args(argv)
     raw = yaml.safe_load(DATA.read_text(encoding="utf-8"))["points"]
+    if args.standing:
+        print_standing(standing(next(compose(p) for p in raw if p["id"] == args.standing)))
+        return 0
     points = [compose(p) for p in raw if not args.only or p["id"] in args.only]
     print(f"{'point':42} {'published / winner':>18} {'its dims / winner':>17}  plan's winner")
     ranked = [rank(p) for p in points]
@@ -145,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "per-rank settings" if r.same_dims_share and r.same_dims_share >= FLOOR else "parallel layout"
         print(f"  {r.point.point['id']}: the gap is in the {where}; plan's best at its dims ({own}): {r.same_dims}")
         saved = ", ".join(f"{seconds:.3g} s of {TERM_NAMES[name]}" for name, seconds in r.saved)
+        assert r.share is not None  # `below` holds ranked points only
         print(f"    the winner's step is {1 - r.share:.0%} shorter: it saves {saved}")
     pairs = orderings(points)
     for fast, slow, agrees in pairs:

@@ -1,4 +1,15 @@
-"""`lmspec plan`: search every legal layout of a job and print the best, as `lmspec check` composes it."""
+"""`lmspec plan`: search every legal layout of a job and print the best, as `lmspec check` composes it.
+
+The winner is printed as the `lmspec compile` command that builds it, and that command compiles as printed:
+the search mirrors every training rule (compiler/search/legality.py), and every other rule is run on the
+winner before it is shown. The one part of a job plan does not search is its serving part. When the job
+never set it (every serve key is lmspec's built-in serve group: `lmspec plan model=deepseek_v3
+hardware=h800_80g`, whose default engine is one node of 8 GPUs) and it does not compile, the command
+carries `serve=null`: the user asked for a training layout, and a serving engine they never sized is no
+reason to print a command that fails; a line says what was dropped and how to serve too. A serving part the
+job did set (its spec file or its overrides) is kept as it is and its errors are shown: plan does not
+rewrite what the user asked for, and those errors are the spec's own, whatever the training layout.
+"""
 
 from __future__ import annotations
 
@@ -149,9 +160,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if not result.feasible:
         return _no_fit(result, args)
     winner = overrides(rows(result, 1)[0].values)
-    line = "lmspec compile " + _shell([*_spec_words(args), *_job_overrides(args, winner)])
-    problems = _validate_winner(args, winner)
-    written = _write(args, winner, result) if args.write is not None else None
+    job, problems, notes = _winner_job(args, composed, winner)
+    line = "lmspec compile " + _shell([*_spec_words(args), *job])
+    written = _write(args, job, result) if args.write is not None else None
     if args.plot is not None:
         from lmspec.compiler.search.plot import draw
 
@@ -160,12 +171,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         extra = {
             "winner_command": line,
             "winner_problems": [p.line() for p in problems],
+            "winner_notes": notes,
             "written": str(written) if written else None,
         }
         print(json.dumps(to_json(result, args.top, extra), indent=2))
         return EXIT_OK
     print_table(result, args.top)
     print_problems(problems)
+    for note in notes:
+        print(f"note: {note}")
     print(f"winner: {line}")
     if written is not None:
         print(f"wrote {written}: lmspec compile --spec {written}")
@@ -174,20 +188,53 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _validate_winner(args: argparse.Namespace, winner: list[str]) -> list[Any]:
-    """Every rule of `lmspec check` on the winner; the search covers the layout's, this the rest."""
+def _problems(job: list[str], spec_file: Path | None) -> tuple[list[Any], bool]:
+    """Every problem of `lmspec check` on the job, and whether one is an error."""
     from lmspec.compiler.errors import SpecError
     from lmspec.compiler.pipeline import make_plan
 
     try:
-        return list(make_plan(_job_overrides(args, winner), args.spec).warnings)
+        return list(make_plan(job, spec_file).warnings), False
     except SpecError as exc:
-        if args.write is not None:
-            raise
-        return list(exc.problems)
+        return list(exc.problems), True
 
 
-def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
+def serving_is_builtin_default(composed: Any) -> bool:
+    """Whether the job never set its serving part: it has one, and every serve key comes from lmspec's
+    built-in serve group (no serve key in the user's spec file or overrides)."""
+    from lmspec.compiler.paths import BUILTIN_PREFIX
+
+    group = f"{BUILTIN_PREFIX}specs/serve/"
+    keys = [k for k in composed.origins.where if k == "serve" or k.startswith("serve.")]
+    return composed.spec.get("serve") is not None and all(composed.origins.where[k].startswith(group) for k in keys)
+
+
+def _winner_job(args: argparse.Namespace, composed: Any, winner: list[str]) -> tuple[list[str], list[Any], list[str]]:
+    """The overrides of the printed command, the problems `lmspec check` finds in it and notes on what plan
+    added. Every rule of `lmspec check` runs on the winner (the search covers the layout's, this the rest); a
+    serving part the job never set that does not compile is dropped (`serve=null`, the module's docstring)."""
+    from lmspec.compiler.errors import SpecError
+
+    job = _job_overrides(args, winner)
+    problems, failed = _problems(job, args.spec)
+    if failed and serving_is_builtin_default(composed):
+        train_only = [*job, "serve=null"]
+        kept, still_failed = _problems(train_only, args.spec)
+        if not still_failed:
+            dropped = [p for p in problems if p.severity == "error"]
+            note = (
+                "serve=null added: the job's serving part is lmspec's default serve group, which the job never "
+                f"set, and it does not compile here ({len(dropped)} error(s), first: {dropped[0].message}); "
+                "lmspec plan plans training: to serve this model too, set serve.* in your spec as that error "
+                "says, or serve from a spec of its own"
+            )
+            return train_only, kept, [note]
+    if failed and args.write is not None:
+        raise SpecError(problems)
+    return job, problems, []
+
+
+def _write(args: argparse.Namespace, job: list[str], result: Any) -> Path:
     from lmspec.compiler.models.units import GIB
     from lmspec.compiler.paths import display_path
     from lmspec.compiler.search.report import rows
@@ -205,7 +252,7 @@ def _write(args: argparse.Namespace, winner: list[str], result: Any) -> Path:
         + f"#   {command}\n"
         + f"#   lmspec compile --spec {display_path(args.write)}\n"
     )
-    text = spec_file_text(args.write, _job_overrides(args, winner), args.spec, header)
+    text = spec_file_text(args.write, job, args.spec, header)
     args.write.write_text(text, encoding="utf-8")
     return args.write
 

@@ -22,9 +22,11 @@ built at, the Layout's in training, or all ones for one process).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lmspec.compiler.models.stages import last_stage_extra
 from lmspec.compiler.spec.sections import Spec, TrainingSpec
 
 Device = Literal["cpu", "gpu"]
@@ -161,14 +163,26 @@ class ParallelDims:
         return span > self.gpus_per_node
 
 
-def balanced_stages(num_layers: int, pp: int) -> tuple[int, ...]:
-    """Split layers over stages as evenly as possible; the first and last stages, which also
-    hold the embedding and the output head, are the ones that get a layer fewer."""
+def balanced_stages(num_layers: int, pp: int, last_extra: float = 0.0) -> tuple[int, ...]:
+    """Split layers over stages so the busiest stage does the least work. Layers cost alike; the last stage
+    also runs the output head and the MTP modules, `last_extra` layers' worth of work
+    (compiler/models/stages.py `last_stage_extra`), so it takes as many whole layers fewer, keeping one.
+    The layers left over come off the stages from both ends inwards (0, pp-1, 1, ...): the first and last
+    stages also hold the embedding and the head."""
     per_stage = -(-num_layers // pp)
-    stages = [per_stage] * pp
-    # stages from both ends inwards (0, pp-1, 1, pp-2, ...): dict.fromkeys keeps the first of each, in O(pp)
-    order = dict.fromkeys(i for pair in zip(range(pp), reversed(range(pp))) for i in pair)
-    for i in list(order)[: per_stage * pp - num_layers]:
+
+    def last(m: int) -> int:  # the last stage's layers when the others take m: whole layers of extra work off
+        return max(1, m - math.floor(last_extra))
+
+    while (pp - 1) * per_stage + last(per_stage) < num_layers:
+        per_stage += 1
+    stages = [per_stage] * (pp - 1) + [last(per_stage)]
+    # stages from both ends inwards (0, pp-1, 1, pp-2, ...): dict.fromkeys keeps the first of each, in O(pp);
+    # a last stage already shortened for its head keeps what it has
+    order = [i for i in dict.fromkeys(i for pair in zip(range(pp), reversed(range(pp))) for i in pair)]
+    if stages[-1] < per_stage:
+        order.remove(pp - 1)
+    for i in order[: sum(stages) - num_layers]:
         stages[i] -= 1
     return tuple(stages)
 
@@ -179,18 +193,23 @@ def stage_layers(spec: TrainingSpec) -> tuple[int, ...] | None:
     if layout is None:
         return (layers // pp,) * pp if layers % pp == 0 else None
     if layout == "auto":
-        return balanced_stages(layers, pp) if layers >= pp else None
+        extra = last_stage_extra(spec.model, spec.train.seq_length)
+        return balanced_stages(layers, pp, extra) if layers >= pp else None
     stages = tuple(int(n) for n in layout)
     return stages if len(stages) == pp and sum(stages) == layers and min(stages) >= 1 else None
 
 
 def chunk_layers(stage_layers: tuple[int, ...], virtual_stages: int | None) -> tuple[int, ...]:
     """Layers of each model chunk in Megatron's pipeline order (`pipeline_model_parallel_layout`):
-    with `virtual_stages` v every stage's layers split evenly into v chunks, and chunk c of stage r
-    is entry c x pp + r, so the model's layers run chunk 0 of every stage, then chunk 1, ... (interleaved
-    1F1B). Without virtual stages a stage is one chunk. The layout rules require the even split."""
+    with `virtual_stages` v every stage's n layers split as evenly as possible into v chunks, the first
+    n mod v chunks taking one more (Megatron-Bridge's DeepSeek-V3 layouts split 61 layers so), and chunk
+    c of stage r is entry c x pp + r, so the model's layers run chunk 0 of every stage, then chunk 1, ...
+    (interleaved 1F1B). A stage of fewer layers than chunks leaves its last chunks without a layer:
+    megatron-core builds them as empty blocks that pass the activations on (its layout class and
+    TransformerBlock allow it; rules.layout.virtual_stages_have_layers warns where every stage has one).
+    Without virtual stages a stage is one chunk."""
     v = virtual_stages or 1
-    return tuple(n // v for _ in range(v) for n in stage_layers)
+    return tuple(n // v + (c < n % v) for c in range(v) for n in stage_layers)
 
 
 def divisors(n: int) -> list[int]:

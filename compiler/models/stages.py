@@ -58,6 +58,15 @@ class StageWork:
     moe_layers: int  # MoE layers of the stage holding most of them
 
 
+def last_stage_extra(m: ModelSpec, seq_length: int) -> float:
+    """The last stage's work beyond its decoder layers, in layers: the MTP layers and every output head
+    (the main one and each MTP module's), as `slowest_stage_work` prices them. pp_layout=auto gives that
+    stage as many layers fewer (compiler/models/dims.py `balanced_stages`)."""
+    f = flops_breakdown(m, seq_length)
+    per_layer = (hardware_flops_per_token(m, seq_length, "none") - f.logits) / (m.num_layers + m.mtp_layers)
+    return m.mtp_layers + f.logits / per_layer
+
+
 def slowest_stage_work(m: ModelSpec, seq_length: int, stages: Sequence[int], recompute: str) -> StageWork:
     """Layers cost alike (a uniform split of the layer FLOPs, MTP layers included); the last stage adds
     the MTP layers and every output head."""

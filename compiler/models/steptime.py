@@ -4,7 +4,8 @@ Plain arithmetic (no numpy import) that works on floats and numpy arrays alike, 
 layout or a million. Per micro-batch, one GPU of the slowest pipeline stage runs its compute
 (steptime_compute.py: GEMMs by roofline, core attention, memory-bound kernels) and the communication of
 each parallel dimension that overlap leaves exposed (steptime_comm.py). This module adds them up: 1F1B idles
-(pp - 1) micro-batch slots per step, interleaving v chunks (pp - 1) / v; the DP traffic of the step; then
+(pp - 1) micro-batch slots per step, interleaving v chunks (pp - 1) times its largest chunk's share of the
+stage (1 / v when the layers split evenly); the DP traffic of the step; then
 the optimizer update, memory-bound on the GPU's shard of the parameters. The inputs come from
 steptime_inputs.py; the constants fitted to published runs are steptime_calibration.py's `CALIBRATION`
 (bench/steptime_published.py fits and scores them, leaving each source out in turn, and `--fit` writes
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lmspec.compiler.models import pick
+from lmspec.compiler.models import larger, pick
 from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.models.steptime_calibration import CALIBRATION, Calibration
 from lmspec.compiler.models.steptime_comm import dp_comm, micro_batch_comm
@@ -80,6 +81,13 @@ class StepTime:
         )
 
 
+def largest_chunk_share(stage_layers: Any, virtual_stages: Any) -> Any:
+    """The share of a stage's layers in its largest model chunk: each of the pp - 1 slots the pipeline idles
+    waits for a chunk, and the first chunks take one more layer where a stage's layers do not split evenly
+    (compiler/models/dims.py `chunk_layers`): ceil(L / v) / L, 1 / v on an even split, 1 without interleaving."""
+    return -(-stage_layers // virtual_stages) / larger(stage_layers, 1)
+
+
 def step_time(x: StepInputs, c: StepConstants, cal: Calibration = CALIBRATION) -> StepTime:
     """Seconds per training step of each candidate, split by term."""
     d = x.dims
@@ -101,7 +109,7 @@ def step_time(x: StepInputs, c: StepConstants, cal: Calibration = CALIBRATION) -
         ep_comm=m * mb.ep_exposed,
         cp_comm=m * mb.cp_exposed,
         pp_comm=m * mb.pp,
-        bubble=(d.pp - 1) / v * per_micro_batch,
+        bubble=(d.pp - 1) * largest_chunk_share(x.stage_layers, v) * per_micro_batch,
         dp_comm=dp_exposed,
         optimizer=optimizer,
         tp_raw=m * mb.tp,

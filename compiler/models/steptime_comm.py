@@ -9,8 +9,9 @@ how much of it overlaps the compute of steptime_compute.py. Plain arithmetic on 
 - Expert dispatch and combine (compiler/models/moe_dispatch.py, per train.moe.dispatcher) are on the
   critical path, at the pace of the EP rank that receives the most copies (compiler/models/moe_load.py),
   unless `parallel.overlap.moe_a2a`: then one micro-batch's all-to-alls hide behind another's compute
-  (megatron-core's combined 1F1B, DeepSeek-V3's DualPipe); or `train.moe.shared_expert_overlap`: then
-  they hide behind the same layer's shared-expert GEMMs.
+  (megatron-core's combined 1F1B, DeepSeek-V3's DualPipe), all but the step's unpaired first forward and
+  last backward (1/m of them); or `train.moe.shared_expert_overlap`: then they hide behind the same
+  layer's shared-expert GEMMs. Hidden, they still hold the SMs their kernels run on (`overlapped`).
 - Ring attention (CP) passes the K and V heads (the KV width, not the hidden: GQA sends kv_heads/heads of it)
   of every other CP rank once forward and twice backward, hidden behind the core attention of the same layer.
 - Pipeline send/recv is exposed once per micro-batch (interleaved chunks' extra sends overlap: Megatron's
@@ -103,10 +104,14 @@ def micro_batch_comm(
     received = rows / tp_split * c.top_k * c.hidden * x.element_bytes
     per_layer = per_layer + expert_tp_bytes(d.etp, received) / link.intra_bytes_per_s
     ep_mb = x.stage_moe_layers * per_layer * imbalance
-    # megatron-core hides the all-to-alls behind another micro-batch's compute (moe_a2a), or behind the
-    # shared experts' GEMMs of the same layer (moe_shared_expert_overlap)
+    # megatron-core hides the all-to-alls behind another micro-batch's compute (moe_a2a: the combined 1F1B
+    # pairs one micro-batch's forward with another's backward, so the first forward and the last backward of
+    # a step's m micro-batches run unpaired: 1/m of them stays exposed), or behind the shared experts' GEMMs
+    # of the same layer (moe_shared_expert_overlap)
     beside_shared = pick(c.shared_expert_overlap, overlapped(ep_mb, shared_expert_s), ep_mb)
-    ep_exposed = pick(x.moe_a2a, overlapped(ep_mb, compute_s), beside_shared)
+    unpaired = 1 / d.micro_batches
+    beside_another = unpaired * ep_mb + overlapped((1 - unpaired) * ep_mb, compute_s)
+    ep_exposed = pick(x.moe_a2a, beside_another, beside_shared)
 
     # ring attention: the K and V of every other CP rank pass once forward and twice backward (K/V, then dK/dV)
     kv = rows * c.kv_width / d.tp * x.element_bytes

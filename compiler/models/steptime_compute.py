@@ -112,7 +112,7 @@ def micro_batch_compute(
     shared_s = 0.0
     if c.top_k:
         # each local expert's GEMMs at their own shape: the copies the busiest EP rank receives, shared out
-        expert_rows = rows * c.top_k * d.ep / c.num_experts * imbalance
+        expert_rows = larger(rows * c.top_k * d.ep / c.num_experts * imbalance, 1)  # capacity: ceil, >= 1
         expert_eff = gemm_efficiency(expert_rows, c.expert_ffn / d.etp, c.hidden, operand, ridge, plateau)
         gemm_s = gemm_s + per_gpu * expert * imbalance / expert_eff / c.gemm_peak_flops
         if c.shared_experts:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lmspec.compiler.backends import backend_of
-from lmspec.compiler.models import ArrayOrNumber, pick, smaller
+from lmspec.compiler.models import ArrayOrNumber, larger, pick, smaller
 from lmspec.compiler.models.activations import (
     ActivationSetting,
     dispatched_tokens,
@@ -264,17 +264,36 @@ def budget_bytes(memory_gib: float) -> int:
     return round((memory_gib - DEVICE_RESERVE_GIB) * GIB)
 
 
-def in_flight_micro_batches(pp: Any, stage: Any, micro_batches: Any, virtual_stages: Any) -> Any:
-    """Micro-batches' activations alive at the peak of `stage`, as megatron-core 0.16.1's schedules run.
+def _layers_in_first_chunks(chunks: Any, layers: Any, v: Any) -> Any:
+    """Layers in the first `chunks` forwards' chunks of a stage of `layers` split into v chunks as
+    compiler/models/dims.py `chunk_layers` splits it (the first layers % v chunks one layer more), the
+    chunk index cycling 0, 1, ..., v - 1."""
+    rounds, part = chunks // v, chunks % v
+    return rounds * layers + part * (layers // v) + smaller(part, layers % v)
+
+
+def in_flight_micro_batches(
+    pp: Any, stage: Any, micro_batches: Any, virtual_stages: Any, stage_layers: Any, a2a_overlap: Any = 0
+) -> Any:
+    """Micro-batches' activations alive at the peak of `stage` (of `stage_layers` layers), as megatron-core
+    0.16.1's schedules run.
 
     1F1B (`virtual_stages` 1): the warm-up forwards pp - stage - 1, the steady state one more, at most all
-    of them. Interleaved (`get_pp_rank_microbatches`, groups of pp micro-batches): the warm-up runs
-    2 (pp - stage - 1) + (v - 1) pp chunk forwards, the steady state one more, at most all v x M;
-    a chunk holds 1/v of the stage's layers, so that many chunks are count / v micro-batches
-    (the chunks of a stage weighed alike). Plain arithmetic: `lmspec plan` prices its candidates with it."""
+    of them; without a pipeline the combined 1F1B of `a2a_overlap` (parallel.overlap.moe_a2a) runs one
+    micro-batch's forward beside another's backward: two. Interleaved (`get_pp_rank_microbatches`, groups
+    of pp micro-batches): the warm-up runs N = 2 (pp - stage - 1) + (v - 1) pp chunk forwards, one more
+    with the overlap (schedules.py adds a warm-up forward to pair with the first backward), the steady state
+    one more, at most all v x M. Forward k runs chunk (k // pp) mod v, and the chunks differ by a layer
+    where the stage's layers do not split evenly, so the peak holds the layers of those N chunks over the
+    stage's: N / v micro-batches on an even split. Plain arithmetic: `lmspec plan` prices its candidates
+    with it."""
     v = virtual_stages
-    plain = smaller(pp - stage, micro_batches)
-    interleaved = smaller(2 * (pp - stage - 1) + (v - 1) * pp + 1, v * micro_batches) / v
+    plain = smaller(pp - stage + a2a_overlap * (pp == 1), micro_batches)
+    forwards = smaller(2 * (pp - stage - 1) + (v - 1) * pp + 1 + a2a_overlap, v * micro_batches)
+    groups, rest = forwards // pp, forwards % pp
+    next_chunk = stage_layers // v + ((groups % v) < (stage_layers % v))
+    layers = pp * _layers_in_first_chunks(groups, stage_layers, v) + rest * next_chunk
+    interleaved = layers / larger(stage_layers, 1)
     return pick(v > 1, interleaved, plain)
 
 
@@ -297,6 +316,7 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
     dense_state, expert_state = state_bytes(spec, dims.dense_dp), state_bytes(spec, dims.expert_dp)
     act = activation_setting(spec)
     gather_bytes = gathered_layer_bytes(spec)
+    a2a_overlap = int(p.overlap.moe_a2a and m.moe is not None and p.ep > 1)  # rules/overlap.py refuses the rest
     out: list[StageMemory] = []
     first = 0
     for index, n_layers in enumerate(dims.stage_layers):
@@ -312,7 +332,9 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
             per_mb += embedding_activation_bytes(act)
         if index == len(dims.stage_layers) - 1:
             per_mb += last_stage_activation_bytes(m, act)
-        in_flight = float(in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages or 1))
+        in_flight = float(
+            in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages or 1, n_layers, a2a_overlap)
+        )
         weights, grads, optim, activations, buffers = stage_terms(
             dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes
         )

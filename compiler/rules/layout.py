@@ -17,6 +17,7 @@ from lmspec.compiler.models.dims import (
     stage_layers,
     world_size,
 )
+from lmspec.compiler.models.stages import last_stage_extra
 from lmspec.compiler.rules.context import TrainingContext, listed
 
 GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
@@ -58,12 +59,14 @@ def cp_has_flash_attention(cp: Any, flash_attention: Any) -> Any:
     return (cp == 1) | (flash_attention != 0)
 
 
-def chunks_split_evenly(stage_layers: Any, virtual_stages: Any) -> Any:
-    return stage_layers % virtual_stages == 0
+def some_stage_fills_its_chunks(longest_stage_layers: Any, virtual_stages: Any) -> Any:
+    # past the longest stage's layers every stage has a chunk without a layer (dims.chunk_layers)
+    return virtual_stages <= longest_stage_layers
 
 
 def interleaved_micro_batches_fit(micro_batches: Any, pp: Any) -> Any:
-    # megatron-core 0.16.1's interleaved schedule: groups of microbatch_group_size_per_vp_stage = pp micro-batches
+    # megatron-core 0.16.1's interleaved schedule (pipeline_parallel/schedules.py:995-1015) runs groups of
+    # microbatch_group_size_per_vp_stage = pp micro-batches: it raises unless M >= pp and M mod pp is 0 or >= pp
     return micro_batches % pp == 0
 
 
@@ -147,12 +150,13 @@ def layers_fit_pipeline(ctx: TrainingContext) -> Iterator[Problem]:
     m, p = ctx.spec.model, ctx.spec.parallel
     layout = p.pp_layout
     if layout is None and m.num_layers % p.pp:
+        auto_stages = balanced_stages(m.num_layers, p.pp, last_stage_extra(m, ctx.spec.train.seq_length))
         yield error(
             "parallel.pp",
             (
                 f"{ctx.show('parallel.pp')} does not divide {ctx.show('model.num_layers')}; "
                 f"valid: {listed(divisors(m.num_layers))}, or set parallel.pp_layout=auto "
-                f"(uneven stages {list(balanced_stages(m.num_layers, p.pp)) if m.num_layers >= p.pp else ''})"
+                f"(uneven stages {list(auto_stages) if m.num_layers >= p.pp else ''})"
             ),
         )
     elif layout == "auto" and not stages_have_layers(m.num_layers, p.pp):
@@ -172,9 +176,11 @@ def layers_fit_pipeline(ctx: TrainingContext) -> Iterator[Problem]:
 
 
 def virtual_stages_fit(ctx: TrainingContext) -> Iterator[Problem]:
-    """What megatron-core 0.16.1 builds and schedules for interleaved 1F1B: more than one chunk per
-    rank, every stage's layers split evenly into its chunks (compiler.models.dims.chunk_layers), and
-    micro-batches in whole groups of pp (its schedule raises when a step's count is not a multiple of pp)."""
+    """What megatron-core 0.16.1 builds and schedules for interleaved 1F1B: more than one chunk per rank,
+    and micro-batches in whole groups of pp (its schedule raises when a step's count is not a multiple
+    of pp). The chunks need not be equal: lmspec writes `pipeline_model_parallel_layout`, whose class
+    (transformer/pipeline_parallel_layer_layout.py) asks only that it list pp x v chunks, and splits each
+    stage's layers as evenly as possible (compiler.models.dims.chunk_layers)."""
     p = ctx.spec.parallel
     vp = p.virtual_stages
     if vp is None:
@@ -192,25 +198,6 @@ def virtual_stages_fit(ctx: TrainingContext) -> Iterator[Problem]:
             "or to 2 or more for interleaved 1F1B",
         )
         return
-    stages = stage_layers(ctx.spec)
-    if stages is None:
-        return  # layers_fit_pipeline says why
-    if any(not chunks_split_evenly(n, vp) for n in stages):
-        valid = [d for d in divisors(math.gcd(*stages)) if d > 1]
-        split = (
-            ctx.show("parallel.pp_layout")
-            if p.pp_layout is not None
-            else f"{ctx.show('model.num_layers')} / {ctx.show('parallel.pp')}"
-        )
-        yield error(
-            "parallel.virtual_stages",
-            (
-                f"{ctx.show('parallel.virtual_stages')} splits every pipeline stage's layers into {vp} equal model "
-                f"chunks, but the stages hold {list(stages)} layers ({split}); "
-                + (f"valid: {listed(valid)}" if valid else "no value of parallel.virtual_stages > 1 divides them all")
-                + ", or give every stage a multiple of the chunks in parallel.pp_layout, or set it to null"
-            ),
-        )
     dims = ParallelDims.from_spec(ctx.spec)
     if dims is not None and not interleaved_micro_batches_fit(dims.micro_batches, p.pp):
         per_step = ctx.spec.train.micro_batch_size * dims.dp
@@ -224,6 +211,35 @@ def virtual_stages_fit(ctx: TrainingContext) -> Iterator[Problem]:
                 f"x dp({dims.dp}))), "
                 f"not a multiple of {p.pp}; set train.global_batch_size={fits} (a multiple of "
                 f"{per_step} x {p.pp}), or parallel.virtual_stages=null"
+            ),
+        )
+
+
+def virtual_stages_have_layers(ctx: TrainingContext) -> Iterator[Problem]:
+    """More chunks than the longest stage has layers: megatron-core builds the surplus as empty chunks, so
+    every stage runs one that only passes activations on (a pipeline hop, no shorter bubble)."""
+    p = ctx.spec.parallel
+    stages = stage_layers(ctx.spec)
+    if p.virtual_stages is None or p.pp == 1 or stages is None:
+        return  # virtual_stages_fit or layers_fit_pipeline says why
+    if not some_stage_fills_its_chunks(max(stages), p.virtual_stages):
+        split = (
+            ctx.show("parallel.pp_layout")
+            if p.pp_layout is not None
+            else f"{ctx.show('model.num_layers')} / {ctx.show('parallel.pp')}"
+        )
+        longest = max(stages)
+        fix = (
+            f"set parallel.virtual_stages to at most {longest} (the longest stage's layers), or to null"
+            if longest >= 2
+            else "set it to null: a stage of one layer is one chunk"
+        )
+        yield warning(
+            "parallel.virtual_stages",
+            (
+                f"{ctx.show('parallel.virtual_stages')} splits each pipeline stage into {p.virtual_stages} model "
+                f"chunks, but the stages hold {list(stages)} layers ({split}), so every stage runs a chunk without "
+                f"a layer (megatron-core builds it empty): it adds pipeline hops and shortens no bubble; {fix}"
             ),
         )
 
@@ -322,6 +338,7 @@ RULES = (
     cp_divides_sequence,
     cp_needs_flash_attention,
     virtual_stages_fit,
+    virtual_stages_have_layers,
     sequence_parallel_needs_tp,
     sharding_needs_data_parallel,
 )

@@ -9,6 +9,7 @@ Engine, none of them with DeepSpeed). On a dense model every train.moe key does 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from lmspec.compiler.capabilities import FEATURE_KEYS
 from lmspec.compiler.errors import Problem, error, warning
@@ -87,6 +88,18 @@ def capacity_settings_need_a_capacity(ctx: TrainingContext) -> Iterator[Problem]
         )
 
 
+# Conditions the search reads too (compiler/search/legality.py), plain arithmetic, true where legal: the
+# all-to-all overlap (`moe_a2a`, a column of candidates) is searched, the job's MoE settings are not.
+def overlaps_apart(moe_a2a: Any, shared_expert_overlap: bool) -> Any:
+    """megatron-core refuses the shared-expert overlap beside the combined 1F1B's."""
+    return (moe_a2a == 0) | (not shared_expert_overlap)
+
+
+def a2a_overlap_has_an_all_to_all_to_hide(moe_a2a: Any, dispatcher: str) -> Any:
+    """megatron-core overlaps the alltoall and flex dispatchers' all-to-alls, not the allgather's."""
+    return (moe_a2a == 0) | (dispatcher != "allgather")
+
+
 def shared_expert_overlap_has_its_layout(ctx: TrainingContext) -> Iterator[Problem]:
     m, moe = ctx.spec.model.moe, ctx.spec.train.moe
     if m is None or not moe.shared_expert_overlap:
@@ -103,7 +116,7 @@ def shared_expert_overlap_has_its_layout(ctx: TrainingContext) -> Iterator[Probl
             f"{asked} runs the shared experts during the all-to-all dispatch (megatron-core: alltoall only), but "
             f"{ctx.show('train.moe.dispatcher')}: set train.moe.dispatcher=alltoall or {key}=false",
         )
-    if ctx.spec.parallel.overlap.moe_a2a:
+    if not overlaps_apart(ctx.spec.parallel.overlap.moe_a2a, True):
         yield error(
             key,
             f"{asked} and {ctx.show('parallel.overlap.moe_a2a')} both schedule the shared experts (megatron-core "
@@ -113,10 +126,8 @@ def shared_expert_overlap_has_its_layout(ctx: TrainingContext) -> Iterator[Probl
 
 def a2a_overlap_has_an_all_to_all(ctx: TrainingContext) -> Iterator[Problem]:
     """megatron-core overlaps the expert all-to-alls of the alltoall and flex dispatchers only."""
-    if (
-        ctx.spec.model.moe is not None
-        and ctx.spec.parallel.overlap.moe_a2a
-        and ctx.spec.train.moe.dispatcher == "allgather"
+    if ctx.spec.model.moe is not None and not a2a_overlap_has_an_all_to_all_to_hide(
+        ctx.spec.parallel.overlap.moe_a2a, ctx.spec.train.moe.dispatcher
     ):
         yield error(
             "train.moe.dispatcher",

@@ -8,11 +8,23 @@ them first, with the keys. Which targets run the overlaps at all is the capabili
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.rules.context import TrainingContext
 
 KEY = "parallel.overlap.moe_a2a"
+
+
+# The condition of the rule below as plain arithmetic, true where legal: ints or numpy arrays alike, so
+# `lmspec plan`, which searches the overlap, drops exactly what the rule rejects (compiler/search/legality.py).
+def moe_a2a_has_its_layout(
+    moe_a2a: Any, ep: Any, full_recompute: Any, pp: Any, virtual_stages: Any, half_precision: Any, mtp_layers: Any
+) -> Any:
+    """`virtual_stages` is 1 for plain 1F1B (parallel.virtual_stages=null)."""
+    layout = (ep > 1) & (full_recompute == 0) & ((pp == 1) | (virtual_stages > 1))
+    model = (half_precision != 0) & ((mtp_layers == 0) | ((mtp_layers == 1) & (pp > 1)))
+    return (moe_a2a == 0) | (layout & model)
 
 
 def moe_a2a_needs_its_layout(ctx: TrainingContext) -> Iterator[Problem]:
@@ -33,7 +45,7 @@ def moe_a2a_needs_its_layout(ctx: TrainingContext) -> Iterator[Problem]:
             KEY,
             f"{asked} with {ctx.show('parallel.pp')} pairs the micro-batches of an interleaved pipeline "
             f"(megatron-core asserts virtual_pipeline_model_parallel_size), but {ctx.show('parallel.virtual_stages')}: "
-            f"set parallel.virtual_stages=2 (or more, dividing each stage's layers) or {KEY}=false",
+            f"set parallel.virtual_stages=2 (or more) or {KEY}=false",
         )
     if t.precision == "fp32":
         yield error(

@@ -10,9 +10,9 @@ from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
 from lmspec.compiler.models.comm import dp_grad_bytes
 from lmspec.compiler.models.dims import balanced_stages, micro_batches_per_step
 from lmspec.compiler.models.flops import flops_breakdown, mfu
-from lmspec.compiler.models.stages import slowest_stage_work
+from lmspec.compiler.models.stages import last_stage_extra, slowest_stage_work
 from lmspec.compiler.models.steptime import StepTime, step_time
-from lmspec.compiler.models.steptime_inputs import StepConstants, StepInputs, moe_a2a_overlaps, step_constants
+from lmspec.compiler.models.steptime_inputs import StepConstants, StepInputs, step_constants
 from lmspec.compiler.models.units import precision_bytes
 from lmspec.compiler.search.legality import (
     BACKENDS,
@@ -39,8 +39,9 @@ class PipelineWork:
 
 def pipeline_work(spec: TrainingSpec) -> PipelineWork:
     m, seq = spec.model, spec.train.seq_length
+    extra = last_stage_extra(m, seq)
     work = [
-        [slowest_stage_work(m, seq, balanced_stages(m.num_layers, pp), r) for r in RECOMPUTE]
+        [slowest_stage_work(m, seq, balanced_stages(m.num_layers, pp, extra), r) for r in RECOMPUTE]
         for pp in range(1, m.num_layers + 1)
     ]
     return PipelineWork(
@@ -121,8 +122,6 @@ def price(spec: TrainingSpec, c: Columns, axes_values: dict[str, np.ndarray]) ->
         dense_params=memory.dense_params[fits],
         expert_params=memory.expert_params[fits],
     )
-    full = f.recompute == RECOMPUTE.index("full")
-    f["moe_a2a"] = moe_a2a_overlaps(spec.parallel.overlap.moe_a2a, f.ep, full, f.pp, f.virtual_stages)
     inputs, constants = price_inputs(spec, f)
     time = step_time(inputs, constants)
     total = time.total

@@ -6,14 +6,17 @@ columns (numpy arrays) and the spec's scalars, so the search drops exactly what
 `lmspec check` would reject, and counts it under the same name. Entries are grouped
 by the search stage that first knows every value they read, in the validator's rule
 order (layout, experts, batch, backend), so a candidate is counted under the first
-rule that rejects it. The last layout rule, the interleaved schedule's, reads the
-micro-batch count, so the micro-batch size is searched before the expert degree.
+rule that rejects it. The last layout rules, the interleaved schedule's, read the
+micro-batch count, so the micro-batch size is searched before the expert degree. The
+expert all-to-all overlap (`parallel.overlap.moe_a2a`, searched for MoE models) is judged
+with the backend, after the capability table, by the rules of rules/overlap.py and the two
+of rules/moe_settings.py that read it, in the validator's order.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,7 +32,7 @@ from lmspec.compiler.models.dims import (
     ranks_per_stage,
     world_size,
 )
-from lmspec.compiler.rules import batch, capability, experts, layout
+from lmspec.compiler.rules import batch, capability, experts, layout, moe_settings, overlap
 from lmspec.compiler.spec.sections import TrainingSpec
 
 BACKENDS: tuple[str, ...] = tuple(TRAINING_BACKENDS)  # a candidate's `backend` column indexes this
@@ -135,17 +138,18 @@ BATCH_CHECKS = (
 
 
 def _virtual_stages_fit(c: Columns, s: TrainingSpec) -> Any:
-    """`layout.virtual_stages_fit` on balanced stages: v > 1 needs a pipeline, each stage's layers (the
-    shorter and the longer of the balanced split) in whole chunks, and micro-batches in groups of pp."""
-    layers, v = s.model.num_layers, c.virtual_stages
+    """`layout.virtual_stages_fit`: v > 1 needs a pipeline and micro-batches in groups of pp (the chunks
+    need not split evenly: dims.chunk_layers)."""
     micro_batches = micro_batches_per_step(s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s))
-    interleaved = (
-        (c.pp > 1)
-        & layout.chunks_split_evenly(layers // c.pp, v)
-        & layout.chunks_split_evenly(-(-layers // c.pp), v)
-        & layout.interleaved_micro_batches_fit(micro_batches, c.pp)
-    )
-    return (v == 1) | interleaved
+    interleaved = (c.pp > 1) & layout.interleaved_micro_batches_fit(micro_batches, c.pp)
+    return (c.virtual_stages == 1) | interleaved
+
+
+def _virtual_stages_have_layers(c: Columns, s: TrainingSpec) -> Any:
+    """`layout.virtual_stages_have_layers` on balanced stages (a warning: chunks past the longest stage's layers
+    are empty on every stage, the layout with fewer chunks again plus pipeline hops)."""
+    longest = -(-s.model.num_layers // c.pp)
+    return (c.virtual_stages == 1) | layout.some_stage_fills_its_chunks(longest, c.virtual_stages)
 
 
 SCHEDULE_CHECKS = (Check("layout.virtual_stages_fit", _virtual_stages_fit),)
@@ -171,12 +175,13 @@ _FEATURE_COLUMNS: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], int], ...
     ("recompute", lambda v: v, len(RECOMPUTE)),
     ("zero_stage", lambda v: v, len(ZERO_STAGES)),
     ("distributed_optimizer", lambda v: v, 2),
+    ("moe_a2a", lambda v: v, 2),
 )
 
 
 def _candidate_spec(spec: TrainingSpec, values: tuple[int, ...]) -> TrainingSpec:
     """The spec with one combination of reduced feature columns written in (degrees > 1 as 2)."""
-    backend, tp, pp, vp, cp, ep, sp, recompute, zero_stage, distributed_optimizer = values
+    backend, tp, pp, vp, cp, ep, sp, recompute, zero_stage, distributed_optimizer, moe_a2a = values
     parallel = dataclasses.replace(
         spec.parallel,
         tp=1 + tp,
@@ -189,6 +194,7 @@ def _candidate_spec(spec: TrainingSpec, values: tuple[int, ...]) -> TrainingSpec
         distributed_optimizer=bool(distributed_optimizer),
         offload_optimizer=False,
         offload_params=False,
+        overlap=dataclasses.replace(spec.parallel.overlap, moe_a2a=bool(moe_a2a)),
     )
     train = dataclasses.replace(
         spec.train,
@@ -201,15 +207,21 @@ def _candidate_spec(spec: TrainingSpec, values: tuple[int, ...]) -> TrainingSpec
 
 def _target_runs(c: Columns, s: TrainingSpec) -> np.ndarray:
     """`capability.runs_spec` of each candidate: evaluated once per combination of the reduced feature
-    columns present, then looked up by the combination's mixed-radix code."""
-    code: Any = 0
-    for name, reduce_to, radix in _FEATURE_COLUMNS:
-        code = code * radix + np.asarray(reduce_to(c[name]), dtype=np.int64)
+    columns present, then looked up by the combination's mixed-radix code. The digits of columns of one
+    shape (a stage's survivors, or its new rows) are summed apart and broadcast together once."""
     radices = [radix for _, _, radix in _FEATURE_COLUMNS]
-    present = np.bincount(np.ravel(code), minlength=int(np.prod(radices))) > 0
-    combos = itertools.product(*(range(r) for r in radices))
-    table = np.array([bool(p) and capability.runs_spec(_candidate_spec(s, v)) for p, v in zip(present, combos)])
-    return table[code]
+    weights = np.cumprod([1, *radices[:0:-1]])[::-1]  # each digit's place value
+    parts: dict[tuple[int, ...], Any] = {}
+    for (name, reduce_to, _), weight in zip(_FEATURE_COLUMNS, weights):
+        digit = np.asarray(reduce_to(c[name]), dtype=np.int64) * weight
+        parts[digit.shape] = parts.get(digit.shape, 0) + digit
+    # every sum of one code per part: the codes present, or more (a combination absent is only evaluated)
+    present = functools.reduce(lambda a, b: np.add.outer(a, b).ravel(), (np.unique(p) for p in parts.values()))
+    table = np.zeros(int(np.prod(radices)), dtype=bool)
+    for code in np.unique(present).tolist():
+        digits = tuple(int(d) for d in np.unravel_index(code, radices))
+        table[code] = capability.runs_spec(_candidate_spec(s, digits))
+    return table[sum(parts.values())]
 
 
 def _sharding_has_data_parallel(c: Columns, s: TrainingSpec) -> Any:
@@ -219,6 +231,28 @@ def _sharding_has_data_parallel(c: Columns, s: TrainingSpec) -> Any:
     return layout.sharding_has_data_parallel(sharded, dp * c.cp, expert_dp)
 
 
+def _moe_a2a_has_its_layout(c: Columns, s: TrainingSpec) -> Any:
+    full = c.recompute == RECOMPUTE.index("full")
+    half = s.train.precision != "fp32"
+    return overlap.moe_a2a_has_its_layout(c.moe_a2a, c.ep, full, c.pp, c.virtual_stages, half, s.model.mtp_layers)
+
+
+# The overlap's rules, in the validator's order (overlap, then moe_settings); the two of moe_settings are
+# mirrored only where they read the overlap (the rest of them judge the job's MoE settings, whatever the layout).
+OVERLAP_CHECKS = (
+    Check("overlap.moe_a2a_needs_its_layout", _moe_a2a_has_its_layout),
+    Check(
+        "moe_settings.shared_expert_overlap_has_its_layout",
+        lambda c, s: (s.model.moe is None) | moe_settings.overlaps_apart(c.moe_a2a, s.train.moe.shared_expert_overlap),
+    ),
+    Check(
+        "moe_settings.a2a_overlap_has_an_all_to_all",
+        lambda c, s: (
+            (s.model.moe is None)
+            | moe_settings.a2a_overlap_has_an_all_to_all_to_hide(c.moe_a2a, s.train.moe.dispatcher)
+        ),
+    ),
+)
 BACKEND_CHECKS = (
     Check(
         "experts.moe_tensor_parallel_needs_sequence_parallel",
@@ -227,8 +261,11 @@ BACKEND_CHECKS = (
         ),
     ),
     Check("capability.target_runs_spec", _target_runs),
+    *OVERLAP_CHECKS,
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
     Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
     # also a warning: a sharding with one rank per data-parallel group is the unsharded layout again
     Check("layout.sharding_needs_data_parallel", _sharding_has_data_parallel),
+    # and a warning: chunks past the longest stage's layers are empty on every stage
+    Check("layout.virtual_stages_have_layers", _virtual_stages_have_layers),
 )

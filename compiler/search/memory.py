@@ -30,7 +30,7 @@ from lmspec.compiler.models.activations import (
 )
 from lmspec.compiler.models.dims import balanced_stages
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
-from lmspec.compiler.models.stages import StageParams, stage_params
+from lmspec.compiler.models.stages import StageParams, last_stage_extra, stage_params
 from lmspec.compiler.models.train_memory import (
     StateBytes,
     activation_setting,
@@ -78,9 +78,10 @@ def stage_table(spec: TrainingSpec) -> StageTable:
     counts = count_params(m)
     layers = [layer_params(m, i) for i in range(m.num_layers)]
     moe = [is_moe_layer(m, i) for i in range(m.num_layers)]
+    extra = last_stage_extra(m, spec.train.seq_length)
     rows = []
     for pp in range(1, m.num_layers + 1):
-        stages = balanced_stages(m.num_layers, pp)
+        stages = balanced_stages(m.num_layers, pp, extra)
         starts = np.cumsum((0,) + stages)
         kinds = [
             (sum(not moe[j] for j in range(a, b)), sum(moe[j] for j in range(a, b)))
@@ -247,7 +248,14 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
             (row(table.dense_layers) > 0) * col(act["dense_working"]),
             (row(table.moe_layers) > 0) * col(act["moe_working"]),
         )
-        in_flight = in_flight_micro_batches(s + 1, row(table.index), col(c.micro_batches), col(c.virtual_stages))
+        in_flight = in_flight_micro_batches(
+            s + 1,
+            row(table.index),
+            col(c.micro_batches),
+            col(c.virtual_stages),
+            row(table.dense_layers + table.moe_layers),
+            col(c.moe_a2a),
+        )
         dense_st, expert_st = (
             StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
             for st in (dense_state, expert_state)

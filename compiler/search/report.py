@@ -17,7 +17,9 @@ from lmspec.compiler.models import (
     steptime_inputs,
     units,
 )
+from lmspec.compiler.models.comm import COMM_SHARE_WARNING
 from lmspec.compiler.models.dims import world_size
+from lmspec.compiler.models.summary import exposed_comm_ratio
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, candidate_impl
 from lmspec.compiler.search.search import SearchResult
 from lmspec.compiler.spec.override_text import override_value
@@ -47,6 +49,13 @@ class Row:
     mfu: float
     terms_s: dict[str, float]
     why: str
+    flagged: bool = False  # the communication warning fires (summary.comm_over_warning)
+
+    @property
+    def exposed_comm_ratio(self) -> float:
+        """Exposed communication over compute: the communication warning's number."""
+        comm = sum(self.terms_s[t] for t in ("tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm"))
+        return comm / self.terms_s["compute"] if self.terms_s["compute"] else 0.0
 
     @property
     def comm_share(self) -> float:
@@ -64,6 +73,7 @@ class Row:
         parts += [f"CP{v['parallel.cp']}"] if v["parallel.cp"] > 1 else []
         parts += [f"EP{v['parallel.ep']}"] if v["parallel.ep"] > 1 else []
         parts += ["SP"] if v["parallel.sequence_parallel"] else []
+        parts += ["A2A-overlap"] if v["parallel.overlap.moe_a2a"] else []
         return " ".join(parts)
 
     def sharding_text(self) -> str:
@@ -116,6 +126,12 @@ def _why(result: SearchResult, position: int) -> str:
     if result.objective == "cost" and world[i] != world[j]:
         per_gpu = [p.tokens_per_s[k] / world[k] for k in (i, j)]
         return f"{per_gpu[0] / per_gpu[1] - 1:.1%} more tokens/s per GPU than #{position + 2}"
+    if not result.flagged[i] and result.flagged[j]:
+        ratio = exposed_comm_ratio(result.priced.time)
+        return (
+            f"#{position + 2} and below draw the communication warning "
+            f"({ratio[j]:.0%} of compute exposed > {COMM_SHARE_WARNING:.0%})"
+        )
     a, b = _terms(result, i), _terms(result, j)
     saved = {name: b[name] - a[name] for name in TERM_NAMES}
     term = max(saved, key=lambda k: saved[k])
@@ -138,6 +154,7 @@ def row_at(result: SearchResult, i: int, rank: int = 0, why: str = "") -> Row:
         mfu=float(p.mfu[i]),
         terms_s=_terms(result, i),
         why=why,
+        flagged=bool(result.flagged[i]),
     )
 
 
@@ -206,6 +223,8 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
         "raw_candidates": result.raw_size,
         "legal_candidates": result.legal,
         "feasible_candidates": result.feasible,
+        "communication_warned_candidates": result.warned,
+        "fastest_warned": fastest_warned(result),
         "rejected": dict(sorted(result.rejected.items())),
         "seconds": round(result.seconds, 4),
         "candidates_per_s": round(result.raw_size / result.seconds) if result.seconds else None,
@@ -220,6 +239,8 @@ def to_json(result: SearchResult, top: int, extra: dict[str, Any]) -> dict[str, 
                 "tokens_per_s": round(r.tokens_per_s, 3),
                 "mfu": round(r.mfu, 5),
                 "comm_share": round(r.comm_share, 5),
+                "exposed_comm_to_compute": round(r.exposed_comm_ratio, 5),
+                "communication_warning": r.flagged,
                 "bubble_share": round(r.bubble_share, 5),
                 "terms_s": {k: round(v, 6) for k, v in r.terms_s.items()},
                 "why": r.why,
@@ -237,6 +258,46 @@ def gib_number(n_bytes: float) -> str:
     """`52.1`: the GiB figure alone, one decimal and no separators: a table cell (`used/budget`), or a
     sentence that names the unit after it (units.gib writes `1,234.5 GiB` for messages)."""
     return f"{n_bytes / units.GIB:.1f}"
+
+
+def fastest_warned(result: SearchResult) -> dict[str, Any] | None:
+    """The fastest layout the communication warning flags, when it outruns the winner: its layout, its
+    tokens/s as a share of the winner's and its exposed communication over compute; else None."""
+    if not result.warned or result.flagged[int(result.ranked[0])]:
+        return None
+    tps = result.priced.tokens_per_s
+    flagged = np.flatnonzero(result.flagged)
+    i = int(flagged[np.argmax(tps[flagged])])
+    winner = float(tps[int(result.ranked[0])])
+    if tps[i] <= winner:
+        return None
+    r = row_at(result, i)
+    return {
+        "layout": f"{r.layout_text()} {r.sharding_text()}",
+        "tokens_per_s": round(r.tokens_per_s, 3),
+        "share_of_winner": round(r.tokens_per_s / winner, 5),
+        "exposed_comm_to_compute": round(r.exposed_comm_ratio, 5),
+    }
+
+
+def warned_line(result: SearchResult) -> str | None:
+    """What plan's text says about the layouts ranked below the rest for the communication warning."""
+    if not result.warned:
+        return None
+    head = (
+        f"{result.warned:,} of the {result.feasible:,} layouts that fit leave more than {COMM_SHARE_WARNING:.0%} "
+        "of their compute time in exposed communication (lmspec's communication warning)"
+    )
+    if result.flagged[int(result.ranked[0])]:
+        return head + "; every layout that fits does, so the winner draws the warning too"
+    fastest = fastest_warned(result)
+    if fastest is None:
+        return head + ": ranked below the rest ('!' in the comm column)"
+    return (
+        head + f": ranked below the rest ('!' in the comm column); the fastest of them, {fastest['layout']}, is "
+        f"priced at {fastest['share_of_winner']:.0%} of the winner's tokens/s with "
+        f"{fastest['exposed_comm_to_compute']:.0%} of its compute exposed in communication"
+    )
 
 
 def print_table(result: SearchResult, top: int) -> None:
@@ -279,7 +340,7 @@ def print_table(result: SearchResult, top: int) -> None:
             f"{r.step_time_s:.3g}",
             f"{r.tokens_per_s:,.0f}",
             f"{r.mfu:.1%}",
-            f"{r.comm_share:.0%}",
+            f"{r.comm_share:.0%}{' !' if r.flagged else ''}",
             f"{r.bubble_share:.0%}",
             r.why,
         )
@@ -290,6 +351,9 @@ def print_table(result: SearchResult, top: int) -> None:
     )
     for rule, n in rejection_lines(result):
         console.print(f"  {n:>15,}  {rule}")
+    warned = warned_line(result)
+    if warned is not None:
+        console.print(warned)
     own = current_layout(result)
     if own is not None:
         console.print(own)
@@ -321,11 +385,12 @@ def current_layout(result: SearchResult) -> str | None:
         "distributed_optimizer": p.distributed_optimizer,
         "backend": BACKENDS.index(t.backend),
         "recompute": RECOMPUTE.index(t.recompute),
+        "moe_a2a": p.overlap.moe_a2a,
     }
     shown = (
         f"TP{p.tp} PP{p.pp}{f' VP{p.virtual_stages}' if p.virtual_stages else ''} CP{p.cp} EP{p.ep}"
-        f"{' SP' if p.sequence_parallel else ''}, {t.backend}, micro batch "
-        f"{t.micro_batch_size}, recompute {t.recompute}, {s.hardware.nodes} nodes"
+        f"{' SP' if p.sequence_parallel else ''}{' A2A-overlap' if p.overlap.moe_a2a else ''}, {t.backend}, "
+        f"micro batch {t.micro_batch_size}, recompute {t.recompute}, {s.hardware.nodes} nodes"
     )
 
     def match(c: Any) -> np.ndarray:
@@ -338,9 +403,14 @@ def current_layout(result: SearchResult) -> str | None:
         tps = result.priced.tokens_per_s
         better = int(np.count_nonzero(tps > tps[i]))
         best = float(tps[int(result.ranked[0])])
+        warned = (
+            f"; it draws the communication warning ({exposed_comm_ratio(result.priced.time)[i]:.0%} of compute exposed)"
+            if result.flagged[i]
+            else ""
+        )
         return (
             f"the spec's own layout ({shown}) fits at {gib_number(f.memory_bytes[i])} GiB and ranks #{better + 1} "
-            f"by tokens/s: {tps[i]:,.0f} tokens/s, {tps[i] / best:.0%} of the winner"
+            f"by tokens/s: {tps[i]:,.0f} tokens/s, {tps[i] / best:.0%} of the winner{warned}"
         )
     legal = result.priced.columns
     hit = np.flatnonzero(match(legal))

@@ -1,4 +1,11 @@
-"""Enumerate, price and rank: the search behind `lmspec plan`."""
+"""Enumerate, price and rank: the search behind `lmspec plan`.
+
+A layout whose exposed communication draws lmspec's own communication warning (`summary.comm_over_warning`,
+the condition of rules/budget.communication_within_budget on the same step time) is kept, counted and shown,
+but ranked below every layout that fits without it: the winner is one `lmspec compile` accepts without that
+warning whenever such a layout exists, even where the step-time model prices a flagged one faster (the
+warning says that layout's step is mostly communication the model can only estimate; plan's output says how
+much faster the fastest flagged layout is priced). Only when every layout that fits is flagged does one win."""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmspec.compiler.models.summary import comm_over_warning
 from lmspec.compiler.search.evaluate import Priced, price
 from lmspec.compiler.search.space import Axes, default_axes, enumerate_legal
 from lmspec.compiler.spec.sections import TrainingSpec
@@ -25,6 +33,7 @@ class SearchResult:
     rejected: dict[str, int]  # rule -> raw candidates it rejected first; BUDGET -> legal ones over memory
     priced: Priced
     ranked: np.ndarray  # the best indices into priced.feasible, best first (at least `top` + 1)
+    flagged: np.ndarray  # per feasible candidate: the communication warning fires (ranked below the rest)
     objective: str
     seconds: float
 
@@ -36,13 +45,18 @@ class SearchResult:
     def feasible(self) -> int:
         return self.priced.feasible.size
 
+    @property
+    def warned(self) -> int:
+        """Layouts that fit but draw the communication warning."""
+        return int(np.count_nonzero(self.flagged))
 
-def rank(priced: Priced, objective: str, keep: int) -> np.ndarray:
-    """The best `keep` indices into `priced.feasible`, best first; ties go to the smaller memory.
+
+def _rank_group(priced: Priced, objective: str, keep: int, group: np.ndarray) -> np.ndarray:
+    """The best `keep` of `group` (indices into `priced.feasible`), best first; ties go to the smaller memory.
 
     Only candidates whose primary key is within the best `keep` (ties included) are sorted."""
     f = priced.feasible
-    tps, mem, world = priced.tokens_per_s, f.memory_bytes, f.world
+    tps, mem, world = priced.tokens_per_s[group], f.memory_bytes[group], f.world[group]
     if objective == "throughput":
         keys: tuple[np.ndarray, ...] = (mem, -tps)
     elif objective == "cost":
@@ -55,7 +69,18 @@ def rank(priced: Priced, objective: str, keep: int) -> np.ndarray:
         chosen = np.flatnonzero(primary <= threshold)
     else:
         chosen = np.arange(primary.size)
-    return chosen[np.lexsort(tuple(k[chosen] for k in keys))][:keep]
+    return group[chosen[np.lexsort(tuple(k[chosen] for k in keys))][:keep]]
+
+
+def rank(priced: Priced, objective: str, keep: int, flagged: np.ndarray | None = None) -> np.ndarray:
+    """The best `keep` indices into `priced.feasible`, best first: every candidate not `flagged` (by the
+    communication warning) before every flagged one, each group by `objective`."""
+    if flagged is None:
+        flagged = np.zeros(priced.feasible.size, dtype=bool)
+    clean = _rank_group(priced, objective, keep, np.flatnonzero(~flagged))
+    if clean.size >= keep:
+        return clean
+    return np.concatenate((clean, _rank_group(priced, objective, keep - clean.size, np.flatnonzero(flagged))))
 
 
 def search(
@@ -69,7 +94,8 @@ def search(
     priced = price(spec, found.legal, values)
     rejected = dict(found.rejected)
     rejected[BUDGET] = int(priced.columns.size - np.count_nonzero(priced.fits))
-    ranked = rank(priced, objective, top + 1)
+    flagged = np.asarray(comm_over_warning(priced.time), dtype=bool)
+    ranked = rank(priced, objective, top + 1, flagged)
     return SearchResult(
         spec=spec,
         axes=axes,
@@ -77,6 +103,7 @@ def search(
         rejected=rejected,
         priced=priced,
         ranked=ranked,
+        flagged=flagged,
         objective=objective,
         seconds=time.perf_counter() - start,
     )

@@ -29,6 +29,11 @@ from lmspec.compiler.search.legality import (
 from lmspec.compiler.spec.sections import TrainingSpec
 
 MAX_CONTEXT_PARALLEL = 16  # ring attention beyond 16 ranks is outside what the step-time model covers
+# chunk counts searched whatever the split (beyond it only those that split balanced stages evenly): each count
+# adds about half the plain 1F1B layouts again (bench/plan_speed.py: DeepSeek-V3's 61 layers, up to 4096 GPUs,
+# 1.4 s with 4, 2.1 s with 8), and the step-time model prices v chunks as equal ((pp - 1) / v of a micro-batch
+# in bubble), which an uneven split's longest chunk strays further from as v nears a stage's layers
+MAX_UNEVEN_VIRTUAL_STAGES = 4
 MAX_MICRO_BATCH = 16  # sequences per micro-batch; beyond this activations dominate at any length
 # (backend, ZeRO stage, distributed optimizer): Megatron shards optimizer states with its distributed
 # optimizer, DeepSpeed with ZeRO stages; the crossed settings are refused by the capability table, not choices.
@@ -53,6 +58,7 @@ class Axes:
     shardings: tuple[tuple[int, int, bool], ...]
     sequence_parallel: tuple[bool, ...] = (False, True)
     recompute: tuple[int, ...] = tuple(range(len(RECOMPUTE)))
+    moe_a2a: tuple[bool, ...] = (False,)  # parallel.overlap.moe_a2a; searched (False, True) for MoE models only
 
     @property
     def raw_size(self) -> int:
@@ -69,15 +75,19 @@ class Axes:
                 self.shardings,
                 self.sequence_parallel,
                 self.recompute,
+                self.moe_a2a,
             )
         )
 
 
 def interleavings(num_layers: int) -> tuple[int, ...]:
-    """1 (plain 1F1B) and every chunk count some pipeline can split its stages into: the candidates'
-    stages are balanced, so they split evenly into v chunks only where pp and v both divide the layers,
-    and a pipeline (pp >= 2) leaves a stage at most half of them."""
-    return (1, *(v for v in divisors(num_layers) if 1 < v <= num_layers // 2))
+    """1 (plain 1F1B) and the chunk counts searched: megatron-core takes uneven chunks (dims.chunk_layers), so
+    every v from 2 to MAX_UNEVEN_VIRTUAL_STAGES, and beyond it the divisors of the layers (even chunks wherever
+    pp divides the layers too); a pipeline (pp >= 2) leaves a stage at most half the layers, rounded up, and
+    chunks past the longest stage's layers are empty on every stage (rules.layout.virtual_stages_have_layers)."""
+    most = -(-num_layers // 2)
+    uneven = range(2, min(MAX_UNEVEN_VIRTUAL_STAGES, most) + 1)
+    return (1, *sorted({*uneven, *(v for v in divisors(num_layers) if 1 < v <= most)}))
 
 
 def default_axes(spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[str]) -> Axes:
@@ -99,6 +109,7 @@ def default_axes(spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[st
         micro_batch_size=tuple(powers_of_two(MAX_MICRO_BATCH)),
         virtual_stages=interleavings(m.num_layers),
         shardings=tuple(s for s in SHARDINGS if s[0] in allowed),
+        moe_a2a=(False, True) if m.moe is not None else (False,),
     )
 
 
@@ -140,7 +151,7 @@ def enumerate_legal(spec: TrainingSpec, axes: Axes) -> Enumeration:
     """The legal candidates, as columns, and what each rule rejected of the raw space."""
     rejected: dict[str, int] = {}
     n_ep, n_mbs, n_vp = len(axes.ep), len(axes.micro_batch_size), len(axes.virtual_stages)
-    n_tail = len(axes.shardings) * len(axes.sequence_parallel) * len(axes.recompute)
+    n_tail = len(axes.shardings) * len(axes.sequence_parallel) * len(axes.recompute) * len(axes.moe_a2a)
     # pp outermost: every later stage keeps row order, so the legal set stays sorted by pp
     start = Columns(pp=np.asarray(axes.pp))
     cols = _stage(
@@ -157,7 +168,10 @@ def enumerate_legal(spec: TrainingSpec, axes: Axes) -> Enumeration:
     cols = _stage(cols, {"ep": np.asarray(axes.ep)}, (*EXPERT_CHECKS, *BATCH_CHECKS), spec, n_tail, rejected)
     shard = np.asarray(axes.shardings, dtype=object)
     tail = _grid(
-        sharding=range(len(axes.shardings)), sequence_parallel=axes.sequence_parallel, recompute=axes.recompute
+        sharding=range(len(axes.shardings)),
+        sequence_parallel=axes.sequence_parallel,
+        recompute=axes.recompute,
+        moe_a2a=axes.moe_a2a,
     )
     index = tail.pop("sharding")
     tail.update(

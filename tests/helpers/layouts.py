@@ -29,6 +29,7 @@ class Layout:
     distributed_optimizer: bool = True
     sequence_parallel: bool = False
     recompute: str = "selective"
+    moe_a2a: bool = False  # parallel.overlap.moe_a2a
 
     def axes(self) -> Axes:
         return Axes(
@@ -42,6 +43,7 @@ class Layout:
             shardings=((BACKENDS.index(self.backend), self.zero_stage, self.distributed_optimizer),),
             sequence_parallel=(self.sequence_parallel,),
             recompute=(RECOMPUTE.index(self.recompute),),
+            moe_a2a=(self.moe_a2a,),
         )
 
     def apply(self, spec: Spec) -> Spec:
@@ -60,6 +62,7 @@ class Layout:
             distributed_optimizer=self.distributed_optimizer,
             offload_optimizer=False,
             offload_params=False,
+            overlap=dataclasses.replace(spec.parallel.overlap, moe_a2a=self.moe_a2a),
         )
         train = dataclasses.replace(
             spec.train,

@@ -13,7 +13,7 @@ def spec_of(*overrides: str) -> Spec:
 
 
 # DeepSeek-V3's pre-training run as lmspec keys (tests/data/steptime/published_runs.yaml): 2048 H800, PP16,
-# EP64, FP8 with 128x128 blocks, selective recompute, DualPipe's bubble as 3 interleaved chunks per stage.
+# EP64, FP8 with 128x128 blocks, selective recompute, DualPipe's bubble as 4 interleaved chunks per stage.
 DEEPSEEK_V3_PUBLISHED_RUN = (
     "model=deepseek_v3",
     "hardware=h800_80g",
@@ -22,7 +22,7 @@ DEEPSEEK_V3_PUBLISHED_RUN = (
     "parallel.pp=16",
     "parallel.pp_layout=auto",
     "parallel.ep=64",
-    "parallel.virtual_stages=3",
+    "parallel.virtual_stages=4",
     "parallel.distributed_optimizer=true",
     "train.precision=fp8",
     "train.fp8_recipe=blockwise",

@@ -27,7 +27,7 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.steptime import estimate_comm_and_step, estimate_step_time
 from lmspec.compiler.models.summary import STEP_TERMS
 from lmspec.compiler.models.train_memory import estimate_train_memory
-from lmspec.compiler.rules import batch, capability, experts, layout
+from lmspec.compiler.rules import batch, capability, experts, layout, moe_settings, overlap
 from lmspec.compiler.rules.budget import training_fits_memory
 from lmspec.compiler.rules.context import RuleContext
 from lmspec.compiler.search.evaluate import price_inputs
@@ -38,7 +38,22 @@ from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
 
-SEARCHED_RULES = (*layout.RULES, *experts.RULES, *batch.RULES, *capability.RULES)  # validator order
+# validator order; of moe_settings only the rules that read parallel.overlap.moe_a2a, which the search searches
+SEARCHED_RULES = (
+    *layout.RULES,
+    *experts.RULES,
+    *batch.RULES,
+    *capability.RULES,
+    *overlap.RULES,
+    moe_settings.shared_expert_overlap_has_its_layout,
+    moe_settings.a2a_overlap_has_an_all_to_all,
+)
+# warnings: the search drops the layout as a duplicate of the one without the setting
+WARNED = (
+    "layout.sequence_parallel_needs_tp",
+    "layout.sharding_needs_data_parallel",
+    "layout.virtual_stages_have_layers",
+)
 SAMPLES = 250
 
 JOBS = {
@@ -78,6 +93,7 @@ def _random_layouts(spec: Spec, nodes: range, n: int, seed: int) -> list[Layout]
                 distributed_optimizer=d,
                 sequence_parallel=rng.choice((False, True)),
                 recompute=RECOMPUTE[rng.choice(axes.recompute)],
+                moe_a2a=rng.choice(axes.moe_a2a),
             )
         )
     legal = enumerate_legal(spec, axes).legal
@@ -96,6 +112,7 @@ def _random_layouts(spec: Spec, nodes: range, n: int, seed: int) -> list[Layout]
                 distributed_optimizer=bool(legal.distributed_optimizer[i]),
                 sequence_parallel=bool(legal.sequence_parallel[i]),
                 recompute=RECOMPUTE[int(legal.recompute[i])],
+                moe_a2a=bool(legal.moe_a2a[i]),
             )
         )
     return out
@@ -114,8 +131,7 @@ def test_search_rejects_exactly_what_the_rules_reject(job: str) -> None:
         if found.legal.size:
             legal_seen += 1
             assert failing == [], (point, failing)
-        elif search_says in (["layout.sequence_parallel_needs_tp"], ["layout.sharding_needs_data_parallel"]):
-            # a warning: the search drops the layout as a duplicate of the one without the setting
+        elif len(search_says) == 1 and search_says[0] in WARNED:
             warned = [_name(rule) for rule in SEARCHED_RULES if any(p.severity == "warning" for p in rule(ctx))]
             assert failing == [] and search_says[0] in warned, (point, warned)
         else:

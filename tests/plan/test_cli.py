@@ -89,13 +89,15 @@ def test_plot_is_an_svg(lmspec: Lmspec, tmp_path: Path) -> None:
 
 
 def test_spec_problems_outside_the_layout_are_reported_and_block_writing(lmspec: Lmspec, tmp_path: Path) -> None:
-    """The default serve block cannot hold 671B on one node: the plan says so, and --write refuses."""
+    """A serving part the job set (here serve.max_model_len) that cannot hold 671B on one node: the plan says
+    so, and --write refuses; plan does not rewrite serving the user asked for."""
     args = (
         "plan",
         "model=deepseek_v3",
         "hardware=h800_80g",
         "hardware.nodes=256",
         "train.global_batch_size=15360",
+        "serve.max_model_len=4096",
         "--top",
         "1",
     )
@@ -104,6 +106,19 @@ def test_spec_problems_outside_the_layout_are_reported_and_block_writing(lmspec:
     written = lmspec(*args, "--write", str(tmp_path / "dsv3.yaml"))
     assert written.code == 1 and "serving does not fit" in written.err
     assert not (tmp_path / "dsv3.yaml").exists()
+
+
+def test_a_default_serving_part_that_does_not_fit_is_dropped_from_the_winner(lmspec: Lmspec, tmp_path: Path) -> None:
+    """The same job with lmspec's default serve group, which it never set: the command and the written spec
+    carry serve=null, and a note says what was dropped."""
+    args = ("plan", "model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=256", "train.global_batch_size=15360")
+    shown = lmspec(*args, "--top", "1")
+    assert shown.code == 0 and "error:" not in shown.err
+    assert "note: serve=null added" in shown.out and shown.out.rstrip().endswith(" serve=null")
+    target = tmp_path / "dsv3.yaml"
+    written = lmspec(*args, "--top", "1", "--write", str(target))
+    assert written.code == 0, written.err
+    assert yaml.safe_load(target.read_text(encoding="utf-8"))["serve"] is None
 
 
 def test_nothing_fits_names_the_fewest_gpus(lmspec: Lmspec) -> None:

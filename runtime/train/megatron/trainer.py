@@ -179,7 +179,9 @@ class MegatronTrainer:
     def _load_model_state(self, state: dict[str, Any]) -> None:
         names = ["model"] if len(self.chunks) == 1 else [f"model{i}" for i in range(len(self.chunks))]
         for name, chunk in zip(names, self.chunks, strict=True):
-            chunk.load_state_dict(state[name])
+            # a chunk without a layer (dims.chunk_layers) holds no tensor: dist_checkpointing.load leaves out
+            # its empty dict where nothing else is loaded beside the model (train.init_from)
+            chunk.load_state_dict(state.get(name, {}))
 
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
         models = self._model_state()
