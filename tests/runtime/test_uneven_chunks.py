@@ -17,41 +17,23 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers.build import compile_build
-from helpers.datasets import prepare_dataset
-from helpers.torchrun import Run, run
+from helpers.same_batch import same_batch_workdir, train_on_the_batch
+from helpers.torchrun import Run
 
 pytestmark = pytest.mark.slow
 
 FP32_ABS = 1e-5
-SEQ_LENGTH = 128  # hardware=cpu's train.seq_length
-DOCUMENT = ("uneven chunks hold one layer more in front; " * 3)[: SEQ_LENGTH - 1]  # + end-of-text = 128 tokens
 COMMON = ["model.num_layers=5", "train.log_interval=1", "train.eval_interval=100", "train.checkpoint.interval=2"]
 FROM_SOURCE = "train.init_from=runs/source/checkpoints/step_2"
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lmspec.runtime.data.byte_tokenizer import save_byte_tokenizer
-
-    root = tmp_path_factory.mktemp("uneven")
-    tokenizer = root / "tokenizer"
-    tokenizer.mkdir()
-    save_byte_tokenizer(tokenizer)
-    prefix = prepare_dataset(root / "data" / "same", [DOCUMENT] * 64, tokenizer, append_eod=True)
-    (root / "data.txt").write_text(
-        f"train.data.tokenizer=hf\ntrain.data.tokenizer_path={tokenizer}\n"
-        f"train.data.sources=[{{path:{prefix},weight:1.0}}]\n"
-    )
-    return root
+    return same_batch_workdir(tmp_path_factory.mktemp("uneven"), "uneven chunks hold one layer more in front; ")
 
 
 def _train(workdir: Path, name: str, overrides: list[str]) -> Run:
-    data = (workdir / "data.txt").read_text().split()
-    build = compile_build(workdir / "build", [f"name={name}", *data, *COMMON, *overrides]).dir
-    result = run(build, workdir)
-    assert result.code == 0, result.output[-4000:]
-    return result
+    return train_on_the_batch(workdir, name, [*COMMON, *overrides])
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,8 @@ def test_check_jsonschema_rejects_a_typo_in_a_group_file(tmp_path: Path) -> None
 def _leaf_keys(node: dict, path: str = ""):
     for name, prop in node.get("properties", {}).items():
         options = [prop, *prop.get("anyOf", [])]
-        objects = [o for o in options if o.get("type") == "object"]
+        # a section is an object of keys; a key whose value is a mapping (train.megatron.extra) has examples
+        objects = [o for o in options if o.get("type") == "object" and "examples" not in prop]
         if objects:
             for option in objects:
                 yield from _leaf_keys(option, f"{path}{name}.")
