@@ -87,3 +87,11 @@ def expert_tp_bytes(etp: Any, received: Any) -> Any:
     all-gather of the `received` bytes of routed copies before the experts and a reduce-scatter of their
     outputs, forward and backward ((etp - 1) x received each, 0 at etp = 1)."""
     return PASSES * (etp - 1) * received
+
+
+def moe_a2a_overlaps(asked: Any, ep: Any, full_recompute: Any, pp: Any, virtual_stages: Any) -> Any:
+    """Where parallel.overlap.moe_a2a hides a layout's all-to-alls: megatron-core's combined 1F1B needs expert
+    parallelism, no full recompute and, on a pipeline, virtual stages (rules/overlap.py refuses the rest
+    and asks the same of a layout). Plain arithmetic on floats or arrays; the step-time and memory models price
+    the overlap only where this holds."""
+    return (asked != 0) & (ep > 1) & (full_recompute == 0) & ((pp == 1) | (virtual_stages > 1))

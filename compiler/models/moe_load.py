@@ -18,7 +18,7 @@ model price the worst rank at `imbalance` times the mean. One owner, from the ro
   and with `pad_to_capacity` every rank holds exactly that.
 
 Plain arithmetic on floats and numpy arrays (`rank_imbalance`), so `lmspec plan` prices a million layouts
-with the formula that prices one (`ep_rank_imbalance`).
+with the formula that prices one.
 """
 
 from __future__ import annotations
@@ -74,11 +74,3 @@ def rank_imbalance(ep: Any, tokens: Any, top_k: int, routing: Routing = Routing(
         cap = routing.capacity_factor
         estimate = cap + 0 * ep if routing.pad_to_capacity else smaller(estimate, cap)
     return pick(ep > 1, estimate, 1.0)
-
-
-def ep_rank_imbalance(spec: TrainingSpec) -> float:
-    """`rank_imbalance` of the spec's own layout: 1.0 for a dense model."""
-    moe, t, p = spec.model.moe, spec.train, spec.parallel
-    if moe is None:
-        return 1.0
-    return float(rank_imbalance(p.ep, t.micro_batch_size * t.seq_length / p.cp, moe.top_k, Routing.of(spec)))

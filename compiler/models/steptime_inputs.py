@@ -17,6 +17,7 @@ from lmspec.compiler.backends import backend_of
 from lmspec.compiler.models.comm import Links, dp_grad_bytes, worst_gpu_params
 from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.flops import mlp_flops_per_token, routed_expert_flops_per_token
+from lmspec.compiler.models.moe_dispatch import moe_a2a_overlaps
 from lmspec.compiler.models.moe_load import Routing
 from lmspec.compiler.models.stages import slowest_stage_work
 from lmspec.compiler.models.train_memory import TrainMemory
@@ -108,13 +109,6 @@ class StepInputs:
     stage_moe_layers: Any  # of which MoE
     dense_params: Any  # non-expert parameters on one GPU of the largest stage
     expert_params: Any  # routed-expert parameters on that GPU
-
-
-def moe_a2a_overlaps(asked: Any, ep: Any, full_recompute: Any, pp: Any, virtual_stages: Any) -> Any:
-    """Where parallel.overlap.moe_a2a hides a layout's all-to-alls: megatron-core's combined 1F1B needs expert
-    parallelism, no full recompute and, on a pipeline, virtual stages (rules/overlap.py refuses the rest).
-    Plain arithmetic: `lmspec plan` prices each candidate's all-to-alls hidden only where this holds."""
-    return (asked != 0) & (ep > 1) & (full_recompute == 0) & ((pp == 1) | (virtual_stages > 1))
 
 
 def step_constants(spec: TrainingSpec) -> StepConstants:

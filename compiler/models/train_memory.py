@@ -50,6 +50,7 @@ from lmspec.compiler.models.activations import (
     working_layer_bytes,
 )
 from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.moe_dispatch import moe_a2a_overlaps
 from lmspec.compiler.models.moe_load import Routing, rank_imbalance
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
 from lmspec.compiler.models.stages import stage_params
@@ -316,7 +317,7 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
     dense_state, expert_state = state_bytes(spec, dims.dense_dp), state_bytes(spec, dims.expert_dp)
     act = activation_setting(spec)
     gather_bytes = gathered_layer_bytes(spec)
-    a2a_overlap = int(p.overlap.moe_a2a and m.moe is not None and p.ep > 1)  # rules/overlap.py refuses the rest
+    a2a_overlap = moe_a2a_overlaps(p.overlap.moe_a2a, p.ep, spec.train.recompute == "full", p.pp, p.virtual_stages or 1)
     out: list[StageMemory] = []
     first = 0
     for index, n_layers in enumerate(dims.stage_layers):

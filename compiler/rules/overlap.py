@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmspec.compiler.errors import Problem, error
+from lmspec.compiler.models.moe_dispatch import moe_a2a_overlaps
 from lmspec.compiler.rules.context import TrainingContext
 
 KEY = "parallel.overlap.moe_a2a"
@@ -22,7 +23,7 @@ def moe_a2a_has_its_layout(
     moe_a2a: Any, ep: Any, full_recompute: Any, pp: Any, virtual_stages: Any, half_precision: Any, mtp_layers: Any
 ) -> Any:
     """`virtual_stages` is 1 for plain 1F1B (parallel.virtual_stages=null)."""
-    layout = (ep > 1) & (full_recompute == 0) & ((pp == 1) | (virtual_stages > 1))
+    layout = moe_a2a_overlaps(1, ep, full_recompute, pp, virtual_stages)
     model = (half_precision != 0) & ((mtp_layers == 0) | ((mtp_layers == 1) & (pp > 1)))
     return (moe_a2a == 0) | (layout & model)
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from lmspec.compiler.models.moe_dispatch import dispatch_bytes, distinct
-from lmspec.compiler.models.moe_load import Routing, ep_rank_imbalance, rank_imbalance, sampling_imbalance
+from lmspec.compiler.models.moe_load import Routing, rank_imbalance, sampling_imbalance
 from lmspec.compiler.models.steptime import StepTime, step_time
 from lmspec.compiler.models.steptime_inputs import step_constants, step_inputs
+from lmspec.compiler.models.train_memory import moe_loads
 from lmspec.compiler.pipeline import derive_despite_rules
 
 TOKENS, HIDDEN, BYTES = 4096, 7168, 2
@@ -77,9 +78,10 @@ def test_imbalance_from_the_routing_settings() -> None:
 
 def test_the_spec_path_reads_train_moe() -> None:
     train = derive_despite_rules([*DEEPSEEK, "train.moe.load_imbalance=1.2"]).plan.train
-    assert ep_rank_imbalance(train.spec) == 1.2
+    assert step_constants(train.spec).routing == Routing(stated=1.2)
+    assert moe_loads(train.spec, 64, TOKENS) == (1.2, 1.0)  # the memory model's worst EP rank
     dense = derive_despite_rules(["model=llama3_8b", "hardware=h100_80g"]).plan.train
-    assert ep_rank_imbalance(dense.spec) == 1.0
+    assert moe_loads(dense.spec, 1, TOKENS) == (1.0, 1.0)
 
 
 def test_deepeps_dispatch_is_cheaper_than_the_alltoall_across_nodes() -> None:
