@@ -18,7 +18,12 @@ from lmspec.compiler import __version__
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import Problem, UsageError
 from lmspec.compiler.inputs import NOTHING_READ, CompileInputs
-from lmspec.compiler.models.checkpoint_size import CheckpointSize, checkpoint_size
+from lmspec.compiler.models.checkpoint_size import (
+    CheckpointCadence,
+    CheckpointSize,
+    checkpoint_cadence,
+    checkpoint_size,
+)
 from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.models.dims import Device, ParallelDims, device_kind
 from lmspec.compiler.models.params import ParamCounts, count_params
@@ -29,6 +34,7 @@ from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memo
 from lmspec.compiler.models.steptime import StepTime, estimate_comm_and_step
 from lmspec.compiler.models.summary import (
     FlopsSummary,
+    cadence_dict,
     checkpoint_dict,
     comm_dict,
     flops_dict,
@@ -117,6 +123,11 @@ class TrainPlan:
         """The step time `lmspec plan` ranks this layout by; not in plan.json (`lmspec explain` shows it apart)."""
         return self._priced[1]
 
+    @cached_property
+    def cadence(self) -> CheckpointCadence:
+        """The checkpoint saves at the estimated step time: the wait for a previous persist, the interval advice."""
+        return checkpoint_cadence(self.checkpoint, self.spec, float(self.step_time.total))
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServePlan:
@@ -197,11 +208,16 @@ class Plan:
             ),
             "comm": None,
             "checkpoint": checkpoint_dict(t.checkpoint) if t else None,
+            "checkpoint_cadence": None,
         }
         if not cost_model:
             return {key: value for key, value in derived.items() if key not in COST_SECTIONS}
         if t:
-            derived.update(memory=memory_dict(t.memory), comm=comm_dict(t.comm, t.step_time))
+            derived.update(
+                memory=memory_dict(t.memory),
+                comm=comm_dict(t.comm, t.step_time),
+                checkpoint_cadence=cadence_dict(t.cadence),
+            )
         return derived
 
     def to_document(self, cost_model: bool = True) -> dict[str, Any]:
@@ -243,8 +259,8 @@ def _first_difference(found: Any, expected: Any, path: str = "") -> str:
 
 _MISSING = object()
 _ABSENT = object()  # a section the document must have, whatever it holds
-# plan.json's sections from the cost model (TrainPlan.memory, .comm): most of what deriving a Plan takes
-COST_SECTIONS = ("memory", "comm")
+# plan.json's sections from the cost model (TrainPlan.memory, .comm, .cadence): most of what deriving a Plan takes
+COST_SECTIONS = ("memory", "comm", "checkpoint_cadence")
 
 
 def spec_dict(spec: Spec) -> dict[str, Any]:

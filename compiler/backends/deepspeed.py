@@ -40,6 +40,10 @@ LACKS: dict[Feature, str] = {
     "moe_a2a_overlap": f"{_HF} has no expert parallelism",
     "distributed_optimizer": "the distributed optimizer is Megatron's; DeepSpeed shards with parallel.zero_stage",
     "init_from": "it initialises from train.seed; a lmspec torch_dist checkpoint is Megatron's format",
+    "async_checkpoint": (
+        "DeepSpeed has no asynchronous save lmspec can configure: its Nebula engine is Azure's service, and its "
+        "FastPersist decoupled writer needs the async_io op built and NVMe or GPUDirect Storage"
+    ),
     **dict.fromkeys(("moe_allgather_dispatcher", "moe_flex_dispatcher"), _NO_DISPATCHER),
     "moe_load_balancing_type": _NO_AUX_LOSS,
     "moe_aux_loss_coeff": _NO_AUX_LOSS,

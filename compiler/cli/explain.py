@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.cli.spec_args import add_spec_args
+from lmspec.compiler.emit.report_checkpoint import checkpoint_line
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, print_problems
 from lmspec.compiler.models.summary import params_dict, step_estimate, throughput_dict
 from lmspec.compiler.models.table import memory_table_text
@@ -47,7 +48,8 @@ def explain_text(derived: Derived) -> str:
     present = {part: numbers for part, numbers in _derived(derived).items() if numbers is not None}
     lines += [f"  {k:<{width_key}}  {json.dumps(v)}" for k, v in _leaves(present)] or ["  nothing: see the errors"]
     if derived.plan is not None and derived.plan.train:
-        lines += ["", memory_table_text(derived.plan.train.memory, "training memory per GPU (worst stage)")]
+        train = derived.plan.train
+        lines += ["", memory_table_text(train.memory, "training memory per GPU (worst stage)"), checkpoint_line(train)]
     return "\n".join(lines)
 
 

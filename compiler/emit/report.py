@@ -15,6 +15,7 @@ from lmspec.compiler.backends.backend import load
 from lmspec.compiler.build.files import MEMORY_CHART, REPORT
 from lmspec.compiler.capabilities import grouped_gemm, target_of
 from lmspec.compiler.emit.render import render
+from lmspec.compiler.emit.report_checkpoint import checkpoint_rows
 from lmspec.compiler.emit.report_data import SOURCE_COLUMNS, data_section
 from lmspec.compiler.emit.report_format import (
     MEMORY_DECIMALS,
@@ -27,7 +28,6 @@ from lmspec.compiler.emit.report_format import (
     percent,
     rate,
     seconds,
-    storage,
 )
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.models.summary import step_estimate
@@ -109,7 +109,7 @@ def _training(plan: Plan) -> dict[str, Any]:
         "memory_note": _memory_note(plan),
         "chart": MEMORY_CHART,
         "flops_rows": _flops_rows(plan),
-        "checkpoint_rows": _checkpoint_rows(plan),
+        "checkpoint_rows": checkpoint_rows(plan),
     }
 
 
@@ -237,39 +237,6 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
             )
         )
     return rows
-
-
-def _checkpoint_rows(plan: Plan) -> list[tuple[str, str]]:
-    """What one save writes and how long it holds the ranks (compiler/models/checkpoint_size.py)."""
-    train = plan.trained()
-    c, t = train.checkpoint, train.spec.train
-    parts = [
-        f"{c.weight_bytes_per_param} B {t.precision} weights" if c.weight_bytes_per_param else "",
-        f"{c.master_bytes_per_param} B fp32 master weights" if c.master_bytes_per_param else "",
-        f"{c.moment_bytes_per_param} B fp32 optimizer moments ({c.moments} per parameter)",
-    ]
-    state = " + ".join(part for part in parts if part)
-    return [
-        ("parameters saved", f"{count(c.params)}" + (" (with the MTP module)" if plan.params.mtp else "")),
-        ("bytes per parameter", f"{c.bytes_per_param} = {state}"),
-        ("per save", storage(c.bytes_per_save)),
-        (
-            f"kept (train.checkpoint.keep_last_k={c.saves_kept})",
-            f"{storage(c.kept_bytes)}; {storage(c.peak_bytes)} while the next save is written",
-        ),
-        (
-            "save time",
-            f"{seconds(c.save_s)}: written in {seconds(c.write_s)} at cluster.storage_write_gb_per_s="
-            f"{train.spec.cluster.storage_write_gb_per_s:g}, then hashed by rank 0 for the manifest in "
-            f"{seconds(c.manifest_s)} (every other rank waits in a barrier)",
-        ),
-        (
-            "collective timeout",
-            f"{seconds(c.timeout_s)} (cluster.nccl.timeout_minutes="
-            f"{train.spec.cluster.nccl.timeout_minutes}): "
-            + ("a save outlasts it (see the warnings)" if c.outlasts_timeout else "a save ends inside it"),
-        ),
-    ]
 
 
 def _serve_rows(plan: Plan) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lmspec.compiler.models.checkpoint_size import CheckpointSize
+from lmspec.compiler.models.checkpoint_size import CheckpointCadence, CheckpointSize
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING, CommEstimate
 from lmspec.compiler.models.flops import days_for_tokens, flops_breakdown, hardware_flops_per_token, mfu
 from lmspec.compiler.models.params import ParamCounts
@@ -152,6 +152,8 @@ def comm_over_warning(t: StepTime) -> Any:
 
 
 def checkpoint_dict(c: CheckpointSize) -> dict[str, Any]:
+    """plan.json's `checkpoint`: one save's bytes, the part that stops training (exposed_s) and the part that
+    runs beside it (overlapped_s: the persist, when train.checkpoint.async_save)."""
     return {
         "params": c.params,
         "bytes_per_param": c.bytes_per_param,
@@ -159,10 +161,35 @@ def checkpoint_dict(c: CheckpointSize) -> dict[str, Any]:
         "saves_kept": c.saves_kept,
         "kept_bytes": c.kept_bytes,
         "peak_bytes": c.peak_bytes,
+        "async_save": c.async_save,
+        "bytes_per_rank": _round(c.bytes_per_rank),
+        "host_bytes_per_node": c.host_bytes_per_node,
+        "host_memory_bytes": c.host_memory_bytes,
+        "staging_s": _round(c.staging_s),
         "write_s": _round(c.write_s),
-        "manifest_s": _round(c.manifest_s),
-        "save_s": _round(c.save_s),
+        "digest_s": _round(c.digest_s),
+        "persist_s": _round(c.persist_s),
+        "exposed_s": _round(c.exposed_s),
+        "overlapped_s": _round(c.overlapped_s),
         "timeout_s": c.timeout_s,
+    }
+
+
+def cadence_dict(c: CheckpointCadence) -> dict[str, Any]:
+    """plan.json's `checkpoint_cadence`: the saves at the estimated step time and the Young/Daly interval."""
+    return {
+        "step_s": _round(c.step_s),
+        "interval_steps": c.interval_steps,
+        "interval_s": _round(c.interval_s),
+        "wait_s": _round(c.wait_s),
+        "exposed_per_save_s": _round(c.exposed_per_save_s),
+        "job_mtbf_s": _round(c.job_mtbf_s),
+        "young_interval_s": _round(c.young_interval_s),
+        "advised_interval_s": _round(c.advised_interval_s),
+        "advice": c.advice,
+        "advised_interval_steps": c.advised_interval_steps,
+        "lost_share": _round(c.lost_share),
+        "advised_lost_share": _round(c.advised_lost_share),
     }
 
 

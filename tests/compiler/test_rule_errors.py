@@ -198,6 +198,26 @@ CASES = [
         id="deepspeed-pp",
     ),
     pytest.param(
+        ["train.backend=deepspeed", "train.checkpoint.async_save=true"],
+        [
+            "train.checkpoint.async_save=true (command-line override) needs train.backend=megatron",
+            "DeepSpeed has no asynchronous save lmspec can configure: its Nebula engine is Azure's service",
+            "FastPersist decoupled writer needs the async_io op built and NVMe or GPUDirect Storage",
+            "or set train.checkpoint.async_save=false",
+        ],
+        id="async-save-is-megatron",
+    ),
+    pytest.param(
+        ["model=llama3_8b", "hardware=h100_80g", "parallel.tp=8", "hardware.host_memory_gib=64"],
+        [
+            # 8.03 B parameters x 14 B = 112.4 GB, over 8 ranks: 13.1 GiB each, 104.7 GiB on the node
+            "a checkpoint save stages 13.1 GiB per rank, 104.7 GiB per node of hardware.gpus_per_node=8",
+            "more than hardware.host_memory_gib=64 (command-line override)",
+            "spread the save over more ranks: hardware.nodes=2 or more",
+        ],
+        id="staged-save-fits-host-memory",
+    ),
+    pytest.param(
         ["train.backend=deepspeed", "parallel.tp=2"],
         ["parallel.tp=2 (command-line override) needs train.backend=megatron", "or set parallel.tp=1"],
         id="deepspeed-tp",

@@ -90,5 +90,12 @@ class HardwareSpec:
     gpu: GpuSpec = key("The accelerator.")
     gpus_per_node: int = key("Accelerators (ranks) per node.", example=8, minimum=1, maximum=kinds.GPUS_PER_NODE_MAX)
     nodes: int = key("Nodes in the job.", example=1, minimum=1, maximum=kinds.NODES_MAX)
+    host_memory_gib: float | None = key(
+        "Host (CPU) memory of one node, GiB, as the system's datasheet states it: a checkpoint save stages "
+        "each rank's share there (REPORT.md's checkpoint section checks it fits); null = unknown, not checked.",
+        example=2048,
+        exclusive_minimum=0,
+        maximum=kinds.MEMORY_GIB_MAX,
+    )
     intra_node: IntraNodeSpec = key("Link inside a node.")
     inter_node: InterNodeSpec = key("Network between nodes.")

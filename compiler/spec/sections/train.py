@@ -52,6 +52,14 @@ class CheckpointSpec:
     resume: Literal["auto", "never"] = key(
         "auto = load the newest complete checkpoint when one exists.", example="auto"
     )
+    async_save: bool = key(
+        "Save asynchronously (Megatron-LM's --async-save: megatron-core's asynchronous distributed checkpoint "
+        "with the fully parallel strategy, each data-parallel replica writing its share): training stops only "
+        "to copy each rank's share to host memory (hardware.host_memory_gib), a background process writes it, "
+        "and a save waits for the previous one to be persisted. train.backend=megatron; false = every rank "
+        "waits for the whole write.",
+        example=False,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
