@@ -1,11 +1,15 @@
-"""Crash-safe checkpoints owned by the run that wrote them: temp dir, fsync, sha256 manifest, rename, `latest`.
+"""Crash-safe checkpoints owned by the run that wrote them: temp dir, fsync, digest manifest, rename, `latest`.
 
 Layout under `train.checkpoint.dir` (relative to the working directory):
 
     latest                     one line: the newest COMPLETE step directory, e.g. "step_20"
     step_<N>/                  one complete checkpoint (N = optimizer steps done)
-      manifest.json            {"step": N, "run_id": "<32 hex>", "files": {relative path: sha256}}
-                               - written last
+      manifest.json            {"step": N, "run_id": "<32 hex>", "digest": "xxh3_128",
+                               "files": {relative path: digest}, "saved_with": {...}}
+                               - written last; a manifest without "digest" (older lmspec)
+                               lists sha256 digests; "saved_with" records the backend,
+                               layout and model that wrote the step (lmspec.compiler.
+                               resume_layout), so a resume at another layout is judged
       trainer_state/rank_<R>.pt  per global rank: step, consumed_samples, LR scheduler
                                state, RNG states (python, torch CPU/CUDA, megatron tracker)
       megatron backend:
@@ -32,6 +36,15 @@ manifest, renames the directory to `step_<N>` and only then rewrites `latest`
 (write `latest.tmp`, fsync, rename). A process killed at any point leaves either
 the previous `latest` or the new one, never a pointer to a partial directory.
 
+Integrity without a rank-0 pass (issue 40). Each rank digests the files it writes as it writes them
+(lmspec.runtime.train.megatron.digested_save for megatron-core's shards, the bytes in hand for the
+trainer state) and `commit` gathers those digests; a file no rank digested while writing it (what a
+library writes out of lmspec's reach: megatron-core's metadata, DeepSpeed's files) is read back once,
+by one rank, the files dealt round the ranks. Only then does rank 0 write the manifest, rename and
+move `latest`: every rank's files are durable (each writer fsyncs its own) before `latest` moves. On
+resume every rank verifies its share of the files of the candidate step, and the ranks agree on the
+first step whose files all match; nothing is read twice by one rank while the others wait.
+
 Run identity. Every run has a run id: a fresh uuid4 when it starts from scratch, the id in the
 manifest of the checkpoint it resumes from otherwise (so a run keeps its id across any number of
 resumes). It is written into every step's manifest (the directory's run is the one of `latest`'s
@@ -50,7 +63,7 @@ recommends when checkpoints are unusable; it costs no copy.
 
 Resume (`train.checkpoint.resume: auto`): candidates are the step named by `latest`, then every
 other `step_<N>` newest first; the first whose manifest is well-formed (an object with the
-directory's step, a files map of safe relative paths to sha256 digests, and the files the trainer
+directory's step, a files map of safe relative paths to digests, and the files the trainer
 needs) and whose files all match is used. Anything damaged - a `latest` that is not a short text
 file naming an existing step, a manifest that is not such an object, a listed path outside the
 step directory, a step entry that is not a directory - is skipped with a one-line warning naming
@@ -66,13 +79,14 @@ import os
 import re
 import shutil
 import stat
+import threading
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
 from lmspec.compiler.build.atomic import replace_file
-from lmspec.compiler.build.digest import sha256_file
 from lmspec.compiler.build.files import (
     LATEST,
     LATEST_TEMP,
@@ -82,13 +96,15 @@ from lmspec.compiler.build.files import (
     step_dir,
     step_number,
 )
+from lmspec.runtime.train import digest
 
 logger = logging.getLogger(__name__)
 
 UNIDENTIFIED = "unidentified"
 TMP_PREFIX = f".tmp-{STEP_PREFIX}"
+PRUNED_SUFFIX = "-pruned"  # .tmp-step_<N>-pruned: a step beyond keep_last_k being removed
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+_HEX = re.compile(r"[0-9a-f]+")
 _LATEST_MAX_BYTES = 256  # "step_<N>\n" with N of any size a run can reach
 _MANIFEST_MAX_BYTES = 64 << 20  # a million listed files; lmspec writes a few per rank
 _SHOWN = 60  # characters of a damaged value quoted in a warning
@@ -112,12 +128,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            with open(Path(dirpath) / name, "rb") as fh:
-                os.fsync(fh.fileno())
+def _fsync_dirs(root: Path) -> None:
+    """Every directory under `root` (their entries: the files' names), bottom-up."""
+    for dirpath, _, _ in os.walk(root, topdown=False):
         _fsync_dir(Path(dirpath))
+
+
+def _fsynced_digest(path: Path) -> str:
+    """A file no rank digested while writing it: made durable, then read back once."""
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+    return digest.file_digest(path)
 
 
 def _files(root: Path) -> list[str]:
@@ -190,6 +211,8 @@ class Manifest:
     step: int
     run_id: str | None  # None: written before run ids existed
     files: dict[str, str]
+    algorithm: str = digest.WRITTEN  # digest.LEGACY for a manifest written before the "digest" key
+    saved_with: dict[str, Any] | None = None  # None: written before lmspec recorded it
 
 
 def _unsafe_path(rel: str) -> str | None:
@@ -237,6 +260,11 @@ def _parse_manifest(doc: Any, step_dir: Path, path: Path) -> tuple[Manifest | No
     if missing:
         return None, f"{path} lacks {', '.join(repr(k) for k in missing)}"
     step, files, run_id = doc["step"], doc["files"], doc.get("run_id")
+    algorithm, saved_with = doc.get("digest", digest.LEGACY), doc.get("saved_with")
+    if algorithm not in digest.HASHERS:
+        return None, f"{path}: 'digest' is {_cut_repr(algorithm)}, not one of {', '.join(digest.HASHERS)}"
+    if saved_with is not None and not isinstance(saved_with, dict):
+        return None, f"{path}: 'saved_with' is {_cut_repr(saved_with)}, not an object"
     if type(step) is not int:
         return None, f"{path}: 'step' is {_cut_repr(step)}, not an integer"
     if step != step_number(step_dir.name):
@@ -245,40 +273,60 @@ def _parse_manifest(doc: Any, step_dir: Path, path: Path) -> tuple[Manifest | No
         return None, f"{path}: 'run_id' is {_cut_repr(run_id)}, not a run id"
     if not isinstance(files, dict) or not files:
         return None, f"{path}: 'files' is {_cut_repr(files)}, not a map of the step's files"
-    for rel, digest in files.items():
-        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            return None, f"{path}: the sha256 of {_cut_repr(rel)} is {_cut_repr(digest)}"
+    for rel, value in files.items():
+        if not (isinstance(value, str) and len(value) == digest.HEX_LENGTH[algorithm] and _HEX.fullmatch(value)):
+            return None, f"{path}: the {algorithm} of {_cut_repr(rel)} is {_cut_repr(value)}"
         if (why := _unsafe_path(rel)) is not None:
             return None, f"{path} lists {_cut_repr(rel)}, which {why}"
-    return Manifest(step, run_id, dict(files)), None
+    return Manifest(step, run_id, dict(files), algorithm, saved_with), None
 
 
 def verify(step_dir: Path, required: tuple[str, ...] = (), hashes: bool = True) -> str | None:
     """None when the manifest is well-formed, lists `required`, and every file it lists is there (and, with
-    `hashes`, matches its sha256)."""
-    if (why := _not_a_step_dir(step_dir)) is not None:
-        return why
-    manifest, why = read_manifest(step_dir)
+    `hashes`, matches its digest). One process checks every file: Checkpoints' ranks share the digests."""
+    manifest, why = _structure(step_dir, required)
     if manifest is None:
         return why
+    return mismatch(step_dir, manifest, sorted(manifest.files)) if hashes else None
+
+
+def _structure(step_dir: Path, required: tuple[str, ...]) -> tuple[Manifest | None, str | None]:
+    """The step's manifest when it is well-formed, lists `required`, and every file it lists is a regular
+    file inside the step directory; else why not."""
+    if (why := _not_a_step_dir(step_dir)) is not None:
+        return None, why
+    manifest, why = read_manifest(step_dir)
+    if manifest is None:
+        return None, why
     absent = [rel for rel in required if rel not in manifest.files]
     if absent:
-        return f"{step_dir / STEP_MANIFEST} does not list {', '.join(absent)}"
+        return None, f"{step_dir / STEP_MANIFEST} does not list {', '.join(absent)}"
     inside = os.path.realpath(step_dir)
-    for rel, expected in manifest.files.items():
+    for rel in manifest.files:
         path = step_dir / rel
         if not os.path.realpath(path).startswith(inside + os.sep):
-            return f"{path} leads outside {step_dir} (a symlink)"
+            return None, f"{path} leads outside {step_dir} (a symlink)"
         try:
             info = path.stat()
         except FileNotFoundError:
-            return f"{path} is missing"
+            return None, f"{path} is missing"
+        except OSError as exc:
+            return None, f"{path} cannot be read: {exc.strerror}"
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{path} is not a regular file"
+    return manifest, None
+
+
+def mismatch(step_dir: Path, manifest: Manifest, rels: list[str]) -> str | None:
+    """Why one of `rels` (files the manifest lists) does not match its digest, or None."""
+    for rel in rels:
+        path = step_dir / rel
+        try:
+            found = digest.file_digest(path, manifest.algorithm)
         except OSError as exc:
             return f"{path} cannot be read: {exc.strerror}"
-        if not stat.S_ISREG(info.st_mode):
-            return f"{path} is not a regular file"
-        if hashes and sha256_file(path) != expected:
-            return f"{path} does not match its sha256 in {STEP_MANIFEST}"
+        if found != manifest.files[rel]:
+            return f"{path} does not match its {manifest.algorithm} in {STEP_MANIFEST}"
     return None
 
 
@@ -290,21 +338,27 @@ class Choice:
     path: Path | None = None
     run_id: str | None = None
     legacy: bool = False  # the chosen manifest has no run id
+    saved_with: dict[str, Any] | None = None  # what wrote the chosen step (its manifest's record)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
 
 
-def choose(root: Path, required: tuple[str, ...] = (), hashes: bool = True) -> Choice:
-    """The resume candidate: `latest`'s step, then every other step newest first; the first that verifies."""
+DigestCheck = Callable[[Path, Manifest], "str | None"]
+
+
+def _walk(root: Path, required: tuple[str, ...]) -> tuple[Choice, list[tuple[Path, str | None]], bool]:
+    """The cheap half of choosing, done once: (a Choice holding the warnings so far or the directory's
+    error, the candidates in order - `latest`'s step, then every other newest first - each with why its
+    structure is unusable or None, whether any checkpoint exists)."""
     choice = Choice()
     if not os.path.lexists(root):
-        return choice
+        return choice, [], False
     if not root.is_dir():
         choice.error = (
             f"train.checkpoint.dir={str(root)!r} is not a directory; move it away or compile with another "
             "train.checkpoint.dir"
         )
-        return choice
+        return choice, [], False
     entries = step_entries(root)
     ordered = [p for _, p in entries]
     named, why = read_latest(root)
@@ -316,22 +370,43 @@ def choose(root: Path, required: tuple[str, ...] = (), hashes: bool = True) -> C
             ordered.insert(0, root / named)
         else:
             choice.warnings.append(f"{root / LATEST} names {named}, which does not exist; trying the others")
-    for i, path in enumerate(ordered):
-        reason = verify(path, required, hashes)
+    walked = [(path, _structure(path, required)[1]) for path in ordered]
+    return choice, walked, bool(entries) or named is not None or why is not None
+
+
+def _decide(
+    root: Path, choice: Choice, walked: list[tuple[Path, str | None]], exists: bool, check: DigestCheck
+) -> Choice:
+    """The first candidate whose structure is sound and whose files `check` finds intact."""
+    for i, (path, reason) in enumerate(walked):
         if reason is None:
-            manifest, _ = read_manifest(path)
-            assert manifest is not None  # verified just now
-            choice.path, choice.run_id, choice.legacy = path, manifest.run_id, manifest.run_id is None
-            return choice
-        following = f"trying {ordered[i + 1].name}" if i + 1 < len(ordered) else "no other checkpoint is left"
+            manifest, reason = read_manifest(path)
+            if manifest is not None and (reason := check(path, manifest)) is None:
+                choice.path, choice.run_id, choice.legacy = path, manifest.run_id, manifest.run_id is None
+                choice.saved_with = manifest.saved_with
+                return choice
+        following = f"trying {walked[i + 1][0].name}" if i + 1 < len(walked) else "no other checkpoint is left"
         choice.warnings.append(f"checkpoint {path.name} is not usable ({reason}); {following}")
-    if entries or named is not None or why is not None:
+    if exists:
         choice.error = (
             f"checkpoints exist under {root} but none verifies; refusing to start from scratch: fix or remove "
             f"them, or set train.checkpoint.resume=never to start a fresh run (lmspec moves them aside into "
             f"{root / PREVIOUS_RUNS}/, deleting nothing)"
         )
     return choice
+
+
+def _every_file(path: Path, manifest: Manifest) -> str | None:
+    return mismatch(path, manifest, sorted(manifest.files))
+
+
+def choose(root: Path, required: tuple[str, ...] = (), hashes: bool = True) -> Choice:
+    """The resume candidate: `latest`'s step, then every other step newest first; the first that verifies.
+    One process digests every file (with `hashes`); Checkpoints shares that work among the ranks."""
+    choice, walked, exists = _walk(root, required)
+    if choice.error is not None:
+        return choice
+    return _decide(root, choice, walked, exists, _every_file if hashes else lambda path, manifest: None)
 
 
 def newest_checkpoint(root: Path, required: tuple[str, ...] = ()) -> Path:
@@ -399,9 +474,13 @@ def _dist() -> Any:  # the torch.distributed module
     return torch.distributed
 
 
-def _is_rank0() -> bool:
+def _rank_world() -> tuple[int, int]:
     dist = _dist()
-    return not dist.is_initialized() or dist.get_rank() == 0
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def _is_rank0() -> bool:
+    return _rank_world()[0] == 0
 
 
 def _barrier() -> None:
@@ -423,6 +502,33 @@ def _broadcast(value: _T) -> _T:
     return box[0]
 
 
+def _gathered(value: _T) -> list[_T]:
+    """Every rank's `value`, in rank order, on every rank."""
+    dist = _dist()
+    if not dist.is_initialized():
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def _my_share(items: list[_T]) -> list[_T]:
+    """This rank's cards when `items` are dealt round the ranks."""
+    rank, world = _rank_world()
+    return items[rank::world]
+
+
+def _shared_check(path: Path, manifest: Manifest) -> str | None:
+    """Every rank digests its share of the step's files; the first mismatch any rank found, or None."""
+    found = _gathered(mismatch(path, manifest, _my_share(sorted(manifest.files))))
+    return next((reason for reason in found if reason is not None), None)
+
+
+def _remove_all(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def warn(message: str) -> None:
     logger.warning(f"lmspec: warning: {message}")
 
@@ -431,14 +537,25 @@ class Checkpoints:
     """Save and find one run's checkpoints under one directory; every rank calls every method.
 
     `required`: files every usable checkpoint's manifest must list (the trainer's own state).
+    `saved_with`: what writes these checkpoints (backend, layout, model: lmspec.compiler.resume_layout),
+    recorded in every manifest; `resumed_with` is the record of the step open_run chose.
     """
 
-    def __init__(self, root: Path, keep_last_k: int, required: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        keep_last_k: int,
+        required: tuple[str, ...] = (),
+        saved_with: Mapping[str, Any] | None = None,
+    ) -> None:
         self.root = root
         self.keep_last_k = keep_last_k
         self.required = required
+        self.saved_with = dict(saved_with) if saved_with is not None else None
         self.run_id: str | None = None  # decided by open_run, or by the first save
         self.lineage: frozenset[str | None] = frozenset()  # manifests' run ids that are this run's
+        self.resumed_with: dict[str, Any] | None = None
+        self._pruning: threading.Thread | None = None  # rank 0's removal of pruned steps
 
     def open_run(self, resume: Resume) -> Path | None:
         """Decide this run's identity before training: the checkpoint to resume from (None = fresh start).
@@ -446,52 +563,64 @@ class Checkpoints:
         auto: the newest usable checkpoint, whose run this run continues; none -> a fresh run.
         never: a fresh run; the earlier run's checkpoints are moved aside first (module docstring).
         """
-        result: tuple[str | None, str | None, bool, str | None] = (None, None, False, None)
-        if _is_rank0():
-            result = self._open_on_rank0(resume)
-        chosen, run_id, legacy, problem = _broadcast(result)
-        _barrier()
-        if problem is not None:
-            raise CheckpointError(problem)
-        self._adopt(run_id, legacy)
-        return None if chosen is None else Path(chosen)
+        if resume == "never":
+            problem = self._fresh_on_rank0() if _is_rank0() else None
+            problem = _broadcast(problem)
+            _barrier()
+            if problem is not None:
+                raise CheckpointError(problem)
+            self._adopt(_broadcast(new_run_id()), legacy=False)
+            return None
+        choice = self._choose_together()
+        if choice.error is not None:
+            raise CheckpointError(choice.error)
+        run_id = choice.run_id if choice.run_id is not None else _broadcast(new_run_id())
+        self._adopt(run_id, choice.legacy)
+        self.resumed_with = choice.saved_with
+        return choice.path
 
-    def _open_on_rank0(self, resume: Resume) -> tuple[str | None, str | None, bool, str | None]:
+    def _fresh_on_rank0(self) -> str | None:
+        """resume=never: move an earlier run's checkpoints aside; why that failed, or None."""
         if os.path.lexists(self.root) and not self.root.is_dir():
-            return None, None, False, choose(self.root).error
+            return choose(self.root).error
         try:
-            if resume == "never":
-                entries = _owned_entries(self.root)
-                if entries:
-                    old = dir_run_id(self.root)
-                    target = move_aside(self.root, entries, old)
-                    warn(
-                        f"train.checkpoint.resume=never: moved the checkpoints of the previous run "
-                        f"({', '.join(e.name for e in entries)}) aside into {target}; nothing was deleted, "
-                        "remove it when it is no longer needed"
-                    )
-                run_id, chosen, legacy = new_run_id(), None, False
-            else:
-                choice = choose(self.root, self.required)
-                for message in choice.warnings:
-                    warn(message)
-                if choice.error is not None:
-                    return None, None, False, choice.error
-                chosen = None if choice.path is None else str(choice.path)
-                legacy = choice.legacy
-                run_id = choice.run_id if choice.run_id is not None else new_run_id()
+            entries = _owned_entries(self.root)
+            if entries:
+                target = move_aside(self.root, entries, dir_run_id(self.root))
+                warn(
+                    f"train.checkpoint.resume=never: moved the checkpoints of the previous run "
+                    f"({', '.join(e.name for e in entries)}) aside into {target}; nothing was deleted, "
+                    "remove it when it is no longer needed"
+                )
         except OSError as exc:
-            return (
-                None,
-                None,
-                False,
-                (
-                    f"train.checkpoint.dir={str(self.root)!r}: {exc.strerror}"
-                    f"{f' ({exc.filename})' if exc.filename else ''}; make it writable or compile with another "
-                    "train.checkpoint.dir"
-                ),
-            )
-        return chosen, run_id, legacy, None
+            return self._unwritable(exc)
+        return None
+
+    def _unwritable(self, exc: OSError) -> str:
+        return (
+            f"train.checkpoint.dir={str(self.root)!r}: {exc.strerror}"
+            f"{f' ({exc.filename})' if exc.filename else ''}; make it writable or compile with another "
+            "train.checkpoint.dir"
+        )
+
+    def _choose_together(self) -> Choice:
+        """choose() with the digesting shared: rank 0 walks the directory once (cheap: names, manifests,
+        stat), every rank digests its share of each candidate's files, and the ranks agree; rank 0 warns."""
+        walked: tuple[Choice, list[tuple[Path, str | None]], bool] | None = None
+        if _is_rank0():
+            try:
+                walked = _walk(self.root, self.required)
+            except OSError as exc:
+                walked = (Choice(error=self._unwritable(exc)), [], False)
+        shared = _broadcast(walked)
+        assert shared is not None  # rank 0 always walks
+        choice, candidates, exists = shared
+        if choice.error is None:
+            choice = _decide(self.root, choice, candidates, exists, _shared_check)
+        if _is_rank0():
+            for message in choice.warnings:
+                warn(message)
+        return choice
 
     def _adopt(self, run_id: str | None, legacy: bool) -> None:
         self.run_id = run_id
@@ -513,6 +642,7 @@ class Checkpoints:
         self._ensure_run()
         tmp = self.root / f"{TMP_PREFIX}{step}"
         if _is_rank0():
+            self.join_pruning()
             self.root.mkdir(parents=True, exist_ok=True)
             for stale in self.root.glob(f"{TMP_PREFIX}*"):  # this directory's own unfinished saves
                 if stale.is_dir() and not stale.is_symlink():
@@ -523,14 +653,33 @@ class Checkpoints:
         _barrier()
         return tmp
 
-    def commit(self, step: int, tmp: Path) -> Path:
-        """After every rank wrote into `tmp`: manifest, rename, `latest`, prune this run's old steps."""
-        _barrier()
+    def commit(self, step: int, tmp: Path, written: Mapping[str, str] | None = None) -> Path:
+        """After every rank wrote into `tmp` (each writer fsyncs what it writes): the manifest, rename,
+        `latest`, prune this run's old steps.
+
+        `written`: {path relative to `tmp`: xxh3_128} of the files this rank digested as it wrote them.
+        The files no rank digested are read back once each, dealt round the ranks; then rank 0 alone
+        writes the manifest and moves `latest`."""
+        known: dict[str, str] = {}
+        for share in _gathered(dict(written or {})):
+            known.update(share)
+        listing = _broadcast(_files(tmp) if _is_rank0() else [])
+        unread = _my_share([rel for rel in listing if rel not in known])
+        for share in _gathered({rel: _fsynced_digest(tmp / rel) for rel in unread}):
+            known.update(share)
+        claimed = sorted(set(known) - set(listing))  # every rank holds the same two lists: all raise, or none
+        if claimed:
+            raise CheckpointError(f"{tmp}: digested as written but not there: {', '.join(claimed[:5])}")
         final = self.root / step_dir(step)
         if _is_rank0():
-            _fsync_tree(tmp)
-            files = {rel: sha256_file(tmp / rel) for rel in _files(tmp)}
-            manifest = {"step": step, "run_id": self.run_id, "files": files}
+            _fsync_dirs(tmp)
+            manifest = {
+                "step": step,
+                "run_id": self.run_id,
+                "digest": digest.WRITTEN,
+                "files": {rel: known[rel] for rel in listing},
+                "saved_with": self.saved_with,
+            }
             manifest_path = tmp / STEP_MANIFEST
             with open(manifest_path, "w", encoding="utf-8") as fh:
                 json.dump(manifest, fh, indent=2, sort_keys=True)
@@ -545,10 +694,29 @@ class Checkpoints:
             temp.unlink(missing_ok=True)  # a save killed between writing it and the rename
             replace_file(latest, f"{final.name}\n".encode(), temp)
             mine = [path for _, path in step_dirs(self.root) if self._is_ours(path)]
-            for old in mine[self.keep_last_k :]:
-                shutil.rmtree(old, ignore_errors=True)
+            self._prune(mine[self.keep_last_k :])
         _barrier()
         return final
+
+    def _prune(self, old: list[Path]) -> None:
+        """Delete this run's steps beyond keep_last_k off the training path: each is renamed out of the step
+        names at once (a resume never sees half of one), then removed by a thread while training goes on
+        (deleting terabytes from rank 0 inside the commit held every rank: bench/checkpoint_scale.py)."""
+        self.join_pruning()
+        doomed = []
+        for path in old:
+            target = path.with_name(f".tmp-{path.name}{PRUNED_SUFFIX}")  # under TMP_PREFIX: swept like a stale save
+            os.rename(path, target)
+            doomed.append(target)
+        if doomed:
+            self._pruning = threading.Thread(target=_remove_all, args=(doomed,), name="lmspec-prune")
+            self._pruning.start()
+
+    def join_pruning(self) -> None:
+        """Wait until the pruned steps are gone (before the next save, and at the end of a run)."""
+        if self._pruning is not None:
+            self._pruning.join()
+            self._pruning = None
 
     def _clear(self, path: Path, only_dirs: bool = False) -> None:
         """Make room at `path`: this run's own step directory is replaced; anything else is moved aside."""
@@ -564,16 +732,8 @@ class Checkpoints:
         warn(f"{path} is not this run's; moved it aside into {target} instead of overwriting it")
 
     def find_resumable(self) -> Path | None:
-        """The newest verified checkpoint (rank 0 decides, every rank gets the same answer); no identity change."""
-        chosen: str | None = None
-        problem: str | None = None
-        if _is_rank0():
-            choice = choose(self.root, self.required)
-            for message in choice.warnings:
-                warn(message)
-            chosen = None if choice.path is None else str(choice.path)
-            problem = choice.error
-        chosen, problem = _broadcast((chosen, problem))
-        if problem is not None:
-            raise CheckpointError(problem)
-        return None if chosen is None else Path(chosen)
+        """The newest verified checkpoint (the ranks share the digesting and agree); no identity change."""
+        choice = self._choose_together()
+        if choice.error is not None:
+            raise CheckpointError(choice.error)
+        return choice.path

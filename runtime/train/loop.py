@@ -43,6 +43,7 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from lmspec.compiler.models.samples import evaluates_after, evaluation_index
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.resume_layout import resume_problems, saved_with
 from lmspec.compiler.run_paths import require_run_paths_apart
 from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.data.datasets import DataError, build_datasets
@@ -52,7 +53,8 @@ from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, micro_batches
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
-from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest, stop_signals_blocked
+from lmspec.runtime.train.saving import Saver, Staged
+from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
 from lmspec.runtime.train.te_preflight import transformer_engine_ready
 
 logger = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ class Trainer(Protocol):
 
     def train_step(self, batches: list[Batch], step: int) -> tuple[float, float, float]: ...
     def eval_loss(self, batches: list[Batch]) -> float: ...
-    def save(self, directory: Path) -> None: ...
+    def save(self, directory: Path) -> Staged: ...
     def load(self, directory: Path) -> None: ...
     def init_from(self, directory: Path) -> None: ...
     def rng_state(self) -> dict[str, Any]: ...
@@ -126,17 +128,17 @@ def _set_rng_state(trainer: Trainer, state: dict[str, Any]) -> None:
     trainer.set_rng_state(state["backend"])
 
 
+def trainer_state(trainer: Trainer, step: int, consumed_samples: int) -> dict[str, Any]:
+    """What a checkpoint holds beside the backend's own state: this rank's step, data position and RNG."""
+    return {"step": step, "consumed_samples": consumed_samples, "rng": _rng_state(trainer)}
+
+
 def save_checkpoint(ckpts: Checkpoints, trainer: Trainer, step: int, consumed_samples: int) -> Path:
-    tmp = ckpts.begin_save(step)
-    with stop_signals_blocked():  # a helper the save spawns must outlive Slurm's USR1/TERM (train/signals.py)
-        trainer.save(tmp)
-    rank = dist.get_rank()
-    (tmp / TRAINER_STATE).mkdir(exist_ok=True)
-    torch.save(
-        {"step": step, "consumed_samples": consumed_samples, "rng": _rng_state(trainer)},
-        tmp / TRAINER_STATE / f"rank_{rank}.pt",
-    )
-    return ckpts.commit(step, tmp)
+    """One synchronous save, committed on return (the HF import's step 0)."""
+    saver = Saver(ckpts, trainer, asynchronous=False)
+    saver.save(step, trainer_state(trainer, step, consumed_samples))
+    assert saver.committed is not None  # a synchronous save commits before returning
+    return saver.committed
 
 
 def load_checkpoint(path: Path, trainer: Trainer) -> tuple[int, int]:
@@ -165,10 +167,17 @@ def train(build: Build) -> int:
     data = build_datasets(spec, plan)
     trainer = make_trainer(build)
     ckpt_spec = spec.train.checkpoint
-    ckpts = Checkpoints(Path(ckpt_spec.dir), ckpt_spec.keep_last_k, required=(f"{TRAINER_STATE}/rank_0.pt",))
+    ckpts = Checkpoints(
+        Path(ckpt_spec.dir),
+        ckpt_spec.keep_last_k,
+        required=(f"{TRAINER_STATE}/rank_0.pt",),
+        saved_with=saved_with(spec, plan),
+    )
     step, consumed = 0, 0
     path = ckpts.open_run(ckpt_spec.resume)
     if path is not None:
+        if problems := resume_problems(spec, plan, ckpts.resumed_with):
+            raise CheckpointError(f"cannot resume from {path}: {'; '.join(problems)}")
         step, consumed = load_checkpoint(path, trainer)
         if rank0:
             logger.info(f"lmspec: resumed from {path} (step {step}); run {ckpts.run_id}")
@@ -192,6 +201,8 @@ def train(build: Build) -> int:
         flops_per_token=plan.trained().flops.per_token,
     )
     global_batch = spec.train.global_batch_size
+    saver = Saver(ckpts, trainer, asynchronous=ckpt_spec.async_save)
+    finished = False
     try:
         while step < spec.train.steps:
             started = time.perf_counter()
@@ -206,22 +217,31 @@ def train(build: Build) -> int:
             loss, grad_norm, lr = trainer.train_step(batches, step + 1)
             elapsed = time.perf_counter() - started
             step, consumed = step + 1, consumed + global_batch
+            saver.poll()
             log.record(step, loss, lr, grad_norm, elapsed)
             if evaluates_after(spec.train, step):
                 log.record_validation(step, validate(spec, plan, trainer, data.valid, step))
             stopping = stop.agreed()
             if step % ckpt_spec.interval == 0 or step == spec.train.steps or stopping:
-                saved = save_checkpoint(ckpts, trainer, step, consumed)
-                if rank0:
-                    logger.info(f"lmspec: saved {saved}")
+                saver.save(step, trainer_state(trainer, step, consumed))
             if stopping:
+                saver.wait()
+                finished = True
                 if rank0:
                     logger.info(
                         f"lmspec: {stop.signal_name or 'signal'} received: checkpointed at step {step}; "
                         f"exit {REQUEUE_EXIT_CODE} (requeue)"
                     )
                 return REQUEUE_EXIT_CODE
+        saver.wait()
+        finished = True
+    except NonFiniteLoss:
+        saver.wait()  # every rank saw the same mean loss: the save in flight, of a step before it, is kept
+        finished = True
+        raise
     finally:
+        if not finished:  # failing: a background write is stopped, never committed
+            saver.abandon()
         log.close()
     trainer.close()
     return EXIT_OK

@@ -7,13 +7,13 @@ The directories are real ones, written by lmspec.runtime.train.checkpoint's own 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from lmspec.compiler.build.files import STEP_MANIFEST
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, choose
@@ -32,6 +32,7 @@ def _write_run(root: Path) -> Checkpoints:
         (tmp / "trainer_state").mkdir()
         (tmp / STATE).write_bytes(b"state" + bytes([step]))
         ckpts.commit(step, tmp)
+        ckpts.join_pruning()
     return ckpts
 
 
@@ -118,7 +119,7 @@ def _listed_fifo(root: Path) -> None:
 def _outside_listed(rel: str) -> Callable[[Path], None]:
     def damage(root: Path) -> None:
         doc = _manifest(root, 6)
-        doc["files"][rel] = hashlib.sha256(b"").hexdigest()
+        doc["files"][rel] = xxhash.xxh3_128(b"").hexdigest()
         _set_manifest(root, 6, doc)
 
     return damage
@@ -174,10 +175,13 @@ CASES = [
     _case(_edit_manifest(6, lambda d: d.update(files=[STATE])), 4, ["'files' is ["], "files-list"),
     _case(_edit_manifest(6, lambda d: d.update(files={})), 4, ["'files' is {}"], "files-empty"),
     _case(
-        _edit_manifest(6, lambda d: d["files"].update({STATE: 12})), 4, ["the sha256 of 'trainer_state"], "digest-int"
+        _edit_manifest(6, lambda d: d["files"].update({STATE: 12})), 4, ["the xxh3_128 of 'trainer_state"], "digest-int"
     ),
     _case(
-        _edit_manifest(6, lambda d: d["files"].update({STATE: "XYZ"})), 4, ["the sha256 of", "is 'XYZ'"], "digest-junk"
+        _edit_manifest(6, lambda d: d["files"].update({STATE: "XYZ"})),
+        4,
+        ["the xxh3_128 of", "is 'XYZ'"],
+        "digest-junk",
     ),
     _case(_edit_manifest(6, lambda d: d.update(run_id="../../x")), 4, ["'run_id' is '../../x'"], "run-id-path"),
     _case(_edit_manifest(6, lambda d: d.update(run_id=5)), 4, ["'run_id' is 5, not a run id"], "run-id-int"),
@@ -234,7 +238,7 @@ def test_damaged_checkpoint_is_skipped_with_one_line_warning(
         ),
         pytest.param(
             lambda r: [(r / f"step_{s}" / "trainer_state" / "rank_0.pt").write_bytes(b"x") for s in STEPS],
-            ["rank_0.pt does not match its sha256", "none verifies"],
+            ["rank_0.pt does not match its xxh3_128", "none verifies"],
             id="every-step-corrupt",
         ),
         pytest.param(
@@ -276,6 +280,7 @@ def test_save_replaces_a_latest_directory_by_moving_it_aside(tmp_path: Path) -> 
     (tmp / "trainer_state").mkdir()
     (tmp / STATE).write_bytes(b"s")
     ckpts.commit(8, tmp)
+    ckpts.join_pruning()
     assert (root / "latest").read_text() == "step_8\n"
     moved = list((root / "previous_runs").glob("*/latest/keep.txt"))
     assert [p.read_text() for p in moved] == ["mine"]

@@ -208,7 +208,9 @@ def _save(ckpts: Checkpoints, step: int) -> Path:
     tmp = ckpts.begin_save(step)
     (tmp / "trainer_state").mkdir()
     (tmp / "trainer_state" / "rank_0.pt").write_bytes(f"{ckpts.run_id}:{step}".encode())
-    return ckpts.commit(step, tmp)
+    final = ckpts.commit(step, tmp)
+    ckpts.join_pruning()  # the steps beyond keep_last_k are removed by a thread
+    return final
 
 
 def _run(root: Path, resume: str, steps: tuple[int, ...], keep: int = 2) -> Checkpoints:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
+import xxhash
 
+from lmspec.runtime.train import digest
 from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints, verify
 
 
@@ -13,7 +17,9 @@ def _save(ckpts: Checkpoints, step: int, payload: bytes = b"weights") -> Path:
     tmp = ckpts.begin_save(step)
     (tmp / "torch_dist").mkdir()
     (tmp / "torch_dist" / "__0_0.distcp").write_bytes(payload + bytes([step]))
-    return ckpts.commit(step, tmp)
+    final = ckpts.commit(step, tmp)
+    ckpts.join_pruning()  # the steps beyond keep_last_k are removed by a thread
+    return final
 
 
 def test_commit_writes_manifest_latest_and_keeps_last_k(tmp_path: Path) -> None:
@@ -44,7 +50,7 @@ def test_corrupt_file_falls_back_with_warning(tmp_path: Path, capsys: pytest.Cap
     (newest / "torch_dist" / "__0_0.distcp").write_bytes(b"bit rot")
     assert ckpts.find_resumable() == tmp_path / "ck" / "step_10"
     err = capsys.readouterr().err
-    assert "step_20 is not usable" in err and "__0_0.distcp does not match its sha256" in err
+    assert "step_20 is not usable" in err and "__0_0.distcp does not match its xxh3_128" in err
 
 
 def test_missing_file_and_missing_manifest_are_detected(tmp_path: Path) -> None:
@@ -65,3 +71,35 @@ def test_checkpoints_exist_but_none_verifies_refuses_scratch(tmp_path: Path) -> 
 
 def test_no_checkpoint_dir_means_fresh_start(tmp_path: Path) -> None:
     assert Checkpoints(tmp_path / "absent", keep_last_k=1).find_resumable() is None
+
+
+def test_files_digested_as_written_are_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """commit reads back only what no writer digested: here megatron-core's metadata, not the shard."""
+    read_back: list[str] = []
+    real = digest.file_digest
+    monkeypatch.setattr(digest, "file_digest", lambda path, *a: read_back.append(Path(path).name) or real(path, *a))
+    ckpts = Checkpoints(tmp_path / "ck", keep_last_k=1, saved_with={"backend": "megatron"})
+    tmp = ckpts.begin_save(5)
+    (tmp / "torch_dist").mkdir()
+    shard = digest.write_digested(tmp / "torch_dist" / "__0_0.distcp", b"shard bytes")
+    (tmp / "torch_dist" / "metadata.json").write_text("{}")
+    step = ckpts.commit(5, tmp, {"torch_dist/__0_0.distcp": shard})
+    assert read_back == ["metadata.json"]
+    manifest = json.loads((step / "manifest.json").read_text())
+    assert manifest["digest"] == "xxh3_128" and manifest["saved_with"] == {"backend": "megatron"}
+    assert manifest["files"]["torch_dist/__0_0.distcp"] == xxhash.xxh3_128(b"shard bytes").hexdigest()
+    assert verify(step) is None
+
+
+def test_a_manifest_of_sha256_digests_is_still_verified(tmp_path: Path) -> None:
+    """Checkpoints written before the digest was named (no "digest" key) list sha256: still resumable."""
+    step = tmp_path / "ck" / "step_3"
+    (step / "torch_dist").mkdir(parents=True)
+    (step / "torch_dist" / "__0_0.distcp").write_bytes(b"old weights")
+    files = {"torch_dist/__0_0.distcp": hashlib.sha256(b"old weights").hexdigest()}
+    (step / "manifest.json").write_text(json.dumps({"step": 3, "run_id": None, "files": files}))
+    (tmp_path / "ck" / "latest").write_text("step_3\n")
+    assert verify(step) is None
+    assert Checkpoints(tmp_path / "ck", keep_last_k=1).find_resumable() == step
+    (step / "torch_dist" / "__0_0.distcp").write_bytes(b"new weights")
+    assert "does not match its sha256" in verify(step)

@@ -33,6 +33,7 @@ from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.deepspeed.activation_checkpointing import enable_activation_checkpointing
 from lmspec.runtime.train.deepspeed.cpu_adam import with_available_optimizer
 from lmspec.runtime.train.deepspeed.lr_schedule import SpecSchedule
+from lmspec.runtime.train.saving import Staged
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +124,11 @@ class DeepSpeedTrainer:
         dist.all_reduce(totals)
         return float(totals[0] / totals[1])
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path) -> Staged:
+        """Written here, synchronously (DeepSpeed's engine offers no asynchronous save lmspec can use:
+        compiler/capabilities.py); its files are digested at the commit, read back once."""
         self.engine.save_checkpoint(str(directory / DEEPSPEED_DIR), tag=DS_TAG)
+        return Staged()
 
     def load(self, directory: Path) -> None:
         path, _ = self.engine.load_checkpoint(str(directory / DEEPSPEED_DIR), tag=DS_TAG)

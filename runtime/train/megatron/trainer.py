@@ -27,13 +27,16 @@ import torch.distributed as dist
 
 from lmspec.compiler.build.files import DIST_CKPT_DIR
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.resume_layout import DISTRIB_OPTIM_SHARDING
 from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.compat.megatron import megatron_on_cpu, without_transformer_engine
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.init_from import require_model_tensors
 from lmspec.runtime.train.megatron.config import ddp_config, optimizer_config, param_scheduler
 from lmspec.runtime.train.megatron.context_parallel import this_rank_share
+from lmspec.runtime.train.megatron.digested_save import Digests
 from lmspec.runtime.train.megatron.model import build_chunks
+from lmspec.runtime.train.saving import Staged
 
 
 class MegatronTrainer:
@@ -95,6 +98,7 @@ class MegatronTrainer:
             else torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool, device=device), diagonal=1)
         )
         self.device = device
+        self._saving: Any = None  # the save strategy, built at the first save
         self._reports_loss = ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_rank() == 0
 
     # -- one optimizer step ----------------------------------------------------------------------
@@ -185,9 +189,16 @@ class MegatronTrainer:
 
     def _sharded_state(self, is_loading: bool) -> dict[str, Any]:
         models = self._model_state()
-        return {**models, "optimizer": self.optimizer.sharded_state_dict(models, is_loading=is_loading)}
+        # the distributed optimizer's sharding named, not left to megatron-core's default: the one every
+        # manifest records (compiler/resume_layout.py), which reshards over TP, PP and DP
+        metadata = {"distrib_optim_sharding_type": DISTRIB_OPTIM_SHARDING}
+        optimizer = self.optimizer.sharded_state_dict(models, is_loading=is_loading, metadata=metadata)
+        return {**models, "optimizer": optimizer}
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path) -> Staged:
+        """This rank's share of the state staged for writing (lmspec.runtime.train.saving runs the write):
+        megatron-core's fully parallel strategy spreads the replicated shards over the data-parallel ranks,
+        as Megatron-LM's --ckpt-fully-parallel-save, and each writer digests the file it writes."""
         from megatron.core import dist_checkpointing
 
         target = directory / DIST_CKPT_DIR
@@ -197,7 +208,30 @@ class MegatronTrainer:
         if dist.get_rank() == 0:
             target.mkdir()
         dist.barrier()
-        dist_checkpointing.save(self._sharded_state(is_loading=False), str(target))
+        request = dist_checkpointing.save(
+            self._sharded_state(is_loading=False),
+            str(target),
+            sharded_strategy=self._save_strategy(),
+            async_sharded_save=True,
+        )
+        digests = Digests(directory)
+        return Staged(digests.wrap(request), digests)
+
+    def _save_strategy(self) -> Any:
+        """torch_dist, its shards spread over the DP x CP ranks; the spread is computed at the first save
+        and kept (the layout does not change during a run)."""
+        if self._saving is None:
+            from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+            from megatron.core.dist_checkpointing.strategies.fully_parallel import (
+                FullyParallelSaveStrategyWrapper,
+            )
+
+            self._saving = FullyParallelSaveStrategyWrapper(
+                get_default_save_sharded_strategy(),
+                self.ps.get_data_parallel_group(with_context_parallel=True),
+                do_cache_distribution=True,
+            )
+        return self._saving
 
     def load(self, directory: Path) -> None:
         from megatron.core import dist_checkpointing
