@@ -24,20 +24,35 @@ def register(sub: argparse._SubParsersAction) -> None:
             "lmspec check",
             "lmspec check model=llama3_8b hardware=h100_80g hardware.nodes=2 parallel.tp=8",
             "lmspec check --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml train.seq_length=8192",
+            "lmspec check --spec specs/llama3_8b_pretrain_8gpu_h100_bf16.yaml hardware.nodes=4 "
+            "--resume-from runs/llama3_8b_pretrain_8gpu_h100_bf16/checkpoints",
         ),
     )
     add_spec_args(p)
+    p.add_argument(
+        "--resume-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also say whether this spec can resume from the checkpoint in DIR (a train.checkpoint.dir: the step "
+        "a run would resume from; or one step_<N> directory), e.g. at another parallel layout, and why not; exit 1 "
+        "when it cannot",
+    )
     p.set_defaults(handler=_cmd_check)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from lmspec.compiler.pipeline import make_plan
 
-    if specs := repo_specs(args.spec, list(args.overrides), "check"):
+    if args.resume_from is None and (specs := repo_specs(args.spec, list(args.overrides), "check")):
         return check_specs(specs, Path("build"), compile_check=False)
     plan = make_plan(list(args.overrides), args.spec)
     print_problems(plan.warnings)
     print(f"{plan.name}: valid ({'; '.join(_parts(plan))}; {len(plan.warnings)} warnings)")
+    if args.resume_from is not None:
+        from lmspec.compiler.cli.check_resume import check_resume
+
+        return check_resume(plan, args.resume_from)
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""Run `python -m lmspec.runtime.train BUILD` under torchrun, two ranks on this machine.
+"""Run `python -m lmspec.runtime.train BUILD` under torchrun, two ranks on this machine (or `nproc`).
 
 Every run is its own process group (start_new_session) and the whole group is
 SIGKILLed on timeout or when the test is done, so no worker outlives a test.
@@ -51,12 +51,12 @@ def assert_rates_follow_the_schedule(build: Path, result: Run, name: str) -> Non
     assert rates and all(rate == pytest.approx(lr_at(train, step), rel=1e-12) for step, rate in rates.items()), rates
 
 
-def _command(build: Path) -> list[str]:
+def _command(build: Path, nproc: int = NPROC) -> list[str]:
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        f"--nproc-per-node={NPROC}",
+        f"--nproc-per-node={nproc}",
         "--master-addr=127.0.0.1",
         f"--master-port={free_port()}",
         "--max-restarts=0",
@@ -66,12 +66,18 @@ def _command(build: Path) -> list[str]:
     ]
 
 
-def start(build: Path, cwd: Path, log: Path) -> subprocess.Popen:
+def start(build: Path, cwd: Path, log: Path, nproc: int = NPROC) -> subprocess.Popen:
     """torchrun in its own session; output to `log` (a pipe could fill and stall the workers)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with open(log, "w") as fh:
         return subprocess.Popen(
-            _command(build), cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            _command(build, nproc),
+            cwd=cwd,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
 
 
@@ -86,9 +92,10 @@ def _finish(proc: subprocess.Popen, log: Path, cwd: Path, timeout_s: float) -> R
     return Run(proc.returncode, log.read_text(), cwd)
 
 
-def run(build: Path, cwd: Path, timeout_s: float = RUN_TIMEOUT_S) -> Run:
+def run(build: Path, cwd: Path, timeout_s: float = RUN_TIMEOUT_S, nproc: int = NPROC) -> Run:
+    """Train `build` on `nproc` ranks to the end (or `timeout_s`)."""
     log = cwd / f"torchrun-{time.monotonic_ns()}.log"
-    return _finish(start(build, cwd, log), log, cwd, timeout_s)
+    return _finish(start(build, cwd, log, nproc), log, cwd, timeout_s)
 
 
 def workers(proc: subprocess.Popen) -> list[int]:
