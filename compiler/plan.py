@@ -28,7 +28,8 @@ from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.models.dims import Device, ParallelDims, device_kind
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
-from lmspec.compiler.models.serve_decode import ServeNumbers, serve_numbers
+from lmspec.compiler.models.serve_perf import ServePerf, perf_dict, serve_perf
+from lmspec.compiler.models.serve_roles import ServeNumbers, serve_numbers
 from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
 from lmspec.compiler.models.steptime import StepTime, estimate_comm_and_step
@@ -137,7 +138,8 @@ class ServePlan:
     model_dir: str  # what vLLM serves, relative to the job's working directory
     layout: ServeLayout  # the engine's GPUs, nodes and node roles
     memory: ServeMemory  # per GPU, the same on every node role
-    numbers: ServeNumbers  # per node role, and the decode-throughput bound
+    numbers: ServeNumbers  # per node role
+    perf: ServePerf  # TTFT, TPOT, throughput and goodput under serve.workload
 
 
 class MissingPart(UsageError):
@@ -202,6 +204,7 @@ class Plan:
                     **serve_dict(v.memory),
                     "layout": _plain(dataclasses.asdict(v.layout)),
                     "numbers": _plain(dataclasses.asdict(v.numbers)),
+                    "perf": perf_dict(v.perf),
                 }
                 if v
                 else None
@@ -315,6 +318,7 @@ def serve_plan(spec: ServingSpec) -> ServePlan:
         layout=layout,
         memory=memory,
         numbers=serve_numbers(spec, layout, memory),
+        perf=serve_perf(spec, memory),
     )
 
 

@@ -28,6 +28,7 @@ SERVE_SH = "serve/serve.sh"  # a one-node engine
 SERVE_HEAD_SH = "serve/head.sh"  # node 0 of a multi-node engine: `bash serve/head.sh HEAD_ADDRESS`
 SERVE_WORKER_SH = "serve/worker.sh"  # the other nodes: `bash serve/worker.sh HEAD_ADDRESS NODE_RANK`
 SERVE_SBATCH_SH = "serve/sbatch.sh"  # cluster=slurm: the whole engine as one Slurm job
+SERVE_POOLS = ("prefill", "decode")  # serve.disaggregation: serve/<pool>/vllm.yaml and serve/<pool>/serve.sh
 LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)  # what bash reads when a training starts
 
 # -- a converted model (convert.output): the converter's record of what it wrote ----------------------------
@@ -69,6 +70,12 @@ def serve_scripts(nodes: int) -> tuple[str, ...]:
     vllm.yaml and a launcher's own files, and what the serve stage checks before bash runs them):
     serve.sh for one node, head.sh and worker.sh for more."""
     return (SERVE_SH,) if nodes == 1 else (SERVE_HEAD_SH, SERVE_WORKER_SH)
+
+
+def pool_files(pool: str) -> tuple[str, str]:
+    """serve/<pool>/vllm.yaml and serve/<pool>/serve.sh of a disaggregated pool (serve.disaggregation):
+    the script runs one engine of the pool, on each of its nodes."""
+    return f"serve/{pool}/vllm.yaml", f"serve/{pool}/serve.sh"
 
 
 def step_dir(step: int) -> str:

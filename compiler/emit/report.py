@@ -29,6 +29,7 @@ from lmspec.compiler.emit.report_format import (
     rate,
     seconds,
 )
+from lmspec.compiler.emit.report_serve_perf import serve_perf_rows
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.models.summary import step_estimate
 from lmspec.compiler.models.train_memory import TERMS
@@ -240,8 +241,8 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
 
 
 def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
-    """Serving memory and throughput, from lmspec.compiler.models (serve_memory, serve_decode): per GPU,
-    per engine (one data-parallel rank), per node role, and the decode bound."""
+    """Serving memory and throughput, from lmspec.compiler.models (serve_memory, serve_roles): per GPU,
+    per engine (one data-parallel rank), per node role, then its performance under serve.workload."""
     served = plan.served()
     v, s, numbers = served.memory, served.spec.serve, served.numbers
     rows = [
@@ -250,6 +251,12 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
             f"{gib_gb(v.weights_bytes_per_gpu)}, tp {s.tp} x pp {s.pp}",
         ),
         ("KV cache per token per GPU", f"{count(v.kv_cache_bytes_per_token)} bytes"),
+        (
+            "taken besides weights per GPU",
+            f"{gib(v.activation_reserve_bytes, MEMORY_DECIMALS)}: activation peak "
+            f"{gib(v.activation_peak_bytes, MEMORY_DECIMALS)}, CUDA graphs {gib(v.cudagraph_bytes, MEMORY_DECIMALS)}, "
+            f"outside torch {gib(v.non_torch_bytes, MEMORY_DECIMALS)}, NCCL {gib(v.nccl_bytes, MEMORY_DECIMALS)}",
+        ),
         ("KV cache per GPU", gib(v.cache_budget_bytes, MEMORY_DECIMALS)),
         ("tokens in cache (per engine)", count(v.max_tokens_in_cache)),
         (f"concurrent sequences of {count(s.max_model_len)} tokens (per engine)", count(v.max_concurrent_seqs)),
@@ -262,17 +269,7 @@ def _serve_rows(plan: Plan) -> list[tuple[str, str]]:
                 f"{role.concurrent_seqs_per_node:,} sequences of {s.max_model_len:,}"
             )
         else:
-            held = "Ray worker: its GPUs run ranks of node 0's engine, no engine of its own"
+            held = "ranks only: its GPUs run ranks of node 0's engine (mp or Ray), no engine of its own"
         rows.append((f"node role {role.role} (node {nodes})", f"{role.gpus_per_node} GPU(s) used per node; {held}"))
-    bandwidth = plan.spec.hardware.gpu.hbm_gb_per_s
-    for label, bound in (("batch 1", numbers.batch1), (f"batch {numbers.full_batch.batch}", numbers.full_batch)):
-        rows.append(
-            (
-                f"decode bound, {label}",
-                f"<= {rate(bound.tokens_per_s)} tokens/s per engine, {rate(bound.deployment_tokens_per_s)} for "
-                f"all {s.dp} engine(s) (bound: {gib(bound.weights_read_bytes, MEMORY_DECIMALS)} of weights + "
-                f"{gib(bound.kv_read_bytes, MEMORY_DECIMALS)} of KV read per GPU per step at {bandwidth:,g} GB/s, "
-                f"{s.pp} stage(s) in turn; compute and communication ignored)",
-            )
-        )
+    rows += serve_perf_rows(plan)
     return rows

@@ -15,6 +15,7 @@ The API key never appears in an artifact: serve.sh reads it from the variable na
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -22,11 +23,13 @@ from typing import Any
 from lmspec.compiler.build.files import (
     NCCL_ENV,
     SERVE_HEAD_SH,
+    SERVE_POOLS,
     SERVE_SBATCH_SH,
     SERVE_SH,
     SERVE_WORKER_SH,
     VLLM_CACHE_DIR,
     VLLM_YAML,
+    pool_files,
     serve_scripts,
 )
 from lmspec.compiler.emit import site
@@ -38,15 +41,17 @@ from lmspec.compiler.launch_names import CPU_VLLM_CLI, PYTHON_ENV, VLLM_CLI_ENV
 from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.models.serve_layout import RoleName
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.vllm_args import config_words, yaml_entry
 
 VLLM_API_KEY_ENV = "VLLM_API_KEY"  # the variable vLLM itself reads the key from
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}  # vLLM's kv_role of each disaggregated pool
 # vLLM 0.32 on CPU picks its AMX MLA backend where the CPU has AMX, and that takes bf16 weights only;
 # its reference CPU_MLA backend also runs fp32 (what the cpu hardware serves in).
 CPU_MLA_BACKEND = "CPU_MLA"
 RAY_WAIT_ENV = "LMSPEC_RAY_WAIT_S"  # how long head.sh waits for the Ray workers; named in serve_head.sh.j2
 RAY_WAIT_S = 600  # nodes start their workers by hand or under srun: minutes, not hours
 # The values only a script knows, in `role_flags`' lists: each is placed as the script's variable.
-HEAD_ADDRESS, START_RANK = "HEAD_ADDRESS", "START_RANK"
+HEAD_ADDRESS, START_RANK, NODE_RANK = "HEAD_ADDRESS", "START_RANK", "NODE_RANK"
 
 # Where the quantization method's weights come from: vLLM can quantize a bf16 checkpoint on
 # load (fp8, bitsandbytes), while AWQ and GPTQ read scales computed by a calibration run.
@@ -61,29 +66,61 @@ QUANTIZATION_NOTES = {
 }
 
 
-def vllm_options(plan: Plan) -> list[tuple[str, Any]]:
-    """(vLLM option name, value) in file order; options left at vLLM's default are omitted."""
+def vllm_options(plan: Plan, pool: str | None = None) -> list[tuple[str, Any]]:
+    """(vLLM option name, value) in file order; options left at vLLM's default are omitted, serve.extra_args
+    come last. `pool` names a disaggregated pool (serve.disaggregation): its engine's own tp and dp on one
+    node, and the KV connector in that pool's role."""
     v = plan.served().spec.serve
+    tp, pp, dp = v.tp, v.pp, v.dp
+    if pool is not None:  # one node per pool engine: no pipeline across nodes
+        (tp, dp), pp = _pool_tp_dp(plan, pool), 1
     options: list[tuple[str, Any]] = [
         ("model", plan.served().model_dir),
         ("served-model-name", v.served_model_name),
         ("host", v.host),
         ("port", v.port),
         ("dtype", v.dtype),
-        ("tensor-parallel-size", v.tp),
-        ("pipeline-parallel-size", v.pp),
-        ("data-parallel-size", v.dp),
+        ("tensor-parallel-size", tp),
+        ("pipeline-parallel-size", pp),
+        ("data-parallel-size", dp),
         ("enable-expert-parallel", v.expert_parallel),
+        ("enable-eplb", True if v.eplb is not None else None),
+        ("eplb-config", dataclasses.asdict(v.eplb) if v.eplb is not None else None),
+        ("all2all-backend", v.all2all_backend),
         ("max-model-len", v.max_model_len),
         ("gpu-memory-utilization", v.gpu_memory_utilization),
         ("max-num-seqs", v.max_num_seqs),
         ("max-num-batched-tokens", v.max_num_batched_tokens),
+        yaml_entry("enable-prefix-caching", v.prefix_caching),
+        ("speculative-config", speculative_config(plan)),
+        ("kv-transfer-config", kv_transfer_config(plan, pool) if pool is not None else None),
         ("kv-cache-dtype", v.kv_cache_dtype),
         ("quantization", v.quantization),
         ("enforce-eager", v.enforce_eager),
         ("attention-backend", CPU_MLA_BACKEND if cpu_ranks(plan) and plan.spec.model.attention == "mla" else None),
     ]
-    return [(name, value) for name, value in options if value is not None]
+    extra = [yaml_entry(name, value) for name, value in v.extra_args.items()]
+    return [*((name, value) for name, value in options if value is not None), *extra]
+
+
+def _pool_tp_dp(plan: Plan, pool: str) -> tuple[int, int]:
+    d = plan.served().spec.serve.disaggregation
+    assert d is not None, "only a disaggregated spec has pools"
+    p = getattr(d, pool)
+    return p.tp, p.dp
+
+
+def speculative_config(plan: Plan) -> dict[str, Any] | None:
+    """vLLM's --speculative-config of serve.speculative; acceptance_rate is lmspec's performance input, not vLLM's."""
+    s = plan.served().spec.serve.speculative
+    return None if s is None else {"method": s.method, "num_speculative_tokens": s.num_tokens}
+
+
+def kv_transfer_config(plan: Plan, pool: str) -> dict[str, Any]:
+    """vLLM's --kv-transfer-config of a pool: prefill engines produce the KV cache, decode engines consume it."""
+    d = plan.served().spec.serve.disaggregation
+    assert d is not None, "only a disaggregated spec has pools"
+    return {"kv_connector": d.kv_connector, "kv_role": KV_ROLES[pool]}
 
 
 def vllm_serve_args(plan: Plan) -> list[str]:
@@ -93,10 +130,8 @@ def vllm_serve_args(plan: Plan) -> list[str]:
     for name, value in vllm_options(plan):
         if name == "model":
             args.insert(0, str(value))
-        elif isinstance(value, bool):
-            args.append(f"--{name}" if value else f"--no-{name}")
         else:
-            args += [f"--{name}", str(value)]
+            args += config_words(name, value) or []
     return args
 
 
@@ -126,13 +161,29 @@ def _whole(value: float) -> str:
     return str(int(value))
 
 
-def role_flags(plan: Plan, role: RoleName, head_address: str, start_rank: str) -> list[str] | None:
+def role_flags(plan: Plan, role: RoleName, head_address: str, start_rank: str, node_rank: str) -> list[str] | None:
     """The flags a node role adds to `vllm serve --config vllm.yaml`, or None where the role runs no
-    vLLM (a Ray worker only joins the cluster). `head_address` and `start_rank` are what the script
-    passes: its variables when emitting (HEAD_ADDRESS, START_RANK), real values in the tests."""
+    vLLM (a Ray worker only joins the cluster). `head_address`, `start_rank` and `node_rank` are what
+    the script passes: its variables when emitting (HEAD_ADDRESS, START_RANK, NODE_RANK), real values
+    in the tests."""
     v, layout = plan.served().spec.serve, plan.served().layout
     if role == "serve":
         return []
+    if layout.mode == "mp":
+        flags = [
+            "--distributed-executor-backend",
+            "mp",
+            "--nnodes",
+            str(layout.nodes),
+            "--node-rank",
+            "0" if role == "head" else node_rank,
+            "--master-addr",
+            head_address,
+            "--master-port",
+            str(v.master_port),
+        ]
+        # a worker node starts its ranks only: vLLM runs the executor's workers, no API server or engine core
+        return flags if role == "head" else [*flags, "--headless"]
     if layout.mode == "ray":
         if role == "worker":
             return None
@@ -151,7 +202,7 @@ def role_flags(plan: Plan, role: RoleName, head_address: str, start_rank: str) -
 
 def _script_words(flags: list[str]) -> list[Quoted]:
     """role_flags as shell words: the script's own variables expand, every other value is quoted."""
-    return [Quoted(f'"${flag}"') if flag in (HEAD_ADDRESS, START_RANK) else shell(flag) for flag in flags]
+    return [Quoted(f'"${flag}"') if flag in (HEAD_ADDRESS, START_RANK, NODE_RANK) else shell(flag) for flag in flags]
 
 
 def emit_serve(plan: Plan) -> dict[str, str]:
@@ -162,11 +213,25 @@ def emit_serve(plan: Plan) -> dict[str, str]:
         SERVE_SBATCH_SH: serve_sbatch_sh,  # a launcher's own (its serve_files): the engine as one batch job
     }
     written = (*serve_scripts(plan.served().layout.nodes), *launcher_of(plan.spec.cluster).serve_files)
-    return {VLLM_YAML: vllm_yaml(plan), **{rel: scripts[rel](plan) for rel in written}}
+    return {VLLM_YAML: vllm_yaml(plan), **{rel: scripts[rel](plan) for rel in written}, **pool_files_of(plan)}
 
 
-def vllm_yaml(plan: Plan) -> str:
-    return render("vllm.yaml.j2", name=plan.name, options=vllm_options(plan))
+def pool_files_of(plan: Plan) -> dict[str, str]:
+    """serve/prefill/ and serve/decode/ of a disaggregated deployment: each pool's vllm.yaml and the script
+    that starts one of its engines; nothing without serve.disaggregation."""
+    if plan.served().spec.serve.disaggregation is None:
+        return {}
+    files: dict[str, str] = {}
+    for pool in SERVE_POOLS:
+        config, script = pool_files(pool)
+        files[config] = vllm_yaml(plan, pool)
+        files[script] = serve_sh(plan, pool)
+    return files
+
+
+def vllm_yaml(plan: Plan, pool: str | None = None) -> str:
+    config = VLLM_YAML if pool is None else pool_files(pool)[0]
+    return render("vllm.yaml.j2", name=plan.name, config=config, options=vllm_options(plan, pool))
 
 
 def api_key_line(plan: Plan) -> Quoted:
@@ -185,11 +250,14 @@ def _cli(plan: Plan) -> Quoted:
     return Quoted(f"${{{VLLM_CLI_ENV}:-{word(CPU_VLLM_CLI if cpu_ranks(plan) else 'vllm')}}}")
 
 
-def serve_sh(plan: Plan) -> str:
+def serve_sh(plan: Plan, pool: str | None = None) -> str:
+    """serve/serve.sh, or with `pool` serve/<pool>/serve.sh: one engine of that disaggregated pool."""
     v = plan.served().spec.serve
     return render(
         "serve.sh.j2",
         name=plan.name,
+        script=SERVE_SH if pool is None else pool_files(pool)[1],
+        pool_note=pool_note(plan, pool) if pool is not None else "",
         endpoint=endpoint(v.host, v.port),
         env=serve_env(plan),
         environment=site.environment_block(plan),
@@ -204,7 +272,7 @@ def serve_sh(plan: Plan) -> str:
 def node_sh(plan: Plan, role: RoleName) -> str:
     """serve/head.sh (node 0) or serve/worker.sh (nodes 1..N-1) of a multi-node engine."""
     v, layout = plan.served().spec.serve, plan.served().layout
-    flags = role_flags(plan, role, HEAD_ADDRESS, START_RANK)
+    flags = role_flags(plan, role, HEAD_ADDRESS, START_RANK, NODE_RANK)
     return render(
         f"serve_{role}.sh.j2",
         name=plan.name,
@@ -221,6 +289,7 @@ def node_sh(plan: Plan, role: RoleName) -> str:
         model=shell(plan.served().model_dir),
         flags=_script_words(flags) if flags is not None else [],
         ray_port=v.ray_port,
+        master_port=v.master_port,
         ray_gpus=0 if cpu_ranks(plan) else layout.gpus,
         ray_wait_env=word(RAY_WAIT_ENV),
         ray_wait_s=RAY_WAIT_S,
@@ -252,6 +321,44 @@ def serve_sbatch_sh(plan: Plan) -> str:
     )
 
 
+def pool_note(plan: Plan, pool: str) -> str:
+    """What one disaggregated pool's serve.sh is: the pool, its engines and its side of the KV transfer."""
+    d = plan.served().spec.serve.disaggregation
+    assert d is not None, "only a disaggregated spec has pools"
+    p = getattr(d, pool)
+    return (
+        f"One engine of the {pool} pool ({p.engines} engine(s) of tp {p.tp} x dp {p.dp} GPUs, one per node): run it "
+        f"on each of the pool's nodes. It is vLLM's {KV_ROLES[pool]} of {d.kv_connector}; a router sends each "
+        "request to a prefill engine, then to a decode engine."
+    )
+
+
+def disaggregation_rows(plan: Plan) -> list[tuple[str, str]]:
+    """REPORT.md's rows of serve.disaggregation: the pools and where the request router points."""
+    v = plan.served().spec.serve
+    d = v.disaggregation
+    if d is None:
+        return []
+    pools = "; ".join(
+        f"{pool}: {p.engines} x (tp {p.tp} x dp {p.dp}) GPUs, {KV_ROLES[pool]}, "
+        f"`bash {pool_files(pool)[1]}` on each node"
+        for pool, p in ((pool, getattr(d, pool)) for pool in SERVE_POOLS)
+    )
+    port = v.port
+    return [
+        (
+            "disaggregated pools",
+            f"{d.kv_connector} between {pools} (`lmspec run` starts serve/serve.sh: the one-engine deployment)",
+        ),
+        (
+            "router",
+            "vLLM 0.32 ships no prefill/decode router (its disaggregated-serving proxies are example scripts in "
+            f"vLLM's repository): point one at every prefill node's http://NODE:{port} and every decode node's "
+            f"http://NODE:{port} (serve.port); clients send requests to the router",
+        ),
+    ]
+
+
 def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
     """REPORT.md's serving rows that are not memory: layout, lengths, dtypes, quantization, endpoint."""
     s, v = plan.spec, plan.served().spec.serve
@@ -272,4 +379,5 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
         ("model served", f"`{plan.served().model_dir}` ({source})"),
         ("endpoint", f"{endpoint(v.host, v.port)} as `{v.served_model_name}`, {auth}"),
         ("run", launcher_of(plan.spec.cluster).serve_instructions(plan)),
+        *disaggregation_rows(plan),
     ]

@@ -200,8 +200,8 @@ class DeepSeek(Family):
         return fields
 
     def refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
-        """transformers' DeepseekV2/V3 and vLLM's deepseek_v2.py hard-code part of the router and the rope;
-        megatron-core trains the spec as written: a value one of them would compute differently."""
+        """transformers' DeepseekV2/V3 and vLLM's deepseek_v2.py hard-code part of the router and the rope:
+        a value one of them would compute differently (megatron-core's own differences: training_refusals)."""
         found = _rope_refusals(m)
         moe = m.moe
         if moe is None:
@@ -231,7 +231,16 @@ class DeepSeek(Family):
                     "while megatron-core and vLLM would; set model.moe.norm_topk_prob=false",
                 )
             )
-        if score == "sigmoid" and not moe.norm_topk_prob and moe.top_k > 1:
+        return found
+
+    def training_refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
+        """megatron-core's router where it differs from transformers' and vLLM's DeepseekV2/V3: how it
+        weights sigmoid scores and how it scores a group of experts."""
+        moe = m.moe
+        if moe is None:
+            return []
+        found = []
+        if moe.router_score_function == "sigmoid" and not moe.norm_topk_prob and moe.top_k > 1:
             found.append(
                 (
                     "model.moe.norm_topk_prob",
@@ -239,8 +248,9 @@ class DeepSeek(Family):
                     "set model.moe.norm_topk_prob=true",
                 )
             )
-        top, per_group = moe.router_group_topk, GROUP_SCORE_TOP[self.hf_model_type]
-        if top is not None and moe.top_k != per_group * top:
+        groups, top, per_group = moe.router_num_groups, moe.router_group_topk, GROUP_SCORE_TOP[self.hf_model_type]
+        # a group's score only decides which groups a token may use: where it may use all of them, nothing
+        if top is not None and groups is not None and top < groups and moe.top_k != per_group * top:
             fewer = max(moe.top_k // per_group, 1)
             found.append(
                 (

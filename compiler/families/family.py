@@ -66,6 +66,13 @@ class Family(ABC):
         and vLLM models would compute something else); `lmspec check` refuses each by its key."""
         return []
 
+    def training_refusals(self, m: ModelSpec) -> list[tuple[str, str]]:
+        """(key, why and the way out) of every value megatron-core would compute differently from this HF
+        class: a model trained by megatron-core and converted would then route or scale otherwise than the
+        checkpoint it becomes. Only a spec that trains is refused them: a serve-only job serves the HF
+        checkpoint with vLLM, and megatron-core never sees it."""
+        return []
+
     def mtp_rows(self) -> MtpRows | None:
         """Conversion rows of one multi-token-prediction module beside its decoder layer, or None where
         the architecture's released checkpoints name no MTP layers (its specs keep model.mtp_layers=0)."""

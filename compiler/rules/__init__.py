@@ -31,8 +31,10 @@ from lmspec.compiler.rules import (
     overlap,
     run_paths,
     serve_budget,
+    serve_scale,
     serving,
     site,
+    vllm_extra,
 )
 from lmspec.compiler.rules.context import RuleContext, ServingContext, TrainingContext
 from lmspec.compiler.spec.provenance import Origins
@@ -57,7 +59,7 @@ TRAINING_RULES = (
     *budget.RULES,
     *checkpoint.RULES,
 )
-SERVING_RULES = (*serving.RULES, *serve_budget.RULES)
+SERVING_RULES = (*serving.RULES, *serve_scale.RULES, *vllm_extra.RULES, *serve_budget.RULES)
 ACCEPTED_TRAINING_RULES = (*conversion.RULES,)
 
 

@@ -191,6 +191,15 @@ def family_carries_the_model(ctx: RuleContext) -> Iterator[Problem]:
         yield error(path, f"{ctx.show(path)} under {ctx.show('model.family')}: {why}")
 
 
+def family_trains_the_model(ctx: TrainingContext) -> Iterator[Problem]:
+    """Every model value megatron-core trains as the family's HF class computes it
+    (lmspec.compiler.families.family.Family.training_refusals): a training rule, since a serve-only job
+    serves the released checkpoint and megatron-core never sees it (Kimi-K2's, say)."""
+    m = ctx.spec.model
+    for path, why in FAMILIES[m.family].training_refusals(m):
+        yield error(path, f"{ctx.show(path)} under {ctx.show('model.family')}: {why}")
+
+
 RULES = (
     attention_block_matches_kind,
     rope_scaling_fields_match_type,
@@ -202,4 +211,4 @@ RULES = (
     mtp_only_where_released,
     family_carries_the_model,
 )
-TRAINING_RULES = (seq_length_within_positions,)
+TRAINING_RULES = (seq_length_within_positions, family_trains_the_model)

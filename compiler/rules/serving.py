@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.dims import device_kind, divisors, world_size
-from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
+from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes, mp_applies
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.rules.context import ServingContext, listed
 from lmspec.compiler.vllm_cpu import cpu_attention_problems
@@ -177,7 +177,8 @@ def serve_cpu_kvcache_whole_gib(ctx: ServingContext) -> Iterator[Problem]:
         )
 
 
-def _loopback(host: str) -> bool:
+def loopback(host: str) -> bool:
+    """Whether clients on other nodes cannot reach `host`: a loopback name or address."""
     if host.lower() in LOOPBACK_NAMES:
         return True
     try:
@@ -188,7 +189,7 @@ def _loopback(host: str) -> bool:
 
 def serve_multi_node_host_reachable(ctx: ServingContext) -> Iterator[Problem]:
     nodes = engine_nodes(ctx.spec)
-    if nodes > 1 and _loopback(ctx.spec.serve.host):
+    if nodes > 1 and loopback(ctx.spec.serve.host):
         yield error(
             "serve.host",
             (
@@ -221,6 +222,29 @@ def serve_data_parallel_applies(ctx: ServingContext) -> Iterator[Problem]:
     yield error("serve.multi_node", f"{ctx.show('serve.multi_node')} does not apply: {why}; use {fix}")
 
 
+def serve_mp_applies(ctx: ServingContext) -> Iterator[Problem]:
+    """serve.multi_node=mp runs one engine whose ranks split evenly over its nodes
+    (lmspec.compiler.models.serve_layout.mp_applies); say which part fails."""
+    v = ctx.spec.serve
+    nodes = engine_nodes(ctx.spec)
+    if v.multi_node != "mp" or nodes == 1 or mp_applies(ctx.spec):
+        return
+    if v.dp > 1:
+        why = (
+            f"{ctx.show('serve.dp')}: lmspec runs one engine per `vllm serve --nnodes` deployment "
+            "(replicas are separate deployments)"
+        )
+        fix = "serve.dp=1 (serve.replicas for copies), or serve.multi_node=ray, or serve.multi_node=data_parallel"
+    else:
+        gpus = engine_gpus(ctx.spec)
+        why = (
+            f"vLLM needs --nnodes {nodes} to divide the world size serve.tp x serve.pp = {v.tp} x {v.pp} = {gpus} "
+            "(the same number of ranks on every node)"
+        )
+        fix = f"serve.tp/pp whose product {nodes} divides, or serve.multi_node=ray (its last node may hold fewer)"
+    yield error("serve.multi_node", f"{ctx.show('serve.multi_node')} does not apply: {why}; use {fix}")
+
+
 def serve_cpu_attention_supported(ctx: ServingContext) -> Iterator[Problem]:
     """What vLLM's CPU backend cannot serve (compiler/vllm_cpu.py, which the serve stage runs again)."""
     yield from cpu_attention_problems(ctx.spec, ctx.origins)
@@ -238,5 +262,6 @@ RULES = (
     serve_cpu_kvcache_whole_gib,
     serve_multi_node_host_reachable,
     serve_data_parallel_applies,
+    serve_mp_applies,
     serve_cpu_attention_supported,
 )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -68,6 +69,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # vLLM's parsed configs (EPLBConfig, ...)
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return repr(value)
 
 

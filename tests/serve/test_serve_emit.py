@@ -4,6 +4,7 @@ stand-in for the `vllm` executable (vLLM itself is judged in test_vllm_judge.py)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ PRESETS = {
     "tiny": (None, []),
     "llama3_70b": ("llama3_70b_pretrain_64gpu_h100_bf16", []),
     "llama3_8b": ("llama3_8b_pretrain_8gpu_h100_bf16", []),
+    "tiny_no_prefix_caching": (None, ["serve.prefix_caching=false"]),
 }
 SECRET = "sk-lmspec-test-secret-never-written"
 RECORDER = """\
@@ -41,10 +43,16 @@ ALL_OPTIONS = (
     "pipeline-parallel-size",
     "data-parallel-size",
     "enable-expert-parallel",
+    "enable-eplb",
+    "eplb-config",
+    "all2all-backend",
     "max-model-len",
     "gpu-memory-utilization",
     "max-num-seqs",
     "max-num-batched-tokens",
+    "enable-prefix-caching",
+    "no-enable-prefix-caching",
+    "speculative-config",
     "kv-cache-dtype",
     "quantization",
     "enforce-eager",
@@ -65,10 +73,21 @@ def _option(plan: Plan, key: str) -> object:
         "pipeline-parallel-size": v.pp,
         "data-parallel-size": v.dp,
         "enable-expert-parallel": v.expert_parallel,
+        "enable-eplb": True if v.eplb else None,
+        "eplb-config": dataclasses.asdict(v.eplb) if v.eplb else None,
+        "all2all-backend": v.all2all_backend,
         "max-model-len": v.max_model_len,
         "gpu-memory-utilization": v.gpu_memory_utilization,
         "max-num-seqs": v.max_num_seqs,
         "max-num-batched-tokens": v.max_num_batched_tokens,
+        # vLLM's `--config` drops a false boolean: off is spelled no-enable-prefix-caching: true
+        "enable-prefix-caching": True if v.prefix_caching else None,
+        "no-enable-prefix-caching": None if v.prefix_caching else True,
+        "speculative-config": (
+            {"method": v.speculative.method, "num_speculative_tokens": v.speculative.num_tokens}
+            if v.speculative
+            else None
+        ),
         "kv-cache-dtype": v.kv_cache_dtype,
         "quantization": v.quantization,
         "enforce-eager": v.enforce_eager,
@@ -221,4 +240,4 @@ def test_report_states_the_serving_layout_and_the_calibration_need(tmp_path: Pat
     assert "| endpoint | http://127.0.0.1:8000/v1 as `tiny`, key from $VLLM_API_KEY |" in serving
     assert "| concurrent sequences of 128 tokens (per engine) |" in serving
     assert "| node role serve (node 0) | 1 GPU(s) used per node; 1 engine(s): " in serving
-    assert "| decode bound, batch 1 | <= " in serving and "compute and communication ignored" in serving
+    assert "| TPOT | " in serving and "a step: linear layers" in serving and "| throughput | " in serving

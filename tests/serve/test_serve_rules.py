@@ -97,6 +97,39 @@ ERRORS = [
         id="dp-rank-exceeds-node",
     ),
     pytest.param(
+        [
+            *SERVE_ONLY,
+            "hardware.gpus_per_node=1",
+            "hardware.nodes=2",
+            "serve.dp=2",
+            "serve.multi_node=mp",
+            "serve.host=0.0.0.0",
+        ],
+        [
+            'serve.multi_node="mp" (command-line override) does not apply',
+            "serve.dp=2 (command-line override): lmspec runs one engine per `vllm serve --nnodes` deployment",
+            "use serve.dp=1 (serve.replicas for copies), or serve.multi_node=ray, or serve.multi_node=data_parallel",
+        ],
+        id="mp-dp",
+    ),
+    pytest.param(
+        [
+            *SERVE_ONLY,
+            "hardware.gpus_per_node=2",
+            "hardware.nodes=2",
+            "serve.tp=1",
+            "serve.pp=3",
+            "serve.multi_node=mp",
+            "serve.host=0.0.0.0",
+        ],
+        [
+            'serve.multi_node="mp" (command-line override) does not apply',
+            "vLLM needs --nnodes 2 to divide the world size serve.tp x serve.pp = 1 x 3 = 3",
+            "use serve.tp/pp whose product 2 divides, or serve.multi_node=ray (its last node may hold fewer)",
+        ],
+        id="mp-uneven-nodes",
+    ),
+    pytest.param(
         [LINEAR_ROPE, "serve.max_model_len=2049"],
         [
             "serve.max_model_len=2049 (command-line override) exceeds the 2,048 tokens vLLM derives from the model",

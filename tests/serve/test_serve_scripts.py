@@ -23,6 +23,7 @@ from lmspec.compiler.build.files import (
     VLLM_YAML,
 )
 from lmspec.compiler.emit.serve import role_flags
+from lmspec.compiler.models.serve_perf import perf_dict
 from lmspec.compiler.plan import Plan
 
 SERVE_ONLY = ["train=null", "parallel=null", "convert=null", "serve.max_model_len=128", "serve.api_key_env=null"]
@@ -36,7 +37,10 @@ RAY = [
     "serve.pp=2",
     "serve.host=0.0.0.0",
     "serve.api_key_env=null",
+    "serve.multi_node=ray",
 ]
+# the same engine with vLLM's multiprocessing executor across the two nodes (auto's choice for it)
+MP = [*RAY[:-1], "serve.multi_node=mp"]
 RECORDER = """\
 import json, os, sys
 with open(os.environ["RECORD_TO"], "a") as fh:
@@ -97,11 +101,13 @@ def test_data_parallel_scripts_run_the_judged_lines(tmp_path: Path, overrides: l
     config = ["serve", "--config", str(build / VLLM_YAML)]
     code, err, calls = _run(build, SERVE_HEAD_SH, tmp_path, env, HEAD, "--max-num-seqs", "2")
     assert code == 0, err
-    assert calls == [{"prog": "vllm", "argv": [*config, *role_flags(plan, "head", HEAD, "0"), "--max-num-seqs", "2"]}]
+    assert calls == [
+        {"prog": "vllm", "argv": [*config, *role_flags(plan, "head", HEAD, "0", "0"), "--max-num-seqs", "2"]}
+    ]
     n = plan.served().layout.dp_ranks_per_node
     code, err, calls = _run(build, SERVE_WORKER_SH, tmp_path, env, HEAD, "1")
     assert code == 0, err
-    assert calls == [{"prog": "vllm", "argv": [*config, *role_flags(plan, "worker", HEAD, str(n))]}]
+    assert calls == [{"prog": "vllm", "argv": [*config, *role_flags(plan, "worker", HEAD, str(n), "1")]}]
     assert calls[0]["argv"][-2:] == ["--data-parallel-start-rank", str(n)] and "--headless" in calls[0]["argv"]
 
 
@@ -113,12 +119,34 @@ def test_ray_scripts_wait_for_the_cluster_then_serve(tmp_path: Path) -> None:
     assert code == 0, err
     assert [c["prog"] for c in calls] == ["ray", "vllm", "ray"]  # head, vLLM, `ray stop` on exit
     assert calls[0]["argv"] == ["start", "--head", f"--node-ip-address={HEAD}", "--port=6379"]
-    assert calls[1]["argv"] == ["serve", "--config", str(build / VLLM_YAML), *role_flags(plan, "head", HEAD, "0")]
+    assert calls[1]["argv"] == ["serve", "--config", str(build / VLLM_YAML), *role_flags(plan, "head", HEAD, "0", "0")]
     assert calls[2]["argv"] == ["stop"]
     code, err, calls = _run(build, SERVE_WORKER_SH, tmp_path, env, HEAD, "1")
     assert code == 0, err
     assert calls == [{"prog": "ray", "argv": ["start", f"--address={HEAD}:6379", "--block"]}]
-    assert role_flags(plan, "worker", HEAD, "1") is None
+    assert role_flags(plan, "worker", HEAD, "1", "1") is None
+
+
+def test_mp_scripts_run_the_judged_lines_and_nothing_else(tmp_path: Path) -> None:
+    """No Ray: node 0 and the worker each run `vllm serve` with their node rank, and only that."""
+    plan, build = _compile(tmp_path, [*MP, "serve.model_path=models/llama"])
+    assert plan.served().layout.mode == "mp"
+    _model(tmp_path, "models/llama")
+    env = _tools(tmp_path)
+    config = ["serve", "--config", str(build / VLLM_YAML)]
+    code, err, calls = _run(build, SERVE_HEAD_SH, tmp_path, env, HEAD, "--max-num-seqs", "2")
+    assert code == 0, err
+    assert calls == [
+        {"prog": "vllm", "argv": [*config, *role_flags(plan, "head", HEAD, "0", "0"), "--max-num-seqs", "2"]}
+    ]
+    code, err, calls = _run(build, SERVE_WORKER_SH, tmp_path, env, HEAD, "1")
+    assert code == 0, err
+    assert calls == [{"prog": "vllm", "argv": [*config, *role_flags(plan, "worker", HEAD, "1", "1")]}]
+    assert calls[0]["argv"][len(config) :] == [
+        *("--distributed-executor-backend", "mp", "--nnodes", "2", "--node-rank", "1"),
+        *("--master-addr", HEAD, "--master-port", str(plan.spec.serve.master_port), "--headless"),
+    ]
+    assert "ray start" not in (build / SERVE_HEAD_SH).read_text() + (build / SERVE_WORKER_SH).read_text()
 
 
 def test_ray_head_gives_up_with_a_clear_message(tmp_path: Path) -> None:
@@ -203,7 +231,7 @@ def _hydra_quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-@pytest.mark.parametrize("overrides", [DP2, RAY], ids=["data-parallel", "ray"])
+@pytest.mark.parametrize("overrides", [DP2, RAY, MP], ids=["data-parallel", "ray", "mp"])
 def test_hostile_values_stay_data_and_shellcheck_is_clean(
     tmp_path: Path, shellcheck: str, overrides: list[str]
 ) -> None:
@@ -219,7 +247,7 @@ def test_hostile_values_stay_data_and_shellcheck_is_clean(
     assert not list(tmp_path.rglob("pwned"))
 
 
-def test_report_and_plan_carry_each_roles_numbers_and_the_decode_bound(tmp_path: Path) -> None:
+def test_report_and_plan_carry_each_roles_numbers_and_the_serving_performance(tmp_path: Path) -> None:
     from lmspec.compiler.build.reader import Build
 
     plan, build = _compile(tmp_path, [*DP4, "serve.model_path=models/tiny"])
@@ -236,19 +264,13 @@ def test_report_and_plan_carry_each_roles_numbers_and_the_decode_bound(tmp_path:
     )
     assert "on node 0 `bash build/tiny/serve/head.sh HEAD_ADDRESS`" in report
     assert "lmspec run build/tiny --stage serve` (" not in report  # no one-node command for a 2-node engine
-    bound = numbers.full_batch
-    assert bound.batch == min(plan.spec.serve.max_num_seqs, memory.max_concurrent_seqs) > 0
-    assert bound.deployment_tokens_per_s == pytest.approx(bound.tokens_per_s * 4, abs=0.2)
-    assert bound.tokens_per_s >= 100  # REPORT.md writes rates of 100 and more as whole numbers
-    assert f"| decode bound, batch {bound.batch} | <= {bound.tokens_per_s:,.0f} tokens/s per engine" in report
+    perf = plan.served().perf
+    assert perf.engines == 4  # dp 4: vLLM runs each data-parallel rank as an engine
+    assert 0 < perf.running_per_engine <= perf.capacity_per_engine
+    assert perf.output_tokens_per_s == pytest.approx(perf.requests_per_s * 128, rel=1e-6)  # 128 out a request
+    assert (
+        f"| requests in each engine | {perf.running_per_engine:.3g} of at most {perf.capacity_per_engine:,}" in report
+    )
     document = json.loads((build / "plan.json").read_text())
-    assert document["serve"]["numbers"]["full_batch"]["tokens_per_s"] == bound.tokens_per_s
+    assert document["serve"]["perf"] == perf_dict(perf)
     assert Build.open(build).plan.served().numbers == numbers  # plan.json round-trips
-
-
-def test_moe_decode_reads_only_the_active_experts_at_batch_1(tmp_path: Path) -> None:
-    plan, _ = _compile(tmp_path, ["--spec", "deepseek_v3_serve_8gpu_h200_fp8"])
-    numbers, m = plan.served().numbers, plan.spec.model
-    assert m.moe is not None
-    assert numbers.batch1.weights_read_bytes < numbers.full_batch.weights_read_bytes
-    assert numbers.full_batch.weights_read_bytes == plan.served().memory.weights_bytes_per_gpu

@@ -6,7 +6,8 @@ a config.json, its engine config, in one `lmspec-vllm --check-batch` process. Th
 hold the PUBLISHED config.json of the model served (tests/data/hf_configs), so vLLM also checks the
 args against the checkpoint: tp against heads, max_model_len against its derived length, expert
 parallel against experts, --quantization against quantization_config; the CPU examples serve a tiny
-random HF Llama.
+random HF Llama. Kimi-K2's config.json (model_type kimi_k2, which transformers does not ship and vLLM
+reads as DeepseekV3Config) lives in tests/data/hf_configs_remote.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lmspec.compiler.plan import Plan
 pytestmark = [needs_vllm, pytest.mark.slow]  # one vLLM process judges every line: ~40 s
 
 HF_CONFIGS = Path(__file__).parents[1] / "data" / "hf_configs"
+REMOTE_CODE_CONFIGS = HF_CONFIGS.with_name("hf_configs_remote")  # released with their own modeling code
 HEAD = "10.0.0.1"  # what an operator passes as HEAD_ADDRESS
 SERVE_ONLY_CPU = ["train=null", "parallel=null", "convert=null", "hardware=cpu", "serve.max_model_len=128"]
 
@@ -60,12 +62,50 @@ CASES = {
             "serve.quantization=null",
             "serve.expert_parallel=false",
             "serve.host=0.0.0.0",
+            "serve.multi_node=ray",
         ),
         "DeepSeek-V3",
         drop_quantization=True,
     ),
     "llama3_70b_tp8_pp2_2x8_h100_ray": Case(
+        "llama3_70b_serve_8gpu_h100_bf16",
+        ("hardware.nodes=2", "serve.pp=2", "serve.host=0.0.0.0", "serve.multi_node=ray"),
+        "Llama-3.1-70B",
+    ),
+    # the same engines with vLLM's multiprocessing executor across nodes (what auto picks for them)
+    "deepseek_v3_bf16_tp8_pp3_3x8_h200_mp": Case(
+        "deepseek_v3_serve_8gpu_h200_fp8",
+        (
+            "hardware.nodes=3",
+            "serve.pp=3",
+            "serve.quantization=null",
+            "serve.expert_parallel=false",
+            "serve.host=0.0.0.0",
+        ),
+        "DeepSeek-V3",
+        drop_quantization=True,
+    ),
+    "llama3_70b_tp8_pp2_2x8_h100_mp": Case(
         "llama3_70b_serve_8gpu_h100_bf16", ("hardware.nodes=2", "serve.pp=2", "serve.host=0.0.0.0"), "Llama-3.1-70B"
+    ),
+    # Kimi-K2 as released (FP8) on two nodes of 8 x H200: serve-only, no training rule applies
+    "kimi_k2_fp8_tp8_pp2_2x8_h200_mp": Case(
+        None,
+        (
+            "model=kimi_k2",
+            "train=null",
+            "parallel=null",
+            "convert=null",
+            "hardware=h200_141g",
+            "hardware.nodes=2",
+            "serve.tp=8",
+            "serve.pp=2",
+            "serve.quantization=fp8",
+            "serve.max_model_len=65536",
+            "serve.served_model_name=kimi-k2",
+            "serve.host=0.0.0.0",
+        ),
+        "Kimi-K2-Instruct",
     ),
     # two such engines under one Ray cluster: vLLM places the data-parallel ranks as Ray actors too
     "llama3_70b_tp8_pp2_dp2_4x8_h100_ray": Case(
@@ -93,7 +133,20 @@ CASES = {
     ),
     "tiny_tp1_pp2_2x1_cpu_ray": Case(
         None,
-        (*SERVE_ONLY_CPU, "hardware.gpus_per_node=1", "hardware.nodes=2", "serve.pp=2", "serve.host=0.0.0.0"),
+        (
+            *SERVE_ONLY_CPU,
+            "hardware.gpus_per_node=1",
+            "hardware.nodes=2",
+            "serve.pp=2",
+            "serve.host=0.0.0.0",
+            "serve.multi_node=ray",
+        ),
+        None,
+    ),
+    # tensor parallel over two CPU "nodes" (the engine test_serve_mp_two_hosts.py starts for real)
+    "tiny_tp2_2x1_cpu_mp": Case(
+        None,
+        (*SERVE_ONLY_CPU, "hardware.gpus_per_node=1", "hardware.nodes=2", "serve.tp=2", "serve.host=0.0.0.0"),
         None,
     ),
 }
@@ -112,11 +165,17 @@ def _model_dir(root: Path, name: str, case: Case) -> Path:
         plan = make_plan([o for o in case.overrides if o.startswith("model")], Path(case.spec) if case.spec else None)
         (model / "config.json").write_text(json.dumps(hf_config(plan)))
         return model
-    config = json.loads((HF_CONFIGS / f"{case.config}.json").read_text())
+    config = json.loads(_published(case.config).read_text())
     if case.drop_quantization:
         config.pop("quantization_config", None)
     (model / "config.json").write_text(json.dumps(config))
     return model
+
+
+def _published(name: str) -> Path:
+    """The release's config.json: transformers' own model types, else one with its own modeling code."""
+    path = HF_CONFIGS / f"{name}.json"
+    return path if path.is_file() else REMOTE_CODE_CONFIGS / f"{name}.json"
 
 
 def role_argvs(plan: Plan, build: Path) -> dict[str, list[str]]:
@@ -126,13 +185,13 @@ def role_argvs(plan: Plan, build: Path) -> dict[str, list[str]]:
     argvs: dict[str, list[str]] = {}
     for script in serve_scripts(plan.served().layout.nodes):
         if script == SERVE_SH:
-            argvs["serve"] = [*config, *(role_flags(plan, "serve", HEAD, "0") or [])]
+            argvs["serve"] = [*config, *(role_flags(plan, "serve", HEAD, "0", "0") or [])]
         elif script == SERVE_HEAD_SH:
-            argvs["head"] = [*config, *(role_flags(plan, "head", HEAD, "0") or [])]
+            argvs["head"] = [*config, *(role_flags(plan, "head", HEAD, "0", "0") or [])]
         else:
             assert script == SERVE_WORKER_SH
             for k in range(1, layout.nodes):
-                flags = role_flags(plan, "worker", HEAD, str(k * layout.dp_ranks_per_node))
+                flags = role_flags(plan, "worker", HEAD, str(k * layout.dp_ranks_per_node), str(k))
                 if flags is not None:  # a Ray worker runs no vLLM: `ray start --address=HEAD:PORT --block`
                     argvs[f"worker{k}"] = [*config, *flags]
     return argvs
@@ -163,6 +222,10 @@ ROLE_LINES = {  # the lines each case must have: what the script interface says 
     "llama3_70b_tp8_pp2_dp2_4x8_h100_ray": {"head"},
     "tiny_dp2_2x1_cpu": {"head", "worker1"},
     "tiny_tp1_pp2_2x1_cpu_ray": {"head"},
+    "deepseek_v3_bf16_tp8_pp3_3x8_h200_mp": {"head", "worker1", "worker2"},
+    "llama3_70b_tp8_pp2_2x8_h100_mp": {"head", "worker1"},
+    "kimi_k2_fp8_tp8_pp2_2x8_h200_mp": {"head", "worker1"},
+    "tiny_tp2_2x1_cpu_mp": {"head", "worker1"},
     "tiny_moe_deepseek_latent_cpu": {"serve"},
 }
 
@@ -191,6 +254,11 @@ def test_vllm_reads_each_role_as_the_layout_says(name: str, judged: dict[str, An
         if layout.mode == "ray":
             assert args["distributed_executor_backend"] == "ray"
             assert args["data_parallel_backend"] == ("ray" if v.dp > 1 else "mp")
+        elif layout.mode == "mp":
+            assert args["distributed_executor_backend"] == "mp" and args["nnodes"] == layout.nodes
+            assert args["node_rank"] == (0 if role == "head" else int(role.removeprefix("worker")))
+            assert (args["master_addr"], args["master_port"]) == (HEAD, v.master_port)
+            assert args["headless"] is (role != "head") and args["data_parallel_size_local"] is None
         elif layout.mode == "data_parallel":
             assert args["data_parallel_size_local"] == layout.dp_ranks_per_node
             assert (args["data_parallel_address"], args["data_parallel_rpc_port"]) == (HEAD, v.data_parallel_rpc_port)
@@ -205,7 +273,7 @@ def test_args_agree_with_the_published_config(name: str, judged: dict[str, Any])
     """What vLLM's engine config also refuses, stated against the checkpoint's own config.json."""
     case, plan = CASES[name], judged["plans"][name]
     assert case.config is not None
-    config = json.loads((HF_CONFIGS / f"{case.config}.json").read_text())
+    config = json.loads(_published(case.config).read_text())
     v = plan.served().spec.serve
     assert config["num_attention_heads"] % v.tp == 0
     scaling = config.get("rope_scaling") or {}
