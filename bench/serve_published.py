@@ -102,10 +102,11 @@ BOUNDS = {
     "seq_overhead_s": (0.0, 2e-3),
     "launch_s": (2e-6, 1e-4),
     "collective_latency_s": (2e-6, 2e-4),
+    "prefill_attention_efficiency": (0.1, 0.85),
 }
 # Per engine generation: its host work between forwards and its kernels' share of the tensor-core peak
 # (2023's forks ran pre-FlashAttention-2 attention and GEMMs not tuned for Hopper); the rest are the hardware's.
-HOST = ("step_overhead_s", "seq_overhead_s", "compute_efficiency")
+HOST = ("step_overhead_s", "seq_overhead_s", "compute_efficiency", "prefill_attention_efficiency")
 # The forks' Python scheduler prepared every sequence on the host: up to tens of ms a step.
 FORK_BOUNDS = {"step_overhead_s": (0.0, 0.06), "seq_overhead_s": (0.0, 5e-3)}
 # Where a constant stays when no point decides it: a Hopper's HBM reaches ~0.8 of its peak in a stream,
@@ -119,6 +120,16 @@ PRIORS = {
     "launch_s": 5e-6,
     "kernels_per_layer": 14,
     "collective_latency_s": 1e-5,
+    # FlashAttention's decode and prefill kernels on a GPU (decode is mostly bound by its KV reads)
+    "decode_attention_efficiency": 0.5,
+    "prefill_attention_efficiency": 0.6,
+    # host work CUDA graphs and vLLM V1's batched input preparation leave out on a GPU (vLLM's CPU
+    # backend pays it: tests/serve/test_serve_cpu_timing.py measures it)
+    "seq_layer_s": 0.0,
+    "prefill_overhead_s": 0.0,
+    "prefill_layer_s": 0.0,
+    "token_overhead_s": 0.0,
+    "token_layer_s": 0.0,
 }
 # What a group of points must vary for a constant to be fitted on it rather than kept at its prior: a
 # per-sequence cost needs several batch sizes (else it trades with the per-step one), a compute share
@@ -126,6 +137,7 @@ PRIORS = {
 NEEDS = {
     "seq_overhead_s": lambda ps: len({p.point["workload"]["batch"] for p in ps}) > 1,
     "compute_efficiency": lambda ps: any("ttft_ms" in p.measured() for p in ps),
+    "prefill_attention_efficiency": lambda ps: any("ttft_ms" in p.measured() for p in ps),
 }
 VLLM = "vLLM"  # the engine lmspec prices; a fork's constants are named "<source>.<constant>"
 
@@ -332,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "constants": dataclasses.asdict(fitted[VLLM]),
             "fork_constants": forks,
         }
+        kept = json.loads(CALIBRATION_PATH.read_text(encoding="utf-8")).get("cpu")  # bench/serve_cpu.py's
+        document = {**document, **({"cpu": kept} if kept else {})}
         CALIBRATION_PATH.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {CALIBRATION_PATH.relative_to(ROOT)}")
     return 0

@@ -28,10 +28,10 @@ from lmspec.compiler.models.comm import CommEstimate
 from lmspec.compiler.models.dims import Device, ParallelDims, device_kind
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
-from lmspec.compiler.models.serve_perf import ServePerf, perf_dict, serve_perf
-from lmspec.compiler.models.serve_roles import ServeNumbers, serve_numbers
 from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
+from lmspec.compiler.models.serve_perf import ServePerf, perf_dict, serve_perf
+from lmspec.compiler.models.serve_roles import ServeNumbers, serve_numbers
 from lmspec.compiler.models.steptime import StepTime, estimate_comm_and_step
 from lmspec.compiler.models.summary import (
     FlopsSummary,

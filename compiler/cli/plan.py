@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
 from lmspec.compiler.backends import BACKENDS
 from lmspec.compiler.cli.help_text import described
+from lmspec.compiler.cli.plan_words import job_overrides, problems_of, shell, spec_words
 from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.spec.kinds import NODES_MAX
 
@@ -59,25 +59,39 @@ def parse_gpus(text: str, per_node: int) -> list[int]:
     return sorted(nodes)
 
 
-def _base_spec(args: argparse.Namespace) -> tuple[Any, Any]:
+def _typed_spec(args: argparse.Namespace) -> tuple[Any, Any]:
     """The composed spec, typed; only the schema is checked (the search checks the rules)."""
-    from lmspec.compiler.errors import SpecError, UsageError
+    from lmspec.compiler.errors import SpecError
     from lmspec.compiler.spec.load import compose_spec
     from lmspec.compiler.spec.schema_check import schema_problems
-    from lmspec.compiler.spec.sections import Spec, training
+    from lmspec.compiler.spec.sections import Spec
     from lmspec.compiler.spec.typed import from_dict
 
     composed = compose_spec(list(args.overrides), args.spec)
     problems = schema_problems(composed.spec, composed.origins)
     if problems:
         raise SpecError(problems)
-    spec = training(from_dict(Spec, composed.spec))
+    return from_dict(Spec, composed.spec), composed
+
+
+def _trains(typed: Any) -> Any:
+    """The spec as a TrainingSpec, or the usage error of a spec that does not train."""
+    from lmspec.compiler.errors import UsageError
+    from lmspec.compiler.spec.sections import training
+
+    spec = training(typed)
     if spec is None:
         raise UsageError(
             "lmspec plan searches training layouts, and this spec does not train (train or parallel is null); "
-            "a serve-only job's layout is serve.tp/pp/dp, checked by `lmspec check`"
+            "lmspec plan --serve searches a spec's serving layouts"
         )
-    return spec, composed
+    return spec
+
+
+def _base_spec(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The composed spec as a TrainingSpec; only the schema is checked (the search checks the rules)."""
+    typed, composed = _typed_spec(args)
+    return _trains(typed), composed
 
 
 def _nodes(args: argparse.Namespace, spec: Any, composed: Any) -> list[int]:
@@ -89,21 +103,6 @@ def _nodes(args: argparse.Namespace, spec: Any, composed: Any) -> list[int]:
     if composed.origins.of("hardware.nodes") == COMMAND_LINE:
         raise UsageError("give either hardware.nodes=N or --gpus, not both")
     return parse_gpus(args.gpus, spec.hardware.gpus_per_node)
-
-
-def _job_overrides(args: argparse.Namespace, winner: list[str]) -> list[str]:
-    """Overrides that build the winner: the user's (minus the searched keys), then the layout's."""
-    searched = {o.split("=", 1)[0] for o in winner}
-    kept = [o for o in args.overrides if o.lstrip("+~").split("=", 1)[0] not in searched]
-    return [*kept, *winner]
-
-
-def _shell(words: list[str]) -> str:
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def _spec_words(args: argparse.Namespace) -> list[str]:
-    return ["--spec", str(args.spec)] if args.spec is not None else []
 
 
 def _no_fit(result: Any, args: argparse.Namespace) -> int:
@@ -131,7 +130,7 @@ def _no_fit(result: Any, args: argparse.Namespace) -> int:
         best = rows(fallback, 1)[0]
         nodes = found // spec.hardware.gpus_per_node
         kept = [o for o in args.overrides if not o.startswith("hardware.nodes=")]
-        again = _shell(["lmspec", "plan", *_spec_words(args), *kept, f"hardware.nodes={nodes}"])
+        again = shell(["lmspec", "plan", *spec_words(args), *kept, f"hardware.nodes={nodes}"])
         fewest = (
             f"training fits from {found} GPUs ({nodes} nodes) on, e.g. {best.layout_text()} "
             f"{best.sharding_text()} at {gib_number(best.memory_bytes)} GiB per GPU: {again}"
@@ -154,14 +153,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UsageError(f"--top {args.top}: must be 1 or more")
-    spec, composed = _base_spec(args)
+    from lmspec.compiler.spec.sections import serving, training
+
+    typed, composed = _typed_spec(args)
+    if args.serve or (training(typed) is None and serving(typed) is not None):  # a serve-only spec plans serving
+        from lmspec.compiler.cli.plan_serve import plan_serve
+
+        return plan_serve(args, typed, composed)
+    spec = _trains(typed)
     args.backend = args.backend or list(BACKENDS)
     result = search(spec, _nodes(args, spec, composed), args.backend, args.objective, args.top)
     if not result.feasible:
         return _no_fit(result, args)
     winner = overrides(rows(result, 1)[0].values)
     job, problems, notes = _winner_job(args, composed, winner)
-    line = "lmspec compile " + _shell([*_spec_words(args), *job])
+    line = "lmspec compile " + shell([*spec_words(args), *job])
     written = _write(args, job, result) if args.write is not None else None
     if args.plot is not None:
         from lmspec.compiler.search.plot import draw
@@ -188,17 +194,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _problems(job: list[str], spec_file: Path | None) -> tuple[list[Any], bool]:
-    """Every problem of `lmspec check` on the job, and whether one is an error."""
-    from lmspec.compiler.errors import SpecError
-    from lmspec.compiler.pipeline import make_plan
-
-    try:
-        return list(make_plan(job, spec_file).warnings), False
-    except SpecError as exc:
-        return list(exc.problems), True
-
-
 def serving_is_builtin_default(composed: Any) -> bool:
     """Whether the job never set its serving part: it has one, and every serve key comes from lmspec's
     built-in serve group (no serve key in the user's spec file or overrides)."""
@@ -215,11 +210,11 @@ def _winner_job(args: argparse.Namespace, composed: Any, winner: list[str]) -> t
     serving part the job never set that does not compile is dropped (`serve=null`, the module's docstring)."""
     from lmspec.compiler.errors import SpecError
 
-    job = _job_overrides(args, winner)
-    problems, failed = _problems(job, args.spec)
+    job = job_overrides(args, winner)
+    problems, failed = problems_of(job, args.spec)
     if failed and serving_is_builtin_default(composed):
         train_only = [*job, "serve=null"]
-        kept, still_failed = _problems(train_only, args.spec)
+        kept, still_failed = problems_of(train_only, args.spec)
         if not still_failed:
             dropped = [p for p in problems if p.severity == "error"]
             note = (
@@ -242,7 +237,7 @@ def _write(args: argparse.Namespace, job: list[str], result: Any) -> Path:
 
     best = rows(result, 1)[0]
     flags = [*(["--gpus", args.gpus] if args.gpus else []), "--objective", args.objective]
-    command = "lmspec plan " + _shell([*_spec_words(args), *args.overrides, *flags])
+    command = "lmspec plan " + shell([*spec_words(args), *args.overrides, *flags])
     header = (
         f"# {result.spec.model.name} on {best.values['gpus']} x {result.spec.hardware.gpu.name}, chosen by "
         f"`lmspec plan` (objective {result.objective}): {best.layout_text()}, {best.sharding_text()}, "
@@ -269,6 +264,7 @@ def register(subparsers: Any) -> None:
             "lmspec plan model=llama3_8b hardware=h100_80g --gpus 64",
             "lmspec plan --spec specs/llama3_70b_pretrain_64gpu_h100_bf16.yaml --top 5",
             "lmspec plan model=llama3_70b hardware=h100_80g --gpus 64..256 --objective cost",
+            "lmspec plan --spec deepseek_v3_serve_16gpu_h100_fp8 serve.slo.ttft_ms=2000 serve.slo.tpot_ms=100",
         ),
     )
     p.add_argument("--spec", type=Path, default=None, help="a spec file of your own, or a built-in preset name")
@@ -286,10 +282,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--top", type=int, default=10, help="rows to show (default 10)")
     p.add_argument(
+        "--serve",
+        action="store_true",
+        help="search serving layouts (serve.tp/pp/dp/expert_parallel, replicas) on the spec's hardware, ranked "
+        "by goodput under serve.slo; the default for a serve-only spec (train: null)",
+    )
+    p.add_argument(
         "--objective",
         choices=("throughput", "cost", "min-gpus"),
         default="throughput",
-        help="throughput: most tokens/s; cost: fewest GPU-seconds per token; min-gpus: fewest GPUs",
+        help="throughput: most tokens/s (--serve: most goodput); cost: fewest GPU-seconds per token (--serve: "
+        "most goodput per GPU); min-gpus: fewest GPUs (training only)",
     )
     p.add_argument(
         "--backend",

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from lmspec.compiler.models.serve_step import Batch, step_time
-from lmspec.compiler.models.serve_traffic import BISECTION_STEPS, Engine, Steady, cdf
+from lmspec.compiler.models.serve_traffic import BISECTION_STEPS, Engine, Steady, cdf, largest_where
 from lmspec.compiler.models.steptime_inputs import bus_links
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.compiler.spec.sections.serve_workload import SloSpec
@@ -77,25 +77,19 @@ class Pools:
         if slo.ttft_ms is None:
             return 1.0 if not math.isinf(self.ttft(rate, 1)) else 0.0
         target, w = slo.ttft_ms / 1e3, self.prefill.w
-        low, high = 0.0, float(max(w.input_tokens * 64, 2))
         if self.ttft(rate, 1) > target:
             return 0.0
-        for _ in range(BISECTION_STEPS):
-            mid = (low + high) / 2
-            low, high = (mid, high) if self.ttft(rate, mid) <= target else (low, mid)
-        return cdf(w.distribution, w.input_tokens, low)
+        longest = largest_where(lambda x: self.ttft(rate, x) <= target, 0.0, float(max(w.input_tokens * 64, 2)))
+        return cdf(w.distribution, w.input_tokens, longest)
 
     def goodput(self, slo: SloSpec | None) -> float:
         full = self.capacity()
         if slo is None:
             return full
-        need, low, high = slo.percentile / 100, 0.0, full
+        need = slo.percentile / 100
         if self.attainment(full * 1e-6, slo) < need:
             return 0.0
-        for _ in range(BISECTION_STEPS):
-            mid = (low + high) / 2
-            low, high = (mid, high) if self.attainment(mid, slo) >= need else (low, mid)
-        return low
+        return largest_where(lambda r: self.attainment(r, slo) >= need, 0.0, full)
 
     def rate_of(self, spec: ServingSpec) -> float:
         """The deployment's request rate under the workload: stated, all at once (capacity), or set by

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmspec.compiler.models import serve_defaults
+from lmspec.compiler.models.dims import device_kind
 from lmspec.compiler.models.serve_disagg import Pools, pool_spec, transfer_rate
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
-from lmspec.compiler.models.serve_step import Batch, ServeConstants, StepTime, engine_shape, gpu_constants, step_time
+from lmspec.compiler.models.serve_step import Batch, ServeConstants, StepTime, constants_for, engine_shape, step_time
 from lmspec.compiler.models.serve_traffic import Drafting, Engine, EngineLimits, Steady, quantile
 from lmspec.compiler.spec.sections import ServingSpec
 
@@ -59,7 +60,8 @@ def engine_of(
     )
     hit = v.workload.prefix_cache_hit_rate if v.prefix_caching else 0.0
     shape = engine_shape(spec, memory)
-    return Engine(shape, limits, constants or gpu_constants(), v.workload, hit, drafting(spec), prefills)
+    chosen = constants or constants_for(device_kind(spec))
+    return Engine(shape, limits, chosen, v.workload, hit, drafting(spec), prefills)
 
 
 def _steady(spec: ServingSpec, engine: Engine, engines: int) -> Steady:

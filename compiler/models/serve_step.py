@@ -16,8 +16,10 @@ projections of a large chunk are compute-bound):
   MoE layer; each costs a
   latency plus bytes over NCCL's bus bandwidth (lmspec.compiler.models.steptime_inputs.bus_links);
 - overhead: the scheduler, input preparation and sampler between forwards (a part per step, a part
-  per running sequence), and, in eager mode, one kernel launch per operator per layer that CUDA
-  graphs replay without the CPU.
+  per running sequence, a part per prompt token, more for a step that carries a prompt), and, in
+  eager mode, one kernel launch per operator per layer that CUDA graphs replay without the CPU.
+  On a GPU with CUDA graphs the per-layer and per-token host terms are nil; vLLM's CPU backend runs
+  eager and pays all of them (tests/serve/test_serve_cpu_timing.py measures them with probe models).
 
 A pipeline of pp stages keeps pp micro-batches in flight (vLLM's virtual engines): each stage runs
 1/pp of the step's tokens, a token passes every stage, so latency is pp stage times.
@@ -31,6 +33,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from lmspec.compiler.models.flops import FLOPS_PER_MAC
 from lmspec.compiler.models.params import count_params, is_moe_layer
@@ -56,14 +59,34 @@ class ServeConstants:
     launch_s: float  # one kernel launch and its Python dispatch in eager mode
     kernels_per_layer: float  # operators launched per decoder layer in eager mode
     collective_latency_s: float  # one NCCL / custom all-reduce or all-to-all, however small
+    decode_attention_efficiency: float  # share of the bf16 peak decode attention's arithmetic reaches
+    prefill_attention_efficiency: float  # the same for a prompt's causal attention
+    seq_layer_s: float  # host work per decoding sequence per further layer (an eager per-sequence kernel)
+    prefill_overhead_s: float  # a step that carries prompt tokens, beyond a decode step's host work
+    prefill_layer_s: float  # the same per layer (its eager operators: more of them than a decode step's)
+    token_overhead_s: float  # per prompt token a step carries (positions, slot mapping, admission)
+    token_layer_s: float  # per prompt token per layer (the elementwise operators around the GEMMs)
 
 
 @cache
+def _calibration() -> dict[str, Any]:
+    return dict(json.loads(resources.files(__package__).joinpath(CALIBRATION_FILE).read_text(encoding="utf-8")))
+
+
 def gpu_constants() -> ServeConstants:
-    """The fitted GPU constants (bench/serve_published.py writes serve_calibration.json)."""
-    text = resources.files(__package__).joinpath(CALIBRATION_FILE).read_text(encoding="utf-8")
-    fitted = json.loads(text)["constants"]
-    return ServeConstants(**fitted)
+    """The GPU constants fitted to published runs (bench/serve_published.py --fit)."""
+    return ServeConstants(**_calibration()["constants"])
+
+
+def cpu_constants() -> ServeConstants:
+    """vLLM's CPU backend on the machine bench/serve_cpu.py --write last measured, relative to the cpu
+    hardware preset's rates: a scale for a CPU job, as the CPU preset itself is."""
+    return ServeConstants(**_calibration()["cpu"]["constants"])
+
+
+def constants_for(device: str) -> ServeConstants:
+    """The constants of the device kind the spec runs on (lmspec.compiler.models.dims.device_kind)."""
+    return cpu_constants() if device == "cpu" else gpu_constants()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,10 +224,11 @@ def step_time(shape: EngineShape, batch: Batch, c: ServeConstants) -> StepTime:
     decode_seqs = batch.decode_seqs / shape.pp
     prefill = batch.prefill_tokens / shape.pp
     kv_read = decode_seqs * batch.decode_context * shape.kv_bytes_per_token
-    attention_flops = shape.attention_flops_per_token_context * (
-        decode_seqs * batch.verify_tokens * batch.decode_context + prefill * batch.prefill_context
-    )
-    attention = max(kv_read / bw, attention_flops / (shape.attention_tflops * c.compute_efficiency))
+    per_context = shape.attention_flops_per_token_context
+    decode_flops = per_context * decode_seqs * batch.verify_tokens * batch.decode_context
+    prefill_flops = per_context * prefill * batch.prefill_context
+    attention = max(kv_read / bw, decode_flops / (shape.attention_tflops * c.decode_attention_efficiency))
+    attention += prefill_flops / (shape.attention_tflops * c.prefill_attention_efficiency)
     comm = 0.0
     if shape.tp_collectives:
         comm += shape.tp_collectives * c.collective_latency_s
@@ -213,10 +237,17 @@ def step_time(shape: EngineShape, batch: Batch, c: ServeConstants) -> StepTime:
         comm += shape.ep_collectives * c.collective_latency_s
         comm += stage_tokens * shape.ep_bytes_per_token / shape.ep_bus_bytes_per_s
     launches = c.launch_s * c.kernels_per_layer * shape.layers_per_stage if shape.eager else 0.0
+    layers = shape.layers_per_stage * shape.pp
+    host = c.seq_overhead_s * batch.decode_seqs + c.seq_layer_s * batch.decode_seqs * (layers - 1)
+    if batch.prefill_tokens:
+        host += shape.pp * (c.prefill_overhead_s + c.prefill_layer_s * shape.layers_per_stage)
+        host += batch.prefill_tokens * (c.token_overhead_s + c.token_layer_s * layers)
     # a token crosses every stage: latency is pp stage times (the overhead is paid once per step)
     return StepTime(
         linear_s=shape.pp * linear,
         attention_s=shape.pp * attention,
         communication_s=shape.pp * comm,
-        overhead_s=c.step_overhead_s + c.seq_overhead_s * batch.decode_seqs + shape.pp * launches,
+        # vLLM schedules each of the pp micro-batches as a step of its own: pp times the per-step host
+        # work, the per-sequence work once for all of them; each stage boundary a send and a receive
+        overhead_s=shape.pp * (c.step_overhead_s + launches) + host + (shape.pp - 1) * c.collective_latency_s,
     )

@@ -25,12 +25,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lmspec.compiler.models.serve_step import Batch, EngineShape, ServeConstants, StepTime, step_time
 from lmspec.compiler.spec.sections.serve_workload import SloSpec, WorkloadSpec
 
 BISECTION_STEPS = 40
+BISECTION_TOLERANCE = 1e-3  # relative: a rate or a length to 0.1% is finer than any input it comes from
+
+
+def largest_where(holds: Callable[[float], bool], low: float, high: float) -> float:
+    """The largest x in [low, high] where `holds` (true up to some point, false beyond) still holds,
+    to BISECTION_TOLERANCE of `high`; `low` when it holds nowhere above it."""
+    for _ in range(BISECTION_STEPS):
+        if high - low <= BISECTION_TOLERANCE * high:
+            break
+        mid = (low + high) / 2
+        low, high = (mid, high) if holds(mid) else (low, mid)
+    return low
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,14 +230,8 @@ class Engine:
         full = self.at(self.capacity)
         if rate >= full.requests_per_s:
             return Steady(**{**full.__dict__, "saturated": True, "waiting_s": math.inf, "ttft_s": math.inf})
-        low, high = 0.0, float(self.capacity)
-        for _ in range(BISECTION_STEPS):
-            mid = (low + high) / 2
-            if self.at(mid).requests_per_s < rate:
-                low = mid
-            else:
-                high = mid
-        s = self.at(high)
+        below = largest_where(lambda n: self.at(n).requests_per_s < rate, 0.0, float(self.capacity))
+        s = self.at(min(below * (1 + BISECTION_TOLERANCE), float(self.capacity)))
         # prompts arriving at random wait for prefill budget: M/D/1 with the prefill share of each step
         busy = min(rate * s.prefill_steps * s.step.total_s, 0.999)
         wait = busy / (2 * (1 - busy)) * s.prefill_steps * s.step.total_s
@@ -248,11 +255,10 @@ class Engine:
         target = slo.ttft_ms / 1e3
         if self.ttft_for_prompt(s, 1) > target:
             return 0.0
-        low, high = 1.0, float(max(self.w.input_tokens * 64, 2))
-        for _ in range(BISECTION_STEPS):  # the longest prompt that still makes it
-            mid = (low + high) / 2
-            low, high = (mid, high) if self.ttft_for_prompt(s, mid) <= target else (low, mid)
-        return cdf(self.w.distribution, self.w.input_tokens, low)
+        longest = largest_where(
+            lambda x: self.ttft_for_prompt(s, x) <= target, 1.0, float(max(self.w.input_tokens * 64, 2))
+        )
+        return cdf(self.w.distribution, self.w.input_tokens, longest)
 
     def goodput(self, slo: SloSpec | None) -> float:
         """Largest request rate (per engine) at which slo.percentile % of requests meet the targets."""
@@ -260,10 +266,6 @@ class Engine:
         if slo is None:
             return full.requests_per_s
         need = slo.percentile / 100
-        low, high = 0.0, full.requests_per_s
-        if self.slo_attainment(self.open_loop(high * 1e-6), slo) < need:
+        if self.slo_attainment(self.open_loop(full.requests_per_s * 1e-6), slo) < need:
             return 0.0
-        for _ in range(BISECTION_STEPS):
-            mid = (low + high) / 2
-            low, high = (mid, high) if self.slo_attainment(self.open_loop(mid), slo) >= need else (low, mid)
-        return low
+        return largest_where(lambda r: self.slo_attainment(self.open_loop(r), slo) >= need, 0.0, full.requests_per_s)

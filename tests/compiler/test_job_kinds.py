@@ -80,7 +80,7 @@ def test_an_interpolation_into_a_null_section_names_the_key_to_set() -> None:
     assert errors == [
         (
             "serve.max_model_len",
-            "serve.max_model_len (lmspec:specs/serve/default.yaml:8) reads train.seq_length through "
+            "serve.max_model_len (lmspec:specs/serve/default.yaml:10) reads train.seq_length through "
             "${train.seq_length}, but train (command-line override) is null: set serve.max_model_len to a value of "
             "its own",
         )

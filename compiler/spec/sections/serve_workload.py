@@ -23,12 +23,8 @@ LATENCY_MS_MAX = 3.6e6  # an hour
 class WorkloadSpec:
     """Requests as the deployment sees them; lengths are means, drawn as `distribution` says."""
 
-    input_tokens: int = key(
-        "Mean prompt length in tokens.", example=1024, minimum=1, maximum=kinds.TOKENS_MAX
-    )
-    output_tokens: int = key(
-        "Mean generated length in tokens.", example=128, minimum=1, maximum=kinds.TOKENS_MAX
-    )
+    input_tokens: int = key("Mean prompt length in tokens.", example=1024, minimum=1, maximum=kinds.TOKENS_MAX)
+    output_tokens: int = key("Mean generated length in tokens.", example=128, minimum=1, maximum=kinds.TOKENS_MAX)
     distribution: Literal["fixed", "uniform", "exponential"] = key(
         "How lengths spread around their means: fixed = every request the same (vLLM bench's random "
         "dataset with range ratio 0); uniform = evenly over [1, 2 x mean - 1]; exponential = a long tail "
