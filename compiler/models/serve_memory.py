@@ -84,10 +84,23 @@ def served_dtype(spec: ServingSpec) -> str:
 @dataclass(frozen=True, kw_only=True)
 class WeightSplit:
     """Weights on one GPU: the routed experts (sharded by TP, or over TP x DP with expert parallel)
-    apart from everything else (sharded by TP x PP)."""
+    apart from everything else (sharded by TP x PP, but for what vLLM replicates: replicated_params)."""
 
     dense: float
     experts: float
+
+
+def replicated_params(m: ModelSpec) -> tuple[int, int]:
+    """(linear, unquantized) parameters vLLM keeps whole on every tensor-parallel rank: MLA's down-projections
+    (DeepSeek-V2/V3's fused_qkv_a_proj, built with disable_tp), and, unquantized, each MoE layer's router
+    (ReplicatedLinear) and the norms."""
+    counts = count_params(m)
+    down = 0
+    if m.attention == "mla":
+        assert m.mla is not None
+        q_down = m.mla.q_lora_rank or 0
+        down = m.num_layers * m.hidden_size * (q_down + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+    return down, counts.router + counts.norms
 
 
 def weight_split(spec: ServingSpec) -> WeightSplit:
@@ -97,9 +110,11 @@ def weight_split(spec: ServingSpec) -> WeightSplit:
     vocab = counts.embedding + counts.output_head
     linear = QUANT_WEIGHT_BYTES.get(s.quantization or "", dtype)
     experts = counts.expert * linear
-    dense = (counts.total - counts.expert - vocab) * linear + vocab * dtype
+    down, whole = replicated_params(m)
+    sharded = (counts.total - counts.expert - vocab - down - whole) * linear + vocab * dtype
     expert_shards = s.tp * s.dp if s.expert_parallel else s.tp
-    return WeightSplit(dense=dense / (s.tp * s.pp), experts=experts / (expert_shards * s.pp))
+    dense = sharded / (s.tp * s.pp) + (down * linear + whole * dtype) / s.pp
+    return WeightSplit(dense=dense, experts=experts / (expert_shards * s.pp))
 
 
 def weight_bytes(spec: ServingSpec) -> int:

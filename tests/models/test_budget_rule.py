@@ -88,10 +88,10 @@ CASES = [
         DEEPSEEK_2048[:-2] + ["train.recompute=full"],  # serving on one node
         [
             "serve.max_model_len=4096",
-            "minus weights 156.2 GiB (167.8 GB) per GPU",
+            "minus weights 157.9 GiB (169.6 GB) per GPU",
             "serve.pp=1",
             "no sequence fits",
-            "Fixes: serve.pp=3 -> 708,160 tokens (fits)",
+            "Fixes: serve.pp=3 -> 683,296 tokens (fits)",
         ],
         id="deepseek-serve-one-node",
     ),
@@ -112,8 +112,8 @@ CASES = [
             "serve.max_model_len=8192 (command-line override)",
             "(81,920 bytes/token)",
             "leaves 0.5 GiB",
-            "the longest that fits is serve.max_model_len=6752",
-            "serve.kv_cache_dtype=fp8 -> 13,520 tokens (fits)",
+            "the longest that fits is serve.max_model_len=6736",
+            "serve.kv_cache_dtype=fp8 -> 13,472 tokens (fits)",
         ],
         id="llama3-70b-serve-kv-too-small",
     ),

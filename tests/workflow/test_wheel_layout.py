@@ -57,6 +57,7 @@ def test_the_wheel_holds_only_the_lmspec_namespace_with_its_data(tmp_path: Path)
         "lmspec/templates/torchrun.sh.j2",
         "lmspec/compiler/cli/scaffold/starter_spec.yaml.j2",
         "lmspec/compiler/models/steptime_calibration.json",
+        "lmspec/compiler/models/serve_calibration.json",  # compiler/models/serve_step.py reads it
         "lmspec/runtime/train/corpus/training_notes.txt",
         "lmspec/runtime/train/__main__.py",
     ):
