@@ -18,7 +18,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from lmspec.compiler.models.serve_step import Batch, step_time
 from lmspec.compiler.models.serve_traffic import BISECTION_STEPS, Engine, Steady, cdf, largest_where
 from lmspec.compiler.models.steptime_inputs import bus_links
 from lmspec.compiler.spec.sections import ServingSpec
@@ -38,9 +37,7 @@ class Pools:
 
     def prefill_s(self, prompt_tokens: float) -> float:
         """One prompt's prefill step on an otherwise idle prefill engine."""
-        e = self.prefill
-        batch = Batch(decode_seqs=0, decode_context=0, prefill_tokens=prompt_tokens, prefill_context=prompt_tokens / 2)
-        return step_time(e.shape, batch, e.c).total_s
+        return self.prefill.prefill_step_s(prompt_tokens, prompt_tokens / 2)
 
     def prefill_rate(self) -> float:
         """Requests per second one prefill engine finishes, a full token budget a step."""

@@ -19,7 +19,7 @@ from lmspec.compiler.models import serve_defaults
 from lmspec.compiler.models.dims import device_kind
 from lmspec.compiler.models.serve_disagg import Pools, pool_spec, transfer_rate
 from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
-from lmspec.compiler.models.serve_step import Batch, ServeConstants, StepTime, constants_for, engine_shape, step_time
+from lmspec.compiler.models.serve_step import ServeConstants, StepTime, constants_for, engine_shape
 from lmspec.compiler.models.serve_traffic import Drafting, Engine, EngineLimits, Steady, quantile
 from lmspec.compiler.spec.sections import ServingSpec
 
@@ -75,8 +75,7 @@ def _steady(spec: ServingSpec, engine: Engine, engines: int) -> Steady:
 
 def _prefill_tokens_per_s(engine: Engine) -> float:
     chunk = engine.limits.batched_tokens
-    batch = Batch(decode_seqs=0, decode_context=0, prefill_tokens=chunk, prefill_context=chunk / 2)
-    return chunk / step_time(engine.shape, batch, engine.c).total_s
+    return chunk / engine.prefill_step_s(chunk, chunk / 2)
 
 
 def serve_perf(spec: ServingSpec, memory: ServeMemory, constants: ServeConstants | None = None) -> ServePerf:

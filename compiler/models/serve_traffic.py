@@ -197,6 +197,11 @@ class Engine:
         first = self.ttft_for_prompt(s, self.w.input_tokens) if self.prefills else 0.0
         return dataclasses.replace(s, ttft_s=first)
 
+    def prefill_step_s(self, tokens: float, context: float) -> float:
+        """A step of `tokens` prompt tokens and no decoding, each attending over `context` tokens on average."""
+        batch = Batch(decode_seqs=0, decode_context=0, prefill_tokens=tokens, prefill_context=context)
+        return step_time(self.shape, batch, self.c).total_s
+
     def static_batch(self, batch: int) -> tuple[float, float]:
         """(TTFT, TPOT) of `batch` requests started together (vllm bench latency, a profiling run): their
         prompts prefilled in max_num_batched_tokens chunks before any decodes, so every first token waits
@@ -207,10 +212,7 @@ class Engine:
         ttft = 0.0
         for chunk, count in ((budget, full), (rest, 1 if rest else 0)):
             if count:
-                prefill = Batch(
-                    decode_seqs=0, decode_context=0, prefill_tokens=chunk, prefill_context=self.cached + self.prompt / 2
-                )
-                ttft += count * step_time(self.shape, prefill, self.c).total_s
+                ttft += count * self.prefill_step_s(chunk, self.cached + self.prompt / 2)
         decode = Batch(
             decode_seqs=batch, decode_context=self.w.input_tokens + self.output / 2, prefill_tokens=0, prefill_context=0
         )
