@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from lmspec.compiler.models.serve_traffic import BISECTION_STEPS, Engine, Steady, cdf, largest_where
+from lmspec.compiler.models.serve_traffic import BISECTION_STEPS, Engine, Steady, largest_where, share_meeting
 from lmspec.compiler.models.steptime_inputs import bus_links
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.compiler.spec.sections.serve_workload import SloSpec
@@ -68,16 +68,7 @@ class Pools:
         return self.decode.open_loop(rate / self.decode_engines)
 
     def attainment(self, rate: float, slo: SloSpec) -> float:
-        s = self.decode_at(rate)
-        if s.saturated or (slo.tpot_ms is not None and s.tpot_s * 1e3 > slo.tpot_ms):
-            return 0.0
-        if slo.ttft_ms is None:
-            return 1.0 if not math.isinf(self.ttft(rate, 1)) else 0.0
-        target, w = slo.ttft_ms / 1e3, self.prefill.w
-        if self.ttft(rate, 1) > target:
-            return 0.0
-        longest = largest_where(lambda x: self.ttft(rate, x) <= target, 0.0, float(max(w.input_tokens * 64, 2)))
-        return cdf(w.distribution, w.input_tokens, longest)
+        return share_meeting(slo, self.prefill.w, self.decode_at(rate), lambda x: self.ttft(rate, x), shortest=0.0)
 
     def goodput(self, slo: SloSpec | None) -> float:
         full = self.capacity()

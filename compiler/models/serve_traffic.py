@@ -103,6 +103,24 @@ def cdf(distribution: str, mean: float, x: float) -> float:
     return 1 - math.exp(-max(x, 0.0) / mean)
 
 
+def share_meeting(
+    slo: SloSpec, w: WorkloadSpec, decoding: Steady, ttft_of: Callable[[float], float], shortest: float
+) -> float:
+    """Share of requests meeting both targets when the decoding engine runs at `decoding` and a prompt of x
+    tokens waits ttft_of(x) for its first token: none when TPOT misses (every request decodes at the same
+    step), else those whose prompt is short enough (TTFT grows with the prompt), from the length distribution.
+    `shortest` is where the search for the longest prompt that still makes it starts."""
+    if decoding.saturated or (slo.tpot_ms is not None and decoding.tpot_s * 1e3 > slo.tpot_ms):
+        return 0.0
+    if slo.ttft_ms is None:
+        return 0.0 if math.isinf(ttft_of(1)) else 1.0
+    target = slo.ttft_ms / 1e3
+    if ttft_of(1) > target:
+        return 0.0
+    longest = largest_where(lambda x: ttft_of(x) <= target, shortest, float(max(w.input_tokens * 64, 2)))
+    return cdf(w.distribution, w.input_tokens, longest)
+
+
 class Engine:
     """One engine (a data-parallel rank) of one shape under one workload's lengths."""
 
@@ -250,17 +268,7 @@ class Engine:
 
     def slo_attainment(self, s: Steady, slo: SloSpec) -> float:
         """Share of requests meeting both targets: TPOT is every request's step; TTFT grows with the prompt."""
-        if s.saturated or (slo.tpot_ms is not None and s.tpot_s * 1e3 > slo.tpot_ms):
-            return 0.0
-        if slo.ttft_ms is None:
-            return 1.0
-        target = slo.ttft_ms / 1e3
-        if self.ttft_for_prompt(s, 1) > target:
-            return 0.0
-        longest = largest_where(
-            lambda x: self.ttft_for_prompt(s, x) <= target, 1.0, float(max(self.w.input_tokens * 64, 2))
-        )
-        return cdf(self.w.distribution, self.w.input_tokens, longest)
+        return share_meeting(slo, self.w, s, lambda x: self.ttft_for_prompt(s, x), shortest=1.0)
 
     def goodput(self, slo: SloSpec | None) -> float:
         """Largest request rate (per engine) at which slo.percentile % of requests meet the targets."""
