@@ -29,7 +29,7 @@ from lmspec.compiler.models.dims import Device, ParallelDims, device_kind
 from lmspec.compiler.models.params import ParamCounts, count_params
 from lmspec.compiler.models.samples import SplitSamples, split_samples
 from lmspec.compiler.models.serve_layout import ServeLayout, serve_layout
-from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory
+from lmspec.compiler.models.serve_memory import ServeMemory, estimate_serve_memory, served_dtype
 from lmspec.compiler.models.serve_perf import ServePerf, perf_dict, serve_perf
 from lmspec.compiler.models.serve_roles import ServeNumbers, serve_numbers
 from lmspec.compiler.models.steptime import StepTime, estimate_comm_and_step
@@ -45,6 +45,8 @@ from lmspec.compiler.models.summary import (
     serve_dict,
 )
 from lmspec.compiler.models.train_memory import TrainMemory, estimate_train_memory
+from lmspec.compiler.models.units import DTYPE_BYTES
+from lmspec.compiler.quantize_modules import quantize_dict
 from lmspec.compiler.spec.load import Composed
 from lmspec.compiler.spec.provenance import Origins
 from lmspec.compiler.spec.sections import ConvertSpec, ServingSpec, Spec, TrainingSpec, serving, training
@@ -212,6 +214,7 @@ class Plan:
             "comm": None,
             "checkpoint": checkpoint_dict(t.checkpoint) if t else None,
             "checkpoint_cadence": None,
+            "quantize": quantize_dict(self.spec, DTYPE_BYTES[kept_dtype(self.spec)]) if self.spec.quantize else None,
         }
         if not cost_model:
             return {key: value for key, value in derived.items() if key not in COST_SECTIONS}
@@ -276,11 +279,24 @@ def run_paths(spec: Spec) -> RunPaths:
 
 
 def served_model_dir(spec: ServingSpec) -> str:
-    """What vLLM serves: serve.model_path, else the conversion output (rules.jobs: one of them is set)."""
+    """What vLLM serves: serve.model_path, else the quantize stage's checkpoint (quantize.output), else the
+    conversion output (rules.jobs: one of them is set; rules.quantize: serve.model_path is null with quantize)."""
     if spec.serve.model_path is not None:
         return spec.serve.model_path
+    if spec.quantize is not None:
+        return spec.quantize.output
     assert spec.convert is not None, "rules.jobs.serving_has_a_model"
     return spec.convert.output
+
+
+def kept_dtype(spec: Spec) -> str:
+    """The dtype of the layers the quantize stage keeps (and of w4a16's scales): the served one when the job
+    serves (serve.dtype, or the converted one for auto), else convert.dtype."""
+    serves = serving(spec)
+    if serves is not None:
+        return served_dtype(serves)
+    assert spec.convert is not None, "rules.quantize: quantize needs a job that converts"
+    return spec.convert.dtype
 
 
 def _plain(value: Any) -> Any:

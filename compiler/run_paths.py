@@ -6,13 +6,17 @@ Three directories are written at run time, relative to the working directory:
   vllm.log, tokenizer/ and vllm_cache/ (serving);
 - `train.checkpoint.dir`: step directories that `keep_last_k` prunes and
   `train.checkpoint.resume=never` moves aside (lmspec.runtime.train.checkpoint);
-- `convert.output`: replaced as a whole by every `lmspec run BUILD --stage convert`.
+- `convert.output`: replaced as a whole by every `lmspec run BUILD --stage convert`;
+- `quantize.output`: replaced as a whole by every `lmspec run BUILD --stage quantize`, which reads
+  convert.output.
 
 So convert.output and train.checkpoint.dir may not be the same directory nor inside one
 another (the conversion would delete the checkpoints, or write among them); neither may be the
 run directory, contain it, or be one of the run directory's own entries (the conversion would
 delete metrics.jsonl; the checkpoint directory would hold the run's logs). Both may live inside
 the run directory, as the presets put them (runs/<name>/checkpoints, runs/<name>/hf).
+quantize.output keeps apart from both as convert.output does, and from convert.output too (the quantize
+stage would delete the model it calibrates, or the conversion the quantized one).
 `serve.model_path`, when set, may not be the checkpoint directory nor inside it: what is there
 is a training checkpoint (not a HuggingFace model) that keep_last_k deletes under the server.
 `train.init_from`, when set, names one step directory (`step_<N>`, lmspec.compiler.build.files) of
@@ -75,7 +79,7 @@ def relation(a: str, b: str) -> Relation | None:
 class Clash:
     """Two owned directories that overlap: `key`'s directory stands in `relation` to `other`'s."""
 
-    key: str  # the key to change: convert.output, train.checkpoint.dir or serve.model_path
+    key: str  # the key to change: convert.output, quantize.output, train.checkpoint.dir or serve.model_path
     other: str  # the key it clashes with, or RUN_DIR
     relation: Relation  # of `path` to `other_path`
     path: str  # resolved
@@ -86,11 +90,17 @@ class Clash:
 
 
 def _defaults(spec: Spec) -> dict[str, str]:
-    """The presets' values (specs/train/default.yaml, specs/convert/default.yaml), offered as fixes."""
-    return {"convert.output": f"{run_dir(spec.name)}/hf", "train.checkpoint.dir": f"{run_dir(spec.name)}/checkpoints"}
+    """The presets' values (specs/train/default.yaml, specs/convert/default.yaml, specs/quantize/), offered as fixes."""
+    run = run_dir(spec.name)
+    defaults = {"convert.output": f"{run}/hf", "train.checkpoint.dir": f"{run}/checkpoints"}
+    if spec.quantize is not None:
+        defaults["quantize.output"] = f"{run}/hf-{spec.quantize.scheme}"
+    return defaults
 
 
 _CONVERT_HARM = "`lmspec run BUILD --stage convert` replaces convert.output as a whole and would delete"
+_QUANTIZE_HARM = "`lmspec run BUILD --stage quantize` replaces quantize.output as a whole and would delete"
+_STAGE_HARM = {"convert.output": _CONVERT_HARM, "quantize.output": _QUANTIZE_HARM}
 _HARM: dict[tuple[str, str, Relation], str] = {
     ("convert.output", "train.checkpoint.dir", "same"): f"{_CONVERT_HARM} every checkpoint",
     ("convert.output", "train.checkpoint.dir", "contains"): f"{_CONVERT_HARM} the checkpoints inside it",
@@ -99,6 +109,16 @@ _HARM: dict[tuple[str, str, Relation], str] = {
     ),
     ("convert.output", RUN_DIR, "same"): f"{_CONVERT_HARM} the run's metrics.jsonl, logs and checkpoints",
     ("convert.output", RUN_DIR, "contains"): f"{_CONVERT_HARM} the run directory with everything in it",
+    ("quantize.output", "train.checkpoint.dir", "same"): f"{_QUANTIZE_HARM} every checkpoint",
+    ("quantize.output", "train.checkpoint.dir", "contains"): f"{_QUANTIZE_HARM} the checkpoints inside it",
+    ("quantize.output", "train.checkpoint.dir", "inside"): (
+        "the quantize stage would write among the checkpoints, replacing whatever is at its path"
+    ),
+    ("quantize.output", "convert.output", "same"): f"{_QUANTIZE_HARM} the converted model it calibrates",
+    ("quantize.output", "convert.output", "contains"): f"{_QUANTIZE_HARM} the converted model it calibrates",
+    ("quantize.output", "convert.output", "inside"): f"{_CONVERT_HARM} the quantized checkpoint inside it",
+    ("quantize.output", RUN_DIR, "same"): f"{_QUANTIZE_HARM} the run's metrics.jsonl, logs and checkpoints",
+    ("quantize.output", RUN_DIR, "contains"): f"{_QUANTIZE_HARM} the run directory with everything in it",
     ("train.checkpoint.dir", RUN_DIR, "same"): (
         "lmspec prunes the checkpoint directory and moves it aside (resume=never), so it must hold "
         "only checkpoints, not the run's metrics.jsonl and logs"
@@ -113,9 +133,10 @@ _HARM: dict[tuple[str, str, Relation], str] = {
 def path_values(spec: Spec) -> dict[str, str | None]:
     """The run's directories as the spec writes them; None where its section is null (train: null, ...).
     A serve-only job reads neither convert.output nor a checkpoint directory."""
-    t, c, v = spec.train, spec.convert, spec.serve
+    t, c, v, q = spec.train, spec.convert, spec.serve, spec.quantize
     return {
         "convert.output": c.output if c is not None and t is not None else None,
+        "quantize.output": q.output if q is not None and c is not None and t is not None else None,
         "train.checkpoint.dir": t.checkpoint.dir if t is not None else None,
         "serve.model_path": v.model_path if v is not None else None,
         "train.init_from": t.init_from if t is not None else None,
@@ -134,7 +155,7 @@ def overlaps(spec: Spec, resolved: Callable[[str | None], str | None]) -> list[C
     working directory: the compile's, recorded in its inputs, or the running job's)."""
     run = resolved(run_dir(spec.name))
     written = path_values(spec)
-    paths = {key: resolved(written[key]) for key in ("convert.output", "train.checkpoint.dir")}
+    paths = {key: resolved(written[key]) for key in ("convert.output", "quantize.output", "train.checkpoint.dir")}
     ckpt = paths["train.checkpoint.dir"]
     defaults = _defaults(spec)
     clashes: list[Clash] = []
@@ -147,12 +168,15 @@ def overlaps(spec: Spec, resolved: Callable[[str | None], str | None]) -> list[C
             return f"use {key}={defaults[key]}"
         return f"point {key} at a directory of its own, apart from {' and '.join(k for k in paths if k != key)}"
 
-    output = paths["convert.output"]
-    if output is not None and ckpt is not None and (rel := relation(output, ckpt)) is not None:
-        harm = _HARM[("convert.output", "train.checkpoint.dir", rel)]
-        clashes.append(
-            Clash("convert.output", "train.checkpoint.dir", rel, output, ckpt, None, harm, fix_for("convert.output"))
-        )
+    for key, other in (
+        ("convert.output", "train.checkpoint.dir"),
+        ("quantize.output", "train.checkpoint.dir"),
+        ("quantize.output", "convert.output"),
+    ):
+        path, other_path = paths[key], paths[other]
+        if path is not None and other_path is not None and (rel := relation(path, other_path)) is not None:
+            harm = _HARM[(key, other, rel)]
+            clashes.append(Clash(key, other, rel, path, other_path, None, harm, fix_for(key)))
 
     for key, path in paths.items():
         if path is None or run is None or (rel := relation(path, run)) is None:
@@ -165,8 +189,8 @@ def overlaps(spec: Spec, resolved: Callable[[str | None], str | None]) -> list[C
             continue  # a directory of its own inside the run directory: the presets' layout
         at = str(PurePosixPath(run) / entry)
         harm = (
-            f"{_CONVERT_HARM} the run's {entry}"
-            if key == "convert.output"
+            f"{_STAGE_HARM[key]} the run's {entry}"
+            if key in _STAGE_HARM
             else f"the checkpoints would be written over the run's {entry}"
         )
         clashes.append(Clash(key, RUN_DIR, relation(path, at) or "inside", path, at, entry, harm, fix_for(key)))

@@ -17,11 +17,24 @@ from typing import Any
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.families.hf_model import model_group
 from lmspec.compiler.models.serve_length import vllm_max_model_len
+from lmspec.compiler.plan import served_model_dir
+from lmspec.compiler.quantize_modules import (
+    COMPRESSED_TENSORS,
+    checkpoint_scheme,
+    is_kept,
+    kept_modules,
+    linear_modules,
+)
 from lmspec.compiler.spec.sections import ModelSpec, ServeSpec, ServingSpec
 from lmspec.compiler.spec.typed import from_dict
 
 QUANTIZATION_CONFIG = "quantization_config"  # HF's record of how released weights are quantized
 CALIBRATED = ("awq", "gptq")  # methods whose scales come from calibration: only a checkpoint that has them
+REQUANTIZE = (
+    "run `lmspec run BUILD --stage quantize` to write the spec's, or compile with the checkpoint's quantize keys"
+)
+# The QuantizationArgs fields that decide what vLLM runs and what the weights weigh (compiler/quantize_modules.py).
+COMPARED_ARGS = ("num_bits", "type", "strategy", "group_size", "symmetric", "dynamic")
 QUANTIZATION_METHODS: tuple[str, ...] = tuple(  # serve.quantization's values, from its Literal | None
     m for arg in typing.get_args(typing.get_type_hints(ServeSpec)["quantization"]) for m in typing.get_args(arg)
 )
@@ -29,7 +42,7 @@ QUANTIZATION_METHODS: tuple[str, ...] = tuple(  # serve.quantization's values, f
 
 def served_config_problems(spec: ServingSpec, config: Mapping[str, Any]) -> list[str]:
     """Every way `config` (serve.model_path's config.json) contradicts `spec`; empty when it is the spec's model."""
-    source = f"{spec.serve.model_path or 'the served model'}/config.json"
+    source = f"{served_model_dir(spec)}/config.json"
     problems = _quantization_problems(spec, config.get(QUANTIZATION_CONFIG), source)
     architecture = {k: v for k, v in config.items() if k != QUANTIZATION_CONFIG}  # compared above, not a model key
     try:
@@ -81,6 +94,12 @@ def _quantization_problems(spec: ServingSpec, quantization: Any, source: str) ->
     chosen = spec.serve.quantization
     method = quantization.get("quant_method") if isinstance(quantization, Mapping) else None
     if method is None:
+        if chosen == COMPRESSED_TENSORS:
+            return [
+                f"serve.quantization={chosen} needs a checkpoint llm-compressor wrote, but {source} has no "
+                f"{QUANTIZATION_CONFIG}; run `lmspec run BUILD --stage quantize`, or serve a compressed-tensors "
+                "checkpoint, or use serve.quantization=null"
+            ]
         if chosen in CALIBRATED:
             return [
                 f"serve.quantization={chosen} needs a checkpoint calibrated for {chosen.upper()}, but {source} has "
@@ -89,7 +108,7 @@ def _quantization_problems(spec: ServingSpec, quantization: Any, source: str) ->
             ]
         return []
     if method == chosen:
-        return []
+        return _scheme_problems(spec, quantization, source) if method == COMPRESSED_TENSORS else []
     if method not in QUANTIZATION_METHODS:
         return [
             f"{source} holds weights quantized as {method!r} ({QUANTIZATION_CONFIG}.quant_method), which "
@@ -102,3 +121,52 @@ def _quantization_problems(spec: ServingSpec, quantization: Any, source: str) ->
             f"use serve.quantization={method}"
         ]
     return [f"serve.quantization={chosen} but {released}; use serve.quantization={method}"]
+
+
+def _args_text(args: Mapping[str, Any]) -> str:
+    return ", ".join(f"{field}={args.get(field)!r}" for field in COMPARED_ARGS)
+
+
+def _scheme_problems(spec: ServingSpec, quantization: Mapping[str, Any], source: str) -> list[str]:
+    """A compressed-tensors checkpoint of a quantizing spec against quantize: each config group's weights and
+    input activations (lmspec.compiler.quantize_modules.checkpoint_scheme), and which layers it left unquantized
+    (its `ignore`) against quantize.keep. A released checkpoint (quantize null) is served by its own scheme."""
+    q = spec.quantize
+    if q is None:
+        return []
+    what = f"quantize.scheme={q.scheme} (quantize.method={q.method}, quantize.group_size={q.group_size})"
+    groups = quantization.get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        return [f"{source}: {QUANTIZATION_CONFIG} has no config_groups, so it is no checkpoint of {what}; {REQUANTIZE}"]
+    expected = checkpoint_scheme(q)
+    problems = []
+    for name, group in sorted(groups.items()):
+        for part, want in expected.items():
+            have = group.get(part) if isinstance(group, Mapping) else None
+            at = f"{QUANTIZATION_CONFIG}.config_groups.{name}.{part}"
+            if want is None and have is None:
+                continue
+            if want is None or not isinstance(have, Mapping):
+                found = "null" if not isinstance(have, Mapping) else _args_text(have)
+                problems.append(
+                    f"{source}: {at} is {found}, but {what} writes {'null' if want is None else _args_text(want)}; "
+                    f"{REQUANTIZE}"
+                )
+                continue
+            differing = [f for f in COMPARED_ARGS if have.get(f) != want[f]]
+            if differing:
+                found = ", ".join(f"{f}={have.get(f)!r} (the spec's {want[f]!r})" for f in differing)
+                problems.append(f"{source}: {at} has {found}, not {what}; {REQUANTIZE}")
+    ignore = quantization.get("ignore") or []
+    if isinstance(ignore, list) and all(isinstance(entry, str) for entry in ignore):
+        kept, left = kept_modules(spec), tuple(ignore)
+        for linear in linear_modules(spec.model):
+            if is_kept(linear, kept) != is_kept(linear, left):
+                verb = "keeps" if is_kept(linear, kept) else "quantizes"
+                done = "quantized" if is_kept(linear, kept) else "kept"
+                problems.append(
+                    f"{source}: the spec {verb} {linear.names[0]} (quantize.keep={list(kept)}), but the checkpoint "
+                    f"{done} it ({QUANTIZATION_CONFIG}.ignore); {REQUANTIZE}"
+                )
+                break
+    return problems

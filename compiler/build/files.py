@@ -34,6 +34,10 @@ LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)  # what bash reads when a trai
 # -- a converted model (convert.output): the converter's record of what it wrote ----------------------------
 CONVERTED_MANIFEST = "lmspec-convert.json"
 
+# -- a quantized model (quantize.output): the quantize stage's record, and the quality it was accepted with --
+QUANTIZED_MANIFEST = "lmspec-quantize.json"
+QUALITY_JSON = "lmspec-quality.json"  # also in runs/<name>/quantize/: what the stage measured, and its verdict
+
 # -- the run directory runs/<name>/ and its own entries ------------------------------------------------------
 RUNS = "runs"
 METRICS = "metrics.jsonl"  # lmspec.runtime.train.metrics
@@ -44,7 +48,20 @@ DATA_DIR = "datasets"  # the built-in corpus prepared for the run's tokenizer, m
 RANK_LOGS = "rank_logs"  # launch/torchrun.sh: each rank's stdout and stderr, a folder per launch (torchrun --log-dir)
 TENSORBOARD_DIR = "tensorboard"  # lmspec.runtime.train.metric_sinks: train.logging.tensorboard's event files
 WANDB_DIR = "wandb"  # W&B's own folder in the directory it is given (train.logging.wandb): the run directory
-RUN_DIR_ENTRIES = (METRICS, VLLM_LOG, TOKENIZER_DIR, VLLM_CACHE_DIR, DATA_DIR, RANK_LOGS, TENSORBOARD_DIR, WANDB_DIR)
+QUANTIZE_DIR = "quantize_stage"  # lmspec.runtime.quantize.stage: its sequences, request, log and quality report
+QUALITY_MD = "quality.md"  # in QUANTIZE_DIR: the quality table a reviewer reads
+QUANTIZE_LOG = "quantize.log"  # in QUANTIZE_DIR: llm-compressor's output
+RUN_DIR_ENTRIES = (
+    METRICS,
+    VLLM_LOG,
+    TOKENIZER_DIR,
+    VLLM_CACHE_DIR,
+    DATA_DIR,
+    RANK_LOGS,
+    TENSORBOARD_DIR,
+    WANDB_DIR,
+    QUANTIZE_DIR,
+)
 
 # -- train.checkpoint.dir (lmspec.runtime.train.checkpoint) -------------------------------------------------
 LATEST = "latest"  # one line naming the newest complete step directory

@@ -5,7 +5,8 @@ proved lmspec's; this module is that proof, kept apart from the writing (compile
 so the drift check (compiler/build/writer.py `stale_files`) lists a directory the same way. Rules:
 
 - A directory is replaced only when it is lmspec's: a real directory (not a symlink) holding a
-  regular-file manifest (manifest.json for a build, lmspec-convert.json for a converted model) that
+  regular-file manifest (manifest.json for a build, lmspec-convert.json for a converted model,
+  lmspec-quantize.json for a quantized one) that
   parses and whose `files` table names everything there, i.e. every entry is a regular file the
   manifest names or a directory on the way to one. Anything else (a user's directory, a file, a
   symlink to anything, a FIFO, a build with a file the manifest does not name) is refused with exit 2
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmspec.compiler.build.earlier import manifest_files
-from lmspec.compiler.build.files import CONVERTED_MANIFEST, MANIFEST
+from lmspec.compiler.build.files import CONVERTED_MANIFEST, MANIFEST, QUANTIZED_MANIFEST
 from lmspec.compiler.build.safe_read import Unreadable, kind_of, read_regular
 from lmspec.compiler.errors import UsageError
 
@@ -51,7 +52,13 @@ CONVERTED = Owner(
     "set convert.output to a new directory, or move {target} away",
     sealed=True,
 )
-OWNER_MANIFESTS = (BUILD.manifest, CONVERTED.manifest)
+QUANTIZED = Owner(
+    QUANTIZED_MANIFEST,
+    "a model lmspec's quantize stage wrote",
+    "set quantize.output to a new directory, or move {target} away",
+    sealed=True,
+)
+OWNER_MANIFESTS = (BUILD.manifest, CONVERTED.manifest, QUANTIZED.manifest)
 
 
 def require_replaceable(target: Path, owner: Owner, label: str = "") -> bool:

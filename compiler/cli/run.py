@@ -25,6 +25,7 @@ STAGES: dict[str, str] = {
     "import": "lmspec.runtime.convert.import_stage:run_import",
     "convert": "lmspec.runtime.convert.to_hf:run_stage",
     "verify": "lmspec.runtime.verify:run_stage",
+    "quantize": "lmspec.runtime.quantize.stage:run_stage",
     "serve": "lmspec.runtime.serve.stage:run_stage",
 }
 SERVE_STAGE = "serve"  # the one stage of a serve-only job (train: null); every other stage needs the training
@@ -34,7 +35,9 @@ STAGE_HELP = (
     "import (a job that trains, and --from HF_DIR: a released model into a training checkpoint), "
     "convert (a job that trains and converts, and a checkpoint: writes convert.output), "
     "verify (a checkpoint and its converted model, or --from HF_DIR), "
-    "serve (a serve section, and the model at convert.output or serve.model_path; the default of a "
+    "quantize (a quantize section and the converted model: calibrates it with llm-compressor into "
+    "quantize.output, and fails beyond quantize.max_perplexity_increase), "
+    "serve (a serve section, and the model at quantize.output, convert.output or serve.model_path; the default of a "
     "serve-only job; a multi-node engine prints what to run on each node, cluster=slurm submits serve/sbatch.sh)"
 )
 
@@ -42,7 +45,7 @@ STAGE_HELP = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run",
-        help="run a compiled build: train, import, convert, verify, serve",
+        help="run a compiled build: train, import, convert, verify, quantize, serve",
         **described(
             "Run a build `lmspec compile` wrote (its manifest is checked first). Without --stage a job that "
             "trains trains, and a serve-only job serves.\n\n" + STAGE_HELP[0].upper() + STAGE_HELP[1:] + ".",
@@ -50,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "lmspec run build/tiny --dry-run",
             "lmspec run build/llama3_8b --stage import --from /models/Meta-Llama-3-8B",
             "lmspec run build/tiny --stage convert && lmspec run build/tiny --stage verify",
+            "lmspec run build/tiny --stage quantize",
             "lmspec run build/tiny --stage serve",
         ),
     )

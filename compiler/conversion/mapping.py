@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.conversion.kinds import SplitKind
 from lmspec.compiler.conversion.rows import EMBEDDING, FINAL_NORM, OUTPUT, LayerRows, Row
@@ -29,8 +29,10 @@ from lmspec.compiler.conversion.transforms import (
 )
 from lmspec.compiler.families import FAMILIES
 from lmspec.compiler.models.units import PRECISION_DTYPE
-from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
+
+if TYPE_CHECKING:  # the serving models read shape_table, and the Plan is built from them
+    from lmspec.compiler.plan import Plan
 
 FP32_TENSORS = ("mlp.router.expert_bias",)  # megatron keeps it fp32; HF's e_score_correction_bias too
 

@@ -29,6 +29,7 @@ from lmspec.compiler.emit.report_format import (
     rate,
     seconds,
 )
+from lmspec.compiler.emit.report_quantize import quantize_rows
 from lmspec.compiler.emit.report_serve_perf import serve_perf_rows
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.models.summary import step_estimate
@@ -60,6 +61,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
             job=_job_line(plan),
             training=_training(plan) if plan.train is not None else None,
             params_rows=_params_rows(plan),
+            quantize_rows=quantize_rows(plan),
             serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)] if plan.serve is not None else None,
             warnings=[w.message for w in plan.warnings],
         )

@@ -63,6 +63,9 @@ QUANTIZATION_NOTES = {
     "fp8": "FP8: quantized by vLLM while loading (dynamic per-tensor scales); no calibration needed, "
     "calibrated scales improve accuracy",
     "bitsandbytes": "bitsandbytes: quantized by vLLM while loading; no calibration needed",
+    "compressed-tensors": "compressed-tensors: a checkpoint llm-compressor wrote; vLLM reads its scheme from "
+    "config.json's quantization_config (a released one's weights are priced at serve.dtype: lmspec does not "
+    "read its scheme at compile time)",
 }
 
 
@@ -366,6 +369,8 @@ def serve_report_rows(plan: Plan) -> list[tuple[str, str]]:
     nodes = plan.served().layout
     spread = f" on {nodes.nodes} nodes ({nodes.mode.replace('_', ' ')})" if nodes.nodes > 1 else ""
     source = "serve.model_path" if v.model_path else "the conversion output"
+    if v.model_path is None and plan.spec.quantize is not None:
+        source = f"the quantize stage's {plan.spec.quantize.scheme} checkpoint, calibrated from the conversion output"
     auth = f"key from ${v.api_key_env}" if v.api_key_env else "no API key"
     return [
         ("engine layout", f"{layout} = {nodes.gpus} GPU(s){spread}"),

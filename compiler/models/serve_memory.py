@@ -31,10 +31,13 @@ from lmspec.compiler.models.serve_defaults import (
 )
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.models.units import DTYPE_BYTES, FP32_BYTES, GIB
+from lmspec.compiler.quantize_modules import COMPRESSED_TENSORS, quantized_model
 from lmspec.compiler.spec.sections import ModelSpec, ServingSpec
 
 KV_FP8_BYTES = 1
-# Bytes per weight of the linear layers under each quantization (4-bit packs two per byte).
+# Bytes per weight of the linear layers of a released checkpoint under each quantization (4-bit packs two
+# per byte). compressed-tensors says its scheme in the checkpoint: the quantize stage's is the spec's
+# (lmspec.compiler.quantize_modules prices it), a released one's is not known here and is priced at the dtype.
 QUANT_WEIGHT_BYTES = {"fp8": 1.0, "awq": 0.5, "gptq": 0.5, "bitsandbytes": 0.5}
 BLOCK_TOKENS = 16  # vLLM's default KV block size: the cache is allocated in whole blocks
 # Live hidden-size vectors per token at a layer's peak: residual, normed input, the layer's output
@@ -103,17 +106,32 @@ def replicated_params(m: ModelSpec) -> tuple[int, int]:
     return down, counts.router + counts.norms
 
 
+def serves_quantize_output(spec: ServingSpec) -> bool:
+    """Whether vLLM serves the quantize stage's checkpoint (quantize set, serve.model_path null), whose
+    layers lmspec.compiler.quantize_modules prices by the spec's scheme and keep patterns."""
+    return spec.quantize is not None and spec.serve.model_path is None and spec.serve.quantization == COMPRESSED_TENSORS
+
+
 def weight_split(spec: ServingSpec) -> WeightSplit:
     s, m = spec.serve, spec.model
     dtype = DTYPE_BYTES[served_dtype(spec)]
     counts = count_params(m)
     vocab = counts.embedding + counts.output_head
-    linear = QUANT_WEIGHT_BYTES.get(s.quantization or "", dtype)
-    experts = counts.expert * linear
     down, whole = replicated_params(m)
-    sharded = (counts.total - counts.expert - vocab - down - whole) * linear + vocab * dtype
+    others = counts.total - counts.expert - vocab - down - whole  # attention and MLP, with their norms and biases
+    if serves_quantize_output(spec):
+        q = quantized_model(spec, dtype)
+        experts = q.experts.bytes
+        linear_params = q.attention.params + q.dense_mlp.params
+        sharded = q.attention.bytes + q.dense_mlp.bytes + (others - linear_params + vocab) * dtype
+        replicated = q.mla_down.bytes + whole * dtype
+    else:
+        linear = QUANT_WEIGHT_BYTES.get(s.quantization or "", dtype)
+        experts = counts.expert * linear
+        sharded = others * linear + vocab * dtype
+        replicated = down * linear + whole * dtype
     expert_shards = s.tp * s.dp if s.expert_parallel else s.tp
-    dense = sharded / (s.tp * s.pp) + (down * linear + whole * dtype) / s.pp
+    dense = sharded / (s.tp * s.pp) + replicated / s.pp
     return WeightSplit(dense=dense, experts=experts / (expert_shards * s.pp))
 
 

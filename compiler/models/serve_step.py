@@ -8,7 +8,8 @@ projections of a large chunk are compute-bound):
 
 - linear layers: weights read once per step (a MoE layer only the experts some token picked:
   1 - (1 - top_k/E)^tokens of them), FLOPs 2 x active parameters per token at the weights' rate
-  (FP8 weights on the GPU's FP8 rate; INT4 weights are dequantized to bf16);
+  (FP8 weights on the GPU's FP8 rate; INT4 weights are dequantized to bf16; a quantize stage's checkpoint
+  at its scheme's rate for the layers it quantized, the rest at bf16's: `linear_rates`);
 - attention: each decoding sequence reads its KV cache (its context x bytes per token); a prefill
   chunk's queries attend over their prefix (FLOPs quadratic in the prompt);
 - communication: two tensor-parallel all-reduces per layer of the step's tokens; with expert
@@ -37,15 +38,19 @@ from typing import Any
 
 from lmspec.compiler.models.flops import FLOPS_PER_MAC
 from lmspec.compiler.models.params import count_params, is_moe_layer
-from lmspec.compiler.models.serve_memory import ServeMemory, served_dtype, weight_split
+from lmspec.compiler.models.serve_memory import ServeMemory, served_dtype, serves_quantize_output, weight_split
 from lmspec.compiler.models.steptime_inputs import bus_links
 from lmspec.compiler.models.units import DTYPE_BYTES, TFLOPS
-from lmspec.compiler.spec.sections import ServingSpec
+from lmspec.compiler.quantize_modules import quantized_model
+from lmspec.compiler.spec.sections import GpuSpec, ServingSpec
 
 CALIBRATION_FILE = "serve_calibration.json"  # package data beside this module, written by the bench
 TP_ALL_REDUCES_PER_LAYER = 2  # after attention's output projection and after the MLP
 A2A_PER_MOE_LAYER = 2  # dispatch and combine
 W4A16 = ("awq", "gptq", "bitsandbytes")  # 4-bit weights multiplied in bf16 after dequantizing
+# INT8 tensor cores where the datasheet states no FP8 rate (Ampere): twice the bf16 rate (A100: 624 INT8
+# TOPS, 312 bf16 TFLOP/s).
+INT8_OVER_BF16 = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +133,8 @@ class EngineShape:
     top_k: int
     dense_flops_per_token: float  # per GPU, forward, non-expert linear layers
     expert_flops_per_token: float  # per GPU, forward, the top-k routed experts of one token
-    linear_tflops: float  # the rate the linear layers run at
+    linear_tflops: float  # the rate the non-expert linear layers run at
+    expert_linear_tflops: float  # the rate the routed experts run at
     attention_tflops: float
     kv_bytes_per_token: float  # per GPU, the stage's layers
     attention_flops_per_token_context: float  # per GPU: 2 x 2 x heads x dims per layer per prefix token
@@ -161,7 +167,7 @@ def engine_shape(spec: ServingSpec, memory: ServeMemory) -> EngineShape:
     a2a = bool(m.moe) and v.expert_parallel and v.dp > 1
     active_expert = per_expert * (m.moe.top_k if m.moe else 0)
     dense_params = counts.total - routed - counts.embedding  # the embedding is a lookup, not a GEMM
-    linear_rate = hw.gpu.fp8_tflops if (v.quantization == "fp8" and hw.gpu.fp8_tflops) else hw.gpu.bf16_tflops
+    linear_rate, expert_rate = linear_rates(spec)
     if m.attention == "mla":
         assert m.mla is not None
         # vLLM's MLA decode absorbs the up-projections: every head scores the latent (+ rope) and reads it back
@@ -180,6 +186,7 @@ def engine_shape(spec: ServingSpec, memory: ServeMemory) -> EngineShape:
         dense_flops_per_token=FLOPS_PER_MAC * dense_params / (v.tp * v.pp),
         expert_flops_per_token=FLOPS_PER_MAC * active_expert / (ep_group * v.pp),
         linear_tflops=linear_rate * TFLOPS,
+        expert_linear_tflops=expert_rate * TFLOPS,
         attention_tflops=hw.gpu.bf16_tflops * TFLOPS,
         kv_bytes_per_token=memory.kv_cache_bytes_per_token,
         attention_flops_per_token_context=attention_flops,
@@ -206,6 +213,48 @@ def engine_shape(spec: ServingSpec, memory: ServeMemory) -> EngineShape:
     )
 
 
+def quantized_tflops(scheme: str, gpu: GpuSpec) -> float:
+    """The rate the GEMMs of a layer quantized by `scheme` (quantize.scheme) run at on `gpu`.
+
+    fp8 and fp8_dynamic (W8A8) on the FP8 tensor cores; without them (Ampere) vLLM runs the checkpoint as
+    weight-only FP8 (CompressedTensorsW8A16Fp8, Marlin) at the bf16 rate. int8 (W8A8) on the INT8 tensor
+    cores: the FP8 rate where the datasheet states one (Hopper's INT8 TOPS are its FP8 TFLOP/s, 1,979 on an
+    H100; Ada's INT8 TOPS are at least its FP8 rate), else INT8_OVER_BF16 x bf16 (Ampere). w4a16 dequantizes
+    to bf16 and multiplies there. A CPU runs each at the rate its preset states (its int8 and fp8 GEMMs
+    are not measured)."""
+    if gpu.generation == "cpu" or scheme == "w4a16":
+        return gpu.bf16_tflops
+    if scheme == "int8":
+        return gpu.fp8_tflops or INT8_OVER_BF16 * gpu.bf16_tflops
+    return gpu.fp8_tflops or gpu.bf16_tflops
+
+
+def _mixed(slow: float, fast: float, fast_share: float) -> float:
+    """The rate of FLOPs a share of which runs at `fast`, the rest at `slow` (times add, not rates)."""
+    if fast == slow:
+        return slow
+    return 1.0 / (fast_share / fast + (1.0 - fast_share) / slow)
+
+
+def linear_rates(spec: ServingSpec) -> tuple[float, float]:
+    """TFLOP/s of the non-expert linear layers and of the routed experts. A quantize stage's checkpoint runs
+    the layers it quantized at quantized_tflops and those it kept (the output head, the routers, quantize.keep)
+    at bf16's, each part by its share of the FLOPs (lmspec.compiler.quantize_modules); serve.quantization=fp8
+    runs every linear layer at the FP8 rate where the GPU has one."""
+    v, m, gpu = spec.serve, spec.model, spec.hardware.gpu
+    if serves_quantize_output(spec):
+        assert spec.quantize is not None
+        q = quantized_model(spec, DTYPE_BYTES[served_dtype(spec)])
+        fast = quantized_tflops(spec.quantize.scheme, gpu)
+        counts = count_params(m)
+        dense_params = counts.total - counts.routed_experts - counts.embedding
+        quantized = q.attention.quantized_params + q.mla_down.quantized_params + q.dense_mlp.quantized_params
+        dense = _mixed(gpu.bf16_tflops, fast, quantized / dense_params)
+        return dense, _mixed(gpu.bf16_tflops, fast, q.experts.quantized_share)
+    rate = gpu.fp8_tflops if (v.quantization == "fp8" and gpu.fp8_tflops) else gpu.bf16_tflops
+    return rate, rate
+
+
 def experts_touched(shape: EngineShape, tokens: float) -> float:
     """Share of the local experts some token of the step picks, routing uniform: 1 - (1 - k/E)^tokens."""
     if not shape.experts:
@@ -219,8 +268,11 @@ def step_time(shape: EngineShape, batch: Batch, c: ServeConstants) -> StepTime:
     bw = shape.hbm_bytes_per_s * c.bandwidth_efficiency
     moe_tokens = stage_tokens * shape.ep_token_share
     weights = shape.dense_bytes + shape.expert_bytes * experts_touched(shape, moe_tokens)
-    linear_flops = stage_tokens * shape.dense_flops_per_token + moe_tokens * shape.expert_flops_per_token
-    linear = max(weights / bw, linear_flops / (shape.linear_tflops * c.compute_efficiency))
+    linear_compute = (
+        stage_tokens * shape.dense_flops_per_token / shape.linear_tflops
+        + moe_tokens * shape.expert_flops_per_token / shape.expert_linear_tflops
+    )
+    linear = max(weights / bw, linear_compute / c.compute_efficiency)
     decode_seqs = batch.decode_seqs / shape.pp
     prefill = batch.prefill_tokens / shape.pp
     kv_read = decode_seqs * batch.decode_context * shape.kv_bytes_per_token

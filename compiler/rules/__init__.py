@@ -29,6 +29,7 @@ from lmspec.compiler.rules import (
     model,
     moe_settings,
     overlap,
+    quantize,
     run_paths,
     serve_budget,
     serve_scale,
@@ -42,7 +43,7 @@ from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.sections import serving as serving_part
 from lmspec.compiler.spec.sections import training as training_part
 
-RULES = (*jobs.RULES, *hardware.RULES, *model.RULES, *launch.RULES, *site.RULES, *run_paths.RULES)
+RULES = (*jobs.RULES, *hardware.RULES, *model.RULES, *launch.RULES, *site.RULES, *run_paths.RULES, *quantize.RULES)
 TRAINING_RULES = (
     *model.TRAINING_RULES,
     *layout.RULES,
@@ -59,7 +60,7 @@ TRAINING_RULES = (
     *budget.RULES,
     *checkpoint.RULES,
 )
-SERVING_RULES = (*serving.RULES, *serve_scale.RULES, *vllm_extra.RULES, *serve_budget.RULES)
+SERVING_RULES = (*serving.RULES, *quantize.SERVING_RULES, *serve_scale.RULES, *vllm_extra.RULES, *serve_budget.RULES)
 ACCEPTED_TRAINING_RULES = (*conversion.RULES,)
 
 

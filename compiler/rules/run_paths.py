@@ -17,7 +17,7 @@ from lmspec.compiler.run_paths import RUN_DIR, describe, overlaps
 
 
 def run_paths_apart(ctx: RuleContext) -> Iterator[Problem]:
-    keys = ("convert.output", "train.checkpoint.dir", "serve.model_path", "train.init_from")
+    keys = ("convert.output", "quantize.output", "train.checkpoint.dir", "serve.model_path", "train.init_from")
     show = {key: ctx.show(key) for key in keys}
     show[RUN_DIR] = f"{run_dir(ctx.spec.name)}/ of {ctx.show('name')}"
     for clash in overlaps(ctx.spec, ctx.inputs.resolved):

@@ -19,7 +19,8 @@ import yaml
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.spec.load import compose_spec
 
-GROUP_ORDER = ("model", "parallel", "train", "serve", "cluster", "convert", "hardware")  # as specs/config.yaml
+# as specs/config.yaml
+GROUP_ORDER = ("model", "parallel", "train", "serve", "cluster", "convert", "quantize", "hardware")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

@@ -306,6 +306,32 @@ SPLIT = Kind(
     extra=_split_problem,
 )
 
+_MODULE_NAME = r"[A-Za-z0-9_]+(?:[.][A-Za-z0-9_]+)*"
+MODULE_PATTERN_PREFIX = "re:"  # compressed-tensors' mark of a regular expression among module names
+
+
+def _module_pattern_problem(value: str) -> str | None:
+    if not value.startswith(MODULE_PATTERN_PREFIX):
+        return None
+    try:
+        re.compile(value[len(MODULE_PATTERN_PREFIX) :])
+    except re.error as exc:
+        return f"its regular expression does not compile ({exc})"
+    return None
+
+
+MODULE_PATTERN = Kind(
+    "module-pattern",
+    "a module name (lm_head, model.layers.0.mlp.gate) or re: and a Python regular expression matched from the "
+    "start of the name (re:.*mlp[.]gate$)",
+    rf"re:[!-~]+|{_MODULE_NAME}",
+    r"[!-~]",
+    "re:.*mlp[.]gate$",
+    256,
+    why="llm-compressor's `ignore` and vLLM's compressed-tensors loader match it against the model's module names",
+    extra=_module_pattern_problem,
+)
+
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
@@ -327,6 +353,7 @@ KINDS: dict[str, Kind] = {
         CONTAINER_MOUNT,
         PATH,
         SPLIT,
+        MODULE_PATTERN,
     )
 }
 

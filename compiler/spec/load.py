@@ -31,6 +31,7 @@ from lmspec.compiler.spec.overrides import (
 )
 from lmspec.compiler.spec.provenance import Origins, replay
 from lmspec.compiler.spec.rephrase import rephrase
+from lmspec.compiler.spec.sections.spec import ABSENT_IS_NULL
 from lmspec.compiler.spec.spec_file import check_spec_file, resolve_spec_file, search_dirs, search_path_overrides
 from lmspec.compiler.spec.yaml_files import YamlFiles
 
@@ -91,6 +92,8 @@ def compose_spec(overrides: list[str], spec_file: Path | None = None) -> Compose
                 spec = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
             except (InterpolationResolutionError, GrammarParseError) as exc:
                 raise SpecError([interpolation_problem(raw, exc, parsed, origins)]) from None
+            for name in ABSENT_IS_NULL:  # a group left at its null default (`- quantize: null`) is absent
+                spec.setdefault(name, None)
     except SpecError:
         raise
     except (ConfigCompositionException, MissingConfigException, OmegaConfBaseException, ValueError) as exc:

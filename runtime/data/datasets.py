@@ -105,23 +105,31 @@ def builtin_prefix(tokenizer: TextTokenizer, run_dir: Path) -> Path:
     return prefix
 
 
-def build_datasets(spec: TrainingSpec, plan: Plan) -> TrainingData:
-    """The run's train and valid datasets (call on every rank: the builder synchronises them)."""
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+def source_blend(spec: TrainingSpec, tokenizer: TextTokenizer, run_dir: Path) -> tuple[list[str], list[float]]:
+    """train.data.sources as Megatron's --data-path (prefixes, weights); the built-in corpus as one source."""
+    sources = spec.train.data.sources
+    if sources is None:
+        return [str(builtin_prefix(tokenizer, run_dir))], [1.0]
+    return [s.path for s in sources], [s.weight for s in sources]
 
-    run_dir = Path(plan.paths.run_dir)
-    data, samples = spec.train.data, plan.trained().batch.samples
-    tokenizer = run_tokenizer(spec, run_dir)
-    if data.sources is None:
-        prefixes, weights = [str(builtin_prefix(tokenizer, run_dir))], [1.0]
-    else:
-        prefixes, weights = [s.path for s in data.sources], [s.weight for s in data.sources]
-    config = GPTDatasetConfig(
+
+def gpt_config(
+    spec: TrainingSpec,
+    run_dir: Path,
+    tokenizer: TextTokenizer,
+    blend: tuple[list[str], list[float] | None],
+    seq_length: int,
+    split: str,
+) -> Any:
+    """megatron-core's GPTDatasetConfig as lmspec builds every dataset of a run: the run's seed, the index
+    cache in the run directory, (tokens, labels) samples without masks."""
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+
+    return GPTDatasetConfig(
         random_seed=spec.train.seed,
-        sequence_length=spec.train.seq_length,
-        blend=(prefixes, weights),
-        split=data.split,
+        sequence_length=seq_length,
+        blend=blend,
+        split=split,
         path_to_cache=str(run_dir / DATA_DIR / CACHE_DIR),
         tokenizer=MegatronTokenizerView(tokenizer),
         reset_position_ids=False,
@@ -129,6 +137,18 @@ def build_datasets(spec: TrainingSpec, plan: Plan) -> TrainingData:
         eod_mask_loss=False,
         create_attention_mask=False,
     )
+
+
+def build_datasets(spec: TrainingSpec, plan: Plan) -> TrainingData:
+    """The run's train and valid datasets (call on every rank: the builder synchronises them)."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    run_dir = Path(plan.paths.run_dir)
+    data, samples = spec.train.data, plan.trained().batch.samples
+    tokenizer = run_tokenizer(spec, run_dir)
+    prefixes, weights = source_blend(spec, tokenizer, run_dir)
+    config = gpt_config(spec, run_dir, tokenizer, (prefixes, weights), spec.train.seq_length, data.split)
     sizes = [samples.train, samples.valid, 0]  # lmspec never reads the test split
     # A split nothing is drawn from is not built: Megatron would loop forever asking an empty split
     # (the test split of a small corpus) for its one extra token. The others keep Megatron's boundaries.

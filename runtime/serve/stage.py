@@ -39,12 +39,16 @@ from lmspec.compiler.build.reader import Build
 from lmspec.compiler.endpoint import endpoint
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
+from lmspec.compiler.models.dims import device_kind
+from lmspec.compiler.models.units import DTYPE_BYTES
 from lmspec.compiler.plan import Plan
+from lmspec.compiler.quantize_modules import expert_patterns, kept_modules, quantized_model
 from lmspec.compiler.serve_config import served_config_problems
 from lmspec.compiler.spec.sections import ServingSpec
 from lmspec.compiler.vllm_cpu import cpu_attention_problems
 from lmspec.runtime.launchers import runtime_of
 from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+from lmspec.runtime.quantize.quality import published_problems
 from lmspec.runtime.slurm import in_container
 
 logger = logging.getLogger(__name__)
@@ -249,6 +253,11 @@ def check_served_model(plan: Plan, *, required: bool) -> None:
                 f"serve.model_path={v.model_path!r}: no model there (no config.json under {Path.cwd()}); put the "
                 "HF model directory there (config.json, weights, tokenizer) or compile with serve.model_path=DIR"
             )
+        if spec.quantize is not None:
+            raise UsageError(
+                f"quantize.output={str(model)!r}: no quantized model there (no config.json under {Path.cwd()}); "
+                "run `lmspec run BUILD --stage quantize` first"
+            )
         raise UsageError(
             f"convert.output={str(model)!r}: no model there (no config.json under {Path.cwd()}); run "
             "`lmspec run BUILD --stage convert` first, or compile with serve.model_path=DIR"
@@ -260,9 +269,31 @@ def check_served_model(plan: Plan, *, required: bool) -> None:
     if not isinstance(config, dict):
         raise UsageError(f"{config_path} holds a JSON {type(config).__name__}, not a config object")
     problems = served_config_problems(spec, config)
+    if spec.quantize is not None and v.model_path is None:
+        problems += published_problems(spec.quantize, model)
     if problems:
         listed = "".join(f"\n  - {p}" for p in problems)
         raise UsageError(f"{config_path} is not what the spec serves ({len(problems)} problem(s)):{listed}")
+
+
+def _require_quantized_expert_kernels(spec: ServingSpec) -> None:
+    """vLLM's CPU engine runs quantized MoE experts (CPUExpertsInt4/Int8) only on a CPU with AMX tiles; where
+    it has none, vLLM would fail minutes later with "No WNA16 MoE backend supports the deployment"."""
+    q = spec.quantize
+    if q is None or spec.model.moe is None or spec.serve.model_path is not None or device_kind(spec) != "cpu":
+        return
+    if quantized_model(spec, DTYPE_BYTES["bfloat16"]).experts.quantized_params == 0:
+        return
+    import torch
+
+    if torch.cpu._is_amx_tile_supported():
+        return
+    kept = ", ".join((*kept_modules(spec), *expert_patterns(spec.model)))
+    raise UsageError(
+        f"quantize.keep: the quantized MoE experts of {q.output} need AMX tiles on vLLM's CPU engine "
+        "(CPUExpertsInt4/Int8), and this CPU has none; serve on GPUs or an AMX CPU, or keep the experts in "
+        f"the model's dtype: quantize.keep=[{kept}], then quantize again"
+    )
 
 
 def _preflight(plan: Plan, env: dict[str, str]) -> None:
@@ -274,6 +305,7 @@ def _preflight(plan: Plan, env: dict[str, str]) -> None:
     if cpu:
         raise UsageError("vLLM's CPU backend cannot serve this model: " + "; ".join(cpu))
     check_served_model(plan, required=True)
+    _require_quantized_expert_kernels(spec)
     if v.api_key_env and not env.get(v.api_key_env):
         raise UsageError(
             f"serve.api_key_env={v.api_key_env}: set ${v.api_key_env} to the API key clients must "

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 from helpers.doc_runner import matches, run_tutorial, steps
+from helpers.marks import quantize_python
 from helpers.paths import ROOT
 from helpers.team_repo import tool_env
+
+from lmspec.runtime.quantize.stage import QUANTIZE_PYTHON_ENV
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 
@@ -30,6 +33,8 @@ def test_every_command_in_the_docs_runs(doc: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = tool_env(home) | {"COLUMNS": "200", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(home / "vllm")}
+    if quantize_python():  # the quantize stage's llm-compressor (.ci/setup's .venv-quantize)
+        env[QUANTIZE_PYTHON_ENV] = str(quantize_python())
     work = tmp_path / "work"
     work.mkdir()
     problems = run_tutorial(doc.read_text(encoding="utf-8"), work, env)

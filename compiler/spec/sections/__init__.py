@@ -1,5 +1,5 @@
 """The spec's sections as typed, frozen dataclasses: one module per group (model, hardware, parallel,
-train, serve, cluster, convert), the whole spec in spec.py, and `key()` in declare.py.
+train, serve, cluster, convert, quantize), the whole spec in spec.py, and `key()` in declare.py.
 
 This package is the single source of every key's name, type, bounds, description
 and example: `schemas/spec.schema.json` is generated from it (`lmspec schema`),
@@ -17,6 +17,7 @@ from lmspec.compiler.spec.sections.declare import Auto, key
 from lmspec.compiler.spec.sections.hardware import GpuSpec, HardwareSpec, InterNodeSpec, IntraNodeSpec
 from lmspec.compiler.spec.sections.model import ROPE_SCALING_FIELDS, MlaSpec, ModelSpec, MoeSpec, RopeScalingSpec
 from lmspec.compiler.spec.sections.parallel import OverlapSpec, ParallelSpec
+from lmspec.compiler.spec.sections.quantize import CalibrationSpec, QuantizeSpec
 from lmspec.compiler.spec.sections.serve import ServeSpec
 from lmspec.compiler.spec.sections.spec import ServingSpec, Spec, TrainingSpec, serving, training
 from lmspec.compiler.spec.sections.train import (
@@ -36,6 +37,7 @@ from lmspec.compiler.spec.sections.train import (
 __all__ = [
     "ROPE_SCALING_FIELDS",
     "Auto",
+    "CalibrationSpec",
     "CheckpointSpec",
     "ClusterSpec",
     "ContainerSpec",
@@ -57,6 +59,7 @@ __all__ = [
     "OptimizerSpec",
     "OverlapSpec",
     "ParallelSpec",
+    "QuantizeSpec",
     "RopeScalingSpec",
     "ServeSpec",
     "ServingSpec",

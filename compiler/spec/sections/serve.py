@@ -44,8 +44,10 @@ class ServeSpec:
     enforce_eager: bool = key("Disable CUDA graphs (debugging, CPU).", example=False)
     served_model_name: str = key("Model name clients send in requests.", example="llama3-8b", kind=kinds.LABEL)
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = key("Weight and activation dtype.", example="bfloat16")
-    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes"] | None = key(
-        "Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint.", example="fp8"
+    quantization: Literal["awq", "gptq", "fp8", "bitsandbytes", "compressed-tensors"] | None = key(
+        "Quantization method; null = none. AWQ/GPTQ need a calibrated checkpoint; compressed-tensors is "
+        "llm-compressor's format, the checkpoint the quantize stage writes (quantize.output).",
+        example="fp8",
     )
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = key(
         "KV cache dtype; auto = model dtype.", example="auto"

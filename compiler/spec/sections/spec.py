@@ -14,15 +14,19 @@ from lmspec.compiler.spec.sections.declare import key
 from lmspec.compiler.spec.sections.hardware import HardwareSpec
 from lmspec.compiler.spec.sections.model import ModelSpec
 from lmspec.compiler.spec.sections.parallel import ParallelSpec
+from lmspec.compiler.spec.sections.quantize import QuantizeSpec
 from lmspec.compiler.spec.sections.serve import ServeSpec
 from lmspec.compiler.spec.sections.train import TrainSpec
 
 _S = TypeVar("_S", bound="Spec")
+# Sections a spec may leave out, read as null: groups whose default is none, added after spec files that
+# name every group were written (lmspec.compiler.spec.load fills them in), so those files compose as before.
+ABSENT_IS_NULL = ("quantize",)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Spec:
-    """A whole lmspec job: model, hardware, layout, training, launch, conversion and serving.
+    """A whole lmspec job: model, hardware, layout, training, launch, conversion, quantization and serving.
 
     Three kinds of job: train and serve; train only (serve: null); serve only (train: null, which
     leaves parallel and convert unread and serves serve.model_path)."""
@@ -38,6 +42,9 @@ class Spec:
     train: TrainSpec | None = key("Training; null = a serve-only job (serve.model_path is served).")
     cluster: ClusterSpec = key("Launch.")
     convert: ConvertSpec | None = key("Conversion of training checkpoints; null = none (serve-only jobs).")
+    quantize: QuantizeSpec | None = key(
+        "Post-training quantization of the converted model (llm-compressor), served in its place; null = none."
+    )
     serve: ServeSpec | None = key("Serving; null = a train-only job.")
 
 
