@@ -63,19 +63,16 @@ def recipe(task: dict[str, Any]) -> list[Any]:
         from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
 
         modifiers.append(SmoothQuantModifier(smoothing_strength=task["smoothquant_strength"]))
-    if scheme == "w4a16":
-        # AWQ's scales come with zero points (its presets are W4A16_ASYM); GPTQ and RTN are symmetric
-        groups = {"group_0": w4a16_scheme(task["group_size"], symmetric=method != "awq")}
-        if method == "awq":
-            from llmcompressor.modifiers.transform.awq import AWQModifier
+    quantizer = GPTQModifier if method == "gptq" else QuantizationModifier  # AWQ only scales: RTN quantizes
+    if scheme != "w4a16":
+        return [*modifiers, quantizer(targets="Linear", scheme=PRESETS[scheme], ignore=ignore)]
+    if method == "awq":
+        from llmcompressor.modifiers.transform.awq import AWQModifier
 
-            modifiers.append(AWQModifier(ignore=ignore))
-        quantizer = GPTQModifier if method == "gptq" else QuantizationModifier
-        modifiers.append(quantizer(config_groups=groups, ignore=ignore))
-        return modifiers
-    quantizer = GPTQModifier if method == "gptq" else QuantizationModifier
-    modifiers.append(quantizer(targets="Linear", scheme=PRESETS[scheme], ignore=ignore))
-    return modifiers
+        modifiers.append(AWQModifier(ignore=ignore))
+    # AWQ's scales come with zero points (its presets are W4A16_ASYM); GPTQ and RTN are symmetric
+    groups = {"group_0": w4a16_scheme(task["group_size"], symmetric=method != "awq")}
+    return [*modifiers, quantizer(config_groups=groups, ignore=ignore)]
 
 
 def device() -> torch.device:
