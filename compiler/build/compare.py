@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.models.units import GIB, MIB
-from lmspec.compiler.build.files import MANIFEST, REPORT
+from lmspec.compiler.build.files import CARRIED, MANIFEST, REPORT
 
 if TYPE_CHECKING:
     from lmspec.compiler.plan import Plan
@@ -124,7 +124,9 @@ class Comparison:
     warnings_added: tuple[str, ...]
     warnings_removed: tuple[str, ...]
     files: tuple[tuple[str, str], ...]  # (status M/A/D, path) for differing files
-    unified: tuple[str, ...]  # one unified diff per differing file (manifest.json left out)
+    # one unified diff per differing file, but manifest.json and the carried files (made from the others: the
+    # build ConfigMap repeats every change again)
+    unified: tuple[str, ...]
 
     @property
     def identical(self) -> bool:
@@ -158,7 +160,7 @@ def compare(
         if a == b:
             continue
         files.append(("A" if a is None else "D" if b is None else "M", path))
-        if path != MANIFEST:
+        if path not in (MANIFEST, *CARRIED):
             unified.append(
                 "".join(
                     difflib.unified_diff(

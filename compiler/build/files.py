@@ -30,6 +30,15 @@ SERVE_WORKER_SH = "serve/worker.sh"  # the other nodes: `bash serve/worker.sh HE
 SERVE_SBATCH_SH = "serve/sbatch.sh"  # cluster=slurm: the whole engine as one Slurm job
 SERVE_POOLS = ("prefill", "decode")  # serve.disaggregation: serve/<pool>/vllm.yaml and serve/<pool>/serve.sh
 LAUNCH_FILES = (TORCHRUN_SH, SBATCH_SH, NCCL_ENV)  # what bash reads when a training starts
+# cluster.launcher=kubernetes (lmspec.compiler.launchers.kubernetes): every container runs `bash pod.sh ROLE`
+# from the build ConfigMap's mount; train.yaml and serve.yaml hold the objects of the parts the spec has
+K8S_POD_SH = "k8s/pod.sh"
+K8S_TRAIN = "k8s/train.yaml"  # when the spec trains: a TrainJob and its ClusterTrainingRuntime, or a JobSet
+K8S_SERVE = "k8s/serve.yaml"  # when it serves: a LeaderWorkerSet and its leader Service, or a RayService
+# The ConfigMap(s) carrying the build into the pods: made from the finished files, manifest.json included, so
+# the manifest cannot list it (a file cannot hold its own hash); `lmspec run` makes it again and compares.
+K8S_BUILD = "k8s/build.yaml"
+CARRIED = (K8S_BUILD,)  # a build's files its manifest does not list (lmspec.compiler.emit.manifest.build_files)
 
 # -- a converted model (convert.output): the converter's record of what it wrote ----------------------------
 CONVERTED_MANIFEST = "lmspec-convert.json"

@@ -8,9 +8,10 @@ so the drift check (compiler/build/writer.py `stale_files`) lists a directory th
   regular-file manifest (manifest.json for a build, lmspec-convert.json for a converted model,
   lmspec-quantize.json for a quantized one) that
   parses and whose `files` table names everything there, i.e. every entry is a regular file the
-  manifest names or a directory on the way to one. Anything else (a user's directory, a file, a
-  symlink to anything, a FIFO, a build with a file the manifest does not name) is refused with exit 2
-  and left alone. A file a user dropped into build/x is refused, not kept or deleted: keeping it
+  manifest names or a directory on the way to one; a build may also hold the files its launcher carries
+  (compiler/build/files.py CARRIED: made from the manifest, so it cannot list them), admitted by name.
+  Anything else (a user's directory, a file, a symlink to anything, a FIFO, a build with a file the
+  manifest does not name) is refused with exit 2 and left alone. A file a user dropped into build/x is refused, not kept or deleted: keeping it
   would carry a file into the new build that `compile --check` reports as "not emitted" forever, and
   deleting it is data loss; the message names it so the user moves it away. A hand edit of a file
   the manifest names is drift in lmspec's own file and is overwritten (that is what a compile is
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmspec.compiler.build.earlier import manifest_files
-from lmspec.compiler.build.files import CONVERTED_MANIFEST, MANIFEST, QUANTIZED_MANIFEST
+from lmspec.compiler.build.files import CARRIED, CONVERTED_MANIFEST, MANIFEST, QUANTIZED_MANIFEST
 from lmspec.compiler.build.safe_read import Unreadable, kind_of, read_regular
 from lmspec.compiler.errors import UsageError
 
@@ -43,9 +44,10 @@ class Owner:
     what: str  # "an lmspec build"
     fix: str  # what to do instead; {target} is the path
     sealed: bool = False  # True: replace_directory lists the staging's files into `manifest` itself
+    carried: tuple[str, ...] = ()  # files it may hold that `manifest` does not name (made from the manifest)
 
 
-BUILD = Owner(MANIFEST, "an lmspec build", "move it away, or compile with another -o or name")
+BUILD = Owner(MANIFEST, "an lmspec build", "move it away, or compile with another -o or name", carried=CARRIED)
 CONVERTED = Owner(
     CONVERTED_MANIFEST,
     "a model lmspec's converter wrote",
@@ -58,7 +60,7 @@ QUANTIZED = Owner(
     "set quantize.output to a new directory, or move {target} away",
     sealed=True,
 )
-OWNER_MANIFESTS = (BUILD.manifest, CONVERTED.manifest, QUANTIZED.manifest)
+OWNERS = (BUILD, CONVERTED, QUANTIZED)
 
 
 def require_replaceable(target: Path, owner: Owner, label: str = "") -> bool:
@@ -67,7 +69,7 @@ def require_replaceable(target: Path, owner: Owner, label: str = "") -> bool:
     mode = lstat_mode(target, label)
     if mode is None:
         return False
-    reason = _not_owned(target, mode, owner.manifest)
+    reason = _not_owned(target, mode, owner)
     if reason is not None:
         fix = owner.fix.format(target=target)
         raise UsageError(f"{label}{target} exists and is not {owner.what} ({reason}); {fix}")
@@ -99,12 +101,13 @@ def lstat_mode(path: Path, label: str) -> int | None:
         raise UsageError(f"cannot inspect {label}{path}: {why(exc)}") from None
 
 
-def _not_owned(target: Path, mode: int, manifest: str) -> str | None:
-    """Why the directory entry `target` (lstat mode `mode`) is not lmspec's, or None when it is."""
+def _not_owned(target: Path, mode: int, owner: Owner) -> str | None:
+    """Why the directory entry `target` (lstat mode `mode`) is not `owner`'s, or None when it is."""
+    manifest = owner.manifest
     if not stat.S_ISDIR(mode):
         return f"it is {kind_of(mode)}"
     try:
-        names = set(manifest_files(target, manifest)) | {manifest}
+        names = set(manifest_files(target, manifest)) | {manifest, *owner.carried}
         found = walk(target, dirs_above(names))
     except Unreadable as exc:
         return exc.reason

@@ -16,6 +16,10 @@ JSON of the shape compiler/build/writer.py writes, by this lmspec version). From
 - `build.script(rel)`: verifies a file another program reads from disk (bash runs
   launch/torchrun.sh, vLLM reads serve/vllm.yaml) and returns its path.
 
+A carried file (compiler/build/files.py CARRIED: the build ConfigMap, made from the manifest) is not
+listed, so `read` refuses it like any file lmspec did not compile: a reader makes it again from the
+listed files with the launcher's `carries` and compares.
+
 Anything else is a `DamagedBuild` (a UsageError: exit 2) naming the file and the command that
 compiles the build again. Files are read with compiler/build/safe_read.py: regular files only, no
 symlinks followed below the build directory, bounded in size; a FIFO or device where a build

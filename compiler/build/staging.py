@@ -29,7 +29,7 @@ import stat
 from pathlib import Path
 
 from lmspec.compiler.build.earlier import manifest_files
-from lmspec.compiler.build.ownership import OWNER_MANIFESTS, dirs_above
+from lmspec.compiler.build.ownership import OWNERS, dirs_above
 from lmspec.compiler.build.safe_read import Unreadable, read_regular
 
 IN_PROGRESS = ".lmspec-staging"  # inside a staging directory until it is complete
@@ -68,7 +68,8 @@ def discard(path: Path) -> list[str]:
     """Delete a staging or retired directory as far as it is lmspec's; returns what stays.
 
     What proves a directory lmspec's (the staging marker, the manifest) is deleted last, so a
-    writer killed halfway through leaves a directory the next writer can still prove and clean.
+    writer killed halfway through leaves a directory the next writer can still prove and clean. A build's
+    carried files (made from its manifest, which cannot list them) are lmspec's by name.
     """
     try:
         partial = stat.S_ISREG(os.lstat(path / IN_PROGRESS).st_mode)
@@ -78,10 +79,10 @@ def discard(path: Path) -> list[str]:
         return _remove_named(path, None, {IN_PROGRESS})
     names: set[str] = set()
     proofs = set()
-    for manifest in OWNER_MANIFESTS:
+    for owner in OWNERS:
         try:
-            names |= set(manifest_files(path, manifest))
-            proofs.add(manifest)
+            names |= set(manifest_files(path, owner.manifest)) | set(owner.carried)
+            proofs.add(owner.manifest)
         except Unreadable:
             pass
     return _remove_named(path, names - proofs, proofs)

@@ -64,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def read_build(path: Path) -> tuple[dict[str, str], Plan]:
     """Every file of a build directory as text, by relative path, and its Plan: read through
-    Build.open, so a damaged or hand-edited build is refused rather than compared."""
+    Build.open, so a damaged or hand-edited build is refused rather than compared. The files its manifest
+    lists: a carried one (k8s/build.yaml) is made from those, so a change shows in them."""
     from lmspec.compiler.build.files import MANIFEST
     from lmspec.compiler.build.reader import Build
 

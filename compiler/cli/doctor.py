@@ -50,14 +50,17 @@ def register(subparsers: Any) -> None:
         "doctor",
         help="recognise known failures in a log and name the spec keys to change",
         **described(
-            "Read a training or serving log (Megatron-LM, DeepSpeed, torchtitan, vLLM, torchrun, Slurm output) "
-            "for known failure signatures: NCCL timeouts and network errors, rendezvous failures, CUDA and host "
-            "OOM, NaN loss, Slurm time limits and preemption, checkpoint mismatches, vLLM KV cache and parallel "
-            "errors. Each finding quotes its log lines and names the spec keys to change, with values computed "
+            "Read a training or serving log (Megatron-LM, DeepSpeed, torchtitan, vLLM, torchrun, Slurm output, "
+            "what kubectl describe, get events and logs show) for known failure signatures: NCCL timeouts and "
+            "network errors, rendezvous failures, CUDA and host OOM, NaN loss, Slurm time limits and preemption, "
+            "Kubernetes pods OOMKilled, evicted, unschedulable, without their image or stopped before their "
+            "checkpoint was saved, checkpoint mismatches, vLLM KV cache and parallel errors. Each finding quotes "
+            "its log lines and names the spec keys to change, with values computed "
             "from the build when --build (or the job flags) is given. Exit 0 healthy, 1 a failure found.",
             "lmspec doctor runs/tiny/train.log",
             "lmspec doctor slurm-train-4242.out --build build/llama3_8b",
             "lmspec doctor vllm.log --format json",
+            "lmspec doctor pods.txt --build build/llama3_8b   # kubectl describe pods ... > pods.txt",
         ),
     )
     p.add_argument("log", type=Path, help="a training or serving log (or a run directory)")

@@ -38,7 +38,9 @@ STAGE_HELP = (
     "quantize (a quantize section and the converted model: calibrates it with llm-compressor into "
     "quantize.output, and fails beyond quantize.max_perplexity_increase), "
     "serve (a serve section, and the model at quantize.output, convert.output or serve.model_path; the default of a "
-    "serve-only job; a multi-node engine prints what to run on each node, cluster=slurm submits serve/sbatch.sh)"
+    "serve-only job; a multi-node engine prints what to run on each node, cluster=slurm submits serve/sbatch.sh, "
+    "cluster=kubernetes applies k8s/serve.yaml). A cluster=kubernetes build trains by applying k8s/train.yaml with "
+    "kubectl (server-side dry run first), or prints the kubectl commands where no context is set"
 )
 
 

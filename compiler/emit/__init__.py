@@ -1,7 +1,8 @@
 """Emitters: one pure function per artifact kind, Plan -> {relative path: text}.
 
 Plain tables, one per part of the job (the whole spec, training, conversion, serving); `emit_all` runs
-those of the parts the spec has and refuses two emitters writing one path.
+those of the parts the spec has, then the files only the spec's launcher writes (its `files`, given the
+others: Kubernetes' pods list every file they mount), and refuses two emitters writing one path.
 The memory chart is called apart: its matplotlib import costs more than the rest of a
 compile, so a caller holding a chart drawn from the same numbers (the writer, from the build
 it replaces) passes it in and it is not drawn again.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from lmspec.compiler.backends.backend import load
 from lmspec.compiler.build.files import MEMORY_CHART
 from lmspec.compiler.emit.backend_config import emit_backend_config
 from lmspec.compiler.emit.conversion import emit_conversion
@@ -20,6 +22,7 @@ from lmspec.compiler.emit.nccl import emit_nccl_env
 from lmspec.compiler.emit.report import emit_report
 from lmspec.compiler.emit.serve import emit_serve
 from lmspec.compiler.emit.spec_files import emit_plan_json, emit_resolved_spec
+from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.plan import Plan
 
 Emitter = Callable[[Plan], dict[str, str]]
@@ -50,8 +53,15 @@ def emit_all(plan: Plan, chart: str | None = None) -> dict[str, str]:
         )
     files: dict[str, str] = {}
     for name, produced in outputs:
-        clash = files.keys() & produced.keys()
-        if clash:
-            raise RuntimeError(f"{name} rewrites {sorted(clash)}: two emitters own one path")
-        files.update(produced)
+        _add(files, name, produced)
+    launcher = launcher_of(plan.spec.cluster)
+    if launcher.files is not None:
+        _add(files, launcher.files, load(launcher.files)(plan, dict(files)))
     return dict(sorted(files.items()))
+
+
+def _add(files: dict[str, str], name: str, produced: dict[str, str]) -> None:
+    clash = files.keys() & produced.keys()
+    if clash:
+        raise RuntimeError(f"{name} rewrites {sorted(clash)}: two emitters own one path")
+    files.update(produced)

@@ -32,6 +32,7 @@ from lmspec.compiler.emit.report_format import (
 from lmspec.compiler.emit.report_quantize import quantize_rows
 from lmspec.compiler.emit.report_serve_perf import serve_perf_rows
 from lmspec.compiler.emit.serve import serve_report_rows
+from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.models.summary import step_estimate
 from lmspec.compiler.models.train_memory import TERMS
 from lmspec.compiler.models.units import gib
@@ -51,7 +52,7 @@ STEP_TERM_LABELS = {
 
 
 def emit_report(plan: Plan) -> dict[str, str]:
-    s = plan.spec
+    s, launcher = plan.spec, launcher_of(plan.spec.cluster)
     return {
         REPORT: render(
             "report.md.j2",
@@ -63,6 +64,7 @@ def emit_report(plan: Plan) -> dict[str, str]:
             params_rows=_params_rows(plan),
             quantize_rows=quantize_rows(plan),
             serve_rows=[*serve_report_rows(plan), *_serve_rows(plan)] if plan.serve is not None else None,
+            launcher=load(launcher.report)(plan) if launcher.report is not None else None,
             warnings=[w.message for w in plan.warnings],
         )
     }

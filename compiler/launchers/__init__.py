@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from lmspec.compiler.launchers import local, slurm
+from lmspec.compiler.launchers import kubernetes, local, slurm
 from lmspec.compiler.launchers.launcher import Launcher
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 LAUNCHERS: dict[str, Launcher] = {
     "local": local.LOCAL,
     "slurm": slurm.SLURM,
+    "kubernetes": kubernetes.KUBERNETES,
 }
 
 if TYPE_CHECKING:  # a Literal built at run time is no type to mypy: it checks the name as a str

@@ -40,6 +40,17 @@ class Launcher:
     runtime: str
     serve_instructions: Callable[[Plan], str]  # REPORT.md's serving "run" row: what starts the engine, where
     serve_files: tuple[str, ...]  # build files only it emits for serving (lmspec.compiler.emit.serve)
+    # "module:function", (Plan, the build's other files) -> {build file: text}: the files only it writes, made
+    # after every other emitter's (lmspec.compiler.emit.emit_all; Kubernetes' pods list the files they mount);
+    # named like `runtime`: its emitters are the compiler's, and the runtime, which imports this record, must not
+    # import them (lmspec.compiler.contract). None = no files of its own.
+    files: str | None
+    # (Plan, every file of the finished build, manifest.json included) -> {build file: text}: files made from
+    # the build itself, so the manifest cannot list them (lmspec.compiler.emit.manifest.build_files); a pure
+    # function of files the manifest lists, which `lmspec run` calls again to compare. None = none.
+    carries: Callable[[Plan, dict[str, str]], dict[str, str]] | None
+    # "module:function", Plan -> (heading, rows) of REPORT.md's section on what it starts; None = no section
+    report: str | None
     container: bool  # runs every node's processes in cluster.slurm.container's image (pyxis on srun)
     # what asks the trainer to checkpoint and exit for requeue (runtime/train/signals.py handles each): Slurm's
     # `--signal=B:USR1@N` before the time limit, forwarded by sbatch.sh; lmspec run's own stop of a local group

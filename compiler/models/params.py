@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmspec.compiler.spec.sections import ModelSpec
+from lmspec.compiler.spec.sections import ModelSpec, Spec
 
 GATED_MLP_MATRICES = 3  # gate, up, down projections of a SwiGLU MLP
 
@@ -160,6 +160,12 @@ def mtp_replicated_params(m: ModelSpec) -> int:
     """Of `mtp_params`, what every TP rank keeps whole: norms and router."""
     layer = mtp_layer(m)
     return m.mtp_layers * (MTP_NORMS * m.hidden_size + layer.attention_norms + layer.layer_norms + layer.router)
+
+
+def computable(spec: Spec) -> bool:
+    """The models need a coherent architecture (MLA with its ranks); the model rules report one that is not,
+    and every rule priced by the models asks this first."""
+    return spec.model.attention != "mla" or spec.model.mla is not None
 
 
 def count_params(m: ModelSpec) -> ParamCounts:

@@ -19,6 +19,7 @@ from lmspec.compiler.capabilities import capabilities_of
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.comm import COMM_SHARE_WARNING
 from lmspec.compiler.models.dims import data_parallel_size, divisors, next_multiple_above, ranks_per_stage, world_size
+from lmspec.compiler.models.params import computable
 from lmspec.compiler.models.steptime import estimate_comm_and_step
 from lmspec.compiler.models.summary import comm_over_warning
 from lmspec.compiler.models.train_memory import DEVICE_RESERVE_GIB, TERMS, TrainMemory, estimate_train_memory
@@ -26,7 +27,7 @@ from lmspec.compiler.models.units import GB, gib
 from lmspec.compiler.rules.context import TrainingContext
 from lmspec.compiler.spec.override_text import override_value
 from lmspec.compiler.spec.provenance import Origins
-from lmspec.compiler.spec.sections import Spec, TrainingSpec
+from lmspec.compiler.spec.sections import TrainingSpec
 
 MAX_NODE_MULTIPLE = 1024  # how far "add GPUs" searches: up to this many times the nodes given
 SCAN_MAX = 256  # node counts tried between the last two doublings (evenly spread when there are more)
@@ -115,11 +116,6 @@ def _first_fitting_or_last(spec: TrainingSpec, options: list[dict[str, Any]]) ->
         if memory is not None and memory.fits:
             return changes
     return options[-1] if options else None
-
-
-def computable(spec: Spec) -> bool:
-    """The models need a coherent architecture; the model rules report one that is not."""
-    return spec.model.attention != "mla" or spec.model.mla is not None
 
 
 def estimate(spec: TrainingSpec) -> TrainMemory | None:

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lmspec.compiler.build.files import SERVE_POOLS
+from lmspec.compiler.endpoint import loopback
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.dims import device_kind, divisors
 from lmspec.compiler.rules.context import ServingContext, listed
-from lmspec.compiler.rules.serving import loopback, more_hardware_fix
+from lmspec.compiler.rules.serving import more_hardware_fix
 
 EPLB = "serve.eplb"
 ALL2ALL = "serve.all2all_backend"

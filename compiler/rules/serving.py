@@ -7,9 +7,9 @@ question: it lives with the serving memory model (lmspec.compiler.models), not h
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 
+from lmspec.compiler.endpoint import loopback
 from lmspec.compiler.errors import Problem, error, warning
 from lmspec.compiler.models.dims import device_kind, divisors, world_size
 from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes, mp_applies
@@ -22,7 +22,6 @@ from lmspec.compiler.vllm_cpu import cpu_attention_problems
 GPU_MEMORY_UTILIZATION_WARN = 0.95
 CALIBRATED_QUANTIZATION = ("awq", "gptq")  # scales come from a calibration run, not from vLLM
 _SERVE_GPU_KEYS = ("serve.tp", "serve.pp", "serve.dp", "hardware.nodes")
-LOOPBACK_NAMES = ("localhost",)
 # The way out for a train+serve spec whose serving outgrows the hardware its training was sized for.
 TRAIN_ONLY_FIX = "serve=null (a train-only job: the hardware is sized for training; serve in a spec of its own)"
 
@@ -175,16 +174,6 @@ def serve_cpu_kvcache_whole_gib(ctx: ServingContext) -> Iterator[Problem]:
                 f"VLLM_CPU_KVCACHE_SPACE as an integer of GiB; use serve.cpu_kvcache_space_gib={max(1, round(space))}"
             ),
         )
-
-
-def loopback(host: str) -> bool:
-    """Whether clients on other nodes cannot reach `host`: a loopback name or address."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve_multi_node_host_reachable(ctx: ServingContext) -> Iterator[Problem]:

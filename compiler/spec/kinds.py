@@ -286,6 +286,66 @@ CONTAINER_MOUNT = Kind(
     why="pyxis' --container-mounts joins mounts with commas",
 )
 
+# Kubernetes names and values (apimachinery's validation): an object name the pods' DNS names are built from
+# (RFC 1123 label), a label key [prefix/]name and its value, a resource quantity, an extended resource name.
+_K8S_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_K8S_QUALIFIED = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_K8S_PREFIX = rf"{_K8S_LABEL}(?:\.{_K8S_LABEL})*"
+K8S_NAME = Kind(
+    "k8s-name",
+    "a Kubernetes name (lowercase letters, digits and -, starting and ending with a letter or digit)",
+    _K8S_LABEL,
+    r"[a-z0-9-]",
+    "llama3-8b",
+    63,
+    why="it names Kubernetes objects and the DNS names of their pods (RFC 1123 labels)",
+)
+K8S_LABEL = Kind(
+    "k8s-label",
+    "a Kubernetes label KEY=VALUE (KEY [prefix/]name, VALUE up to 63 letters, digits, _ . -)",
+    rf"(?:{_K8S_PREFIX}/)?{_K8S_QUALIFIED}=(?:{_K8S_QUALIFIED})?",
+    r"[A-Za-z0-9_./=-]",
+    "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+    253 + 1 + 63 + 1 + 63,
+    why="it is a node selector's label, which the API server checks against this syntax",
+)
+K8S_RESOURCE = Kind(
+    "k8s-resource",
+    "a Kubernetes extended resource name, [prefix/]name",
+    rf"(?:{_K8S_PREFIX}/)?{_K8S_QUALIFIED}",
+    r"[A-Za-z0-9_./-]",
+    "nvidia.com/gpu",
+    253 + 1 + 63,
+    why="it is a container's resource limit, named as the device plugin advertises it",
+)
+K8S_QUANTITY = Kind(
+    "k8s-quantity",
+    "a Kubernetes quantity (a number with an optional suffix Ki Mi Gi Ti, k M G T or m)",
+    r"[0-9]+(?:\.[0-9]+)?(?:Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?",
+    r"[0-9.KMGTPEikm]",
+    "500Gi",
+    64,
+    why="it is a container's resource request, which the API server parses as a quantity",
+)
+K8S_IMAGE = Kind(
+    "k8s-image",
+    "a container image reference (registry/repository[:tag][@digest], no spaces)",
+    r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*",
+    r"[A-Za-z0-9._/:@+-]",
+    "nvcr.io/nvidia/pytorch:25.01-py3",
+    4096,
+    why="it is the pods' container image",
+)
+K8S_KEY = Kind(
+    "k8s-key",
+    "a Secret's data key (letters, digits, - _ .)",
+    r"[-._A-Za-z0-9]+",
+    r"[-._A-Za-z0-9]",
+    "token",
+    253,
+    why="it is a secretKeyRef's key",
+)
+
 _WEIGHT = r"[0-9]+(?:\.[0-9]+)?"
 
 
@@ -354,6 +414,12 @@ KINDS: dict[str, Kind] = {
         PATH,
         SPLIT,
         MODULE_PATTERN,
+        K8S_NAME,
+        K8S_LABEL,
+        K8S_RESOURCE,
+        K8S_QUANTITY,
+        K8S_IMAGE,
+        K8S_KEY,
     )
 }
 

@@ -50,11 +50,11 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
             f"{backend.name!r}. Compile it with train.backend={' or '.join(importing)}, or fine-tune the HF "
             f"directory with a {backend.name} build's own HF model"
         )
-    fp8 = check_source(hf_dir, build.mapping["hf_config"])
     out = imported_root(build)
     launcher = runtime_of(build.spec.cluster)
     entry = (IMPORT_ENTRY, str(hf_dir.resolve()), str(out.resolve()))
-    command = launcher.command(launch_root(build), entry)
+    command = launcher.command(launch_root(build), entry)  # a launcher that cannot run it here says so first
+    fp8 = check_source(hf_dir, build.mapping["hf_config"])
     env = launch_env(in_container(build.spec.cluster))
     if options.dry_run:
         return print_dry_run(command, env, launcher)

@@ -45,6 +45,10 @@ class LauncherRuntime:
     engine_files: Callable[[ServeLayout], tuple[str, ...]]
     # (build, env, the $LMSPEC_VLLM assignment a shown command starts with, options) -> the serve stage's exit code
     start_serving: Callable[[Build, Env, str, argparse.Namespace], int]
+    # a launcher whose training is objects a cluster's own controllers start (Kubernetes): (build, options) -> the
+    # train stage's exit code, the launcher checking and handing over the whole job itself; nothing of this
+    # machine's (its data, its interpreter, torchrun) is asked. None: the stage checks them and starts `command`
+    submit_training: Callable[[Build, argparse.Namespace], int] | None = None
 
 
 def runtime_of(cluster: ClusterSpec) -> LauncherRuntime:

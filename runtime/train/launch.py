@@ -3,6 +3,8 @@
 The launcher's runtime record (runtime/launchers/) starts them: cluster.launcher=local runs launch/torchrun.sh
 in its own process group (Ctrl-C or SIGTERM stops the whole group); slurm submits launch/sbatch.sh with
 `sbatch --wait` and prints a progress line until the job ends. Either way the exit code is the training's.
+A launcher whose objects a cluster's controllers start (kubernetes: `submit_training`) checks and hands over
+the job itself, and none of what follows runs here (the pods check their own data).
 The scripts find the interpreter in $LMSPEC_PYTHON; lmspec sets it to its own interpreter when unset, except
 for a build that runs in a container (cluster.slurm.container.image): there the image's python3 (or what
 cluster.setup puts on PATH) runs the ranks, as this interpreter's path need not exist inside it.
@@ -40,6 +42,8 @@ logger = logging.getLogger(__name__)
 def run_train(build: Build, options: argparse.Namespace) -> int:
     spec = build.training()
     launcher = runtime_of(spec.cluster)
+    if launcher.submit_training is not None:  # the cluster's controllers start every rank: nothing runs here
+        return launcher.submit_training(build, options)
     root = launch_root(build)
     env = launch_env(in_container(spec.cluster))
     command = launcher.command(root, ())

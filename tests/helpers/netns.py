@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 IFNAME = "lmspec0"  # the interface every host reaches the others by
 SUBNET = "10.213.0"  # a /24 of private addresses, only inside these namespaces
@@ -65,13 +66,32 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+NETNS_ETC = Path("/etc/netns")  # `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts
+
+
+def _name_hosts(netns: list[str], addresses: list[str], names: list[list[str]]) -> list[Path]:
+    """Every host resolves every host's `names` to its address, as a cluster's DNS resolves pods' names: a
+    hosts file per namespace, which `ip netns exec` mounts over /etc/hosts inside it alone. The folders made."""
+    lines = ["127.0.0.1 localhost"] + [f"{a} {' '.join(n)}" for a, n in zip(addresses, names, strict=True) if n]
+    made = []
+    for ns in netns:
+        folder = NETNS_ETC / ns
+        folder.mkdir(parents=True)
+        made.append(folder)
+        (folder / "hosts").write_text("\n".join(lines) + "\n")
+    return made
+
+
 @contextmanager
-def hosts(count: int, tag: str = "") -> Iterator[list[Host]]:
-    """`count` hosts at SUBNET.1, .2, ...; every process left in them is killed and the namespaces
-    deleted on the way out."""
+def hosts(count: int, tag: str = "", names: list[list[str]] | None = None) -> Iterator[list[Host]]:
+    """`count` hosts at SUBNET.1, .2, ...; with `names`, host i is also reachable from every host by the
+    names names[i] (DNS as Kubernetes' gives pods). Every process left in them is killed, the namespaces
+    and their hosts files deleted on the way out."""
     prefix = f"lms{tag}{os.getpid() % 100000}"
     switch = f"{prefix}sw"
     made: list[str] = []
+    named: list[Path] = []
+    etc_made = not NETNS_ETC.exists()
     try:
         _ip("netns", "add", switch)
         made.append(switch)
@@ -89,11 +109,17 @@ def hosts(count: int, tag: str = "") -> Iterator[list[Host]]:
             _ip("-n", netns, "link", "set", IFNAME, "up")
             _ip("-n", netns, "link", "set", "lo", "up")
             nodes.append(Host(netns, address, switch, port))
+        if names is not None:
+            named = _name_hosts([n.netns for n in nodes], [n.address for n in nodes], names)
         yield nodes
     finally:
         for netns in reversed(made):
             _stop(netns)
             subprocess.run(["ip", "netns", "del", netns], check=False, capture_output=True)
+        for folder in named:
+            shutil.rmtree(folder, ignore_errors=True)
+        if etc_made and NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
+            NETNS_ETC.rmdir()
 
 
 def _stop(netns: str) -> None:

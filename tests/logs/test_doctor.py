@@ -131,6 +131,53 @@ GOLDEN = [
         id="vllm-kv-cache",
     ),
     pytest.param("vllm_tp_heads.log", "vllm_parallel", ["attention heads (32)", "serve.tp=2"], id="vllm-tp-heads"),
+    pytest.param(
+        "k8s_oom_killed.log",
+        "k8s_oom_killed",
+        ["Reason:       OOMKilled", "Exit Code:    137", "cluster.kubernetes.memory=", "parallel.offload_optimizer="],
+        id="k8s-oom-killed",
+    ),
+    pytest.param(
+        "k8s_evicted_disk.log",
+        "k8s_evicted",
+        ["low on resource: ephemeral-storage", "cluster.kubernetes.volume_claim=", "train.checkpoint.keep_last_k="],
+        id="k8s-evicted-disk",
+    ),
+    pytest.param(
+        "k8s_evicted_memory.log",
+        "k8s_evicted",
+        ["low on resource: memory", "cluster.kubernetes.memory=", "cluster.kubernetes.shm_gib="],
+        id="k8s-evicted-memory",
+    ),
+    pytest.param(
+        "k8s_image_pull.log",
+        "k8s_image_pull",
+        [
+            'Failed to pull image "ghcr.io/my-team/lmspec:0.1"',
+            "credentials",
+            "cluster.kubernetes.image_pull_secrets=",
+            "cluster.kubernetes.image=",
+        ],
+        id="k8s-image-pull",
+    ),
+    pytest.param(
+        "k8s_failed_scheduling_gpu.log",
+        "k8s_failed_scheduling",
+        ["4 Insufficient nvidia.com/gpu", "hardware.gpus_per_node=", "cluster.kubernetes.gpu_resource="],
+        id="k8s-failed-scheduling-gpu",
+    ),
+    pytest.param(
+        "k8s_failed_scheduling_rdma.log",
+        "k8s_failed_scheduling",
+        ["3 Insufficient rdma/ib", "cluster.kubernetes.rdma_resource=", "[{key: nvidia.com/gpu, operator: Exists}]"],
+        id="k8s-failed-scheduling-rdma",
+    ),
+    pytest.param(
+        "k8s_stopped_mid_save.log",
+        "k8s_stopped_mid_save",
+        ["pod.sh: SIGTERM: sending USR1", "Stopping container node", "cluster.kubernetes.termination_grace_seconds="],
+        id="k8s-stopped-mid-save",
+    ),
 ]
 
 

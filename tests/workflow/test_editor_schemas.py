@@ -100,10 +100,13 @@ def _leaf_keys(node: dict, path: str = ""):
 
 
 def _spec_keys(section: type, path: str = ""):
-    """The dotted keys of a typed section: its fields, nested sections walked into."""
+    """The dotted keys of a typed section: its fields, nested sections walked into (a list of sections, such as
+    cluster.kubernetes.tolerations, is one key: the schema describes its items)."""
     hints = typing.get_type_hints(section)
     for field in dataclasses.fields(section):
-        nested = [t for t in (hints[field.name], *typing.get_args(hints[field.name])) if dataclasses.is_dataclass(t)]
+        hint = hints[field.name]
+        walked = () if typing.get_origin(hint) is list else (hint, *typing.get_args(hint))
+        nested = [t for t in walked if dataclasses.is_dataclass(t)]
         if nested:
             yield from _spec_keys(nested[0], f"{path}{field.name}.")
         else:

@@ -9,6 +9,7 @@ from typing import Literal
 from lmspec.compiler.launchers import LauncherName
 from lmspec.compiler.spec import kinds
 from lmspec.compiler.spec.sections.declare import key
+from lmspec.compiler.spec.sections.kubernetes import KubernetesSpec
 
 MTBF_HOURS_MAX = 1e9  # a node that never fails in a job's lifetime: any figure above one is as good
 
@@ -121,7 +122,10 @@ class NcclSpec:
 class ClusterSpec:
     """How the job is launched."""
 
-    launcher: LauncherName = key("local = torchrun on this machine; slurm = sbatch.", example="local")
+    launcher: LauncherName = key(
+        "local = torchrun on this machine; slurm = sbatch; kubernetes = Kubernetes objects (kubectl apply).",
+        example="local",
+    )
     master_port: int | None = key(
         "Rendezvous port on node 0, the same for every node; null = one per job: a free port on a one-node run, "
         "10000 + SLURM_JOB_ID % 20000 under Slurm, MASTER_PORT set on every node of a multi-node local run "
@@ -144,6 +148,7 @@ class ClusterSpec:
         max_items=kinds.SITE_LINES_MAX,
     )
     slurm: SlurmSpec = key("Slurm settings (used when launcher is slurm).")
+    kubernetes: KubernetesSpec = key("Kubernetes objects (used when launcher is kubernetes).")
     storage_write_gb_per_s: float = key(
         "Aggregate write bandwidth, GB/s, of the filesystem train.checkpoint.dir is on, all nodes writing "
         "at once: it prices a checkpoint save (REPORT.md) against cluster.nccl.timeout_minutes. The default "
