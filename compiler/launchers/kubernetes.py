@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_SERVE
 from lmspec.compiler.endpoint import loopback
-from lmspec.compiler.errors import Problem, error, warning
+from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.launchers.k8s.build_config import build_config_maps
 from lmspec.compiler.launchers.k8s.names import (
     POD_IP_ENV,
@@ -117,9 +117,9 @@ def object_names_fit(ctx: RuleContext) -> Iterator[Problem]:
 
 
 def environment_names(ctx: RuleContext) -> Iterator[Problem]:
-    """Each variable of the pods' env is set once (server-side apply refuses a list-map key twice). A warning
-    where the API key serving reads (serve.api_key_env) is not one of them: the server refuses to start
-    without it, as it does on a machine whose shell lacks it (the default spec names one, for local runs)."""
+    """Each variable of the pods' env is set once (server-side apply refuses a list-map key twice), and the API
+    key serving reads (serve.api_key_env) is one of them: without it the server refuses to start, and a pod
+    has no shell a user could export it in (on a machine, the default spec's key comes from the user's shell)."""
     from lmspec.compiler.spec.sections import serving
 
     spec = ctx.spec
@@ -139,7 +139,7 @@ def environment_names(ctx: RuleContext) -> Iterator[Problem]:
     serves = serving(spec)
     key_env = serves.serve.api_key_env if serves is not None else None
     if key_env is not None and key_env not in names:
-        yield warning(
+        yield error(
             "serve.api_key_env",
             (
                 f"{ctx.show('serve.api_key_env')} names a variable no pod has, so the server will not start: add it "
@@ -151,17 +151,18 @@ def environment_names(ctx: RuleContext) -> Iterator[Problem]:
 
 
 def serving_reachable(ctx: RuleContext) -> Iterator[Problem]:
-    """A warning: clients reach the engine through a Service at the pod's own address, which a loopback server
-    does not answer (an engine on several nodes is refused by the serving rules already)."""
+    """Clients reach the engine through a Service at the pod's own address, and the readiness probe asks there
+    too, which a loopback server never answers: the pod would never be ready, the Service never have an endpoint
+    (an engine on several nodes is refused by the serving rules already)."""
     from lmspec.compiler.spec.sections import serving
 
     serves = serving(ctx.spec)
     if chosen(ctx.spec) and serves is not None and loopback(serves.serve.host):
-        yield warning(
+        yield error(
             "serve.host",
             (
                 f"{ctx.show('serve.host')} is a loopback address: the leader Service and its readiness probe reach "
-                "the pod at its own address, so only `kubectl port-forward pod/...` reaches the server; set "
+                "the pod at its own address, so the pod would never be ready and the Service never answer; set "
                 "serve.host=0.0.0.0"
             ),
         )

@@ -159,12 +159,14 @@ def follow_lines(applied: Applied) -> list[str]:
                 shlex.join([KUBECTL, "logs", ns, "-f", f"{name}-0"]) + "   # the leader of group 0",
                 shlex.join([KUBECTL, "describe", "pods", ns, "-l", pods]) + " > pods.txt" + doctor,
             ]
-        elif kind == "RayService":  # KubeRay's Service in front of Ray Serve: <name>-serve-svc, Serve's port 8000
+        elif kind == "RayService":  # KubeRay's Service in front of Ray Serve: <name>-serve-svc, the head's serve port
+            head = obj["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+            port = str(head["ports"][0]["containerPort"])
             lines += [
                 shlex.join([KUBECTL, "get", kind.lower(), name, ns]),
                 shlex.join([KUBECTL, "describe", kind.lower(), name, ns]),
-                shlex.join([KUBECTL, "port-forward", ns, f"service/{name}-{RAY_SERVE_SERVICE}", "8000:8000"])
-                + "   # then http://127.0.0.1:8000/v1, once the RayService is Ready",
+                shlex.join([KUBECTL, "port-forward", ns, f"service/{name}-{RAY_SERVE_SERVICE}", f"{port}:{port}"])
+                + f"   # then http://127.0.0.1:{port}/v1, once the RayService is Ready",
             ]
         elif kind == "Service":
             port = str(obj["spec"]["ports"][0]["port"])

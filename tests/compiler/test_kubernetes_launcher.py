@@ -99,6 +99,16 @@ ERRORS = [
         id="env-twice",
     ),
     pytest.param(
+        [*K8S, "serve.api_key_env=null"],
+        ['serve.host="127.0.0.1"', "the pod would never be ready", "set serve.host=0.0.0.0"],
+        id="loopback-server",
+    ),
+    pytest.param(
+        [*K8S, "serve.host=0.0.0.0"],
+        ['serve.api_key_env="VLLM_API_KEY"', "names a variable no pod has", "cluster.kubernetes.secret_env=[{name"],
+        id="api-key-from-no-secret",
+    ),
+    pytest.param(
         [*K8S, *SERVES, "serve.replicas=2000000"],
         ["serve.replicas=2000000 (command-line override) of 1 pod(s) each", "set serve.replicas=1000000 or fewer"],
         id="leaderworkerset-replicas",
@@ -134,7 +144,7 @@ def test_cluster_kubernetes_is_judged_only_under_its_launcher(lmspec) -> None:
 
 
 def test_the_default_spec_and_the_examples_compile(lmspec, tmp_path: Path) -> None:
-    assert lmspec("compile", "-o", str(tmp_path), *K8S).code == 0
+    assert lmspec("compile", "-o", str(tmp_path), *K8S, *SERVES).code == 0
     for spec in (TRAIN_SPEC, SERVE_SPEC):
         result = lmspec("compile", "-o", str(tmp_path), "--spec", spec)
         assert result.code == 0, result.err
@@ -142,7 +152,7 @@ def test_the_default_spec_and_the_examples_compile(lmspec, tmp_path: Path) -> No
 
 
 POD_SH_VARIANTS = {
-    "trainjob-one-node-engine": K8S,
+    "trainjob-one-node-engine": [*K8S, *SERVES],
     "jobset": [*K8S, "cluster.kubernetes.flavor=jobset", "hardware.nodes=2", "cluster.master_port=29400", *SERVES],
     "serve-two-nodes": [*K8S, *SERVES, "serve=default", "hardware.nodes=2", "serve.pp=2"],
 }
@@ -307,3 +317,14 @@ def test_pod_sh_sends_the_stop_to_ranks_in_sessions_of_their_own(tmp_path: Path)
     _, err = pod.communicate(timeout=30)
     assert pod.returncode == 3, err.decode()
     assert b"pod.sh: SIGTERM: sending USR1 to the train processes" in err
+
+
+def test_the_ray_service_answers_on_serve_port() -> None:
+    """Ray Serve's proxy listens where serve.port says (http_options), and KubeRay's serve Service forwards to the
+    head container's port named `serve`: both the spec's port, not Serve's default 8000."""
+    _, files = compiled([*K8S, *SERVES, *GPU_JOB, "cluster.kubernetes.serve_flavor=rayservice", "serve.port=9100"])
+    (service,) = documents(files[K8S_SERVE])
+    config = yaml.safe_load(service["spec"]["serveConfigV2"])
+    assert config["http_options"] == {"host": "0.0.0.0", "port": 9100}
+    head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert head["ports"] == [{"name": "serve", "containerPort": 9100, "protocol": "TCP"}]

@@ -31,3 +31,13 @@ DEEPSEEK_V3_PUBLISHED_RUN = (
     "cluster=slurm",
     "serve=null",
 )
+
+
+# The built-in spec (which trains and serves) run under Kubernetes: its image, and a server that the leader
+# Service and its readiness probe reach at the pod's address, with no API key (no Secret in these tests).
+ON_KUBERNETES = (
+    "cluster=kubernetes",
+    "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1",
+    "serve.host=0.0.0.0",
+    "serve.api_key_env=null",
+)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from helpers.k8s_schema import KUBERNETES_VERSION, documents, needs_crds, problems
+from helpers.specs import ON_KUBERNETES
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_SERVE, K8S_TRAIN
 from lmspec.compiler.emit.manifest import build_files
@@ -314,7 +315,7 @@ BUILDS = [
     ),
     pytest.param(
         None,  # the built-in spec trains and serves
-        ["cluster=kubernetes", "cluster.kubernetes.image=x"],
+        list(ON_KUBERNETES),
         {**TRAINJOB, K8S_SERVE: ["LeaderWorkerSet", "Service"]},
         id="tiny",
     ),

@@ -19,6 +19,7 @@ from helpers.build import compile_build
 from helpers.cli import CliResult
 from helpers.k8s_pods import documents, pod_specs, prepare_pod
 from helpers.paths import LOG_DATA
+from helpers.specs import ON_KUBERNETES
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_TRAIN
 from lmspec.compiler.launchers.kubernetes import GRACE_MARGIN, stop_time
@@ -44,7 +45,7 @@ def _fixes(finding: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_build(tmp_path_factory.mktemp("k8s"), ["cluster=kubernetes", IMAGE]).dir
+    return compile_build(tmp_path_factory.mktemp("k8s"), [*ON_KUBERNETES]).dir
 
 
 def test_the_grace_period_advised_is_the_estimate_of_a_stop_and_half_again(
@@ -53,13 +54,13 @@ def test_the_grace_period_advised_is_the_estimate_of_a_stop_and_half_again(
     """A grace period the compile accepts (it covers the estimate) but without the margin: the doctor advises the
     estimate and half again, as the compile's rule does."""
     spec = "llama3_8b_pretrain_8gpu_h100_bf16"
-    first = compile_build(tmp_path / "a", ["cluster=kubernetes", IMAGE], spec=spec).plan
+    first = compile_build(tmp_path / "a", [*ON_KUBERNETES], spec=spec).plan
     stop = stop_time(first.trained().spec)
     assert stop is not None and stop.total_s > 10
     grace = math.ceil(stop.total_s)
     build = compile_build(
         tmp_path / "b",
-        ["cluster=kubernetes", IMAGE, f"cluster.kubernetes.termination_grace_seconds={grace}"],
+        [*ON_KUBERNETES, f"cluster.kubernetes.termination_grace_seconds={grace}"],
         spec=spec,
     ).dir
     code, findings = _doctor(lmspec, LOG_DATA / "k8s_stopped_mid_save.log", "--build", str(build))
@@ -80,7 +81,7 @@ def test_a_grace_period_the_estimate_fits_names_the_storage_rate(lmspec: Callabl
 def test_oom_with_the_build_names_its_memory_and_the_checkpoint_staging(
     lmspec: Callable[..., CliResult], tmp_path: Path
 ) -> None:
-    build = compile_build(tmp_path, ["cluster=kubernetes", IMAGE, "cluster.kubernetes.memory=512Gi"]).dir
+    build = compile_build(tmp_path, [*ON_KUBERNETES, "cluster.kubernetes.memory=512Gi"]).dir
     finding = _doctor(lmspec, LOG_DATA / "k8s_oom_killed.log", "--build", str(build))[1][0]
     assert finding["signature"] == "k8s_oom_killed"
     assert _fixes(finding)["cluster.kubernetes.memory"] == "<more than 512Gi, up to a node's allocatable memory>"
@@ -89,7 +90,7 @@ def test_oom_with_the_build_names_its_memory_and_the_checkpoint_staging(
 
 
 def test_a_save_committed_after_the_stop_is_no_failure_of_the_grace_period(
-    lmspec: Callable[..., CliResult], tmp_path: Path
+    lmspec: Callable[..., CliResult], tmp_path: Path, tiny: Path
 ) -> None:
     text = (LOG_DATA / "k8s_stopped_mid_save.log").read_text().splitlines()
     stop = next(i for i, line in enumerate(text) if line.startswith("pod.sh: SIGTERM"))
@@ -99,6 +100,9 @@ def test_a_save_committed_after_the_stop_is_no_failure_of_the_grace_period(
     signatures = [f["signature"] for f in _doctor(lmspec, log)[1]]
     assert "k8s_stopped_mid_save" not in signatures and "k8s_oom_killed" not in signatures
     assert signatures == ["stopped_for_requeue"]
+    # with the Kubernetes build, the stop names no Slurm key: nothing of Slurm's would have stopped it
+    (finding,) = _doctor(lmspec, log, "--build", str(tiny))[1]
+    assert finding["signature"] == "stopped_for_requeue" and not any("slurm" in key for key in _fixes(finding))
 
 
 def test_a_server_pod_deleted_is_no_failure(lmspec: Callable[..., CliResult], tmp_path: Path) -> None:
@@ -207,7 +211,7 @@ def test_a_missing_tag_names_the_image_first(lmspec: Callable[..., CliResult], t
 
 def test_the_specs_gpu_resource_is_the_one_short(lmspec: Callable[..., CliResult], tmp_path: Path) -> None:
     """With the build, the resource the scheduler found short is matched to the spec's own: AMD GPUs here."""
-    build = compile_build(tmp_path, ["cluster=kubernetes", IMAGE, "cluster.kubernetes.gpu_resource=amd.com/gpu"]).dir
+    build = compile_build(tmp_path, [*ON_KUBERNETES, "cluster.kubernetes.gpu_resource=amd.com/gpu"]).dir
     log = tmp_path / "events.log"
     log.write_text(
         "LAST SEEN   TYPE      REASON             OBJECT                      MESSAGE\n"

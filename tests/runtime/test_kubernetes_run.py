@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.build import compile_build
 from helpers.cli import CliResult
+from helpers.specs import ON_KUBERNETES
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_POD_SH, K8S_SERVE, K8S_TRAIN, TORCHRUN_SH
 
@@ -43,8 +44,7 @@ OTHERS = ("bash", "sh", "torchrun", "python", "python3", "sbatch", "srun")
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     overrides = [
-        "cluster=kubernetes",
-        "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1",
+        *ON_KUBERNETES,
         f"cluster.kubernetes.namespace={NAMESPACE}",
     ]
     return compile_build(tmp_path_factory.mktemp("k8s"), overrides).dir.resolve()
@@ -196,8 +196,7 @@ def test_a_queued_jobset_on_a_claim_is_followed_through_kueue(
     lmspec: Callable[..., CliResult], tmp_path: Path, path_dir: Path, runtime_logging: None
 ) -> None:
     overrides = [
-        "cluster=kubernetes",
-        "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1",
+        *ON_KUBERNETES,
         "cluster.kubernetes.flavor=jobset",
         "cluster.kubernetes.queue=team-a",
         "cluster.kubernetes.volume_claim=lmspec-scratch",
@@ -215,9 +214,7 @@ def test_a_queued_jobset_on_a_claim_is_followed_through_kueue(
 def test_an_edited_build_configmap_is_refused(
     lmspec: Callable[..., CliResult], tmp_path: Path, kubectl: Path, runtime_logging: None
 ) -> None:
-    edited = compile_build(
-        tmp_path / "edited", ["cluster=kubernetes", "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1"]
-    ).dir
+    edited = compile_build(tmp_path / "edited", list(ON_KUBERNETES)).dir
     configmap = edited / K8S_BUILD
     with open(configmap, "a") as text:
         text.write("# edited by hand\n")
@@ -230,9 +227,7 @@ def test_an_edited_pod_script_is_refused(
     lmspec: Callable[..., CliResult], tmp_path: Path, kubectl: Path, runtime_logging: None
 ) -> None:
     """What the ConfigMap carries is checked against manifest.json first: the pods would run it."""
-    edited = compile_build(
-        tmp_path / "edited", ["cluster=kubernetes", "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1"]
-    ).dir
+    edited = compile_build(tmp_path / "edited", list(ON_KUBERNETES)).dir
     with open(edited / K8S_POD_SH, "a") as script:
         script.write("echo edited\n")
     result = lmspec("run", str(edited))

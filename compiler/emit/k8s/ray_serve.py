@@ -26,6 +26,8 @@ RAY_API = "ray.io/v1"
 APP_IMPORT = "ray.serve.llm:build_openai_app"
 APP_NAME = "llm"
 WORKER_GROUP = "gpu"
+ALL_ADDRESSES = "0.0.0.0"
+SERVE_PORT_NAME = "serve"
 APP_OWNS = frozenset(("model", "served-model-name", "host", "port"))  # set by the app, not engine arguments
 NEGATED = "no-"  # vllm.yaml's spelling of a false flag (lmspec.compiler.vllm_args.yaml_entry)
 
@@ -55,12 +57,15 @@ def serve_config(plan: Plan) -> str:
         "deployment_config": {"autoscaling_config": {"min_replicas": replicas, "max_replicas": replicas}},
     }
     app = {"name": APP_NAME, "import_path": APP_IMPORT, "route_prefix": "/", "args": {"llm_configs": [llm]}}
-    return dump_objects([{"applications": [app]}]).removeprefix("---\n")
+    http = {"host": ALL_ADDRESSES, "port": served.spec.serve.port}  # Serve's proxy answers serve.port on every node
+    return dump_objects([{"http_options": http, "applications": [app]}]).removeprefix("---\n")
 
 
-def ray_pod(plan: Plan, name: str, gpus: int) -> dict[str, Any]:
+def ray_pod(plan: Plan, name: str, gpus: int, head: bool) -> dict[str, Any]:
     node = container(plan, name, None, gpus, own_address=False)
     node.setdefault("env", []).append({"name": "HF_HUB_OFFLINE", "value": "1"})  # the model is on the volume
+    if head:  # KubeRay's <name>-serve-svc forwards to the head container's port named "serve"
+        node["ports"] = [{"name": SERVE_PORT_NAME, "containerPort": plan.served().spec.serve.port, "protocol": "TCP"}]
     return template(plan, pod_spec(plan, None, [node]))
 
 
@@ -73,7 +78,10 @@ def ray_service(plan: Plan) -> dict[str, Any]:
         "spec": {
             "serveConfigV2": serve_config(plan),
             "rayClusterConfig": {
-                "headGroupSpec": {"rayStartParams": {"num-gpus": "0"}, "template": ray_pod(plan, "ray-head", 0)},
+                "headGroupSpec": {
+                    "rayStartParams": {"num-gpus": "0"},
+                    "template": ray_pod(plan, "ray-head", 0, head=True),
+                },
                 "workerGroupSpecs": [
                     {
                         "groupName": WORKER_GROUP,
@@ -81,7 +89,7 @@ def ray_service(plan: Plan) -> dict[str, Any]:
                         "minReplicas": workers,
                         "maxReplicas": workers,
                         "rayStartParams": {},
-                        "template": ray_pod(plan, "ray-worker", serving_gpus(plan)),
+                        "template": ray_pod(plan, "ray-worker", serving_gpus(plan), head=False),
                     }
                 ],
             },

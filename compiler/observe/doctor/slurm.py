@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from lmspec.compiler.launchers import launcher_of
 from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Signature, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 
@@ -140,15 +141,17 @@ class StoppedForRequeue:
                 "requeued: `lmspec run` again (or the requeued job) resumes from it. The run did not fail."
             )
         fixes = []
-        if slurm is not None and not slurm.requeue:
-            fixes.append(Fix("cluster.slurm.requeue", "true", "Slurm requeues the job itself after the checkpoint"))
-        fixes.append(
-            Fix(
-                "cluster.slurm.time",
-                "<longer, if the partition allows>" + (f" (now {slurm.time})" if slurm else ""),
-                "fewer stops and restarts, if the job hit its time limit (USR1 comes signal_seconds before it)",
+        # Slurm's keys only where the build runs under Slurm: a Kubernetes pod's stop is pod.sh's forwarded SIGTERM
+        if context is None or launcher_of(context.spec.cluster).doctor_module == __name__:
+            if slurm is not None and not slurm.requeue:
+                fixes.append(Fix("cluster.slurm.requeue", "true", "Slurm requeues the job itself after the checkpoint"))
+            fixes.append(
+                Fix(
+                    "cluster.slurm.time",
+                    "<longer, if the partition allows>" + (f" (now {slurm.time})" if slurm else ""),
+                    "fewer stops and restarts, if the job hit its time limit (USR1 comes signal_seconds before it)",
+                )
             )
-        )
         evidence = tuple(e for e, _ in stopped + requeued)
         return Finding(self.name, f"checkpointed at step {step} and stopped for requeue", cause, evidence, tuple(fixes))
 
