@@ -9,10 +9,12 @@ namespaces, and deleting them removes everything. Needs root and iproute2.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,6 +62,24 @@ class Host:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+
+
+# A client on another host than the server's: what `curl http://HEAD:PORT/...` is on a cluster.
+CLIENT = """\
+import json, sys, urllib.request
+url, body = sys.argv[1], sys.argv[2]
+request = urllib.request.Request(url, data=body.encode() or None, headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(request, timeout=120) as response:
+    sys.stdout.write(response.read().decode())
+"""
+
+
+def ask(client: Host, url: str, body: dict | None = None) -> subprocess.CompletedProcess[str]:
+    """GET `url` (POST `body` as JSON) from `client`'s namespace; the response body on stdout."""
+    data = json.dumps(body) if body is not None else ""
+    return subprocess.run(
+        client.command([sys.executable, "-c", CLIENT, url, data]), capture_output=True, text=True, timeout=180
+    )
 
 
 def _ip(*args: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from helpers.netns import IFNAME
 from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
@@ -39,5 +40,22 @@ ON_KUBERNETES = (
     "cluster=kubernetes",
     "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1",
     "serve.host=0.0.0.0",
+    "serve.api_key_env=null",
+)
+
+
+# Serving only: the tiny model in one engine of tensor parallel 2 over two one-rank "hosts" (network namespaces,
+# helpers.netns), vLLM's mp executor across them on the interface the namespaces share, no API key.
+SERVED_TP2_ON_TWO_HOSTS = (
+    "hardware=cpu",
+    "hardware.gpus_per_node=1",
+    "hardware.nodes=2",
+    f"hardware.inter_node.socket_ifname={IFNAME}",
+    "serve.tp=2",
+    "serve.host=0.0.0.0",
+    "train=null",
+    "parallel=null",
+    "convert=null",
+    "serve.max_model_len=128",
     "serve.api_key_env=null",
 )

@@ -25,8 +25,9 @@ from helpers.build import compile_build
 from helpers.hf import save_random_hf_llama
 from helpers.k8s_pods import documents, prepare_pod
 from helpers.marks import needs_vllm
-from helpers.netns import IFNAME, Host, hosts, netns_missing_reason
+from helpers.netns import IFNAME, ask, hosts, netns_missing_reason
 from helpers.processes import kill_group
+from helpers.specs import SERVED_TP2_ON_TWO_HOSTS
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_SERVE
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
@@ -42,20 +43,6 @@ NAME = "k8sserve"
 NAMESPACE = "serving"
 PORT = 8000
 START_TIMEOUT_S = 600.0
-CLIENT = """\
-import json, sys, urllib.request
-url, body = sys.argv[1], sys.argv[2]
-request = urllib.request.Request(url, data=body.encode() or None, headers={"Content-Type": "application/json"})
-with urllib.request.urlopen(request, timeout=120) as response:
-    sys.stdout.write(response.read().decode())
-"""
-
-
-def _ask(client: Host, url: str, body: dict | None = None) -> subprocess.CompletedProcess[str]:
-    data = json.dumps(body) if body is not None else ""
-    return subprocess.run(
-        client.command([sys.executable, "-c", CLIENT, url, data]), capture_output=True, text=True, timeout=180
-    )
 
 
 def test_the_leader_worker_set_serves_across_two_hosts(tmp_path: Path) -> None:
@@ -69,18 +56,8 @@ def test_the_leader_worker_set_serves_across_two_hosts(tmp_path: Path) -> None:
             "cluster=kubernetes",
             "cluster.kubernetes.image=ghcr.io/example/lmspec:test",
             f"cluster.kubernetes.namespace={NAMESPACE}",
-            "hardware=cpu",
-            "hardware.gpus_per_node=1",
-            "hardware.nodes=2",
-            f"hardware.inter_node.socket_ifname={IFNAME}",
-            "serve.tp=2",
-            "serve.host=0.0.0.0",
-            "train=null",
-            "parallel=null",
-            "convert=null",
+            *SERVED_TP2_ON_TWO_HOSTS,
             "serve.model_path=models/tiny",  # relative: on the volume, the pods' working directory
-            "serve.max_model_len=128",
-            "serve.api_key_env=null",
             f"serve.port={PORT}",
         ],
     )
@@ -129,7 +106,7 @@ def test_the_leader_worker_set_serves_across_two_hosts(tmp_path: Path) -> None:
                     )
             api = f"http://{leader_name}:{PORT}"
             deadline = time.monotonic() + START_TIMEOUT_S
-            while _ask(nodes[1], f"{api}/health").returncode != 0:
+            while ask(nodes[1], f"{api}/health").returncode != 0:
                 for proc, log in zip(procs, logs, strict=True):
                     if proc.poll() is not None:
                         pytest.fail(f"{log.name} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
@@ -137,7 +114,7 @@ def test_the_leader_worker_set_serves_across_two_hosts(tmp_path: Path) -> None:
                     pytest.fail("no /health in time:\n" + "\n".join(log.read_text()[-3000:] for log in logs))
                 time.sleep(3)
             body = {"model": plan.spec.serve.served_model_name, "prompt": "hello", "max_tokens": 4, "temperature": 0}
-            answered = _ask(nodes[1], f"{api}/v1/completions", body)
+            answered = ask(nodes[1], f"{api}/v1/completions", body)
             assert answered.returncode == 0, answered.stderr
             answer = json.loads(answered.stdout)
             assert answer["usage"]["completion_tokens"] == 4 and answer["choices"][0]["text"], answer

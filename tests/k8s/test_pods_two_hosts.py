@@ -38,7 +38,9 @@ pytestmark = [
 
 NAME = "k8spods"
 NODES = 2
-TRAINER_PORT = "29500"  # PET_MASTER_PORT: the rendezvous port Trainer's torch plugin injects (each namespace has its own)
+TRAINER_PORT = (
+    "29500"  # PET_MASTER_PORT: the rendezvous port Trainer's torch plugin injects (each namespace has its own)
+)
 RUN_TIMEOUT_S = 300
 TRAIN = [f"name={NAME}", "train.steps=8", "train.checkpoint.interval=2", "train.log_interval=1"]
 TWO_PODS = [

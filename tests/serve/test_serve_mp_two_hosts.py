@@ -26,8 +26,9 @@ import pytest
 from helpers.build import compile_build
 from helpers.hf import save_random_hf_llama
 from helpers.marks import needs_vllm
-from helpers.netns import IFNAME, Host, hosts, netns_missing_reason
+from helpers.netns import IFNAME, Host, ask, hosts, netns_missing_reason
 from helpers.processes import kill_group
+from helpers.specs import SERVED_TP2_ON_TWO_HOSTS
 
 from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_WORKER_SH
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
@@ -41,21 +42,6 @@ pytestmark = [
 
 START_TIMEOUT_S = 600.0
 PORT = 8000  # each namespace has its own ports: no other job can hold this one there
-# A client on another host than the API's: what `curl http://HEAD:PORT/...` is on a cluster.
-CLIENT = """\
-import json, sys, urllib.request
-url, body = sys.argv[1], sys.argv[2]
-request = urllib.request.Request(url, data=body.encode() or None, headers={"Content-Type": "application/json"})
-with urllib.request.urlopen(request, timeout=120) as response:
-    sys.stdout.write(response.read().decode())
-"""
-
-
-def _ask(client: Host, url: str, body: dict | None = None) -> subprocess.CompletedProcess[str]:
-    data = json.dumps(body) if body is not None else ""
-    return subprocess.run(
-        client.command([sys.executable, "-c", CLIENT, url, data]), capture_output=True, text=True, timeout=180
-    )
 
 
 def _wait_healthy(client: Host, url: str, procs: list[subprocess.Popen], logs: list[Path]) -> None:
@@ -64,7 +50,7 @@ def _wait_healthy(client: Host, url: str, procs: list[subprocess.Popen], logs: l
         for proc, log in zip(procs, logs, strict=True):
             if proc.poll() is not None:
                 pytest.fail(f"{log.name} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-        if _ask(client, url).returncode == 0:
+        if ask(client, url).returncode == 0:
             return
         time.sleep(3)
     pytest.fail("no /health within the start timeout:\n" + "\n".join(log.read_text()[-3000:] for log in logs))
@@ -77,18 +63,8 @@ def test_tensor_parallel_across_two_hosts_with_vllms_mp_executor(tmp_path: Path)
     plan, build = compile_build(
         tmp_path / "build",
         [
-            "hardware=cpu",
-            "hardware.gpus_per_node=1",
-            "hardware.nodes=2",
-            f"hardware.inter_node.socket_ifname={IFNAME}",
-            "serve.tp=2",
-            "serve.host=0.0.0.0",
-            "train=null",
-            "parallel=null",
-            "convert=null",
+            *SERVED_TP2_ON_TWO_HOSTS,
             f"serve.model_path={model}",
-            "serve.max_model_len=128",
-            "serve.api_key_env=null",
             f"serve.port={PORT}",
         ],
     )
@@ -116,7 +92,7 @@ def test_tensor_parallel_across_two_hosts_with_vllms_mp_executor(tmp_path: Path)
             api = f"http://{node0.address}:{PORT}"
             _wait_healthy(node1, f"{api}/health", procs, logs)
             body = {"model": plan.spec.serve.served_model_name, "prompt": "hello", "max_tokens": 4, "temperature": 0}
-            answered = _ask(node1, f"{api}/v1/completions", body)
+            answered = ask(node1, f"{api}/v1/completions", body)
             assert answered.returncode == 0, answered.stderr
             answer = json.loads(answered.stdout)
             assert answer["usage"]["completion_tokens"] == 4 and answer["choices"][0]["text"], answer
