@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers.k8s_pods import pod_specs, walk
+from helpers.k8s_schema import documents
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_POD_SH, K8S_SERVE, K8S_TRAIN, MANIFEST
 from lmspec.compiler.build.writer import stale_files, write_build
@@ -38,22 +39,8 @@ def compiled(overrides: list[str], spec: str | None = None) -> tuple[Plan, dict[
     return plan, build_files(plan)
 
 
-def documents(text: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def walk(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from walk(value)
-
-
 def containers(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for node in walk(objects) if isinstance(node.get("containers"), list) for c in node["containers"]]
+    return [c for obj in objects for pod in pod_specs(obj) for c in pod["containers"]]
 
 
 ERRORS = [

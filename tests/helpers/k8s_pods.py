@@ -17,29 +17,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from helpers.k8s_schema import documents as manifest_documents
 
 CONFIG_MAP_DATA_DIR = "..2026_01_01_00_00_00.000000001"  # the kubelet's timestamped folder (atomic_writer.go)
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    """The objects of an emitted YAML file (helpers.k8s_schema reads them the same way)."""
+    return manifest_documents(path.read_text())
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
+def walk(node: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping inside `node`, `node` first, in document order."""
     if isinstance(node, dict):
         yield node
         for value in node.values():
-            yield from _walk(value)
+            yield from walk(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _walk(value)
+            yield from walk(value)
 
 
 def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
     """Every pod spec inside an object (a JobSet's replicated jobs, a runtime's template, LWS's leader and
     worker templates), in document order: the dicts holding `containers`."""
-    return [node for node in _walk(obj) if isinstance(node.get("containers"), list)]
+    return [node for node in walk(obj) if isinstance(node.get("containers"), list)]
 
 
 def mount_config_maps(objects: list[dict[str, Any]], volume: dict[str, Any], target: Path) -> None:

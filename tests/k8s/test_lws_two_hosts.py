@@ -12,12 +12,9 @@ Two vLLM process trees (~1-2 min to healthy on 2 idle cores, ~3 GB each). Needs 
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,9 +22,10 @@ from helpers.build import compile_build
 from helpers.hf import save_random_hf_llama
 from helpers.k8s_pods import documents, prepare_pod
 from helpers.marks import needs_vllm
-from helpers.netns import IFNAME, ask, hosts, netns_missing_reason
+from helpers.netns import IFNAME, hosts, netns_missing_reason
 from helpers.processes import kill_group
 from helpers.specs import SERVED_TP2_ON_TWO_HOSTS
+from helpers.two_host_engine import assert_one_tp2_engine_answers, wait_healthy
 
 from lmspec.compiler.build.files import K8S_BUILD, K8S_SERVE
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
@@ -42,7 +40,6 @@ pytestmark = [
 NAME = "k8sserve"
 NAMESPACE = "serving"
 PORT = 8000
-START_TIMEOUT_S = 600.0
 
 
 def test_the_leader_worker_set_serves_across_two_hosts(tmp_path: Path) -> None:
@@ -105,22 +102,8 @@ def test_the_leader_worker_set_serves_across_two_hosts(tmp_path: Path) -> None:
                         )
                     )
             api = f"http://{leader_name}:{PORT}"
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while ask(nodes[1], f"{api}/health").returncode != 0:
-                for proc, log in zip(procs, logs, strict=True):
-                    if proc.poll() is not None:
-                        pytest.fail(f"{log.name} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail("no /health in time:\n" + "\n".join(log.read_text()[-3000:] for log in logs))
-                time.sleep(3)
-            body = {"model": plan.spec.serve.served_model_name, "prompt": "hello", "max_tokens": 4, "temperature": 0}
-            answered = ask(nodes[1], f"{api}/v1/completions", body)
-            assert answered.returncode == 0, answered.stderr
-            answer = json.loads(answered.stdout)
-            assert answer["usage"]["completion_tokens"] == 4 and answer["choices"][0]["text"], answer
-            assert "-tp2-" in answer["system_fingerprint"], answer  # one engine of two tensor-parallel ranks
-            worker = logs[1].read_text()
-            assert re.search(r"rank 1 in world size 2 is assigned as .*TP rank 1", worker), worker[-3000:]
+            wait_healthy(nodes[1], f"{api}/health", procs, logs)
+            assert_one_tp2_engine_answers(nodes[1], api, plan.spec.serve.served_model_name, logs[1])
         finally:
             for proc in procs:
                 kill_group(proc)

@@ -14,21 +14,19 @@ to 0.0.0.0. Two vLLM process trees (~1-2 min to healthy on 2 idle cores, ~3 GB e
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from helpers.build import compile_build
 from helpers.hf import save_random_hf_llama
 from helpers.marks import needs_vllm
-from helpers.netns import IFNAME, Host, ask, hosts, netns_missing_reason
+from helpers.netns import IFNAME, hosts, netns_missing_reason
 from helpers.processes import kill_group
 from helpers.specs import SERVED_TP2_ON_TWO_HOSTS
+from helpers.two_host_engine import assert_one_tp2_engine_answers, wait_healthy
 
 from lmspec.compiler.build.files import SERVE_HEAD_SH, SERVE_WORKER_SH
 from lmspec.compiler.launch_names import CPU_VLLM_CLI, VLLM_CLI_ENV
@@ -40,20 +38,7 @@ pytestmark = [
     pytest.mark.skipif(netns_missing_reason() is not None, reason=str(netns_missing_reason())),
 ]
 
-START_TIMEOUT_S = 600.0
 PORT = 8000  # each namespace has its own ports: no other job can hold this one there
-
-
-def _wait_healthy(client: Host, url: str, procs: list[subprocess.Popen], logs: list[Path]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        for proc, log in zip(procs, logs, strict=True):
-            if proc.poll() is not None:
-                pytest.fail(f"{log.name} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-        if ask(client, url).returncode == 0:
-            return
-        time.sleep(3)
-    pytest.fail("no /health within the start timeout:\n" + "\n".join(log.read_text()[-3000:] for log in logs))
 
 
 def test_tensor_parallel_across_two_hosts_with_vllms_mp_executor(tmp_path: Path) -> None:
@@ -90,15 +75,8 @@ def test_tensor_parallel_across_two_hosts_with_vllms_mp_executor(tmp_path: Path)
                         )
                     )
             api = f"http://{node0.address}:{PORT}"
-            _wait_healthy(node1, f"{api}/health", procs, logs)
-            body = {"model": plan.spec.serve.served_model_name, "prompt": "hello", "max_tokens": 4, "temperature": 0}
-            answered = ask(node1, f"{api}/v1/completions", body)
-            assert answered.returncode == 0, answered.stderr
-            answer = json.loads(answered.stdout)
-            assert answer["usage"]["completion_tokens"] == 4 and answer["choices"][0]["text"], answer
-            assert "-tp2-" in answer["system_fingerprint"], answer  # one engine of two tensor-parallel ranks
-            worker = logs[1].read_text()
-            assert re.search(r"rank 1 in world size 2 is assigned as .*TP rank 1", worker), worker[-3000:]
+            wait_healthy(node1, f"{api}/health", procs, logs)
+            worker = assert_one_tp2_engine_answers(node1, api, plan.spec.serve.served_model_name, logs[1])
             assert f"distributed_init_method=tcp://{node0.address}:{plan.spec.serve.master_port}" in worker
         finally:
             for proc in procs:
