@@ -11,18 +11,21 @@ generation and per precision, the worst points, and the leave-one-source-out med
 calibration (`steptime_calibration.Calibration`) is fitted on the other sources' points alone and the left-out source is
 priced with it, so that figure measures prediction, not fitting. `--fit` fits the calibration on every point
 and writes it, with the fit's provenance, to compiler/models/steptime_calibration.json (what
-`steptime_calibration.CALIBRATION` loads). Points lmspec cannot price are listed with the reason.
+`steptime_calibration.CALIBRATION` loads). The fit goes by generation (SHARED_BY): the Ampere and Hopper points
+fit every constant they move, each later generation's points only its own (blackwell_gemm, cdna_attention).
+Points lmspec cannot price are listed with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +46,23 @@ from lmspec.compiler.pipeline import derive_despite_rules  # noqa: E402
 DATA = ROOT / "tests" / "data" / "steptime" / "published_runs.yaml"
 CALIBRATION_PATH = Path(steptime_calibration.__file__).with_name(CALIBRATION_FILE)
 WORST = 5
-# GPU generation of each hardware preset the calibration set uses (H800 is a Hopper H100 with less NVLink).
-GENERATION = {"a100_40g": "A100", "a100_80g": "A100", "h100_80g": "H100", "h800_80g": "H100", "h200_141g": "H100"}
+# The label each hardware.gpu.generation is scored under: the generations whose constants differ
+# (steptime_calibration.CALIBRATED_GENERATION), CDNA 3 and 4 together as they share theirs.
+GENERATION = {
+    "ampere": "Ampere",
+    "ada": "Ampere",
+    "hopper": "Hopper",
+    "blackwell": "Blackwell",
+    "cdna3": "CDNA",
+    "cdna4": "CDNA",
+}
+# The generations whose points fit every constant they move, the shared ones (fp8_gemm, elementwise, the MoE host
+# launch, TP overlap) included; each later generation's points then fit only the constants named for it, holding
+# the shared ones. A newer generation's few sources run what lmspec does not key (CUDA graphs over the MoE
+# router and token preprocessing in Megatron-Bridge's Blackwell recipes), and a joint fit lets them move the
+# constants the older generations' 46 points pin: it priced Megatron-Bridge's H100 Qwen3-30B-A3B at twice its
+# published throughput.
+SHARED_BY = ("Ampere", "Hopper")
 # Where each constant may land when fitted: shares of a peak that kernels are known to reach (cuBLAS sustains
 # ~0.9 of an A100's bf16 peak and ~0.8 of a Hopper's on large GEMMs (790 of 989 TFLOP/s measured on an H200),
 # flash attention 0.35-0.75 forward and backward), so a fit cannot trade one term for another beyond what the
@@ -52,8 +70,18 @@ GENERATION = {"a100_40g": "A100", "a100_80g": "A100", "h100_80g": "H100", "h800_
 BOUNDS = {
     "ampere_gemm": (0.5, 0.92),
     "hopper_gemm": (0.5, 0.85),
+    # Blackwell's dense peaks, like Hopper's, are the boost clock's: large bf16 GEMMs run below them at the
+    # clocks a training step sustains, so the same plateau range as Hopper's.
+    "blackwell_gemm": (0.5, 0.85),
+    # hipBLASLt reaches less of CDNA's peak than cuBLAS of NVIDIA's: 1159 of MI300X's 2615 FP8 TFLOP/s (0.44)
+    # on an 8192^3 GEMM (Azure ND MI300X v5 GEMM benchmark, AI-benchmarking-guide); bf16 is no better.
+    "cdna_gemm": (0.35, 0.85),
     "ampere_attention": (0.35, 0.9),
     "hopper_attention": (0.35, 0.9),
+    "blackwell_attention": (0.35, 0.9),
+    # Flash attention on CDNA: 328.6 of MI300X's 1307 bf16 TFLOP/s (0.25) forward at head dim 64, sequence 8192
+    # (the same Azure benchmark, FlashAttention 2.0); Composable Kernel's v3 kernels reach more.
+    "cdna_attention": (0.25, 0.9),
     "fp8_gemm": (0.4, 0.85),
     "elementwise": (0.3, 1.0),
     "tp_overlap_exposed": (0.0, 1.0),
@@ -82,7 +110,7 @@ class Point:
 
     @property
     def generation(self) -> str:
-        return GENERATION.get(self.point["hardware"], self.point["hardware"])
+        return GENERATION[_generation(str(self.point["hardware"]))]
 
     @property
     def moe(self) -> bool:
@@ -101,14 +129,23 @@ class Point:
         return self.predicted(calibration) / self.published
 
 
+@functools.cache
+def _preset(name: str) -> dict[str, Any]:
+    """The hardware preset `name` as its YAML file holds it."""
+    return dict(yaml.safe_load((ROOT / "specs" / "hardware" / f"{name}.yaml").read_text(encoding="utf-8")))
+
+
+def _generation(hardware: str) -> str:
+    return str(_preset(hardware)["gpu"]["generation"])
+
+
 def _value(v: Any) -> str:
     return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def overrides(point: Mapping[str, Any]) -> list[str]:
     """The point as `lmspec` command-line overrides: model, hardware and node count, then the layout."""
-    hardware = yaml.safe_load((ROOT / "specs" / "hardware" / f"{point['hardware']}.yaml").read_text(encoding="utf-8"))
-    per_node = int(hardware["gpus_per_node"])
+    per_node = int(_preset(point["hardware"])["gpus_per_node"])
     if point["gpus"] % per_node:
         raise ValueError(f"{point['id']}: gpus={point['gpus']} is not a multiple of {per_node} GPUs per node")
     model = point["model"]
@@ -160,13 +197,14 @@ def exercised(points: Sequence[Point], start: Calibration = CALIBRATION) -> list
     ]
 
 
-def fit(points: Sequence[Point], start: Calibration = CALIBRATION) -> Calibration:
-    """The calibration minimising the squared log ratios over `points`, searched from the middle of each
-    constant's BOUNDS, so the fit is a function of the points alone (refitting its own output changes nothing,
-    and each left-out source's fit starts where every other does). A constant no point exercises keeps its
-    value in `start` rather than drifting to a bound."""
+def _solve(points: Sequence[Point], start: Calibration, names: Collection[str]) -> Calibration:
+    """The calibration minimising the squared log ratios over `points` by the constants of `names` they move,
+    searched from the middle of each constant's BOUNDS (so the result is a function of the points alone), the
+    others held at `start`."""
     start_values = {n: float(getattr(start, n)) for n in Calibration.names()}
-    free = exercised(points, start)
+    free = [n for n in exercised(points, start) if n in names]
+    if not free:
+        return start
     low, high = (np.array(b) for b in zip(*(BOUNDS[n] for n in free)))
     solved = least_squares(
         lambda x: _residuals(points, {**start_values, **dict(zip(free, x))}),
@@ -174,8 +212,42 @@ def fit(points: Sequence[Point], start: Calibration = CALIBRATION) -> Calibratio
         bounds=(low, high),
         x_scale="jac",
     )
-    fitted = {**start_values, **{n: float(f"{v:.3g}") for n, v in zip(free, solved.x)}}
-    return Calibration(**fitted)
+    at_bound = np.isclose(solved.x, low, rtol=0, atol=1e-9)  # the solver stops a hair off a bound
+    values = np.where(at_bound, low, solved.x)
+    return Calibration(**{**start_values, **{n: float(f"{v:.3g}") for n, v in zip(free, values)}})
+
+
+def _stages(points: Sequence[Point]) -> list[tuple[list[Point], tuple[str, ...]]]:
+    """The fit's stages: the SHARED_BY generations' points and every constant, then each later generation's
+    points and the constants named for it (`blackwell_gemm` for Blackwell)."""
+    later = [g for g in dict.fromkeys(GENERATION.values()) if g not in SHARED_BY]
+    return [
+        ([p for p in points if p.generation in SHARED_BY], Calibration.names()),
+        *(
+            (
+                [p for p in points if p.generation == g],
+                tuple(n for n in Calibration.names() if n.startswith(f"{g.lower()}_")),
+            )
+            for g in later
+        ),
+    ]
+
+
+def fit(points: Sequence[Point], start: Calibration = CALIBRATION) -> Calibration:
+    """The calibration fitted on `points` stage by stage (`_stages`): refitting its own output changes nothing,
+    and each left-out source's fit starts where every other does. A constant no point exercises keeps its
+    value in `start` rather than drifting to a bound."""
+    calibration = start
+    for rows, names in _stages(points):
+        if rows:
+            calibration = _solve(rows, calibration, names)
+    return calibration
+
+
+def fitted_names(points: Sequence[Point], start: Calibration = CALIBRATION) -> list[str]:
+    """The constants `fit` moves: those each stage's points exercise among the stage's names."""
+    moved = {n for rows, names in _stages(points) if rows for n in exercised(rows, start) if n in names}
+    return [n for n in Calibration.names() if n in moved]
 
 
 def leave_one_source_out(points: Sequence[Point]) -> dict[str, float]:
@@ -201,13 +273,27 @@ def _median_ratio(rows: Sequence[Point], calibration: Calibration) -> str:
     return f"{statistics.median(r.ratio(calibration) for r in rows):.3f}" if rows else "n/a"
 
 
+PRECISIONS = ("bf16", "fp8", "fp4")
+
+
+def _groups(points: Sequence[Point]) -> list[tuple[str, list[Point]]]:
+    """The subsets scored apart: dense and MoE, each GPU generation (in GENERATION's order), each precision."""
+    generations = dict.fromkeys(GENERATION.values())
+    return [
+        ("dense", [p for p in points if not p.moe]),
+        ("MoE", [p for p in points if p.moe]),
+        *((g, [p for p in points if p.generation == g]) for g in generations),
+        *((q, [p for p in points if p.precision == q]) for q in PRECISIONS),
+    ]
+
+
 def report(points: Sequence[Point], calibration: Calibration, loso: Mapping[str, float]) -> None:
     ok = [r for r in points if r.inputs is not None]
     print(
-        f"{'point':40} {'source':26} {'gpu':4} {'prec':4} {'published':>10} {'predicted':>10} {'ratio':>6} {'loso':>6}"
+        f"{'point':40} {'source':26} {'gpu':9} {'prec':4} {'published':>10} {'predicted':>10} {'ratio':>6} {'loso':>6}"
     )
     for r in points:
-        head = f"{r.point['id']:40} {r.source:26} {r.generation:4} {r.precision:4} {r.published:10.1f}"
+        head = f"{r.point['id']:40} {r.source:26} {r.generation:9} {r.precision:4} {r.published:10.1f}"
         if r.inputs is None:
             print(f"{head} {'-':>10} {'-':>6}  not priced: {r.reason}")
             continue
@@ -221,29 +307,21 @@ def report(points: Sequence[Point], calibration: Calibration, loso: Mapping[str,
     print(f"priced {len(ok)} of {len(points)} points; tokens/s per GPU, ratio = predicted / published")
     overall = _pct(median_error(ok, calibration))
     print(f"median absolute error: {overall} overall (median ratio {_median_ratio(ok, calibration)})")
-    for label, keep in (
-        ("dense", lambda r: not r.moe),
-        ("MoE", lambda r: r.moe),
-        ("A100", lambda r: r.generation == "A100"),
-        ("H100 (Hopper: H100, H800)", lambda r: r.generation == "H100"),
-        ("bf16", lambda r: r.precision == "bf16"),
-        ("fp8", lambda r: r.precision == "fp8"),
-    ):
-        rows = [r for r in ok if keep(r)]
+    for label, rows in _groups(ok):
         error, ratio = _pct(median_error(rows, calibration)), _median_ratio(rows, calibration)
         print(f"  {label:28} {error:>6}  over {len(rows)} points (median ratio {ratio})")
     print(f"worst {WORST}:")
     for r in sorted(ok, key=lambda r: abs(r.ratio(calibration) - 1), reverse=True)[:WORST]:
         print(f"  {r.point['id']:40} ratio {r.ratio(calibration):.3f}  ({r.source})")
     if loso:
-        held = list(loso.values())
+        every = list(loso.values())
         print(
-            f"leave-one-source-out median absolute error: {_pct(statistics.median(held))} "
-            f"(worst {_pct(max(held))}; each source priced with the calibration fitted on the others)"
+            f"leave-one-source-out median absolute error: {_pct(statistics.median(every))} "
+            f"(worst {_pct(max(every))}; each source priced with the calibration fitted on the others)"
         )
-        for label, rows in (("dense", [r for r in ok if not r.moe]), ("MoE", [r for r in ok if r.moe])):
+        for label, rows in _groups(ok):
             errors = [loso[str(r.point["id"])] for r in rows if str(r.point["id"]) in loso]
-            if errors:
+            if errors and label not in PRECISIONS:
                 print(
                     f"  {label:28} {_pct(statistics.median(errors)):>6}  over {len(errors)} points "
                     f"(worst {_pct(max(errors))})"
@@ -260,8 +338,9 @@ def calibration_document(
     calibration: Calibration, points: Sequence[Point], data: Path, loso: Mapping[str, float]
 ) -> dict[str, Any]:
     """steptime_calibration.json: the constants, how they were fitted and how well they predict, and the
-    notes on the constants no point moves (kept from the file as it stands)."""
-    fitted = exercised(points, calibration)
+    notes on the constants no point moves (kept from the file as it stands). What the fit moves is judged from
+    the calibration it started from (a constant fitted to a bound of zero moves nothing any more)."""
+    fitted = fitted_names(points)
     held = list(loso.values())
     notes = json.loads(CALIBRATION_PATH.read_text(encoding="utf-8")).get("notes", {})
     return {
@@ -272,8 +351,9 @@ def calibration_document(
             "points": len(points),
             "sources": len({p.source for p in points}),
             "method": (
-                "least squares on log(predicted / published) tokens/s per GPU over every point, each constant "
-                "within bench/steptime_published.py's BOUNDS, rounded to 3 significant digits"
+                "least squares on log(predicted / published) tokens/s per GPU, each constant within "
+                "bench/steptime_published.py's BOUNDS, rounded to 3 significant digits: first every constant on the "
+                f"{' and '.join(SHARED_BY)} points, then each later generation's own constants on its points"
             ),
             "fitted": fitted,
             "kept": [n for n in Calibration.names() if n not in fitted],
@@ -281,8 +361,9 @@ def calibration_document(
             "leave_one_source_out_median_absolute_error": _pct(statistics.median(held)),
             "leave_one_source_out_worst": _pct(max(held)),
             **{
-                f"{label}_{name}": value
-                for label, rows in (("dense", [p for p in points if not p.moe]), ("moe", [p for p in points if p.moe]))
+                f"{label.lower()}_{name}": value
+                for label, rows in _groups(points)
+                if label not in PRECISIONS
                 for name, value in (
                     ("points", len(rows)),
                     ("median_absolute_error", _pct(median_error(rows, calibration))),

@@ -6,6 +6,12 @@ device (`Plan.device`: CPU ranks over gloo, or GPUs). A spec asks for features
 the key, the capability and the way out; `lmspec plan` searches only layouts its target runs
 (compiler/search); the runtime reads the same table where a feature is a choice of
 implementation rather than a key (grouped-GEMM experts). Nothing else decides what runs.
+
+Low precision is decided in three steps, each refusal naming its key: the backend and implementation
+(`precision_fp8`, `precision_fp4`: Megatron with Transformer Engine only; DeepSpeed and CPU ranks run none),
+the hardware's tensor cores (hardware.gpu.fp8_tflops, fp4_tflops), and the recipe's generations
+(`recipe_refusal`, from compiler/models/recipes.py's rows, which also give the Transformer Engine release
+each recipe needs; the runtime's TE preflight checks the installed one against it).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Literal
 
 from lmspec.compiler.backends import BACKENDS, BackendName
 from lmspec.compiler.models.dims import Device, device_kind
+from lmspec.compiler.models.recipes import RECIPES, Recipe, recipe_of
 from lmspec.compiler.spec.sections import TrainingSpec
 
 Backend = BackendName
@@ -31,6 +38,7 @@ Feature = Literal[
     "precision_bf16",
     "precision_fp16",
     "precision_fp8",
+    "precision_fp4",
     "flash_attention",
     "recompute_selective",
     "recompute_full",
@@ -73,6 +81,7 @@ FEATURE_KEYS: dict[Feature, tuple[str, object]] = {
     "precision_bf16": ("train.precision", "fp32"),
     "precision_fp16": ("train.precision", "fp32"),
     "precision_fp8": ("train.precision", "bf16"),
+    "precision_fp4": ("train.precision", "bf16"),
     "flash_attention": ("train.flash_attention", False),
     "recompute_selective": ("train.recompute", "full"),
     "recompute_full": ("train.recompute", "none"),
@@ -155,6 +164,7 @@ def requested_features(spec: TrainingSpec) -> tuple[Feature, ...]:
         "precision_bf16": t.precision == "bf16",
         "precision_fp16": t.precision == "fp16",
         "precision_fp8": t.precision == "fp8",
+        "precision_fp4": t.precision == "fp4",
         "flash_attention": t.flash_attention,
         "recompute_selective": t.recompute == "selective",
         "recompute_full": t.recompute == "full",
@@ -198,3 +208,18 @@ def grouped_gemm(spec: TrainingSpec) -> bool:
 def targets_running(feature: Feature, device: Device) -> tuple[Target, ...]:
     """Every target on `device` that runs `feature`: the ways out a refusal names."""
     return tuple(t for t, c in TABLE.items() if t.device == device and c.runs(feature))
+
+
+def recipe_refusal(spec: TrainingSpec) -> tuple[Recipe, str] | None:
+    """The spec's recipe and why its hardware.gpu.generation does not run it; None where it runs (or no
+    recipe is asked for)."""
+    recipe = recipe_of(spec)
+    generation = spec.hardware.gpu.generation
+    if recipe is None or recipe.runs_on(generation):
+        return None
+    return recipe, recipe.refused[generation]
+
+
+def recipes_running(precision: str, generation: str) -> tuple[str, ...]:
+    """The recipes of `precision` a generation runs: the ways out of a refusal."""
+    return tuple(name for name, r in RECIPES.items() if r.precision == precision and r.runs_on(generation))

@@ -34,6 +34,7 @@ LACKS: dict[Feature, str] = {
     "sequence_parallel": f"{_HF} has no tensor parallelism to split sequences over",
     "mtp": "transformers' modeling code does not build multi-token-prediction modules",
     "precision_fp8": "FP8 GEMMs come from Transformer Engine, which transformers' modeling code does not use",
+    "precision_fp4": "FP4 GEMMs come from Transformer Engine, which transformers' modeling code does not use",
     "recompute_selective": "transformers' gradient checkpointing recomputes whole layers (train.recompute=full)",
     "grouped_gemm_experts": "transformers' MoE blocks loop over their experts",
     "tp_comm_overlap": f"{_HF} has no tensor parallelism",

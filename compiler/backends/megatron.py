@@ -29,6 +29,7 @@ _ZERO = "ZeRO stages are DeepSpeed's; Megatron shards optimizer states with para
 LOCAL_LACKS: dict[Feature, str] = {
     "context_parallel": f"{_LOCAL} has no context-parallel attention",
     "precision_fp8": "FP8 GEMMs come from Transformer Engine",
+    "precision_fp4": "FP4 GEMMs come from Transformer Engine",
     "flash_attention": f"{_LOCAL} materialises the s x s attention scores (Transformer Engine fuses them)",
     "grouped_gemm_experts": f"{_LOCAL} runs the experts one after another (SequentialMLP)",
     "zero_1": _ZERO,
@@ -39,10 +40,17 @@ LOCAL_LACKS: dict[Feature, str] = {
     "tp_comm_overlap": _NO_USERBUFFERS,
     "moe_permute_fusion": f"the fused permutation kernels are Transformer Engine's; {_LOCAL} permutes with torch ops",
 }
+# what Transformer Engine's layers add to the local ones
+TRANSFORMER_ENGINE_RUNS = (
+    "context_parallel",
+    "precision_fp8",
+    "precision_fp4",
+    "flash_attention",
+    "grouped_gemm_experts",
+    "moe_permute_fusion",
+)
 TRANSFORMER_ENGINE_LACKS: dict[Feature, str] = {
-    k: v
-    for k, v in LOCAL_LACKS.items()
-    if k not in ("context_parallel", "precision_fp8", "flash_attention", "grouped_gemm_experts", "moe_permute_fusion")
+    k: v for k, v in LOCAL_LACKS.items() if k not in TRANSFORMER_ENGINE_RUNS
 }
 CPU_LACKS: dict[Feature, str] = {
     **LOCAL_LACKS,
@@ -127,7 +135,10 @@ MEGATRON = TrainingBackend(
         ("local", "gpu"): LOCAL_LACKS,
         ("transformer_engine", "gpu"): TRANSFORMER_ENGINE_LACKS,
     },
-    no_target={"transformer_engine": "Transformer Engine runs on NVIDIA GPUs only; set train.transformer_impl=local"},
+    no_target={
+        "transformer_engine": "Transformer Engine runs on GPUs only (NVIDIA's, and AMD Instinct through ROCm's "
+        "build); set train.transformer_impl=local"
+    },
     rules=(sequence_parallel_hint, rope_scaling_runs),
     emitter="lmspec.compiler.emit.megatron_config:emit_megatron_config",
     config_file=MEGATRON_CONFIG,

@@ -37,6 +37,7 @@ SAME_NAME_VALUES = (
     "expert_tensor_parallel_size",
     "cp_comm_type",
     "fp8_recipe",
+    "fp4_recipe",
     "recompute_granularity",
     "recompute_method",
     "recompute_num_layers",
@@ -69,7 +70,12 @@ SAME_NAME_VALUES = (
     "mscale",
     "mscale_all_dim",
 )
-RENAMED_VALUES = {"layernorm_epsilon": "--norm-epsilon", "num_moe_experts": "--num-experts", "fp8": "--fp8-format"}
+RENAMED_VALUES = {
+    "layernorm_epsilon": "--norm-epsilon",
+    "num_moe_experts": "--num-experts",
+    "fp8": "--fp8-format",
+    "fp4": "--fp4-format",
+}
 # store_true flags: written when the field is true
 SWITCHES_ON = (
     "add_qkv_bias",

@@ -38,9 +38,19 @@ if TYPE_CHECKING:
     from lmspec.compiler.spec.sections import MegatronSection, ModelSpec, TrainingSpec
 
 # train.fp8_recipe -> (TransformerConfig.fp8, .fp8_recipe), as Megatron-LM's --fp8-format/--fp8-recipe
-# pair them: delayed scaling keeps e5m2 for gradients (hybrid); per-block scales use e4m3 throughout.
+# pair them: per-tensor scaling keeps e5m2 for gradients (hybrid, as Megatron-Bridge's
+# bf16_with_fp8_delayed_scaling_mixed and bf16_with_fp8_current_scaling_mixed); per-block scales use e4m3
+# throughout (DeepSeek-V3's blocks; Megatron-Bridge's bf16_with_mxfp8_mixed for MX blocks).
 # The amax history and margin stay at Megatron-LM's defaults (TransformerConfig's: 1, most_recent, 0).
-FP8_SETTINGS: dict[str, tuple[str, str]] = {"delayed": ("hybrid", "delayed"), "blockwise": ("e4m3", "blockwise")}
+FP8_SETTINGS: dict[str, tuple[str, str]] = {
+    "delayed": ("hybrid", "delayed"),
+    "tensorwise": ("hybrid", "tensorwise"),
+    "blockwise": ("e4m3", "blockwise"),
+    "mxfp8": ("e4m3", "mxfp8"),
+}
+# train.fp4_recipe -> (TransformerConfig.fp4, .fp4_recipe): e2m1 elements (Megatron-Bridge's
+# bf16_with_nvfp4_mixed; megatron-core's only FP4 format).
+FP4_SETTINGS: dict[str, tuple[str, str]] = {"nvfp4": ("e2m1", "nvfp4")}
 CP_COMM_TYPE = "p2p"  # Megatron-LM's --cp-comm-type default: KV chunks passed round a ring, overlapped
 INIT_METHOD_STD = 0.02  # Megatron-LM's --init-method-std default
 
@@ -105,8 +115,8 @@ def implementation_settings(spec: TrainingSpec) -> dict[str, Any]:
     accumulation fusion (where its kernel is installed: the runtime decides), TE's fused/flash attention
     chosen by TE (`auto`; unfused where train.flash_attention=false, so the s x s scores are stored as
     priced), grouped-GEMM experts where the capability table runs them, context parallelism over p2p,
-    and FP8 from train.precision=fp8 with train.fp8_recipe. RoPE fusion is off for MLA: megatron-core
-    0.16.1 fuses MLA's RoPE only for YaRN, and lmspec's MLA uses plain RoPE.
+    and FP8 or FP4 from train.precision with train.fp8_recipe or train.fp4_recipe. RoPE fusion is off
+    for MLA: megatron-core 0.16.1 fuses MLA's RoPE only for YaRN, and lmspec's MLA uses plain RoPE.
     """
     # imports the Plan, which imports the cost model
     from lmspec.compiler.capabilities import grouped_gemm
@@ -135,6 +145,8 @@ def implementation_settings(spec: TrainingSpec) -> dict[str, Any]:
         settings["moe_grouped_gemm"] = grouped_gemm(spec)
     if t.precision == "fp8" and t.fp8_recipe is not None:
         settings["fp8"], settings["fp8_recipe"] = FP8_SETTINGS[t.fp8_recipe]
+    if t.precision == "fp4" and t.fp4_recipe is not None:
+        settings["fp4"], settings["fp4_recipe"] = FP4_SETTINGS[t.fp4_recipe]
     return settings
 
 

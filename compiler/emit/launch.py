@@ -9,7 +9,7 @@ which refuses anything a shell or sbatch would read differently.
 from __future__ import annotations
 
 from lmspec.compiler.build.files import RANK_LOGS, SBATCH_SH, TORCHRUN_SH, run_dir
-from lmspec.compiler.emit import site
+from lmspec.compiler.emit import rack, site
 from lmspec.compiler.emit.quoting import Quoted, directive, shell
 from lmspec.compiler.emit.render import render
 from lmspec.compiler.launch_names import IMPORT_MODULE, TRAIN_MODULE
@@ -50,9 +50,9 @@ def torchrun_sh(plan: Plan) -> str:
 
 
 def sbatch_options(plan: Plan) -> list[Quoted]:
-    """`#SBATCH` options after job name, nodes and tasks."""
-    slurm = plan.spec.cluster.slurm
-    options = site.sbatch_options(plan, plan.trained().layout.gpus_per_node)
+    """`#SBATCH` options after job name, nodes and tasks: the site's, the rack's `--segment`, then the stop."""
+    slurm, layout = plan.spec.cluster.slurm, plan.trained().layout
+    options = site.sbatch_options(plan, layout.gpus_per_node) + rack.segment_options(plan, layout.nodes)
     if slurm.requeue:
         options.append(directive("--requeue"))
     # B: signals the batch shell, which forwards USR1 to the trainer (torchrun itself ignores it).

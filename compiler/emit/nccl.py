@@ -1,24 +1,35 @@
 """launch/nccl.env: collective-communication settings derived from the hardware's links.
 
-NCCL on GPUs (InfiniBand, RoCE or plain TCP between nodes), gloo on the `cpu` hardware
-(intra_node.link=shm). Every line carries the reason it is there. Values are quoted here
-(lmspec.compiler.emit.quoting.shell); the file is bash, sourced by launch/torchrun.sh.
+NCCL on NVIDIA GPUs, RCCL (ROCm's NCCL, which reads the same NCCL_* and TORCH_NCCL_* names) on AMD Instinct GPUs
+(compiler/models/vendor.py), both over InfiniBand, RoCE or plain TCP between nodes; gloo on the `cpu` hardware
+(intra_node.link=shm). Then the library's own: RCCL's and ROCm's (compiler/emit/rccl.py), NCCL's multi-node
+NVLink on a rack-scale NVLink domain (compiler/emit/rack.py). Every line carries the reason it is there. Values
+are quoted here (lmspec.compiler.emit.quoting.shell); the file is bash, sourced by launch/torchrun.sh and the
+serving scripts.
 """
 
 from __future__ import annotations
 
 from lmspec.compiler.build.files import NCCL_ENV
 from lmspec.compiler.emit.kernel_env import kernel_settings
-from lmspec.compiler.emit.quoting import Quoted, shell
+from lmspec.compiler.emit.quoting import Quoted, comment, shell
+from lmspec.compiler.emit.rack import mnnvl_settings
+from lmspec.compiler.emit.rccl import rccl_settings
 from lmspec.compiler.emit.render import render
+from lmspec.compiler.models.vendor import vendor_of
 from lmspec.compiler.plan import Plan
+
+LIBRARY = {"nvidia": "NCCL", "amd": "RCCL", "cpu": "gloo"}  # what reads the file, by vendor
 
 SECONDS_PER_MINUTE = 60
 
 
 def emit_nccl_env(plan: Plan) -> dict[str, str]:
-    """The one environment file torchrun.sh sources (locally and under Slurm): NCCL's, then the kernels'."""
-    return {NCCL_ENV: render("nccl.env.j2", name=plan.name, settings=nccl_settings(plan) + kernel_settings(plan))}
+    """The one environment file torchrun.sh sources (locally and under Slurm): NCCL's or RCCL's, then the
+    kernels'."""
+    settings = nccl_settings(plan) + rccl_settings(plan) + mnnvl_settings(plan) + kernel_settings(plan)
+    library = comment(LIBRARY[vendor_of(plan.spec.hardware)])
+    return {NCCL_ENV: render("nccl.env.j2", name=plan.name, library=library, settings=settings)}
 
 
 def cpu_ranks(plan: Plan) -> bool:

@@ -33,6 +33,7 @@ from lmspec.compiler.emit.report_quantize import quantize_rows
 from lmspec.compiler.emit.report_serve_perf import serve_perf_rows
 from lmspec.compiler.emit.serve import serve_report_rows
 from lmspec.compiler.launchers import launcher_of
+from lmspec.compiler.models.recipes import recipe_of
 from lmspec.compiler.models.summary import step_estimate
 from lmspec.compiler.models.train_memory import TERMS
 from lmspec.compiler.models.units import gib
@@ -125,8 +126,9 @@ def _target_line(plan: Plan) -> str:
     uses = ["fused attention" if s.train.flash_attention else "unfused attention (stores the s x s scores)"]
     if s.model.moe is not None:
         uses.append("grouped-GEMM experts" if grouped_gemm(s) else "experts one after another")
-    if s.train.precision == "fp8":
-        uses.append(f"FP8 GEMMs ({s.train.fp8_recipe} scaling)")
+    recipe = recipe_of(s)
+    if recipe is not None:
+        uses.append(f"{s.train.precision.upper()} GEMMs ({recipe.name} scaling: {recipe.summary})")
     return f"Target: {t.backend}, train.transformer_impl={t.impl}, {t.device}; {', '.join(uses)}."
 
 
@@ -233,12 +235,14 @@ def _flops_rows(plan: Plan) -> list[tuple[str, str]]:
         ),
     ]
     gpu = plan.spec.hardware.gpu
-    if train.spec.train.precision == "fp8":
+    precision = train.spec.train.precision
+    peak = {"fp8": gpu.fp8_tflops, "fp4": gpu.fp4_tflops}.get(precision)
+    if peak is not None:
         rows.append(
             (
-                "MFU with FP8 GEMMs",
+                f"MFU with {precision.upper()} GEMMs",
                 f"quoted against the bf16 peak ({gpu.bf16_tflops:g} TFLOP/s), as DeepSeek-V3 and Megatron report "
-                f"FP8 runs; the GEMMs run at up to {gpu.fp8_tflops:g} TFLOP/s",
+                f"FP8 runs; the GEMMs run at up to {peak:g} TFLOP/s",
             )
         )
     return rows

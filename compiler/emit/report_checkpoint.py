@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lmspec.compiler.emit.report_format import count, percent, seconds, storage
 from lmspec.compiler.models.checkpoint_size import DIGEST_BYTES_PER_S, CheckpointSize
-from lmspec.compiler.models.units import GB, GIB
+from lmspec.compiler.models.units import GB, GIB, held_precision
 from lmspec.compiler.plan import Plan, TrainPlan
 from lmspec.compiler.rules.checkpoint import advice_text
 
@@ -31,7 +31,7 @@ def checkpoint_rows(plan: Plan) -> list[tuple[str, str]]:
     c, s, timed = train.checkpoint, train.spec, train.cadence
     t, cluster = s.train, s.cluster
     parts = [
-        f"{c.weight_bytes_per_param} B {t.precision} weights" if c.weight_bytes_per_param else "",
+        f"{c.weight_bytes_per_param} B {held_precision(t.precision)} weights" if c.weight_bytes_per_param else "",
         f"{c.master_bytes_per_param} B fp32 master weights" if c.master_bytes_per_param else "",
         f"{c.moment_bytes_per_param} B fp32 optimizer moments ({c.moments} per parameter)",
     ]

@@ -32,7 +32,7 @@ from lmspec.compiler.build.files import (
     pool_files,
     serve_scripts,
 )
-from lmspec.compiler.emit import site
+from lmspec.compiler.emit import rack, site
 from lmspec.compiler.emit.nccl import cpu_ranks
 from lmspec.compiler.emit.quoting import Quoted, directive, shell, word
 from lmspec.compiler.emit.render import render
@@ -308,6 +308,7 @@ def sbatch_options(plan: Plan) -> list[Quoted]:
     them; a server neither checkpoints nor requeues, so no signal and no --requeue."""
     layout = plan.served().layout
     options = site.sbatch_options(plan, max(role.gpus_per_node for role in layout.roles))
+    options += rack.segment_options(plan, layout.nodes)  # an engine spanning hosts stays in its NVLink domain
     return [*options, directive("--output=slurm-%x-%j.out"), directive("--open-mode=append")]
 
 

@@ -230,6 +230,26 @@ def ray_serve_expressible(ctx: RuleContext) -> Iterator[Problem]:
             yield error(key, f"{ctx.show(key)} with {ctx.show(FLAVOR_KEY)}: {why}")
 
 
+def rack_nvlink_needs_imex(ctx: RuleContext) -> Iterator[Problem]:
+    """Ranks on several hosts of an NVLink rack (GB200 NVL72) talk over multi-node NVLink only through an IMEX
+    channel in every pod, which NVIDIA's DRA driver grants through a ComputeDomain claim; lmspec's objects do not
+    claim one, and nccl.env's NCCL_MNNVL_ENABLE=1 stops NCCL at init without it (compiler/emit/rack.py)."""
+    from lmspec.compiler.models.dims import nodes_per_domain
+
+    hw = ctx.spec.hardware
+    if not chosen(ctx.spec) or hw.nodes == 1 or nodes_per_domain(hw.gpus_per_node, hw.nvlink_domain) == 1:
+        return
+    yield error(
+        "hardware.nvlink_domain",
+        (
+            f"{ctx.show('hardware.nvlink_domain')} joins hosts over NVLink, which a pod reaches only through an "
+            "IMEX channel that NVIDIA's DRA driver grants with a ComputeDomain claim; lmspec's Kubernetes "
+            "objects claim none, and NCCL would stop at init; use cluster=slurm (Slurm's switch/nvidia_imex "
+            "gives the job its channel), or hardware.nvlink_domain=null to run the hosts over the network"
+        ),
+    )
+
+
 def grace_covers_a_stop(ctx: TrainingContext) -> Iterator[Problem]:
     """terminationGracePeriodSeconds covers what the trainer does after SIGTERM: finish the step in progress
     (the step-time model's estimate), wait for an asynchronous save still persisting, and save synchronously
@@ -307,6 +327,7 @@ KUBERNETES = Launcher(
         serving_reachable,
         leaderworkerset_bounds,
         ray_serve_expressible,
+        rack_nvlink_needs_imex,
     ),
     training_rules=(grace_covers_a_stop,),
     runtime="lmspec.runtime.launchers.kubernetes:KUBERNETES",

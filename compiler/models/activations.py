@@ -20,6 +20,12 @@ Two accountings, one per kind of model code the backends train:
   GPU's experts receive (top_k x `routed_load`: the worst EP rank's imbalance, a capacity factor's
   cap or padding) the permuted input, the expert's fc1 output and weighted-SwiGLU output and its
   probability; the permutation index per copy sent (alltoall, flex) or received (allgather).
+  Under FP8 or FP4 (`quantized_input_bytes`), TE's linear layers save their input quantized, one layout
+  for the weight-gradient GEMM (transformer_engine/pytorch/module/linear.py keeps the columnwise usage
+  only): the norms' outputs (the QKV, fc1 and MLA up-projection inputs), SwiGLU's output (fc2's input)
+  and the experts' permuted input become the recipe's bytes; the output projection keeps a quantized copy
+  of the attention output beside the bf16 one attention saves. MLA's two down-projections are priced as
+  one saved copy of the norm's output.
   Besides what it saves, a MoE layer holds its dispatcher's buffers while it runs
   (`moe_transient_bytes`, a working term like full recompute's rebuilt layer). Both measured per
   dispatcher (alltoall, allgather) at ep=2 on two gloo ranks, tests/models/test_measured_moe.py
@@ -94,6 +100,9 @@ class ActivationSetting:
     # rank's imbalance, capped or padded by a capacity factor)
     routed_load: ArrayOrNumber = 1.0
     sent_load: ArrayOrNumber = 1.0  # copies a GPU sends over top_k per token: the capacity factor when padded
+    # bytes per element of a GEMM input Transformer Engine saves quantized for the weight gradient under
+    # train.precision=fp8/fp4 (compiler/models/recipes.py `Recipe.saved_input_bytes`); None = saved as is
+    quantized_input_bytes: float | None = None
 
 
 def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
@@ -145,13 +154,15 @@ def _torch_norm_bytes(width: int, e: int) -> float:
 def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> tuple[float, float]:
     """(replicated, tensor-parallel-sharded) bytes per token of one layer, Korthikanti style."""
     e, h = a.element_bytes, x.hidden
+    # a GEMM input only its GEMM saves: in the low precision where TE quantizes it (`quantized_input_bytes`)
+    q = e if a.quantized_input_bytes is None else a.quantized_input_bytes
     masks = 2 * h * MASK_BYTES if x.dropout else 0
     latents = [w for w in (x.q_latent, x.kv_latent) if w]
     # norm inputs (2) and outputs (the QKV and MLP inputs); MLA: each latent norm's input and output
     if a.kernels == "torch":
         replicated = sum(_torch_norm_bytes(w, e) for w in (h, h, *latents))
     else:
-        replicated = 2 * (2 * h + sum(latents)) * e
+        replicated = (2 * h + sum(latents)) * (e + q)
     replicated += x.rope_width * e + masks  # MLA's shared rotary key, stored beside the kv latent
     seq = a.seq_length // a.cp
     repeated = scores and x.k_width < x.q_width  # unfused attention repeats grouped K/V to every head
@@ -159,11 +170,13 @@ def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> 
     if a.kernels == "torch" and not x.kv_latent and not repeated:
         v_width = x.q_width + x.k_width + x.v_width  # the value keeps the QKV output's storage alive
     sharded: float = (x.q_width + k_width + v_width + x.out_width) * e
+    if a.quantized_input_bytes is not None:  # the output projection's own quantized copy of the attention
+        sharded += x.out_width * a.quantized_input_bytes  # output, which attention keeps in bf16 for its backward
     if scores:  # softmax output (+ GPT's dropout mask and dropout output)
         sharded += x.heads * seq * (e + (MASK_BYTES + e if x.dropout else 0))
     elif a.flash_attention:  # the kernel's softmax log-sum-exp
         sharded += x.heads * FP32_BYTES
-    sharded += (3 if x.gated else 2) * x.ffn * e  # gated: fc1's output (gate and up), SwiGLU's output
+    sharded += (2 if x.gated else 1) * x.ffn * e + x.ffn * q  # fc1's output (gated: gate and up); fc2's input
     if x.top_k:
         # router: logits and probabilities (fp32) and routing map over all experts, top-k indices and
         # scores, their sum
@@ -171,12 +184,12 @@ def _megatron_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> 
         received = x.top_k * a.routed_load  # copies this GPU's experts take, per token
         # per copy received: the permuted input, its probability; per copy the permutation's index (the
         # sender's under alltoall/flex; allgather permutes on the receiver, beside its local routing map)
-        replicated = replicated + received * (h * e + FP32_BYTES)
+        replicated = replicated + received * (h * q + FP32_BYTES)
         if a.dispatcher == "allgather":
             replicated = replicated + received * INDEX_BYTES + x.experts * MASK_BYTES
         else:
             replicated = replicated + x.top_k * a.sent_load * INDEX_BYTES
-        routed = received * 3 * x.expert_ffn * e / a.etp  # fc1 (gate, up) and SwiGLU outputs
+        routed = received * (2 * e + q) * x.expert_ffn / a.etp  # fc1 (gate, up) and SwiGLU (fc2's input) outputs
         sharded = sharded + routed  # not in place: on arrays `sharded` may be int64
     return replicated, sharded
 

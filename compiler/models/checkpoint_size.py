@@ -59,7 +59,16 @@ SECONDS_PER_HOUR = 3600
 # stages with tensor.to("cpu", non_blocking=True)). PCIe x16 per direction: Gen5 64 GB/s, Gen4 32 GB/s
 # raw, about 50 and 25 GB/s in NVIDIA's bandwidthTest; halved for two GPUs behind one x16 switch uplink
 # to the CPU, as DGX A100 and HGX H100 boards are built (and 8-card Ada servers behind their switches).
-HOST_COPY_BYTES_PER_S = {"hopper": 25 * GB, "ampere": 12 * GB, "ada": 12 * GB}
+# HGX B200 and the MI300X/MI355X platforms put their GPUs on PCIe Gen5 behind switches as HGX H100 does.
+# GB200's Grace reaches its GPUs over NVLink-C2C (900 GB/s), which no key states yet: priced as PCIe Gen5.
+HOST_COPY_BYTES_PER_S = {
+    "ampere": 12 * GB,
+    "ada": 12 * GB,
+    "hopper": 25 * GB,
+    "blackwell": 25 * GB,
+    "cdna3": 25 * GB,
+    "cdna4": 25 * GB,
+}
 # CPU ranks: the share is in host memory already; staging is at most one copy of it (the fork's
 # copy-on-write snapshot copies the pages training overwrites), read and written: half the memory bandwidth.
 CPU_COPY_READS_AND_WRITES = 2

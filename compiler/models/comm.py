@@ -11,9 +11,11 @@ all-gather (n-1)/n, an all-to-all (n-1)/n. Traffic per step:
 - EP: dispatch and combine all-to-alls of the top-k token copies, forward and backward.
 - PP: activations forward and their gradients backward between neighbouring stages.
 
-A group stays on the intra-node link when its span fits in one node (`ParallelDims`' spans). A ring that
-leaves the node crosses the network once per node and ring, so NCCL runs one ring per NIC: the group's
-members in one node share the node's NICs (`Links.ring_bytes_per_s`). What is hidden behind compute, and
+A group stays on the intra-node link when its span fits in one NVLink domain (`ParallelDims`' spans: a node,
+or the hosts of a rack NVLink joins). A ring that leaves the domain crosses the network once per node and
+ring, so NCCL runs one ring per NIC: the group's members in one node share the node's NICs
+(`Links.ring_bytes_per_s`). AMD's Infinity Fabric is no switch but a full mesh of point-to-point links, so a
+group of n GPUs of a node uses n - 1 of each GPU's links (`Links.intra_for`). What is hidden behind compute, and
 the seconds these volumes take, is the step-time model's (compiler/models/steptime_comm.py): plan.json's
 `comm` is that computation's communication with nothing overlapped.
 """
@@ -62,19 +64,30 @@ class CommEstimate:
 
 @dataclass(frozen=True)
 class Links:
-    """Bytes/s one GPU moves inside its node, and over its share of the node's NICs."""
+    """Bytes/s one GPU moves inside its NVLink domain, and over its share of the node's NICs."""
 
     intra_bytes_per_s: float
     inter_bytes_per_s: float
+    mesh_peers: int = 0  # a full mesh (xGMI): the peers each GPU has a link to; 0 = a switch (NVSwitch, PCIe)
+
+    def intra_for(self, members: Any) -> Any:
+        """Bus bandwidth among `members` GPUs of one domain: the whole link through a switch; on a full
+        mesh the share of a GPU's links that reach the other members (an MI300X pair: 1 of 7 links)."""
+        if not self.mesh_peers:
+            return self.intra_bytes_per_s + 0 * members
+        used = smaller(larger(members - 1, 1), self.mesh_peers)
+        return self.intra_bytes_per_s * used / self.mesh_peers
 
     def ring_bytes_per_s(self, dims: ParallelDims, span: Any, stride: Any = 1) -> Any:
         """Bus bandwidth of a ring over a group whose members lie `stride` ranks apart within `span`
-        consecutive ranks. Inside a node: the intra-node link. Across nodes each ring crosses the
+        consecutive ranks. Inside an NVLink domain: the intra-node link. Beyond it each ring crosses the
         network once per node, so the group's members in one node (gpus_per_node / stride of them,
         at least 1) drive that many GPUs' share of the NICs, up to the intra-node link's rate."""
         per_node = larger(smaller(dims.gpus_per_node // stride, span // stride), 1)
-        inter = smaller(self.inter_bytes_per_s * per_node, self.intra_bytes_per_s)
-        return pick(dims.spans_nodes(span), inter, self.intra_bytes_per_s)
+        in_domain = larger(smaller(dims.domain_gpus // stride, span // stride), 1)
+        intra = self.intra_for(in_domain)
+        inter = smaller(self.inter_bytes_per_s * per_node, intra)
+        return pick(dims.spans_nodes(span), inter, intra)
 
 
 def ring(n: Any) -> Any:

@@ -10,7 +10,9 @@ formula serves both.
 
 Rank order is Megatron's: `tp-cp-ep-dp-pp` for the dense layers and `etp-ep-edp-pp` for the
 experts (MoE parallel folding), so a group's members lie within `span` consecutive ranks and
-the group stays on the intra-node link when the span fits in one node.
+the group stays on the intra-node link when the span fits in one NVLink domain: one node, or the
+nodes of a rack that NVLink joins (hardware.nvlink_domain: GB200 NVL72's 72 GPUs on 18 hosts),
+as many of them as the job fills in rank order (`segment_nodes`).
 
 One layout passes through four named stages, each the input of the next and none re-deriving another:
 `ParallelSpec` (compiler/spec/sections: what the spec asks, `dp: auto` included) -> `ParallelDims` (here:
@@ -26,8 +28,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lmspec.compiler.models import pick
 from lmspec.compiler.models.stages import last_stage_extra
-from lmspec.compiler.spec.sections import Spec, TrainingSpec
+from lmspec.compiler.spec.sections import HardwareSpec, Spec, TrainingSpec
 
 Device = Literal["cpu", "gpu"]
 
@@ -43,6 +46,34 @@ def device_kind(spec: Spec) -> Device:
 
 def world_size(gpus_per_node: Any, nodes: Any) -> Any:
     return gpus_per_node * nodes
+
+
+def nodes_per_domain(gpus_per_node: int, nvlink_domain: int | None) -> int:
+    """Nodes one NVLink domain joins (hardware.nvlink_domain / gpus_per_node): 1 where the domain is a
+    node (null, or no larger than one; rules.hardware holds it to a multiple of gpus_per_node)."""
+    return max(1, (nvlink_domain or gpus_per_node) // gpus_per_node)
+
+
+def segment_nodes(nodes: Any, per_domain: int) -> Any:
+    """Nodes of one NVLink domain the job's ranks fill in order: the largest divisor of `nodes` no larger
+    than the domain's `per_domain` nodes, so every domain the job uses holds the same number of nodes and
+    none is split (Slurm's `--segment`; 16 of an NVL72's 18 hosts for a 32-node job)."""
+    best = nodes * 0 + 1
+    for d in range(2, per_domain + 1):
+        best = pick(nodes % d == 0, d, best)  # ascending: the largest divisor wins
+    return best
+
+
+def domain_gpus(gpus_per_node: int, nodes: Any, per_domain: int) -> Any:
+    """GPUs of the job that reach each other over the intra-node link: a node's, or the part of an NVLink
+    domain the job fills (`segment_nodes` of its nodes)."""
+    return gpus_per_node * segment_nodes(nodes, per_domain)
+
+
+def domain_gpus_of(hardware: HardwareSpec) -> int:
+    """`domain_gpus` of the spec's own job (before its layout is known to be legal)."""
+    per_domain = nodes_per_domain(hardware.gpus_per_node, hardware.nvlink_domain)
+    return int(domain_gpus(hardware.gpus_per_node, hardware.nodes, per_domain))
 
 
 def model_parallel_size(tp: Any, pp: Any, cp: Any) -> Any:
@@ -97,6 +128,7 @@ class ParallelDims:
     micro_batches: Any  # per DP rank per optimizer step (gradient accumulation)
     stage_layers: tuple[int, ...] = ()  # layers per pipeline stage; one spec only (the search balances them)
     device: Device = "gpu"
+    nodes_per_domain: int = 1  # nodes one NVLink domain joins (`nodes_per_domain`)
 
     @staticmethod
     def from_spec(spec: TrainingSpec) -> ParallelDims | None:
@@ -117,6 +149,7 @@ class ParallelDims:
             micro_batches=micro_batches_per_step(t.global_batch_size, t.micro_batch_size, dp),
             stage_layers=stages,
             device=device_kind(spec),
+            nodes_per_domain=nodes_per_domain(hw.gpus_per_node, hw.nvlink_domain),
         )
 
     @property
@@ -158,9 +191,14 @@ class ParallelDims:
         """Every stage boundary of a multi-node job: some neighbouring pair sits on two nodes."""
         return self.world
 
+    @property
+    def domain_gpus(self) -> Any:
+        return domain_gpus(self.gpus_per_node, self.nodes, self.nodes_per_domain)
+
     def spans_nodes(self, span: Any) -> Any:
-        """True where a group covering `span` consecutive ranks leaves one node."""
-        return span > self.gpus_per_node
+        """True where a group covering `span` consecutive ranks leaves its NVLink domain: wider than the
+        domain, or not dividing it, so that some group straddles two domains (the slowest sets the pace)."""
+        return (span > self.domain_gpus) | (self.domain_gpus % span != 0)
 
 
 def balanced_stages(num_layers: int, pp: int, last_extra: float = 0.0) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from lmspec.compiler.models.dims import domain_gpus_of
 from lmspec.compiler.models.flops import FLOPS_PER_MAC
 from lmspec.compiler.models.params import count_params, is_moe_layer
 from lmspec.compiler.models.serve_memory import ServeMemory, served_dtype, serves_quantize_output, weight_split
@@ -176,8 +177,9 @@ def engine_shape(spec: ServingSpec, memory: ServeMemory) -> EngineShape:
         head_dims = 2 * m.head_dim
     attention_flops = FLOPS_PER_MAC * m.num_attention_heads * head_dims * layers / v.tp
     links = bus_links(hw)
-    tp_nodes = v.tp > hw.gpus_per_node
-    ep_nodes = ep_group > hw.gpus_per_node
+    domain = domain_gpus_of(hw)  # a node, or the part of a rack's NVLink domain the engine's nodes fill
+    tp_nodes = v.tp > domain
+    ep_nodes = ep_group > domain
     return EngineShape(
         dense_bytes=split.dense,
         expert_bytes=split.experts,
@@ -191,7 +193,7 @@ def engine_shape(spec: ServingSpec, memory: ServeMemory) -> EngineShape:
         kv_bytes_per_token=memory.kv_cache_bytes_per_token,
         attention_flops_per_token_context=attention_flops,
         tp_bytes_per_token=TP_ALL_REDUCES_PER_LAYER * layers * 2 * (v.tp - 1) / v.tp * m.hidden_size * act_bytes,
-        tp_bus_bytes_per_s=links.inter_bytes_per_s if tp_nodes else links.intra_bytes_per_s,
+        tp_bus_bytes_per_s=links.inter_bytes_per_s if tp_nodes else links.intra_for(v.tp),
         tp_collectives=TP_ALL_REDUCES_PER_LAYER * layers if v.tp > 1 else 0,
         ep_bytes_per_token=A2A_PER_MOE_LAYER
         * moe_layers
@@ -203,7 +205,7 @@ def engine_shape(spec: ServingSpec, memory: ServeMemory) -> EngineShape:
         / v.tp
         if a2a
         else 0.0,
-        ep_bus_bytes_per_s=links.inter_bytes_per_s if ep_nodes else links.intra_bytes_per_s,
+        ep_bus_bytes_per_s=links.inter_bytes_per_s if ep_nodes else links.intra_for(ep_group),
         ep_collectives=round(A2A_PER_MOE_LAYER * moe_layers) if a2a else 0,
         ep_token_share=float(v.dp if (v.expert_parallel and m.moe) else 1),
         layers_per_stage=layers,

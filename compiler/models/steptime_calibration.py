@@ -18,8 +18,12 @@ class Calibration:
 
     ampere_gemm: float  # share of the bf16 peak large GEMMs sustain in training, Ampere
     hopper_gemm: float  # the same, Hopper
+    blackwell_gemm: float  # the same, Blackwell (B200, B300, GB200, GB300)
+    cdna_gemm: float  # the same, AMD CDNA 3 and 4 (MI300X, MI325X, MI355X): hipBLASLt
     ampere_attention: float  # share of the bf16 peak flash attention (forward + backward) sustains, Ampere
     hopper_attention: float  # the same, Hopper
+    blackwell_attention: float  # the same, Blackwell
+    cdna_attention: float  # the same, CDNA (Composable Kernel / AITER flash attention)
     fp8_gemm: float  # share of the FP8 peak large FP8 GEMMs sustain (scaling and casts around them aside)
     elementwise: float  # share of the HBM bandwidth the memory-bound kernels sustain
     tp_overlap_exposed: float  # share of TP collectives left exposed by parallel.overlap.tp_comm
@@ -37,8 +41,18 @@ class Calibration:
 
 
 # hardware.gpu.generation -> the generation whose constants it takes: no published run calibrates Ada or a
-# CPU, so they take Ampere's (Ada's SM is Ampere's successor; a CPU job's estimate is only a scale).
-CALIBRATED_GENERATION = {"ampere": "ampere", "ada": "ampere", "hopper": "hopper", "cpu": "ampere"}
+# CPU, so they take Ampere's (Ada's SM is Ampere's successor; a CPU job's estimate is only a scale). CDNA 3
+# and 4 share constants: the published CDNA runs are few, and both run the same ROCm kernels (hipBLASLt,
+# Composable Kernel attention) against their own peaks.
+CALIBRATED_GENERATION = {
+    "ampere": "ampere",
+    "ada": "ampere",
+    "hopper": "hopper",
+    "blackwell": "blackwell",
+    "cdna3": "cdna",
+    "cdna4": "cdna",
+    "cpu": "ampere",
+}
 
 # The fitted constants are data beside this module, written by `bench/steptime_published.py --fit`: the file
 # holds the constants and the fit's provenance (command, data file, points, method, which constants the

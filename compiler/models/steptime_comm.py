@@ -76,14 +76,14 @@ def micro_batch_comm(
     shared_expert_s, imbalance = compute.shared_experts, compute.imbalance
     d = x.dims
     tp_bytes = tp_bytes_per_micro_batch(x.stage_layers, x.full_recompute, d.tp, rows, c.hidden, x.element_bytes)
-    tp_mb = tp_bytes / c.link.intra_bytes_per_s
+    tp_mb = tp_bytes / c.link.intra_for(d.tp)
     tp_overlapped = c.overlap_tp_comm * x.sequence_parallel * (d.tp > 1)
     tp_exposed = tp_mb * pick(tp_overlapped, cal.tp_overlap_exposed, 1.0)
 
     # the dispatcher's bytes (moe_dispatch.py): NVLink and NIC legs run at once, the slowest EP rank receives
     # `imbalance` times the mean (moe_load.py)
     link = c.link
-    in_node = smaller(d.ep, d.gpus_per_node / d.etp)
+    in_node = smaller(d.ep, d.domain_gpus / d.etp)  # EP peers inside the NVLink domain
     sent = dispatch_bytes(
         c.dispatcher,
         d.ep,
@@ -98,11 +98,11 @@ def micro_batch_comm(
     if c.dispatcher == "allgather":  # ring collectives over the EP group
         per_layer = (sent.intra + sent.inter) / link.ring_bytes_per_s(d, d.ep_span, d.etp)
     else:
-        per_layer = larger(sent.intra / link.intra_bytes_per_s, sent.inter / link.inter_bytes_per_s)
+        per_layer = larger(sent.intra / link.intra_for(in_node), sent.inter / link.inter_bytes_per_s)
     # experts split by expert tensor parallelism: the ETP group all-gathers the copies each rank received
     # and reduce-scatters the experts' outputs, forward and backward (megatron's tp_ep dispatch), on NVLink
     received = rows / tp_split * c.top_k * c.hidden * x.element_bytes
-    per_layer = per_layer + expert_tp_bytes(d.etp, received) / link.intra_bytes_per_s
+    per_layer = per_layer + expert_tp_bytes(d.etp, received) / link.intra_for(d.etp)
     ep_mb = x.stage_moe_layers * per_layer * imbalance
     # megatron-core hides the all-to-alls behind another micro-batch's compute (moe_a2a: the combined 1F1B
     # pairs one micro-batch's forward with another's backward, so the first forward and the last backward of

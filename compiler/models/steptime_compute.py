@@ -7,8 +7,9 @@ and HBM bandwidth; communication is steptime_comm.py's. Plain arithmetic on floa
 - GEMMs (projections and MLPs; routed experts at their own shape; the output head) run at the calibrated
   plateau of their GPU generation times a roofline factor of the GEMM's shape: a GEMM of M x N x K moves
   b(MK + KN + MN) bytes for 2MNK FLOPs, and reaches plateau / sqrt(1 + (ridge/AI)^2) of the peak, where AI
-  is that FLOP/byte ratio and `ridge` the GPU's (peak over HBM bandwidth). FP8 GEMMs run at the FP8 peak
-  with 1-byte operands and their own plateau. `hardware.gpu.sustained_fraction` scales the peaks.
+  is that FLOP/byte ratio and `ridge` the GPU's (peak over HBM bandwidth). FP8 and FP4 GEMMs run at the
+  FP8 or FP4 peak with the recipe's operand bytes (1, or 0.5 for NVFP4) and the calibrated FP8 plateau, the
+  one share fitted for low-precision GEMMs. `hardware.gpu.sustained_fraction` scales the peaks.
 - Routed experts: each local expert's GEMMs at M = the copies the busiest EP rank receives over its local
   experts (tokens x top_k x ep / experts x the imbalance of compiler/models/moe_load.py), so small experts
   at low EP run as the small, memory-bound GEMMs they are; shared experts at their own width.
@@ -16,7 +17,9 @@ and HBM bandwidth; communication is steptime_comm.py's. Plain arithmetic on floa
   attention computes in bf16 under FP8 too), or without flash attention as two batched GEMMs of depth
   head_dim.
 - Memory-bound kernels (norms, residual adds, rotary, attention I/O, the SwiGLU, the MoE router and token
-  permutation, the loss, FP8 casts; the materialised scores without flash attention) at a calibrated share
+  permutation, the loss, the recipe's quantization of every GEMM input (compiler/models/recipes.py
+  `cast_bytes`: the bf16 read, twice where the recipe takes the tensor's amax first, and each layout's
+  quantized elements and scales written); the materialised scores without flash attention) at a calibrated share
   of the HBM bandwidth: elements per token counted from the layer's widths below, so a narrow model or a
   high FLOP/byte GPU spends a larger share of its step there (what makes small models and H100s run below
   their GEMM plateau).
@@ -55,8 +58,6 @@ CROSS_ENTROPY_ELEMENTS = 6  # x vocab, in fp32: the logits cast, softmax and its
 RING_STEP_ELEMENTS = 6  # x q width, per ring-attention step after the first: merge the partial output forward,
 # accumulate dQ backward
 UNFUSED_SCORE_PASSES = 16  # x heads x seq: the materialised scores' writes, softmax, dropout and backward
-FP8_CAST_BYTES = 4  # per GEMM input element under FP8: read bf16, write fp8 and its transpose
-FP8_OPERAND_BYTES = 1
 
 
 def roofline(intensity: Any, ridge: float, plateau: float) -> Any:
@@ -104,9 +105,9 @@ def micro_batch_compute(
     dense = larger(x.stage_flops_per_token - attention - expert - shared_flops, 0.0)
     per_gpu = x.tokens_per_micro_batch / (d.tp * d.cp)  # tokens whose FLOPs one GPU runs (TP splits each)
 
-    operand = FP8_OPERAND_BYTES if c.fp8 else x.element_bytes
+    operand = c.operand_bytes
     ridge = c.gemm_peak_flops / c.hbm_bytes_per_s
-    plateau = (cal.fp8_gemm if c.fp8 else cal.gemm(c.generation)) * kernels
+    plateau = (cal.fp8_gemm if c.quantized else cal.gemm(c.generation)) * kernels
     dense_eff = gemm_efficiency(rows, c.hidden / d.tp, c.hidden, operand, ridge, plateau)
     gemm_s = per_gpu * dense / dense_eff / c.gemm_peak_flops
     shared_s = 0.0
@@ -152,14 +153,14 @@ def micro_batch_compute(
     elements = ((x.stage_layers - x.stage_moe_layers) * dense_layer + x.stage_moe_layers * moe_layer) * redo
     loss_bytes = CROSS_ENTROPY_ELEMENTS * c.vocab / d.tp * FP32_BYTES
     moved = rows * (elements * x.element_bytes + loss_bytes)
-    if c.fp8:  # every GEMM input cast to FP8: the layer's inputs forward, its output gradients backward
+    if c.quantized:  # every GEMM input quantized: the layer's inputs forward, its output gradients backward
         attention_inputs = (c.hidden + c.q_width) / d.tp  # QKV and output projections
         dense_inputs = attention_inputs + (c.hidden + c.ffn) / d.tp  # fc1 and fc2
         # a MoE layer casts every routed copy into fc1 and fc2, and the shared experts' inputs
         routed = c.top_k * imbalance * (c.hidden + c.expert_ffn / d.etp)
         moe_inputs = attention_inputs + (routed + c.shared_experts * (c.hidden + c.expert_ffn / d.tp)) / tp_split
         layers = (x.stage_layers - x.stage_moe_layers) * dense_inputs + x.stage_moe_layers * moe_inputs
-        moved += rows * 2 * layers * FP8_CAST_BYTES * redo
+        moved += rows * 2 * layers * c.cast_bytes * redo
     elementwise_s = moved / (c.hbm_bytes_per_s * cal.elementwise) / kernels
     # the host launches a MoE layer's kernels one Python op at a time, and every local expert adds its own
     # (TE's grouped linear splits, quantizes and multiplies expert by expert); dropless dispatch copies the

@@ -19,13 +19,17 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.flops import mlp_flops_per_token, routed_expert_flops_per_token
 from lmspec.compiler.models.moe_dispatch import moe_a2a_overlaps
 from lmspec.compiler.models.moe_load import Routing
+from lmspec.compiler.models.recipes import recipe_of
 from lmspec.compiler.models.stages import slowest_stage_work
 from lmspec.compiler.models.train_memory import TrainMemory
 from lmspec.compiler.models.units import GB, GBIT, TFLOPS, precision_bytes
 from lmspec.compiler.spec.sections import TrainingSpec
 
-# Datasheet NVLink figures add both directions; a ring sends one way at a time on each link.
-LINK_DIRECTION_FRACTION = {"nvlink": 0.5, "pcie": 1.0, "shm": 1.0}
+# Datasheet NVLink and xGMI figures add both directions; a ring sends one way at a time on each link.
+LINK_DIRECTION_FRACTION = {"nvlink": 0.5, "nvlink5": 0.5, "xgmi": 0.5, "pcie": 1.0, "shm": 1.0}
+# Links that join a node's GPUs as a full mesh of point-to-point links rather than through a switch: AMD's
+# Infinity Fabric (an MI300X has 7 xGMI links, one to each other GPU of its platform, ~128 GB/s each).
+MESH_LINKS = ("xgmi",)
 # NCCL bus bandwidth over link bandwidth (nccl-tests: ~230 of 300 GB/s per direction on A100
 # NVLink, ~40 of 50 GB/s per 400G NIC).
 INTRA_NODE_BUS_EFFICIENCY = 0.8
@@ -47,7 +51,8 @@ def bus_links(hardware: Any) -> Links:
         / hardware.gpus_per_node
         * INTER_NODE_BUS_EFFICIENCY
     )
-    return Links(intra, inter)
+    mesh = hardware.intra_node.link in MESH_LINKS
+    return Links(intra, inter, mesh_peers=hardware.gpus_per_node - 1 if mesh else 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,13 +79,15 @@ class StepConstants:
     shared_expert_overlap: bool  # train.moe.shared_expert_overlap: shared experts run beside the all-to-alls
     permute_fusion: bool  # train.moe.permute_fusion: TE's fused permutation kernels
     routing: Routing  # what decides the busiest EP rank's load (moe_load.py)
-    fp8: bool
+    quantized: bool  # the GEMMs run in FP8 or FP4 (train.precision's recipe, on a part with its tensor cores)
+    operand_bytes: float  # per GEMM operand element: the recipe's (1 FP8, 0.5 FP4), else train.precision's
+    cast_bytes: float  # HBM bytes per GEMM input element the recipe's quantization moves (recipes.Recipe)
     flash_attention: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     overlap_tp_comm: bool
     peak_flops: float  # sustained bf16 peak (core attention, the bf16 GEMMs)
-    gemm_peak_flops: float  # sustained peak of the GEMMs: FP8's under train.precision=fp8
+    gemm_peak_flops: float  # sustained peak of the GEMMs: FP8's or FP4's under train.precision=fp8 or fp4
     hbm_bytes_per_s: float
     link: Links
     generation: str
@@ -114,7 +121,9 @@ class StepInputs:
 def step_constants(spec: TrainingSpec) -> StepConstants:
     """The step-time model's inputs that depend on the job, not on the layout."""
     hw, m, t, p = spec.hardware, spec.model, spec.train, spec.parallel
-    fp8 = t.precision == "fp8" and hw.gpu.fp8_tflops is not None
+    recipe = recipe_of(spec)
+    low_peak = {"fp8": hw.gpu.fp8_tflops, "fp4": hw.gpu.fp4_tflops}.get(t.precision)
+    quantized = recipe is not None and low_peak is not None
     sustained = hw.gpu.sustained_fraction
     if m.attention == "mla":
         assert m.mla is not None
@@ -147,13 +156,15 @@ def step_constants(spec: TrainingSpec) -> StepConstants:
         shared_expert_overlap=t.moe.shared_expert_overlap,
         permute_fusion=t.moe.permute_fusion,
         routing=Routing.of(spec),
-        fp8=fp8,
+        quantized=quantized,
+        operand_bytes=recipe.element_bytes if recipe is not None and quantized else precision_bytes(t.precision),
+        cast_bytes=recipe.cast_bytes(hw.gpu.generation) if recipe is not None and quantized else 0.0,
         flash_attention=t.flash_attention,
         overlap_grad_reduce=p.overlap.grad_reduce,
         overlap_param_gather=p.overlap.param_gather,
         overlap_tp_comm=p.overlap.tp_comm,
         peak_flops=hw.gpu.bf16_tflops * sustained * TFLOPS,
-        gemm_peak_flops=(hw.gpu.fp8_tflops if fp8 and hw.gpu.fp8_tflops else hw.gpu.bf16_tflops) * sustained * TFLOPS,
+        gemm_peak_flops=(low_peak if quantized and low_peak else hw.gpu.bf16_tflops) * sustained * TFLOPS,
         hbm_bytes_per_s=hw.gpu.hbm_gb_per_s * GB,
         link=bus_links(hw),
         generation=hw.gpu.generation,

@@ -13,14 +13,22 @@ Model state per parameter a GPU holds (mixed precision keeps fp32 master weights
   the fp32 partition) plus the largest module gathered (16-bit weights and gradients,
   4 B/param). Offload moves the fp32 partitions to host.
 
-train.precision=fp8 (Transformer Engine) adds FP8_WEIGHT_COPY_BYTES per weight: TE casts each bf16
-weight to FP8 once per step and keeps the cast across micro-batches (its weight workspace,
-transformer_engine/pytorch/module/linear.py), rowwise for the forward GEMM and a columnwise
-(transposed) copy for the backward's data-gradient GEMM (Hopper's FP8 GEMMs are TN only; delayed
-scaling keeps the transpose of the Float8Tensor, blockwise scaling quantizes each direction apart),
-so 1 + 1 B; per-block scales are one fp32 per 128 x 128 weights, not priced. It is priced on every
-parameter, an upper bound: embeddings, the output head, norms and routers stay bf16. Activations
-between GEMMs are bf16, as priced (GEMM inputs TE saves in FP8 are not yet priced smaller).
+train.precision=fp8 or fp4 (Transformer Engine) adds the recipe's quantized weight copies
+(compiler/models/recipes.py `Recipe.weight_bytes`): TE casts each bf16 weight once per step and keeps the
+cast across micro-batches (its weight workspace, transformer_engine/pytorch/module/linear.py), rowwise for
+the forward GEMM and columnwise for the backward's data-gradient GEMM, with the recipe's scales:
+
+- delayed, tensorwise: 1 + 1 B on Hopper, Ada and AMD (their FP8 GEMMs are TN only, so TE keeps the
+  transpose of the Float8Tensor), 1 B on Blackwell (non-TN FP8 GEMMs read one copy both ways); one fp32
+  scale per tensor, not priced;
+- blockwise: 2 x (1 + 4 / (128 x 128)) B: each direction quantized apart, one fp32 per 128 x 128 block;
+- mxfp8: 2 x (1 + 1/32) B: each direction with one e8m0 scale per 32 elements;
+- nvfp4: 2 x (1/2 + 1/16) B: e2m1 elements, one e4m3 scale per 16 (the per-tensor fp32 not priced).
+
+Master copies are those of bf16: 2 B weights, fp32 main gradients, fp32 master weights with the optimizer.
+The copies are priced on every parameter, an upper bound: embeddings, the output head, norms and routers
+stay bf16. Activations are bf16 but for the GEMM inputs TE saves quantized for the weight gradient
+(activations.py `quantized_input_bytes`: one layout, `Recipe.saved_input_bytes`).
 
 TP divides the linear layers (norms and routers are replicated), PP splits the layers,
 EP (x ETP) divides the routed experts; their distributed-optimizer state shards over expert-dp =
@@ -53,6 +61,7 @@ from lmspec.compiler.models.dims import ParallelDims
 from lmspec.compiler.models.moe_dispatch import moe_a2a_overlaps
 from lmspec.compiler.models.moe_load import Routing, rank_imbalance
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
+from lmspec.compiler.models.recipes import recipe_of
 from lmspec.compiler.models.stages import stage_params
 from lmspec.compiler.models.units import FP32_BYTES, GIB, precision_bytes
 from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
@@ -64,7 +73,6 @@ FRAGMENTATION_FRACTION = 0.05
 ADAM_STATES = 2  # exp_avg, exp_avg_sq
 SGD_STATES = 1  # momentum buffer
 TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
-FP8_WEIGHT_COPY_BYTES = 2  # TE's cached FP8 weight: rowwise + columnwise (transposed), 1 B each
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,8 +173,9 @@ def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber) -> StateBytes:
     master = FP32_BYTES if mixed else 0
     if not backend_of(spec).zero_sharding:  # Megatron: the distributed optimizer shards fp32 state only
         shard = shards if p.distributed_optimizer else 1
-        fp8_copies = FP8_WEIGHT_COPY_BYTES if t.precision == "fp8" else 0
-        return StateBytes(weights=low + fp8_copies, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
+        recipe = recipe_of(spec)
+        copies = recipe.weight_bytes(spec.hardware.gpu.generation) if recipe is not None else 0
+        return StateBytes(weights=low + copies, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
     return zero_state_bytes(
         p.zero_stage,
         shards,
@@ -212,6 +221,7 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
     """What decides one layout's activation bytes; `moe_loads` at its own ep (compiler/search re-prices
     them per candidate)."""
     t, p = spec.train, spec.parallel
+    recipe = recipe_of(spec)
     act = ActivationSetting(
         style="hf" if backend_of(spec).hf_model_code else "megatron",
         seq_length=t.seq_length,
@@ -226,6 +236,7 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
         kernels="fused" if t.transformer_impl == "transformer_engine" else "torch",
         ep=p.ep,
         dispatcher=t.moe.dispatcher,
+        quantized_input_bytes=recipe.saved_input_bytes() if recipe is not None else None,
     )
     tokens = t.micro_batch_size * t.seq_length / p.cp
     routed, sent = moe_loads(spec, p.ep, tokens, tokens / dispatched_tokens(act))

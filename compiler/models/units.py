@@ -18,10 +18,12 @@ SECONDS_PER_MINUTE = 60
 
 # Bytes of one element, by the dtype names mapping.json, checkpoints and vLLM use.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-# train.precision -> the dtype its weights, activations and 16-bit gradients are held in (fp8 runs its
-# GEMMs in FP8 but holds weights, gradients and the activations between GEMMs in bf16, as TE does).
-PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16"}
+# train.precision -> the dtype its weights, activations and 16-bit gradients are held in (fp8 and fp4 run
+# their GEMMs in FP8 or FP4 but hold weights, gradients and the activations between GEMMs in bf16, as TE
+# does; what TE keeps quantized beside them is priced by compiler/models/recipes.py).
+PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16", "fp4": "bfloat16"}
 FP32_BYTES = DTYPE_BYTES["float32"]
+SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def gib(n_bytes: float, decimals: int = 1) -> str:
@@ -33,3 +35,8 @@ def gib(n_bytes: float, decimals: int = 1) -> str:
 def precision_bytes(precision: str) -> int:
     """Bytes of one weight or activation element under train.precision."""
     return DTYPE_BYTES[PRECISION_DTYPE[precision]]
+
+
+def held_precision(precision: str) -> str:
+    """`bf16`: the precision train.precision holds weights in (bf16 under fp8 and fp4), as a report names it."""
+    return SHORT_DTYPE[PRECISION_DTYPE[precision]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple, get_args, get_type_hints
 
 from lmspec.compiler.capabilities import (
     FEATURE_KEYS,
@@ -18,15 +18,18 @@ from lmspec.compiler.capabilities import (
     Feature,
     Target,
     capabilities_of,
+    recipe_refusal,
+    recipes_running,
     requested_features,
     target_of,
     targets_running,
 )
 from lmspec.compiler.errors import Problem, error
 from lmspec.compiler.models.dims import Device
+from lmspec.compiler.models.recipes import RECIPES
 from lmspec.compiler.rules.context import TrainingContext
 from lmspec.compiler.spec.override_text import override_value
-from lmspec.compiler.spec.sections import TrainingSpec
+from lmspec.compiler.spec.sections import GpuSpec, TrainingSpec
 
 # The keys that pick a target, as `Target`'s fields name them.
 TARGET_KEYS = (("backend", "train.backend"), ("impl", "train.transformer_impl"))
@@ -110,39 +113,81 @@ def target_runs_spec(ctx: TrainingContext) -> Iterator[Problem]:
         )
 
 
-def fp8_has_tensor_cores(ctx: TrainingContext) -> Iterator[Problem]:
-    """On a target that runs FP8 (one that does not is refused by target_runs_spec, once)."""
-    t, gpu = ctx.spec.train, ctx.spec.hardware.gpu
+class LowPrecision(NamedTuple):
+    """What one low train.precision is asked and checked by."""
+
+    recipe_key: str  # the key naming its recipe
+    feature: Feature  # the capability a target needs to run it
+    peak: str  # the GpuSpec field that says the part has its tensor cores
+    who: str  # which parts do, for the message
+
+
+LOW_PRECISION = {
+    "fp8": LowPrecision("train.fp8_recipe", "precision_fp8", "fp8_tflops", "Hopper and Ada do"),
+    "fp4": LowPrecision("train.fp4_recipe", "precision_fp4", "fp4_tflops", "Blackwell does"),
+}
+
+
+def _has_cores(ctx: TrainingContext) -> LowPrecision | None:
+    """The spec's low precision where its target runs it (one that does not is refused by target_runs_spec,
+    once); None for 16/32-bit jobs."""
+    low = LOW_PRECISION.get(ctx.spec.train.precision)
     caps = capabilities_of(ctx.spec)
-    if t.precision == "fp8" and caps is not None and caps.runs("precision_fp8") and gpu.fp8_tflops is None:
+    return low if low is not None and caps is not None and caps.runs(low.feature) else None
+
+
+def low_precision_has_tensor_cores(ctx: TrainingContext) -> Iterator[Problem]:
+    """FP8 needs hardware.gpu.fp8_tflops, FP4 fp4_tflops: a part without them has no such tensor cores."""
+    t, gpu = ctx.spec.train, ctx.spec.hardware.gpu
+    low = _has_cores(ctx)
+    if low is not None and getattr(gpu, low.peak) is None:
         yield error(
             "train.precision",
             (
-                f"{ctx.show('train.precision')} needs FP8 tensor cores, but {ctx.show('hardware.gpu.fp8_tflops')} "
-                f"({gpu.name} has none; Hopper and Ada do); set train.precision=bf16"
+                f"{ctx.show('train.precision')} needs {t.precision.upper()} tensor cores, but "
+                f"{ctx.show(f'hardware.gpu.{low.peak}')} ({gpu.name} has none; {low.who}); set train.precision=bf16"
             ),
         )
 
 
-def fp8_recipe_matches_precision(ctx: TrainingContext) -> Iterator[Problem]:
-    """A recipe without FP8 would do nothing; FP8 without a recipe leaves the scaling unsaid."""
+def recipe_runs_on_generation(ctx: TrainingContext) -> Iterator[Problem]:
+    """Each recipe runs on the generations of its row in compiler/models/recipes.py, with the Transformer
+    Engine release that row names; checked where the part has the precision's tensor cores at all
+    (low_precision_has_tensor_cores refuses one without them)."""
+    t, gpu = ctx.spec.train, ctx.spec.hardware.gpu
+    low, refused = _has_cores(ctx), recipe_refusal(ctx.spec)
+    if low is None or refused is None or getattr(gpu, low.peak) is None:
+        return
+    recipe, why = refused
+    generations = ", ".join(g for g in get_args(get_type_hints(GpuSpec)["generation"]) if recipe.runs_on(g))
+    others = recipes_running(t.precision, gpu.generation)
+    way_out = f"set {recipe.key}={' or '.join(others)}, or " if others else "set "
+    yield error(
+        recipe.key,
+        (
+            f"{ctx.show(recipe.key)} does not run on {ctx.show('hardware.gpu.generation')}: {why}; it runs on "
+            f"{generations} with Transformer Engine >= {recipe.te_version} ({recipe.te_source}); "
+            f"{way_out}train.precision=bf16 and {recipe.key}=null"
+        ),
+    )
+
+
+def recipe_matches_precision(ctx: TrainingContext) -> Iterator[Problem]:
+    """A recipe without its precision would do nothing; FP8 or FP4 without a recipe leaves the scaling unsaid."""
     t = ctx.spec.train
-    if t.precision == "fp8" and t.fp8_recipe is None:
-        yield error(
-            "train.fp8_recipe",
-            (
-                f"{ctx.show('train.precision')} needs a scaling recipe, but {ctx.show('train.fp8_recipe')}; set "
-                "train.fp8_recipe=delayed (per-tensor, amax history) or blockwise (DeepSeek-V3's per-block scales)"
-            ),
-        )
-    elif t.precision != "fp8" and t.fp8_recipe is not None:
-        yield error(
-            "train.fp8_recipe",
-            (
-                f"{ctx.show('train.fp8_recipe')} does nothing with {ctx.show('train.precision')}; "
-                "set train.fp8_recipe=null, or train.precision=fp8"
-            ),
-        )
+    for precision, low in LOW_PRECISION.items():
+        key = low.recipe_key
+        if t.precision == precision and ctx.value(key) is None:
+            names = ", ".join(f"{n} ({r.summary})" for n, r in RECIPES.items() if r.precision == precision)
+            yield error(
+                key, f"{ctx.show('train.precision')} needs a scaling recipe, but {ctx.show(key)}; set {key}={names}"
+            )
+        elif t.precision != precision and ctx.value(key) is not None:
+            yield error(
+                key,
+                f"{ctx.show(key)} does nothing with {ctx.show('train.precision')}; set {key}=null, or "
+                f"train.precision={precision}",
+            )
 
 
-RULES = (target_runs_spec, fp8_has_tensor_cores, fp8_recipe_matches_precision)
+RULES = (target_runs_spec, low_precision_has_tensor_cores, recipe_runs_on_generation, recipe_matches_precision)

@@ -12,6 +12,7 @@ from lmspec.compiler.models.dims import (
     ParallelDims,
     balanced_stages,
     divisors,
+    domain_gpus_of,
     model_parallel_size,
     next_multiple_above,
     stage_layers,
@@ -20,7 +21,8 @@ from lmspec.compiler.models.dims import (
 from lmspec.compiler.models.stages import last_stage_extra
 from lmspec.compiler.rules.context import TrainingContext, listed
 
-GPUS_PER_NVLINK_DOMAIN = 8  # beyond this TP all-reduce leaves one NVLink/NVSwitch domain
+# beyond this TP's GEMMs get thin and each layer's all-reduces grow against them, even on NVLink
+TP_WIDTH_WARNING = 8
 
 
 # Conditions of the rules below as plain arithmetic, true where legal: they take ints or numpy
@@ -47,8 +49,8 @@ def stages_have_layers(num_layers: Any, pp: Any) -> Any:
     return pp <= num_layers
 
 
-def tp_within_node(tp: Any, gpus_per_node: Any) -> Any:
-    return tp <= gpus_per_node
+def tp_within_domain(tp: Any, domain_gpus: Any) -> Any:
+    return tp <= domain_gpus
 
 
 def cp_splits_sequence(seq_length: Any, cp: Any) -> Any:
@@ -244,22 +246,31 @@ def virtual_stages_have_layers(ctx: TrainingContext) -> Iterator[Problem]:
         )
 
 
-def tp_inside_node(ctx: TrainingContext) -> Iterator[Problem]:
-    tp, per_node = ctx.spec.parallel.tp, ctx.spec.hardware.gpus_per_node
-    if not tp_within_node(tp, per_node):
+def tp_inside_nvlink_domain(ctx: TrainingContext) -> Iterator[Problem]:
+    """TP all-reduces every layer: it stays where the intra-node link reaches, one node or the part of a
+    rack's NVLink domain the job fills (hardware.nvlink_domain, models.dims.domain_gpus_of)."""
+    tp, hw = ctx.spec.parallel.tp, ctx.spec.hardware
+    domain = domain_gpus_of(hw)
+    if not tp_within_domain(tp, domain):
+        where = (
+            f"nodes ({ctx.show('hardware.gpus_per_node')})"
+            if domain == hw.gpus_per_node
+            else f"its NVLink domain ({domain} GPUs of {ctx.show('hardware.nvlink_domain')} on "
+            f"{ctx.show('hardware.nodes')})"
+        )
         yield error(
             "parallel.tp",
             (
-                f"{ctx.show('parallel.tp')} crosses nodes ({ctx.show('hardware.gpus_per_node')}): every layer's "
-                f"all-reduce would go over the inter-node network; keep tp <= {per_node} and add parallel.pp or dp"
+                f"{ctx.show('parallel.tp')} crosses {where}: every layer's all-reduce would go over the "
+                f"inter-node network; keep tp <= {domain} and add parallel.pp or dp"
             ),
         )
-    elif tp > GPUS_PER_NVLINK_DOMAIN:
+    elif tp > TP_WIDTH_WARNING:
         yield warning(
             "parallel.tp",
             (
-                f"{ctx.show('parallel.tp')} > {GPUS_PER_NVLINK_DOMAIN}: TP all-reduce over more than one NVLink domain "
-                "is rarely faster; prefer tp <= 8 with pp or ep"
+                f"{ctx.show('parallel.tp')} > {TP_WIDTH_WARNING}: each GPU's GEMMs get thin and every layer's "
+                f"all-reduces grow against them, even over NVLink; prefer tp <= {TP_WIDTH_WARNING} with pp or ep"
             ),
         )
 
@@ -334,7 +345,7 @@ RULES = (
     kv_heads_fit_tp,
     widths_divide_by_tp,
     layers_fit_pipeline,
-    tp_inside_node,
+    tp_inside_nvlink_domain,
     cp_divides_sequence,
     cp_needs_flash_attention,
     virtual_stages_fit,

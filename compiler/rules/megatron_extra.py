@@ -89,6 +89,8 @@ FIELD_KEYS: dict[str, dict[str, str]] = {
         "attention_backend": "train.flash_attention",
         "fp8": "train.fp8_recipe",
         "fp8_recipe": "train.fp8_recipe",
+        "fp4": "train.fp4_recipe",
+        "fp4_recipe": "train.fp4_recipe",
         "bf16": _PRECISION,
         "fp16": _PRECISION,
         "params_dtype": _PRECISION,

@@ -38,7 +38,7 @@ from lmspec.compiler.spec.sections import ModelSpec, Spec
 VLLM_GROUP_SIZES = (32, 64, 128)
 FP8_SCHEMES = ("fp8", "fp8_dynamic")
 # CompressedTensorsW8A8Fp8.get_min_capability: 89 (Ada); below it vLLM serves FP8 weights-only (W8A16, Marlin).
-FP8_COMPUTE_GENERATIONS = ("ada", "hopper")
+FP8_COMPUTE_GENERATIONS = ("ada", "hopper", "blackwell", "cdna3", "cdna4")
 PRESETS = "quantize=w4a16_gptq (or another preset of specs/quantize/)"
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmspec.compiler.errors import Problem, error
-from lmspec.compiler.models.dims import divisors, world_size
+from lmspec.compiler.models.dims import divisors, domain_gpus_of, world_size
 from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes
 from lmspec.compiler.models.serve_memory import estimate_serve_memory
 from lmspec.compiler.models.units import gib
@@ -30,7 +30,7 @@ def _serve_fixes(spec: ServingSpec) -> list[str]:
     if s.quantization is None:
         candidates.append({"serve.quantization": "fp8"})
     heads = spec.model.num_attention_heads
-    tp = next((n for n in divisors(heads) if n > s.tp and n <= spec.hardware.gpus_per_node), None)
+    tp = next((n for n in divisors(heads) if n > s.tp and n <= domain_gpus_of(spec.hardware)), None)
     if tp is not None:
         candidates.append({"serve.tp": tp})
     gpus = world_size(spec.hardware.gpus_per_node, spec.hardware.nodes)

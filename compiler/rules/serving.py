@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from lmspec.compiler.endpoint import loopback
 from lmspec.compiler.errors import Problem, error, warning
-from lmspec.compiler.models.dims import device_kind, divisors, world_size
+from lmspec.compiler.models.dims import device_kind, divisors, domain_gpus_of, world_size
 from lmspec.compiler.models.serve_layout import engine_gpus, engine_nodes, mp_applies
 from lmspec.compiler.models.serve_length import vllm_max_model_len
 from lmspec.compiler.rules.context import ServingContext, listed
@@ -75,13 +75,14 @@ def serve_fits_gpus(ctx: ServingContext) -> Iterator[Problem]:
                 f"or {more_hardware_fix(ctx, engine_nodes(ctx.spec))}"
             ),
         )
-    elif v.tp > ctx.spec.hardware.gpus_per_node:
+    elif v.tp > domain_gpus_of(ctx.spec.hardware):
+        domain = domain_gpus_of(ctx.spec.hardware)
         yield warning(
             "serve.tp",
             (
-                f"{ctx.show('serve.tp')} exceeds {ctx.show('hardware.gpus_per_node')}: every layer's all-reduce "
-                "crosses the inter-node network; use "
-                f"serve.tp={ctx.spec.hardware.gpus_per_node} with serve.pp across nodes"
+                f"{ctx.show('serve.tp')} exceeds the {domain} GPUs the intra-node link joins "
+                f"({ctx.show('hardware.gpus_per_node')}, {ctx.show('hardware.nvlink_domain')}): every layer's "
+                f"all-reduce crosses the inter-node network; use serve.tp={domain} with serve.pp across them"
             ),
         )
 

@@ -24,11 +24,13 @@ from typing import Any, Literal
 import numpy as np
 
 from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
+from lmspec.compiler.models import dims
 from lmspec.compiler.models.dims import (
     ParallelDims,
     derived_dp,
     expert_data_parallel_size,
     micro_batches_per_step,
+    nodes_per_domain,
     ranks_per_stage,
     world_size,
 )
@@ -70,6 +72,12 @@ def world(c: Columns, s: TrainingSpec) -> np.ndarray:
     return world_size(s.hardware.gpus_per_node, c.nodes)
 
 
+def domain_gpus(c: Columns, s: TrainingSpec) -> np.ndarray:
+    """GPUs of each candidate's job on one NVLink domain (models.dims.domain_gpus): the node count varies."""
+    hw = s.hardware
+    return dims.domain_gpus(hw.gpus_per_node, c.nodes, nodes_per_domain(hw.gpus_per_node, hw.nvlink_domain))
+
+
 def data_parallel(c: Columns, s: TrainingSpec) -> np.ndarray:
     """dp = world / (tp x pp x cp), as `parallel.dp=auto` derives it (0 where it does not divide)."""
     return derived_dp(world(c, s), c.tp, c.pp, c.cp)
@@ -87,6 +95,7 @@ def dims_of(c: Columns, s: TrainingSpec) -> ParallelDims:
         etp=s.parallel.etp,
         dp=c.dp,
         micro_batches=c.micro_batches,
+        nodes_per_domain=nodes_per_domain(s.hardware.gpus_per_node, s.hardware.nvlink_domain),
     )
 
 
@@ -114,7 +123,7 @@ LAYOUT_CHECKS = (
         lambda c, s: layout.tp_splits_widths(s.model.ffn_hidden_size, s.model.vocab_size, c.tp),
     ),
     Check("layout.layers_fit_pipeline", lambda c, s: layout.stages_have_layers(s.model.num_layers, c.pp)),
-    Check("layout.tp_inside_node", lambda c, s: layout.tp_within_node(c.tp, s.hardware.gpus_per_node)),
+    Check("layout.tp_inside_nvlink_domain", lambda c, s: layout.tp_within_domain(c.tp, domain_gpus(c, s))),
     Check("layout.cp_divides_sequence", lambda c, s: layout.cp_splits_sequence(s.train.seq_length, c.cp)),
     Check("layout.cp_needs_flash_attention", lambda c, s: layout.cp_has_flash_attention(c.cp, s.train.flash_attention)),
 )

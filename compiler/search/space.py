@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmspec.compiler.models.dims import divisors
+from lmspec.compiler.models.dims import divisors, domain_gpus, nodes_per_domain
 from lmspec.compiler.search.legality import (
     BACKEND_CHECKS,
     BACKENDS,
@@ -100,9 +100,12 @@ def default_axes(spec: TrainingSpec, nodes: Sequence[int], backends: Sequence[st
             | {d for d in range(1, m.moe.num_experts + 1) if m.moe.num_experts % d == 0}
         )
     allowed = {BACKENDS.index(b) for b in backends}
+    hw = spec.hardware
+    per_domain = nodes_per_domain(hw.gpus_per_node, hw.nvlink_domain)
+    widest = max(int(domain_gpus(hw.gpus_per_node, n, per_domain)) for n in nodes)  # TP stays in its domain
     return Axes(
         nodes=tuple(nodes),
-        tp=tuple(range(1, spec.hardware.gpus_per_node + 1)),
+        tp=tuple(range(1, widest + 1)),
         pp=tuple(range(1, m.num_layers + 1)),
         cp=tuple(powers_of_two(MAX_CONTEXT_PARALLEL)),
         ep=tuple(experts),

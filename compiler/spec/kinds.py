@@ -433,6 +433,7 @@ TOKENS_MAX = 2**24  # sequence and context lengths (16M tokens)
 EXPERTS_MAX = 2**14
 GPUS_PER_NODE_MAX = 1024
 NODES_MAX = 2**16
+NVLINK_DOMAIN_MAX = 576  # NVIDIA's largest NVLink domain (NVL576); the racks sold today join 72
 RANKS_MAX = GPUS_PER_NODE_MAX * NODES_MAX  # any parallel degree: at most the largest world
 NICS_MAX = 64
 BATCH_MAX = 2**24  # sequences per micro or global batch

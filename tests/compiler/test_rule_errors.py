@@ -252,7 +252,7 @@ CASES = [
     pytest.param(
         ["hardware=h100_80g", "train.transformer_impl=local"],
         [
-            "train.flash_attention=true (lmspec:specs/train/default.yaml:12) needs "
+            "train.flash_attention=true (lmspec:specs/train/default.yaml:13) needs "
             "train.transformer_impl=transformer_engine or train.backend=deepspeed",
             "or set train.flash_attention=false",
         ],
@@ -269,14 +269,15 @@ CASES = [
     ),
     pytest.param(
         ["hardware=h100_80g", "train.backend=deepspeed", "train.transformer_impl=local"],
-        ['train.recompute="selective" (lmspec:specs/train/default.yaml:11) needs train.backend=megatron', "full"],
+        ['train.recompute="selective" (lmspec:specs/train/default.yaml:12) needs train.backend=megatron', "full"],
         id="deepspeed-selective-recompute",
     ),
     pytest.param(
         ["train.transformer_impl=transformer_engine"],
         [
             'train.transformer_impl="transformer_engine" (command-line override) with train.backend="megatron"',
-            "on cpu: Transformer Engine runs on NVIDIA GPUs only; set train.transformer_impl=local",
+            "on cpu: Transformer Engine runs on GPUs only (NVIDIA's, and AMD Instinct through ROCm's build); "
+            "set train.transformer_impl=local",
         ],
         id="no-target-te-on-cpu",
     ),
@@ -306,6 +307,75 @@ CASES = [
         ["train.fp8_recipe=blockwise"],
         ['train.fp8_recipe="blockwise" (command-line override) does nothing with train.precision="fp32"'],
         id="fp8-recipe-without-fp8",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.precision=fp8", "train.fp8_recipe=mxfp8"],
+        [
+            'train.fp8_recipe="mxfp8" (command-line override) does not run on hardware.gpu.generation="hopper"',
+            "compute capability 10.0",
+            "it runs on blackwell, cdna4 with Transformer Engine >= 2.1.0",
+            "set train.fp8_recipe=delayed or tensorwise or blockwise, or train.precision=bf16",
+        ],
+        id="mxfp8-needs-blackwell",
+    ),
+    pytest.param(
+        ["hardware=mi300x_192g", "train.precision=fp8", "train.fp8_recipe=blockwise"],
+        [
+            'train.fp8_recipe="blockwise" (command-line override) does not run on hardware.gpu.generation="cdna3"',
+            "ROCm's Transformer Engine has no Float8BlockScaling recipe",
+            "Transformer Engine >= 2.3.0.dev0",
+            "set train.fp8_recipe=delayed or tensorwise",
+        ],
+        id="blockwise-not-on-rocm",
+    ),
+    pytest.param(
+        ["hardware=mi355x_288g", "train.precision=fp4", "train.fp4_recipe=nvfp4"],
+        [
+            'train.fp4_recipe="nvfp4" (command-line override) does not run on hardware.gpu.generation="cdna4"',
+            "CDNA4's FP4 is MXFP4",
+            "it runs on blackwell with Transformer Engine >= 2.7.0.dev0",
+            "set train.precision=bf16 and train.fp4_recipe=null",
+        ],
+        id="nvfp4-needs-blackwell",
+    ),
+    pytest.param(
+        ["hardware=h100_80g", "train.precision=fp4", "train.fp4_recipe=nvfp4"],
+        [
+            'train.precision="fp4" (command-line override) needs FP4 tensor cores',
+            "hardware.gpu.fp4_tflops=null",
+            "Blackwell does",
+        ],
+        id="fp4-needs-tensor-cores",
+    ),
+    pytest.param(
+        ["hardware=b200_180g", "train.backend=deepspeed", "train.transformer_impl=local", "train.recompute=full"]
+        + ["train.precision=fp4", "train.fp4_recipe=nvfp4"],
+        [
+            'train.precision="fp4" (command-line override) needs train.backend=megatron and '
+            "train.transformer_impl=transformer_engine; FP4 GEMMs come from Transformer Engine"
+        ],
+        id="fp4-is-transformer-engines",
+    ),
+    pytest.param(
+        ["train.precision=fp8", "train.fp8_recipe=tensorwise"],
+        [
+            'train.precision="fp8" (command-line override) needs GPU hardware with '
+            "train.transformer_impl=transformer_engine (no CPU target runs it)"
+        ],
+        id="fp8-not-on-cpu",
+    ),
+    pytest.param(
+        ["hardware=b200_180g", "train.precision=fp4"],
+        ['train.precision="fp4" (command-line override) needs a scaling recipe', "train.fp4_recipe=nvfp4"],
+        id="fp4-needs-recipe",
+    ),
+    pytest.param(
+        ["train.fp4_recipe=nvfp4"],
+        [
+            'train.fp4_recipe="nvfp4" (command-line override) does nothing with train.precision="fp32"',
+            "set train.fp4_recipe=null, or train.precision=fp4",
+        ],
+        id="fp4-recipe-without-fp4",
     ),
     pytest.param(
         ["train.backend=deepspeed", "train.init_from=runs/a/checkpoints/step_00000010"],
@@ -433,8 +503,9 @@ CASES = [
         ["hardware.intra_node.link=nvlink"],
         [
             'hardware.intra_node.link="nvlink" (command-line override) and hardware.gpu.generation="cpu" '
-            "(lmspec:specs/hardware/cpu.yaml:14) disagree on whether the ranks are CPU processes",
-            "set hardware.intra_node.link=shm for CPU ranks, or hardware.gpu.generation=ampere, ada or hopper for GPUs",
+            "(lmspec:specs/hardware/cpu.yaml:15) disagree on whether the ranks are CPU processes",
+            "set hardware.intra_node.link=shm for CPU ranks, or hardware.gpu.generation=ampere, ada, hopper, "
+            "blackwell, cdna3 or cdna4 for GPUs",
         ],
         id="gpu-link-on-cpu-generation",
     ),
@@ -442,8 +513,9 @@ CASES = [
         ["hardware=h100_80g", "hardware.intra_node.link=shm"],
         [
             'hardware.intra_node.link="shm" (command-line override) and hardware.gpu.generation="hopper" '
-            "(lmspec:specs/hardware/h100_80g.yaml:11) disagree on whether the ranks are CPU processes",
-            "set hardware.gpu.generation=cpu for CPU ranks, or hardware.intra_node.link=nvlink or pcie for GPUs",
+            "(lmspec:specs/hardware/h100_80g.yaml:12) disagree on whether the ranks are CPU processes",
+            "set hardware.gpu.generation=cpu for CPU ranks, "
+            "or hardware.intra_node.link=nvlink, nvlink5 or pcie for GPUs",
         ],
         id="shm-link-on-gpu-generation",
     ),

@@ -130,8 +130,18 @@ def test_editors_ecma_patterns_refuse_a_trailing_newline(tmp_path: Path) -> None
 
 def test_a_strict_template_refuses_an_unquoted_value() -> None:
     with pytest.raises(UnquotedValue):
-        render("nccl.env.j2", name="tiny", settings=[("why", "NCCL_SOCKET_IFNAME", "eth0; touch pwned")])
-    text = render("nccl.env.j2", name="tiny", settings=[("why", "NCCL_SOCKET_IFNAME", shell("eth0; touch pwned"))])
+        render(
+            "nccl.env.j2",
+            name="tiny",
+            library=comment("NCCL"),
+            settings=[("why", "NCCL_SOCKET_IFNAME", "eth0; touch pwned")],
+        )
+    text = render(
+        "nccl.env.j2",
+        name="tiny",
+        library=comment("NCCL"),
+        settings=[("why", "NCCL_SOCKET_IFNAME", shell("eth0; touch pwned"))],
+    )
     assert "export NCCL_SOCKET_IFNAME='eth0; touch pwned'" in text
 
 

@@ -58,6 +58,12 @@ VARIANTS = {
         "llama3_70b_pretrain_64gpu_h100_bf16",
     ),
     "deepseek_v3": ([], "deepseek_v3_pretrain_2048gpu_h800_bf16"),
+    "llama3_70b-mi300x-roce": (["hardware=mi300x_192g", *ROCE], "llama3_70b_pretrain_64gpu_h100_bf16"),
+    # 32 hosts of 4 GPUs in NVL72 racks of 18 hosts: 2 racks, 16 hosts of each
+    "llama3_70b-gb200-rack": (
+        ["hardware=gb200_nvl72", "hardware.nodes=32", "cluster=slurm"],
+        "llama3_70b_pretrain_64gpu_h100_bf16",
+    ),
 }
 
 
@@ -134,10 +140,14 @@ def test_scripts_carry_the_plans_numbers(variant: str, builds: dict[str, Path]) 
     assert options.get("--gpus-per-node") == gpus
 
 
+def _exports(build: Path) -> dict[str, str]:
+    text = (build / NCCL_ENV).read_text()
+    return dict(ln.removeprefix("export ").split("=", 1) for ln in text.splitlines() if ln.startswith("export "))
+
+
 def test_nccl_env_follows_the_fabric(builds: dict[str, Path]) -> None:
     def exports(variant: str) -> dict[str, str]:
-        text = (builds[variant] / NCCL_ENV).read_text()
-        return dict(ln.removeprefix("export ").split("=", 1) for ln in text.splitlines() if ln.startswith("export "))
+        return _exports(builds[variant])
 
     ib, roce, eth, cpu = (
         exports(v) for v in ("llama3_70b", "llama3_70b-roce-partition", "llama3_70b-rtx4090-ethernet", "tiny")
@@ -167,3 +177,46 @@ def test_multi_node_torchrun_needs_master_addr(builds: dict[str, Path], tmp_path
     result = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "MASTER_ADDR" in result.stderr
+
+
+# what only RCCL and ROCm read, and what only NVIDIA's NCCL does
+ROCM_ONLY = ("HSA_NO_SCRATCH_RECLAIM", "HSA_FORCE_FINE_GRAIN_PCIE", "TORCH_NCCL_HIGH_PRIORITY", "NCCL_MIN_NCHANNELS")
+NVIDIA_ONLY = ("NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE")
+
+
+def test_an_mi300x_build_holds_rccl_settings_for_its_roce_fabric(builds: dict[str, Path]) -> None:
+    build = builds["llama3_70b-mi300x-roce"]
+    text = (build / NCCL_ENV).read_text()
+    assert text.splitlines()[1].startswith("# RCCL and kernel settings for llama3_70b")
+    env = _exports(build)
+    # the NCCL_* names RCCL reads, from the spec's fabric keys
+    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_GID_INDEX"] == "3" and env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1:1"
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    # ROCm's own; 112 channels is AMD's MI300X (CDNA3) figure
+    assert [env[name] for name in ROCM_ONLY] == ["1", "1", "1", "112"]
+    assert not set(NVIDIA_ONLY) & set(env)
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("export "):
+            assert lines[i - 1].startswith("# "), f"{line!r} has no reason above it"
+
+
+def test_cdna4_keeps_rccls_default_channels_and_nvidia_gets_no_rocm_settings(tmp_path: Path) -> None:
+    spec = "llama3_8b_pretrain_8gpu_h100_bf16"
+    mi355x = _exports(compile_build(tmp_path / "mi355x", ["hardware=mi355x_288g"], spec).dir)
+    assert mi355x["HSA_NO_SCRATCH_RECLAIM"] == "1" and "NCCL_MIN_NCHANNELS" not in mi355x
+    h100 = _exports(compile_build(tmp_path / "h100", [], spec).dir)
+    assert not set(ROCM_ONLY) & set(h100)
+
+
+def test_a_rack_job_turns_on_multi_node_nvlink_and_asks_slurm_for_whole_segments(builds: dict[str, Path]) -> None:
+    rack, host = builds["llama3_70b-gb200-rack"], builds["llama3_70b"]
+    env = _exports(rack)
+    assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NCCL_CUMEM_ENABLE"] == "1"
+    assert "NCCL_NVLS_ENABLE" not in env  # NCCL's default (on where NVLink SHARP is) stays
+    # Slurm's topology/block: 32 nodes in segments of 16, each inside one 18-host rack (16 divides 32)
+    options = _sbatch_options((rack / SBATCH_SH).read_text())
+    assert options["--segment"] == "16" and options["--nodes"] == "32"
+    # an NVLink domain of one host (H100): neither
+    assert "--segment" not in _sbatch_options((host / SBATCH_SH).read_text())
+    assert not {"NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE"} & set(_exports(host))

@@ -2,9 +2,10 @@
 
 megatron-core judges the document: its TransformerConfig, DistributedDataParallelConfig, OptimizerConfig and
 OptimizerParamScheduler are built from it for every shipped Megatron preset and the layouts that change it
-(interleaving, MoE, context parallelism, FP8). The Megatron-LM arguments are derived from the same document:
-every field of it is either written as a flag or named as derived, shellcheck reads the file, and where
-Megatron-LM's own training package is importable its parser turns them back into the same TransformerConfig.
+(interleaving, MoE, context parallelism, FP8, MXFP8, NVFP4). The Megatron-LM arguments are derived from the
+same document: every field of it is either written as a flag or named as derived, shellcheck reads the file,
+and where Megatron-LM's own training package is importable its parser turns them back into the same
+TransformerConfig.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ VARIANTS = {
         "train.precision=fp8",
         "train.fp8_recipe=blockwise",
     ],
+    **{
+        f"b200-{recipe}": [
+            "hardware=b200_180g",
+            "hardware.gpus_per_node=1",
+            "train.seq_length=1024",
+            "serve.max_model_len=1024",
+            "train.global_batch_size=8",
+            f"train.precision={precision}",
+            f"train.{precision}_recipe={recipe}",
+        ]
+        for precision, recipe in (("fp8", "mxfp8"), ("fp4", "nvfp4"))
+    },
 }
 DEGREES = (
     "tensor_model_parallel_size",

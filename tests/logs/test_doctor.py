@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.doctor_corpus import cases
+from helpers.doctor_corpus import CORPUS, cases
 from helpers.paths import LOG_DATA, ROOT
 
 from lmspec.compiler.observe.doctor import SIGNATURES
@@ -415,3 +415,25 @@ def test_a_known_signature_is_not_also_unrecognised(lmspec) -> None:
     """torchrun's ChildFailedError follows every rank crash: a known cause is reported alone."""
     code, findings = _doctor(lmspec, "torchrun_nccl_timeout.log")
     assert code == 1 and [f["signature"] for f in findings] == ["nccl_timeout"]
+
+
+def test_an_amd_build_names_rccl_and_hip_where_the_log_does_not(lmspec, build, tmp_path: Path) -> None:
+    """ROCm/rccl#1728's excerpt says only "NCCL version 2.20.5": with the MI300X build it ran from, the internal
+    error is RCCL's; an OOM is priced by the build's memory model, as CUDA's is."""
+    b = build("model=llama3_8b", "hardware=mi300x_192g", "train.micro_batch_size=1")
+    log = CORPUS / "rccl-internal-mi300x-four-gpus-reverse-path.log"
+    rccl = json.loads(lmspec("doctor", str(log), "--build", str(b), "--format", "json").out)
+    assert [f["signature"] for f in rccl] == ["rccl_error"]
+    assert "xGMI mesh" in rccl[0]["cause"] and "internal error" in rccl[0]["evidence"][0]["text"]
+    assert [f["key"] for f in rccl[0]["fixes"]] == ["cluster.nccl.debug"]
+    hip_log = tmp_path / "hip_oom.log"  # torch's ROCm allocator message, as the corpus' threads quote it
+    hip_log.write_text(
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "191.98 GiB of which 1.25 GiB is free. Of the allocated memory 185.08 GiB is allocated by PyTorch, and "
+        "1.23 GiB is reserved by PyTorch but unallocated.\n"
+    )
+    (oom,) = json.loads(lmspec("doctor", str(hip_log), "--build", str(b), "--format", "json").out)
+    assert oom["signature"] == "hip_oom" and oom["title"] == "HIP out of memory"
+    assert "GPU 0: 191.98 GiB total, 1.25 GiB free" in oom["cause"] and "The memory model planned" in oom["cause"]
+    # 191.98 - 1.25 + 2.00 GiB: what the run needed
+    assert "needed at least 192.7 GiB" in oom["cause"]

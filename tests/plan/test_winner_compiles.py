@@ -37,6 +37,7 @@ def _plan(lmspec: Lmspec, *args: str) -> dict:
         pytest.param(("--spec", DEEPSEEK, "hardware.nodes=128"), id="deepseek_v3-1024-h800"),
         pytest.param(("--spec", MIXTRAL), id="mixtral-64-h100"),
         pytest.param(("model=deepseek_v3", "hardware=h800_80g", "hardware.nodes=128"), id="deepseek_v3-default-serve"),
+        pytest.param(("model=deepseek_v3", "hardware=gb200_nvl72", "hardware.nodes=32"), id="deepseek_v3-gb200-nvl72"),
     ],
 )
 def test_the_printed_winner_of_a_moe_job_compiles_without_error_or_communication_warning(

@@ -274,3 +274,16 @@ def test_report_and_plan_carry_each_roles_numbers_and_the_serving_performance(tm
     document = json.loads((build / "plan.json").read_text())
     assert document["serve"]["perf"] == perf_dict(perf)
     assert Build.open(build).plan.served().numbers == numbers  # plan.json round-trips
+
+
+def test_an_engine_across_rack_hosts_stays_in_one_nvlink_domain(tmp_path: Path) -> None:
+    """TP 8 on GB200 NVL72's 4-GPU hosts: two hosts of one rack, which Slurm's topology/block packs as one
+    segment, and NCCL reaches over multi-node NVLink."""
+    _, build = _compile(
+        tmp_path,
+        ["--spec", "llama3_70b_serve_8gpu_h100_bf16", "hardware=gb200_nvl72", "hardware.nodes=2", "serve.host=0.0.0.0"]
+        + ["serve.api_key_env=null", "cluster.launcher=slurm"],
+    )
+    lines = (build / SERVE_SBATCH_SH).read_text().splitlines()
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --segment=2" in lines
+    assert "export NCCL_MNNVL_ENABLE=1" in (build / NCCL_ENV).read_text().splitlines()

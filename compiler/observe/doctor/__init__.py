@@ -12,9 +12,10 @@ from lmspec.compiler.observe.doctor.comm import TpSlowdown
 from lmspec.compiler.observe.doctor.crash import UnrecognisedFailure
 from lmspec.compiler.observe.doctor.findings import Finding, LogText, Signature, Watch
 from lmspec.compiler.observe.doctor.layout import ParallelLayout
-from lmspec.compiler.observe.doctor.memory import CudaOutOfMemory
+from lmspec.compiler.observe.doctor.memory import CudaOutOfMemory, HipOutOfMemory
 from lmspec.compiler.observe.doctor.nccl import NcclConnectionError, NcclInterface, NcclTimeout
 from lmspec.compiler.observe.doctor.numerics import NonFiniteLoss
+from lmspec.compiler.observe.doctor.rccl import RcclError
 from lmspec.compiler.observe.doctor.rendezvous import RendezvousFailure, WorldSizeMismatch
 from lmspec.compiler.observe.doctor.serving import VllmKvCacheTooSmall, VllmParallelNotDividing
 from lmspec.compiler.observe.doctor.slurm import HostOutOfMemory
@@ -30,10 +31,12 @@ LAUNCHER_SIGNATURES: tuple[Signature, ...] = tuple(
 )
 
 SIGNATURES: tuple[Signature, ...] = (
+    RcclError(),  # a failure inside HIP or RCCL: the cause of the collectives' errors after it
     NcclTimeout(),
     NcclConnectionError(),
     NcclInterface(),
     CudaOutOfMemory(),
+    HipOutOfMemory(),
     HostOutOfMemory(),
     WorldSizeMismatch(),
     ParallelLayout(),

@@ -1,12 +1,15 @@
-"""CUDA out of memory, mapped to the memory budget rule's fixes (compiler/rules/budget.py, in the
-seed's order: lower micro batch, recompute, shard state, add PP/EP), each with the memory model's
-number for the worst GPU, scaled by how far the real run overshot the model's estimate.
+"""GPU out of memory (CUDA on NVIDIA, HIP on AMD), mapped to the memory budget rule's fixes
+(compiler/rules/budget.py, in the seed's order: lower micro batch, recompute, shard state, add PP/EP), each with
+the memory model's number for the worst GPU, scaled by how far the real run overshot the model's estimate.
 
 Formats: c10/cuda/CUDACachingAllocator.cpp (``CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0
 has a total capacity of 79.11 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process
 has 77.87 GiB memory in use. ...``; before torch 2.1 ``(GPU 0; 79.35 GiB total capacity; ...)``) and
 the CUDA runtime's ``CUDA error: out of memory`` (torch before 0.4: ``THCudaCheck FAIL file=...
-error=2 : out of memory``).
+error=2 : out of memory``). torch on ROCm prints the same allocator message hipified (``HIP out of memory.
+Tried to allocate 1.88 GiB. GPU 0 has a total capacity of 23.98 GiB of which 1.70 GiB is free. Of the
+allocated memory ...``, mostly without the per-process line), and the HIP runtime's ``HIP error: out of
+memory`` / ``hipErrorOutOfMemory``: the same signature, named for the API (cuda_oom, hip_oom).
 
 An OOM whose traceback runs through building or loading the model (``in get_model``, ``in cuda``,
 ``in load_model``) and through no training step happens before any activation exists: a smaller
@@ -23,16 +26,24 @@ from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.spec.override_text import override_value
 
 _SIZE = r"[\d.]+ [KMGT]?i?B"
-_OOM = re.compile(
-    rf"CUDA out of memory\. Tried to allocate ({_SIZE})"
-    rf"(?:\. GPU (\d+) has a total capacity of ({_SIZE}) of which ({_SIZE}) is free"
-    rf"|\s*\(GPU (\d+); ({_SIZE}) total capacity)?"
-)
+
+
+def _allocator_oom(api: str) -> re.Pattern[str]:
+    """torch's caching allocator message, CUDA's or its hipified twin."""
+    return re.compile(
+        rf"{api} out of memory\. Tried to allocate ({_SIZE})"
+        rf"(?:\. GPU (\d+) has a total capacity of ({_SIZE}) of which ({_SIZE}) is free"
+        rf"|\s*\(GPU (\d+); ({_SIZE}) total capacity)?"
+    )
+
+
 _IN_USE = re.compile(rf"this process has ({_SIZE}) memory in use")
 _OTHER_PROCESS = re.compile(rf"Process (\d+) has ({_SIZE}) memory in use")
-_OOM_OTHER = re.compile(
-    r"CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError|THCudaCheck FAIL .*: out of memory"
+# torch.OutOfMemoryError names no API itself: a ROCm build's says HIP right after it
+_CUDA_OTHER = re.compile(
+    r"CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError(?!: HIP)|THCudaCheck FAIL .*: out of memory"
 )
+_HIP_OTHER = re.compile(r"HIP error: out of memory|hipErrorOutOfMemory")
 _FRAME = r'^\s*File "[^"]+", line \d+, in '
 _BUILD_FRAME = re.compile(
     _FRAME + r"(?:get_model|setup_model_and_optimizer|model_provider|build_model|cuda|_apply|load_model|"
@@ -118,24 +129,24 @@ def planned_fixes(context: RunContext, needed_bytes: int | None) -> tuple[str, l
     return note, fixes
 
 
-class CudaOutOfMemory:
-    name = "cuda_oom"
-    watches = (
-        Watch(_OOM, (b"CUDA out of memory. Tried to allocate ",)),
-        Watch(_OOM_OTHER, (b"CUDA error: out of memory", b"OutOfMemoryError", b"THCudaCheck FAIL")),
-        Watch(_BUILD_FRAME, (b'File "',), keep=1),
-        Watch(_STEP_FRAME, (b'File "',), keep=1),
-    )
+class GpuOutOfMemory:
+    """One GPU API's out-of-memory lines, each a `Watch`; the finding is the same for every API."""
+
+    name: str
+    api: str
+    _oom: re.Pattern[str]
+    _other: re.Pattern[str]
+    watches: tuple[Watch, ...]
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        hits = log.find(_OOM) or log.find(_OOM_OTHER)
+        hits = log.find(self._oom) or log.find(self._other)
         if not hits:
             return None
         match = hits[0][1]
         line = match.string  # the line it matched, prefix stripped
         cause = "A GPU ran out of memory"
         needed = None
-        if match.re is _OOM:
+        if match.re is self._oom:
             cause += f" allocating {match.group(1)}"
             capacity, free = match.group(3) or match.group(6), match.group(4)
             if capacity:
@@ -167,4 +178,29 @@ class CudaOutOfMemory:
             cause += note
         if building:
             fixes = [fix for fix in fixes if fix.key not in _ACTIVATION_KEYS]
-        return Finding(self.name, "CUDA out of memory", cause, tuple(e for e, _ in hits), tuple(fixes))
+        return Finding(self.name, f"{self.api} out of memory", cause, tuple(e for e, _ in hits), tuple(fixes))
+
+
+_FRAMES = (Watch(_BUILD_FRAME, (b'File "',), keep=1), Watch(_STEP_FRAME, (b'File "',), keep=1))
+
+
+class CudaOutOfMemory(GpuOutOfMemory):
+    name, api = "cuda_oom", "CUDA"
+    _oom, _other = _allocator_oom("CUDA"), _CUDA_OTHER
+    watches = (
+        Watch(_oom, (b"CUDA out of memory. Tried to allocate ",)),
+        Watch(_other, (b"CUDA error: out of memory", b"OutOfMemoryError", b"THCudaCheck FAIL")),
+        *_FRAMES,
+    )
+
+
+class HipOutOfMemory(GpuOutOfMemory):
+    """torch on ROCm (AMD Instinct): the allocator's message hipified, or the HIP runtime's error."""
+
+    name, api = "hip_oom", "HIP"
+    _oom, _other = _allocator_oom("HIP"), _HIP_OTHER
+    watches = (
+        Watch(_oom, (b"HIP out of memory. Tried to allocate ",)),
+        Watch(_other, (b"HIP error: out of memory", b"hipErrorOutOfMemory")),
+        *_FRAMES,
+    )

@@ -29,10 +29,19 @@ class GpuSpec:
         minimum=kinds.RATE_MIN,
         maximum=kinds.RATE_MAX,
     )
-    generation: Literal["ampere", "ada", "hopper", "cpu"] = key(
-        "Architecture generation: picks the step-time model's GEMM and attention efficiencies calibrated on "
-        "published runs of that generation (bench/steptime_published.py); ada and cpu, which no published "
-        "run calibrates, take ampere's.",
+    fp4_tflops: float | None = key(
+        "Dense FP4 tensor-core peak (NVFP4 on Blackwell, MXFP4 on CDNA4), TFLOP/s; null = no FP4 tensor "
+        "cores (Hopper and older, CDNA3, CPU).",
+        example=9000,
+        minimum=kinds.RATE_MIN,
+        maximum=kinds.RATE_MAX,
+    )
+    generation: Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4", "cpu"] = key(
+        "Architecture generation: NVIDIA's ampere, ada, hopper, blackwell; AMD Instinct's cdna3 (MI300X, "
+        "MI325X) and cdna4 (MI355X); cpu. Picks the vendor (NCCL or RCCL, CUDA or ROCm), what the precision "
+        "recipes run on, and the step-time model's GEMM and attention efficiencies calibrated on published "
+        "runs of that generation (bench/steptime_published.py); a generation no published run calibrates "
+        "takes the nearest one's (compiler/models/steptime_calibration.py says which).",
         example="hopper",
     )
     sustained_fraction: float = key(
@@ -49,11 +58,15 @@ class GpuSpec:
 class IntraNodeSpec:
     """Link between the GPUs of one node."""
 
-    link: Literal["nvlink", "pcie", "shm"] = key(
-        "Kind of link: NVLink, PCIe only, or host shared memory (CPU ranks).", example="nvlink"
+    link: Literal["nvlink", "nvlink5", "xgmi", "pcie", "shm"] = key(
+        "Kind of link: nvlink = NVLink 3/4 through NVSwitch (A100, H100, H200), nvlink5 = NVLink 5 (Blackwell; "
+        "across hosts in an NVL72 rack), xgmi = AMD Infinity Fabric, a full mesh of point-to-point links "
+        "between a node's GPUs (a group of n GPUs uses n-1 of each GPU's links), pcie = PCIe only, shm = host "
+        "shared memory (CPU ranks).",
+        example="nvlink",
     )
     gb_per_s: float = key(
-        "Per-GPU bandwidth of the link, GB/s, as the datasheet states it.",
+        "Per-GPU bandwidth of the link, GB/s, as the datasheet states it (both directions, all links).",
         example=900,
         minimum=kinds.RATE_MIN,
         maximum=kinds.RATE_MAX,
@@ -90,6 +103,16 @@ class HardwareSpec:
     gpu: GpuSpec = key("The accelerator.")
     gpus_per_node: int = key("Accelerators (ranks) per node.", example=8, minimum=1, maximum=kinds.GPUS_PER_NODE_MAX)
     nodes: int = key("Nodes in the job.", example=1, minimum=1, maximum=kinds.NODES_MAX)
+    nvlink_domain: int | None = key(
+        "GPUs that reach each other over the intra-node link, across hosts where the rack joins them (GB200 "
+        "NVL72: 72 GPUs on 18 hosts of 4); null = one node's (hardware.gpus_per_node). Rules, the "
+        "communication model and `lmspec plan` keep TP and expert parallelism inside it in place of a node, "
+        "and price what stays inside it at the link's speed; Slurm packs the job's nodes into blocks of it "
+        "(--segment) and NCCL turns on multi-node NVLink (nccl.env).",
+        example=72,
+        minimum=1,
+        maximum=kinds.NVLINK_DOMAIN_MAX,
+    )
     host_memory_gib: float | None = key(
         "Host (CPU) memory of one node, GiB, as the system's datasheet states it: a checkpoint save stages "
         "each rank's share there (REPORT.md's checkpoint section checks it fits); null = unknown, not checked.",
@@ -97,5 +120,5 @@ class HardwareSpec:
         exclusive_minimum=0,
         maximum=kinds.MEMORY_GIB_MAX,
     )
-    intra_node: IntraNodeSpec = key("Link inside a node.")
+    intra_node: IntraNodeSpec = key("Link inside a node (and inside the NVLink domain).")
     inter_node: InterNodeSpec = key("Network between nodes.")

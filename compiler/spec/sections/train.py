@@ -246,15 +246,23 @@ class TrainSpec:
         "(GPU); local = pure PyTorch (megatron-core's local spec, or transformers' modeling code for deepspeed).",
         example="transformer_engine",
     )
-    precision: Literal["bf16", "fp16", "fp32", "fp8"] = key(
-        "Compute precision (bf16/fp16 keep fp32 master weights; fp8 = bf16 with FP8 GEMMs through "
-        "Transformer Engine, scaled as train.fp8_recipe says).",
+    precision: Literal["bf16", "fp16", "fp32", "fp8", "fp4"] = key(
+        "Compute precision (bf16/fp16 keep fp32 master weights; fp8 and fp4 = bf16 weights and activations "
+        "with the GEMMs in FP8 or FP4 through Transformer Engine, quantized as train.fp8_recipe or "
+        "train.fp4_recipe says).",
         example="bf16",
     )
-    fp8_recipe: Literal["delayed", "blockwise"] | None = key(
-        "FP8 scaling with train.precision=fp8: delayed = per-tensor delayed scaling (amax history); "
-        "blockwise = 1x128 activation / 128x128 weight blocks (DeepSeek-V3). null otherwise.",
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] | None = key(
+        "FP8 scaling with train.precision=fp8: delayed = one scale per tensor from the amax history; "
+        "tensorwise = one scale per tensor from its current amax; blockwise = 1x128 activation / 128x128 "
+        "weight blocks (DeepSeek-V3; Hopper, Blackwell); mxfp8 = one power-of-two scale per 32 elements "
+        "(Blackwell, CDNA4). null otherwise.",
         example="blockwise",
+    )
+    fp4_recipe: Literal["nvfp4"] | None = key(
+        "FP4 quantization with train.precision=fp4: nvfp4 = e2m1 elements, one e4m3 scale per 16 and one "
+        "fp32 scale per tensor (Blackwell). null otherwise.",
+        example="nvfp4",
     )
     seq_length: int = key("Tokens per training sequence.", example=4096, minimum=1, maximum=kinds.TOKENS_MAX)
     micro_batch_size: int = key(
