@@ -51,7 +51,9 @@ from lmspec.compiler.search.search import SearchResult, search  # noqa: E402
 from lmspec.compiler.spec.sections import TrainingSpec  # noqa: E402
 
 FLOOR = 0.85  # the bar: a published layout predicts at >= 85% of plan's winner
-JOB_KEYS = ("train.seq_length", "train.global_batch_size", "train.precision")
+# What makes two points one job whose layouts a source compares: the precision recipe is the job's, not the
+# layout's (plan keeps the spec's recipe), so runs that differ in it compare recipes, which the orderings leave out
+JOB_KEYS = ("train.seq_length", "train.global_batch_size", "train.precision", "train.fp8_recipe", "train.fp4_recipe")
 
 
 @dataclass(frozen=True)

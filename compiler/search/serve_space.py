@@ -19,8 +19,9 @@ or NixlConnector, vLLM's reference.
 The replicas are not an axis of their own: they are as many copies as the hardware holds. serve_perf splits
 the load evenly over replicas x dp engines and multiplies each engine's goodput by their count, so fewer
 copies only idle GPUs at the same goodput per GPU; a smaller deployment is planned with a smaller
-hardware.nodes. TP stays inside a node (1 to hardware.gpus_per_node): rules/serving.py warns when TP
-crosses nodes and its fix is serve.tp=<gpus_per_node> with serve.pp across them, which the space holds.
+hardware.nodes. TP stays inside the NVLink domain (1 to a node's GPUs, or to the part of a rack's NVLink domain
+the hardware fills: models.dims.domain_gpus_of): rules/serving.py warns when TP leaves it and its fix is
+serve.tp=<the domain's GPUs> with serve.pp across domains, which the space holds.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmspec.compiler.models.dims import world_size
+from lmspec.compiler.models.dims import domain_gpus_of, world_size
 from lmspec.compiler.rules.budget import with_values
 from lmspec.compiler.spec.override_text import override_value
 from lmspec.compiler.spec.sections import ServingSpec
@@ -122,7 +123,7 @@ def serve_axes(spec: ServingSpec) -> ServeAxes:
     budget = budget_gpus(spec)
     moe = spec.model.moe is not None
     return ServeAxes(
-        tp=tuple(range(1, spec.hardware.gpus_per_node + 1)),
+        tp=tuple(range(1, domain_gpus_of(spec.hardware) + 1)),
         pp=tuple(range(1, min(spec.model.num_layers, budget) + 1)),
         dp=tuple(range(1, budget + 1)) if moe else (1,),
         expert_parallel=(False, True) if moe else (False,),
