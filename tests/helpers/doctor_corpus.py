@@ -42,7 +42,7 @@ class Score:
 
 
 def cases(directory: Path = CORPUS) -> list[Case]:
-    """Every case of a corpus directory (the doctor's own by default; tests/data/logs/corpus2 is held out)."""
+    """Every case of a corpus directory: the doctor's own by default, or the second (tests/data/logs/corpus2)."""
     found = []
     for meta in sorted(directory.glob("*.yaml")):
         doc = yaml.safe_load(meta.read_text())

@@ -270,6 +270,18 @@ class LogText:
         last = min(number + count - 1, self.line_count)
         return " ".join(self.line(n).strip() for n in range(number, last + 1))
 
+    def unwrapped(self, number: int, count: int) -> str:
+        """Lines `number`.. `number + count - 1` (as many as the log has), prefixes stripped, joined with
+        nothing between them: a message a terminal hard-wrapped at its width, mid-word too, read as one (a
+        pattern read on it allows no space where a wrap at a space may have lost it). One pass over the log."""
+        parts: list[str] = []
+        for block in self.source.blocks():
+            for i in range(max(number - block.first_line, 0), len(block)):
+                if block.first_line + i >= number + count:
+                    return "".join(parts)
+                parts.append(strip_prefix(block.line(i)))
+        return "".join(parts)
+
     def last_match_before(self, watch: Watch, line: int) -> re.Match[str] | None:
         """The last match of a watch's pattern at or before a line: from the scan when the watch is
         tracked and the line is one of the hits kept, else read again from the log up to it."""

@@ -8,6 +8,10 @@ pipeline_model_parallel_size``), megatron/training/arguments.py (``Number of lay
 divisible by the pipeline-model-parallel size``), transformer_config.py (``number of middle layers: 61 must be divisible
 by ...``, ``num_moe_experts (64) should be divisible by ...``), and ``ensure_divisibility`` of
 megatron/core/utils.py and vllm/distributed/utils.py (``AssertionError: 16 is not divisible by 3``).
+The same bare message raised inside a traceback through expert-parallel groups or MoE layers is an
+expert-parallel size that does not divide: DeepSpeed's deepspeed/utils/groups.py
+(``_create_expert_and_data_parallel`` -> ``_ensure_divisibility(world_size, expert_parallel_size_)``:
+``AssertionError: 4 is not divisible by 8``, https://github.com/facebookresearch/FAMBench/pull/103).
 """
 
 from __future__ import annotations
@@ -25,6 +29,22 @@ _LAYERS = re.compile(
 _EXPERTS = re.compile(r"num_moe_experts \((\d+)\) should be divisible by")
 _BARE = re.compile(r"(?:^\s*|Error: )(\d+) is not divisible by (\d+)\.?\s*$")
 BARE = Watch(_BARE, (b" is not divisible by ",))
+# What the latest traceback (if any) passed through before a bare divisibility error: a frame that builds
+# expert-parallel groups or MoE layers (a function named for experts or MoE, or a file under a moe/ package:
+# DeepSpeed's groups._create_expert_and_data_parallel, deepspeed/moe/layer.py, megatron/core/transformer/moe/),
+# or the start of a traceback, after which the frames of an earlier one no longer count.
+_EXPERT_FRAME = re.compile(
+    r"Traceback \(most recent call last\)"
+    r"|(?P<frame>File \"[^\"]*[/\\]moe[/\\][^\"]*\", line \d+, in \w+"
+    r"|File \"[^\"]*\", line \d+, in \w*(?:expert|[Mm]o[Ee])\w*)"
+)
+EXPERT_FRAME = Watch(
+    _EXPERT_FRAME,
+    (b"Traceback (most recent call last)", b"moe", b"expert", b"MoE", b"Moe"),
+    keep=0,
+    starts=(b"Traceback (most recent call last)", b'File "'),
+    track=True,
+)
 # a vLLM log's divisibility errors are VllmParallelNotDividing's: serve.* keys, not parallel.*
 VLLM_LOG = Watch(re.compile(r"vllm", re.IGNORECASE | re.ASCII), (b"vllm",), keep=1)
 
@@ -34,6 +54,14 @@ def bare_divisibility(log: LogText) -> tuple[list[Hit], int, int] | None:
     if not (hits := log.find(_BARE)):
         return None
     return hits, int(hits[0][1].group(1)), int(hits[0][1].group(2))
+
+
+def _expert_function(log: LogText, line: int) -> str | None:
+    """The function of an expert-parallel or MoE frame in the traceback that ends at a line, if it has one."""
+    match = log.last_match_before(EXPERT_FRAME, line)
+    if match is None or match.group("frame") is None:
+        return None
+    return match.group("frame").rsplit(" in ", 1)[1]
 
 
 def _divisors(n: int, most: int) -> str:
@@ -46,6 +74,7 @@ class ParallelLayout:
         Watch(_LAYERS, (b"num_layers should be divisible by", b"Number of layers should be", b" must be divisible by")),
         Watch(_EXPERTS, (b"num_moe_experts (",)),
         BARE,
+        EXPERT_FRAME,
         VLLM_LOG,
     )
 
@@ -77,6 +106,16 @@ class ParallelLayout:
         if (bare := bare_divisibility(log)) and not log.find(VLLM_LOG.pattern, 1):
             hits, size, parts = bare
             fitting = [d for d in range(1, parts + 1) if size % d == 0]
+            if function := _expert_function(log, hits[0][0].line):
+                return Finding(
+                    self.name,
+                    "an expert-parallel group does not divide",
+                    f"{size} (the world or data-parallel size, or the experts) does not split evenly over {parts} "
+                    f"expert-parallel ranks: the check failed while {function} built the expert-parallel groups "
+                    "or MoE layers.",
+                    tuple(e for e, _ in hits),
+                    (Fix("parallel.ep", str(max(fitting)), f"the largest divisor of {size} up to {parts}"),),
+                )
             return Finding(
                 self.name,
                 "a model dimension does not divide over the ranks",

@@ -2,16 +2,17 @@
 
 Formats: torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (``[Rank 0] Watchdog caught collective
 operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, ..., Timeout(ms)=600000) ran for 600081
-milliseconds before timing out.``; ``Some NCCL operations have failed or timed out. Due to the
-asynchronous nature of CUDA kernels, ...``), NCCL's `ncclGetErrorString` (src/init.cc:
-``unhandled system error (run with NCCL_DEBUG=INFO for details)``, ``remote process exited or there
-was a network error``) and NCCL_DEBUG=INFO lines (``NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>``,
-``NCCL INFO Using network Socket``, ``NCCL INFO NET/IB : No device found.``, and ``Bootstrap : no
-socket interface found`` when no interface passes NCCL_SOCKET_IFNAME; gloo's ``Unable to find address
-for: bond1``). A hung collective also shows as
-the heartbeat monitor's ``ProcessGroupNCCL's watchdog got stuck for 480 seconds without making
-progress`` and, on gloo groups (gloo/transport/tcp/unbound_buffer.cc), ``Timed out waiting 1800000ms
-for recv operation to complete``.
+milliseconds before timing out.``, also read from its work record alone (``WorkNCCL(...) ran for ...``)
+and from a ``what():`` message a terminal wrapped mid-word, ``Watchdog caught colle`` / ``ctive operation
+timeout: WorkNCCL(SeqNum=4, ...``, https://github.com/huggingface/open-r1/issues/620; ``Some NCCL
+operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, ...``), NCCL's
+`ncclGetErrorString` (src/init.cc: ``unhandled system error (run with NCCL_DEBUG=INFO for details)``,
+``remote process exited or there was a network error``) and NCCL_DEBUG=INFO lines (``NCCL INFO NET/Socket
+: Using [0]eth0:10.0.0.1<0>``, ``NCCL INFO Using network Socket``, ``NCCL INFO NET/IB : No device
+found.``, and ``Bootstrap : no socket interface found`` when no interface passes NCCL_SOCKET_IFNAME;
+gloo's ``Unable to find address for: bond1``). A hung collective also shows as the heartbeat monitor's
+``ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress`` and, on gloo groups
+(gloo/transport/tcp/unbound_buffer.cc), ``Timed out waiting 1800000ms for recv operation to complete``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.doctor.findings import Evidence, Finding, Fix, Hit, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 
+# The watchdog's sentence, or the work record on its own (a wrapped or cut sentence leaves it on a line of its
+# own), where what follows it says it timed out: ``WorkNCCL(SeqNum=4, OpType=BROADCAST, ..., Timeout(ms)=1800000) ran
+# for 1800011 milliseconds``, ``Work WorkNCCL(...) timed out in blocking wait``
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
-    r".*?Timeout\(ms\)=(\d+)\)"
+    r"(?P<said>Watchdog caught collective operation timeout: )?WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+    r".*?Timeout\(ms\)=(?P<ms>\d+)\)(?(said)|\s+(?:ran for \d|timed out))"
+)
+# a C++ exception's message (``what():``) or the watchdog's sentence, where a terminal may have wrapped it
+_WRAPPED_START = re.compile(r"\bwhat\(\):\s|Watchdog caught")
+_WRAPPED_LINES = 4  # the start and the lines a wrap at a console's width (80 to 200 columns) spreads the rest over
+# _WATCHDOG read on lines joined as they were wrapped: a wrap at a space may have lost the space
+_WATCHDOG_UNWRAPPED = re.compile(
+    r"Watchdog\s*caught\s*collective\s*operation\s*timeout:\s*WorkNCCL\(SeqNum=(?P<seq>\d+),\s*OpType=(?P<op>\w+)"
+    r".*?Timeout\(ms\)=(?P<ms>\d+)\)"
 )
 _FAILED_OR_TIMED_OUT = re.compile(r"Some NCCL operations have failed or timed out")
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
@@ -137,7 +149,8 @@ def _debug_fix(choice: NicChoice | None) -> list[Fix]:
 class NcclTimeout:
     name = "nccl_timeout"
     watches = (
-        Watch(_WATCHDOG, (b"Watchdog caught collective operation timeout: WorkNCCL(",)),
+        Watch(_WATCHDOG, (b"WorkNCCL(SeqNum=",)),
+        Watch(_WRAPPED_START, (b"what():", b"Watchdog caught")),
         Watch(_FAILED_OR_TIMED_OUT, (b"Some NCCL operations have failed or timed out",)),
         Watch(_STUCK, (b"watchdog got stuck for ", b"Heartbeat monitor timed out")),
         Watch(_GLOO, (b"Timed out waiting ",)),
@@ -145,18 +158,18 @@ class NcclTimeout:
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
-        hits = log.find(_WATCHDOG)
+        hits = log.find(_WATCHDOG) or _unwrapped_watchdog(log)
         gloo = log.find(_GLOO, limit=1)
         others = log.find(_FAILED_OR_TIMED_OUT, limit=1) + log.find(_STUCK, limit=2)
         if not hits and not gloo and not others:
             return None
         choice = nic_choice(log)
-        seq = int(hits[0][1].group(1)) if hits else None
+        seq = int(hits[0][1].group("seq")) if hits else None
         first = seq is not None and seq <= 1
         timeout_ms: int | None = None
         if hits:
-            timeout_ms = ms = int(hits[0][1].group(3))
-            cause = f"{hits[0][1].group(2)} (collective #{seq}) did not finish within {_minutes(ms)} on some rank. "
+            timeout_ms = ms = int(hits[0][1].group("ms"))
+            cause = f"{hits[0][1].group('op')} (collective #{seq}) did not finish within {_minutes(ms)} on some rank. "
         elif gloo:
             timeout_ms = ms = int(gloo[0][1].group(1))
             cause = f"A gloo {gloo[0][1].group(2)} waited {_minutes(ms)} for its peer. "
@@ -195,6 +208,15 @@ class NcclTimeout:
             )
         evidence = [e for e, _ in hits + gloo + others] + (choice.evidence if choice else [])
         return Finding(self.name, "collective timed out (watchdog)", cause, tuple(evidence), tuple(fixes))
+
+
+def _unwrapped_watchdog(log: LogText) -> list[Hit]:
+    """The watchdog's sentence a terminal wrapped over lines (``... Watchdog caught colle`` / ``ctive operation
+    timeout: WorkNCCL(...``), read from the first of its starts (``what():`` or ``Watchdog caught``) that holds it."""
+    for evidence, _ in log.find(_WRAPPED_START):
+        if match := _WATCHDOG_UNWRAPPED.search(log.unwrapped(evidence.line, _WRAPPED_LINES)):
+            return [(evidence, match)]
+    return []
 
 
 def _minutes(ms: int) -> str:

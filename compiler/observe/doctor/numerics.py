@@ -5,10 +5,17 @@ Formats: Megatron-LM pretrain_gpt.py / megatron/core/rerun_state_machine.py (``f
 forward loss calculation``, ``Unexpected result nan ...``), training.py (``number of nan iterations:
   3 |``, a loss printed as ``NAN``), deepspeed/runtime/fp16/loss_scaler.py (``[deepspeed] OVERFLOW!
 Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1``; ZeRO-2 of 2020 writes
-``[deepscale]`` and float scales ``2147483648.0``; ``Current loss scale already at minimum``), a grad
+``[deepscale]`` and float scales ``2147483648.0``; ``Current loss scale already at minimum``), Apex
+(apex/amp/scaler.py: ``Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to
+8.165126103939127e-202``, https://github.com/NVIDIA/apex/issues/318; one space after the full stop in
+some copies; apex/fp16_utils: ``OVERFLOW! Skipping step. Attempted loss scale: 4, reducing to 2``): a
+scale reduced to LOSS_SCALE_COLLAPSED_AT or below is a collapse, whichever scaler printed it. A grad
 norm printed as ``grad norm: nan`` (Megatron-LM, Megatron-DeepSpeed) or ``Bad grad_norm detected
 (grad_norm=nan)``, lmspec's runtime/train/metrics.py (``loss is nan at step 17: stopping.``), a
-metrics.jsonl ``"loss": NaN`` and plain ``loss: nan`` lines.
+metrics.jsonl ``"loss": NaN``, and the loss fields a plain loop prints, under any name ending or
+starting in ``loss`` (``loss: nan``, ``step: 100 total_loss: nan obj_cls: nan``,
+https://github.com/thodan/epos/issues/10; ``Epoch: 12 mask_loss:  nan``; mmdetection's ``loss_cls:
+nan``); ``nan`` only as a whole word after the field's separator.
 
 Megatron's training_log prints a loss only when its average is > 0, so a NaN loss drops the
 ``lm loss:`` field from the iteration line: an iteration line without a loss after one with it,
@@ -25,12 +32,26 @@ from lmspec.compiler.spec.sections import TrainSpec
 
 _NAN = re.compile(
     r"found (?:NaN|Inf) in local (?:forward loss calculation|grad norm)|Unexpected result -?(?:nan|inf)\b"
-    r"|number of nan iterations:\s*[1-9]|\b(?:loss|grad[ _]norm)\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b"
+    r"|number of nan iterations:\s*[1-9]"
+    # a loss field of any loop, its name's words joined by ``_`` (``mask_loss:  nan``, ``loss_cls: nan``), or a
+    # grad norm; the word before ``loss`` may not run into it (not ``floss``)
+    r"|(?<![A-Za-z0-9])(?:loss(?:_[A-Za-z0-9]+)*|grad[ _]norm)\b\"?\s*(?:[:=]|is)\s*-?(?:nan|inf(?:inity)?)\b"
     r"|\bloss\s+-?(?:nan|inf)\s*\|",  # old Megatron fields without a colon: ``| lm loss NAN |``
     re.IGNORECASE | re.ASCII,  # log messages are ASCII: ASCII case folding, ASCII \b and \s
 )
-_SCALE = r"(\d{1,30}(?:\.\d*)?)"  # DeepSpeed prints ints, ZeRO-2 once printed floats: 2147483648.0
-_OVERFLOW = re.compile(rf"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: {_SCALE}, reducing to {_SCALE}")
+# DeepSpeed prints ints, ZeRO-2 once printed floats (2147483648.0), Apex Python floats (8.165126103939127e-202)
+_SCALE = r"\d{1,30}(?:\.\d*)?(?:[eE][-+]?\d{1,3})?"
+# A skipped step and the scale it leaves (group "to" or "to_apex"), in each loss scaler's words: DeepSpeed's
+# ``OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1`` (Apex FP16_Optimizer's without the
+# rank; DeepSpeed's unfused optimizer's ``fp16 dynamic loss scale overflow! Skipping step. ...``) and Apex amp's
+# ``Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.03125`` (one space or two after the
+# full stop; older releases without ``loss scaler N``; FP16_Optimizer's ``OVERFLOW within closure! ...``)
+_OVERFLOW = re.compile(
+    rf"(?:OVERFLOW|overflow)! (?:Rank \d+ )?Skipping step\. Attempted loss scale: {_SCALE}, "
+    rf"reducing to (?P<to>{_SCALE})"
+    rf"|(?:Gradient overflow\.|OVERFLOW within closure!)\s+Skipping step, (?:loss scaler \d+ )?reducing loss scale to "
+    rf"(?P<to_apex>{_SCALE})"
+)
 _ITERATION = r"\biteration\s+\d+/\s*\d+\s*\|"  # Megatron's `` iteration      120/   10000 |``
 _LOSS_FIELD = r"(?<![A-Za-z])loss: "  # Megatron's ``lm loss: ``, GPT-NeoX's ``lm_loss: ``; not ``loss scale:``
 _ITER_WITH_LOSS = re.compile(_ITERATION + r".*?" + _LOSS_FIELD + r"[-+]?\d")
@@ -45,7 +66,12 @@ LR_DIVISOR = 5  # the seed's checklist: restart from the last good checkpoint wi
 
 def _collapsed(match: re.Match[str]) -> bool:
     """An overflow that took the loss scale down to LOSS_SCALE_COLLAPSED_AT or below."""
-    return float(match.group(2)) <= LOSS_SCALE_COLLAPSED_AT
+    return float(_scale_to(match)) <= LOSS_SCALE_COLLAPSED_AT
+
+
+def _scale_to(match: re.Match[str]) -> str:
+    """The loss scale an overflow line reduced to, as printed."""
+    return match.group("to") or match.group("to_apex")
 
 
 _LR_WATCH = Watch(_LR, (b"learning rate", b"lr"), keep=0, starts=(b"learning rate", b"lr"), track=True)
@@ -120,7 +146,12 @@ class NonFiniteLoss:
         ),
         Watch(_ITER_LOSS_GONE, (b"iteration ",), starts=(b"iteration",)),
         _LOSS_SHOWN,
-        Watch(_OVERFLOW, (b"OVERFLOW! Rank ",), keep=2, last_where=_collapsed),
+        Watch(
+            _OVERFLOW,
+            (b"OVERFLOW! ", b"overflow! Skipping step", b"Gradient overflow.", b"OVERFLOW within closure!"),
+            keep=2,
+            last_where=_collapsed,
+        ),
         Watch(_AT_MINIMUM, (b"Current loss scale already at minimum",)),
         _LR_WATCH,
     )
@@ -138,7 +169,7 @@ class NonFiniteLoss:
             evidence += [e for e, _ in overflow + ([collapsed] if collapsed else []) + minimum]
             cause = (
                 f"fp16 dynamic loss scaling collapsed ({log.count(_OVERFLOW)} overflow steps skipped, scale down to "
-                f"{collapsed[1].group(2) if collapsed else 'its minimum'}): gradients overflow at every "
+                f"{_scale_to(collapsed[1]) if collapsed else 'its minimum'}): gradients overflow at every "
                 "scale, so training diverged."
             )
             title = "loss-scale collapse"

@@ -6,20 +6,42 @@ waiting for clients. 1/2 clients joined.``; socket.cpp: ``The client socket has 
 was 60000 ms.``, ``The server socket has failed to listen on
 any local network address.``), torch.distributed.elastic.rendezvous.api (RendezvousTimeoutError,
 RendezvousConnectionError, RendezvousClosedError), megatron/core/parallel_state.py (``world_size (8)
-is not divisible by 6``) and deepspeed/runtime/config.py (``train_batch_size is not equal to
+is not divisible by 6``; older releases name each size: ``world_size (8) is not divisible by
+tensor_model_parallel_size (2) x pipeline_model_parallel_size (3) x context_parallel_size (1)``, each
+mapped to its key; the expert layers' ``world_size (8) is not divisible by
+expert_tensor_model_pipeline_parallel size (16)``, https://github.com/THUDM/slime/issues/1818, to
+parallel.ep and parallel.etp) and deepspeed/runtime/config.py (``train_batch_size is not equal to
 micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 2 * 1``, which a rich console wraps
 over lines).
 """
 
 from __future__ import annotations
 
+import math
 import re
 
-from lmspec.compiler.observe.doctor.findings import Finding, Fix, LogText, Watch
+from lmspec.compiler.observe.doctor.findings import Finding, Fix, Hit, LogText, Watch
 from lmspec.compiler.observe.logs.context import RunContext
 
 _CLIENTS = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
-_MEGATRON = re.compile(r"world_size \((\d+)\) is not divisible by (?:\w+ size \()?(\d+)")
+# Megatron's parallel_state.py, by version: ``world_size (1) is not divisible by 2``, ``world_size (8) is not
+# divisible by tensor_model_parallel_size (2) x pipeline_model_parallel_size (3) x context_parallel_size (1)``
+# (Megatron-DeepSpeed: ``x sequence_parallel_size (2)``), the expert groups' ``decoder world_size (8) is not
+# divisible by expert_tensor_model_pipeline_parallel size (16)``; the sizes after "by" are read by _FACTOR
+_MEGATRON = re.compile(
+    r"world_size`? \((\d+)\) is not divisible by (?P<by>\d+|\w+?[_ ]size \(\d+\)(?: x \w+?[_ ]size \(\d+\))*)"
+)
+_FACTOR = re.compile(r"(\w+?)[_ ]size \((\d+)\)")
+# a size Megatron names, by the first words of its name: how the cause writes it and the spec keys that set it
+_FACTOR_KEYS = (
+    ("expert_tensor_model_pipeline", "etp x ep x pp", ("parallel.ep", "parallel.etp")),  # the expert layers' product
+    ("expert_tensor", "etp", ("parallel.etp",)),
+    ("expert", "ep", ("parallel.ep",)),
+    ("tensor", "tp", ("parallel.tp",)),
+    ("pipeline", "pp", ("parallel.pp",)),
+    ("context", "cp", ("parallel.cp",)),
+    ("sequence", "cp", ("parallel.cp",)),  # Megatron-DeepSpeed's sequence (Ulysses) parallel size splits the sequence
+)
 _DEEPSPEED = re.compile(
     r"train_batch_size\s+is\s+not\s+equal\s+to\s+micro_batch_per_gpu\s*\*\s*gradient_acc_step\s*\*\s*"
     r"world_size\s+(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+)"
@@ -69,7 +91,7 @@ class WorldSizeMismatch:
     watches = (
         Watch(_CLIENTS, (b" seconds waiting for clients. ",)),
         Watch(_DEEPSPEED_START, (b"train_batch_size is not",)),
-        Watch(_MEGATRON, (b"world_size (",)),
+        Watch(_MEGATRON, (b"world_size (", b"world_size` (")),
     )
 
     def detect(self, log: LogText, context: RunContext | None) -> Finding | None:
@@ -100,22 +122,75 @@ class WorldSizeMismatch:
                 self.name, "world size mismatch", cause, tuple(e for e, _ in hits), tuple(_nodes_fix(world, context))
             )
         if hits := log.find(_MEGATRON):
-            world, model = int(hits[0][1].group(1)), int(hits[0][1].group(2))
-            cause = (
-                f"Megatron ran with world size {world}, which tp x pp (x cp) = {model} does not divide"
-                + (f"; the spec expects {expected_world} ranks" if expected_world else "")
-                + "."
-            )
-            fixes = (
-                _nodes_fix(world, context)
-                if expected_world and expected_world != world
-                else [
-                    Fix("parallel.tp", "<a divisor of the world size>", f"tp x pp x cp must divide {world}"),
-                    *(_nodes_fix(world, context) if context is None and world < model else []),
-                ]
-            )
-            return Finding(self.name, "world size mismatch", cause, tuple(e for e, _ in hits), tuple(fixes))
+            return self._megatron(hits, expected_world, context)
         return None
+
+    def _megatron(self, hits: list[Hit], expected_world: int | None, context: RunContext | None) -> Finding:
+        """Megatron's world size that its parallel sizes do not divide: the keys of the sizes it names."""
+        match = hits[0][1]
+        world, by = int(match.group(1)), match.group("by")
+        factors = [(*_named(name), int(size)) for name, size in _FACTOR.findall(by)]
+        model = math.prod(size for *_, size in factors) if factors else int(by)
+        expert = any("parallel.ep" in keys for _, keys, _ in factors)
+        sizes = " x ".join(f"{label} {size}" if len(factors) > 1 else label for label, _, size in factors)
+        cause = (
+            f"Megatron ran with world size {world}, which "
+            + ("the expert layers' " if expert else "")
+            + f"{sizes or 'tp x pp (x cp)'} = {model} does not divide"
+            + (f"; the spec expects {expected_world} ranks" if expected_world else "")
+            + "."
+        )
+        if expected_world and expected_world != world:
+            fixes = _nodes_fix(world, context)
+        elif not factors or not any(keys for _, keys, _ in factors):
+            fixes = [
+                Fix("parallel.tp", "<a divisor of the world size>", f"tp x pp x cp must divide {world}"),
+                *(_nodes_fix(world, context) if context is None and world < model else []),
+            ]
+        else:
+            fixes = _factor_fixes(world, model, factors)
+            if not expert and context is None:  # or the world is not the one the layout was meant for
+                fixes += (
+                    _nodes_fix(world, context)
+                    if world < model
+                    else [
+                        Fix(
+                            "hardware.nodes",
+                            f"<nodes x gpus_per_node a multiple of {model}>",
+                            f"or keep the layout and start a world of ranks that {model} divides",
+                        )
+                    ]
+                )
+        return Finding(self.name, "world size mismatch", cause, tuple(e for e, _ in hits), tuple(fixes))
+
+
+def _named(name: str) -> tuple[str, tuple[str, ...]]:
+    """How the cause writes a parallel size Megatron names (``tensor_model_parallel``,
+    ``expert_tensor_model_pipeline_parallel``), and the spec keys that set it."""
+    return next(((label, keys) for words, label, keys in _FACTOR_KEYS if name.startswith(words)), (name, ()))
+
+
+def _factor_fixes(world: int, model: int, factors: list[tuple[str, tuple[str, ...], int]]) -> list[Fix]:
+    """One fix per key of the named sizes: the largest value up to the current one that, with the others kept,
+    divides the world; a size of 1 cannot shrink and is left out (unless every size is 1)."""
+    fixes: dict[str, Fix] = {}
+    for label, keys, size in factors:
+        if size == 1 and any(other > 1 for *_, other in factors):
+            continue
+        rest = model // size
+        fitting = next((d for d in range(size, 0, -1) if world % (rest * d) == 0), None)
+        for key in keys:
+            if len(keys) > 1:  # a product of several keys: which to lower is the user's choice
+                value = f"<so that {label} divides {world}>"
+            else:
+                value = str(fitting) if fitting else f"<with the other sizes, a divisor of {world}>"
+            why = (
+                f"{label} {size} is in the product {model} that must divide world size {world}"
+                if len(factors) > 1
+                else f"{label} = {size} must divide world size {world}"
+            )
+            fixes.setdefault(key, Fix(key, value, why))
+    return list(fixes.values())
 
 
 class RendezvousFailure:

@@ -1,5 +1,5 @@
 """vLLM start-up errors: a KV cache too small for serve.max_model_len, and a serve.tp / serve.pp
-that does not divide the attention heads.
+that does not divide the attention heads or does not make up the world of processes.
 
 Formats: vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory (``To serve at least one
 request with the model's max seq len (131072), 52.66 GiB KV cache is needed, which is larger than the
@@ -8,7 +8,10 @@ length is 58148.`` — older releases write ``models's`` and ``(52.66 GiB``; vll
 the V0 engine: ``The model's max seq len (60000) is larger than the maximum number of tokens that can
 be stored in KV cache (58384).``), ``No available memory for the cache blocks``, and vllm/config
 (ModelConfig.verify_with_parallel_config): ``Total number of attention heads (32) must be divisible
-by tensor parallel size (3).``
+by tensor parallel size (3).``; vllm/distributed/parallel_state.py (initialize_model_parallel): ``world_size
+(8) is not equal to tensor_model_parallel_size (1) x pipeline_model_parallel_size (1).``, an engine in a world
+of processes other than serve.tp x serve.pp (https://github.com/open-compass/VLMEvalKit/issues/561: under
+``torchrun --nproc-per-node=8``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ _KV_TOKENS = re.compile(
 _NO_BLOCKS = re.compile(r"No available memory for the cache blocks")
 _KERNEL_TILE = re.compile(r"Weight (\w+) = (\d+) is not divisible by (\w+) = (\d+)")
 _HEADS = re.compile(r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)")
+# vLLM's model-parallel groups (vllm/distributed/parallel_state.py, and SGLang's copy of it) need exactly tp x pp
+# ranks, where Megatron's only need a multiple: ``is not equal to``, not ``is not divisible by``
+_WORLD_NOT_TP_PP = re.compile(
+    r"world_size`? \((\d+)\) is not equal to tensor_model_parallel_size \((\d+)\) x "
+    r"pipeline_model_parallel_size \((\d+)\)"
+)
 MAX_GPU_MEMORY_UTILIZATION = 0.95  # above this vLLM's activations and CUDA graphs have no headroom
 _LEN_QUANTUM_TOKENS = 256
 
@@ -143,6 +152,7 @@ class VllmParallelNotDividing:
     name = "vllm_parallel"
     watches = (
         Watch(_HEADS, (b"Total number of attention heads (",)),
+        Watch(_WORLD_NOT_TP_PP, (b") is not equal to tensor_model_parallel_size (",)),
         Watch(_KERNEL_TILE, (b" is not divisible by ",)),
         BARE,
         VLLM_LOG,
@@ -176,6 +186,27 @@ class VllmParallelNotDividing:
                 f"{parts} tensor-parallel ranks; {parts} does not divide {size}.",
                 tuple(e for e, _ in hits),
                 (Fix("serve.tp", str(max(fitting)), f"divisors of {size}: {', '.join(map(str, fitting))}"),),
+            )
+        if hits := log.find(_WORLD_NOT_TP_PP):
+            world, tp, pp = (int(g) for g in hits[0][1].groups())
+            fixes = [
+                Fix(
+                    "serve.tp",
+                    str(world // pp) if world % pp == 0 else f"<{world} / serve.pp>",
+                    f"tp x pp must equal the {world} processes started; or start one engine process (vLLM "
+                    "starts its own workers), not one per GPU under torchrun or mpirun",
+                )
+            ]
+            if pp > 1 and world % tp == 0:
+                fixes.append(Fix("serve.pp", str(world // tp), f"or keep tp {tp}: pp x tp must equal {world}"))
+            return Finding(
+                self.name,
+                "serve.tp x serve.pp is not the number of processes",
+                f"vLLM's engine was started in a world of {world} processes but builds its groups for tp {tp} x "
+                f"pp {pp} = {tp * pp}: a launcher (torchrun, mpirun, Slurm) started one engine per GPU, or "
+                "WORLD_SIZE was left set in the environment.",
+                tuple(e for e, _ in hits),
+                tuple(fixes),
             )
         if hits := log.find(_HEADS):
             heads, tp = int(hits[0][1].group(1)), int(hits[0][1].group(2))

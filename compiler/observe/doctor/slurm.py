@@ -4,12 +4,13 @@ Formats: slurmstepd (src/slurmd/slurmstepd/req.c: ``slurmstepd: error: *** JOB 4
 CANCELLED AT 2026-01-25T14:35:32 DUE TO TIME LIMIT ***``, ``... DUE TO PREEMPTION ***``, ``... DUE TO
 JOB REQUEUE ***``; submitit's ``Caught signal SIGUSR2 on node7: this job is preempted.``; task/cgroup:
 ``error: Detected 1 oom_kill event in StepId=22035606.1. Some of the step tasks have been OOM
-Killed.``), lmspec's own stop before the time limit (runtime/train/loop.py: ``lmspec: SIGUSR1 received:
-checkpointed at step 5; exit 3 (requeue)``; launch/sbatch.sh: ``sbatch.sh: checkpoint requested before the
-time limit; requeueing job 1``), the kernel's ``Out of memory: Killed process 4242 (python)``, a shell's
-``Killed``, and
-torchrun's ``failed
-(exitcode: -9) local_rank: 1`` / ``Signal 9 (SIGKILL) received``: SIGKILL, which nothing but the OOM
+Killed.``; other versions write ``events`` or ``event(s)``: ``slurmstepd: error: Detected 1 oom-kill event(s)
+in step 3495064.0 cgroup.``, https://github.com/hafs-community/HAFS/issues/101; srun's ``srun: error:
+Orion-01-01: task 4: Out Of Memory``), lmspec's own stop before the time limit (runtime/train/loop.py:
+``lmspec: SIGUSR1 received: checkpointed at step 5; exit 3 (requeue)``; launch/sbatch.sh: ``sbatch.sh:
+checkpoint requested before the time limit; requeueing job 1``), the kernel's ``Out of memory: Killed
+process 4242 (python)``, a shell's ``Killed``, and torchrun's ``failed (exitcode: -9) local_rank: 1`` /
+``Signal 9 (SIGKILL) received``: SIGKILL, which nothing but the OOM
 killer or an operator sends a training process.
 """
 
@@ -28,7 +29,12 @@ _PREEMPTED = re.compile(
 )
 _STOPPED = re.compile(r"lmspec: (SIG\w+) received: checkpointed at step (\d+); exit \d+ \(requeue\)")
 _REQUEUED = re.compile(r"sbatch\.sh: checkpoint requested before the time limit; requeueing job (\d+)")
-_OOM_KILL = re.compile(r"Detected \d+ oom[_-]kill events? in \S+|Out of memory: Killed process \d+")
+# Slurm's task/cgroup counts the kills as ``event``, ``events`` or ``event(s)``, by version; srun then reports
+# the task: ``srun: error: node01: task 4: Out Of Memory``
+_OOM_KILL = re.compile(
+    r"Detected \d+ oom[_-]kill event(?:s|\(s\))? in \S+|Out of memory: Killed process \d+"
+    r"|\btask \d+: Out Of Memory\b"
+)
 # a shell reporting its child's SIGKILL: a bare ``Killed``, or ``run.sh: line 3: 4242 Killed  python ...``
 _SHELL_KILLED = re.compile(r"^\s*Killed\s*$|^(?:\S+: line \d+: )?\d+ Killed\s")
 _SIGKILL = re.compile(r"\(exitcode: -9\)|exitcode\s*: -9\b|Signal 9 \(SIGKILL\) received")
@@ -159,7 +165,7 @@ class StoppedForRequeue:
 class HostOutOfMemory:
     name = "host_oom"
     watches = (
-        Watch(_OOM_KILL, (b"oom_kill event", b"oom-kill event", b"Out of memory: Killed process")),
+        Watch(_OOM_KILL, (b"oom_kill event", b"oom-kill event", b"Out of memory: Killed process", b": Out Of Memory")),
         Watch(_SIGKILL, (b"exitcode: -9", b"exitcode  : -9", b"Signal 9 (SIGKILL)")),
         Watch(_SHELL_KILLED, (b"Killed",)),
     )
