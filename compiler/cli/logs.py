@@ -73,8 +73,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         for note in parsed.notes:
             print(f"warning: {note}", file=sys.stderr)
         raise UsageError(
-            f"{parsed.path}: no training steps found (lmspec metrics.jsonl, Megatron-LM and "
-            "DeepSpeed and torchtitan logs are read); describe other formats with --regex"
+            f"{parsed.path}: no training steps found (lmspec metrics.jsonl, Megatron-LM, DeepSpeed, torchtitan "
+            "and NeMo 2 logs and PyTorch-Lightning progress bars are read); describe other formats with --regex"
         )
     context = job_context(args)
     if context is None and args.seq_length is not None:
@@ -104,9 +104,9 @@ def register(subparsers: Any) -> None:
         help="tokens/s, MFU, HFU and peak memory from a training log",
         **described(
             "Read the steps of a training log (lmspec's metrics.jsonl or stdout, Megatron-LM, Megatron-DeepSpeed, "
-            "GPT-NeoX, DeepSpeed, torchtitan, or any format through --regex) and summarise step time, tokens/s, "
-            "MFU/HFU, loss and peak memory over the steady steps; with the job (--build, or the flags) MFU uses "
-            "lmspec's FLOPs model.",
+            "GPT-NeoX, DeepSpeed, torchtitan, NeMo 2, PyTorch-Lightning's progress bar, or any format through --regex) "
+            "and summarise step time, tokens/s, MFU/HFU, loss and peak memory over the steady steps; with the job "
+            "(--build, or the flags) MFU uses lmspec's FLOPs model.",
             "lmspec logs runs/tiny",
             "lmspec logs train.log --build build/llama3_8b --plot steps.svg",
             "lmspec logs torchtitan.log --model llama3_8b --hardware h100_80g --gpus 64 --seq-length 8192",
@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "log",
         type=Path,
-        help="a log file (metrics.jsonl, Megatron, DeepSpeed, torchrun/Slurm "
+        help="a log file (metrics.jsonl, Megatron, DeepSpeed, torchtitan, NeMo 2, Lightning, torchrun/Slurm "
         "output) or a run directory holding metrics.jsonl",
     )
     add_job_args(p)

@@ -16,7 +16,9 @@ from lmspec.compiler.build.files import METRICS
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.deepspeed import parse_deepspeed_line
 from lmspec.compiler.observe.logs.launcher import strip_prefix
+from lmspec.compiler.observe.logs.lightning import LightningBars
 from lmspec.compiler.observe.logs.megatron import parse_megatron_line, parse_megatron_memory
+from lmspec.compiler.observe.logs.nemo import parse_nemo_line
 from lmspec.compiler.observe.logs.reader import MAX_LINE_BYTES, Block, LogFile, MemoryLog
 from lmspec.compiler.observe.logs.records import ParsedLog
 from lmspec.compiler.observe.logs.scout import Needle, Scout
@@ -30,9 +32,10 @@ from lmspec.compiler.observe.metrics_record import StepMetrics
 # What a run directory may hold, in the order looked for.
 RUN_DIR_LOGS: tuple[str, ...] = (METRICS, "train.log", "stdout.log", "stderr.log")
 
-# A text line yields something only if it holds one of these: Megatron's iteration line
-# ("iteration"), its memory report ("memory (MB)"), lmspec's stdout line (" | loss "), both
-# DeepSpeed lines ("step=", the old timer's "SamplesPerSec="), torchtitan's ("step:"), a start-up setting
+# A text line yields something only if it holds one of these: Megatron's and NeMo 2's iteration lines
+# ("iteration"), Megatron's memory report ("memory (MB)"), lmspec's stdout line (" | loss "), both
+# DeepSpeed lines ("step=", the old timer's "SamplesPerSec="), torchtitan's ("step:"), a redraw of
+# Lightning's progress bar (tqdm's "%|"), a start-up setting
 # (every name in lmspec.compiler.observe.logs.settings ends in "_size", is "seq_length" or ends in
 # "_per_gpu", and is followed by a space).
 TEXT_NEEDLES = tuple(
@@ -44,6 +47,7 @@ TEXT_NEEDLES = tuple(
         b"step=",
         b"SamplesPerSec=",
         b"step:",
+        b"%|",
         b"_size ",
         b"seq_length ",
         b"_per_gpu ",
@@ -76,6 +80,7 @@ class LogParser:
         # None until the first line that is not blank says whether this is a metrics.jsonl
         self.kind: str | None = "regex" if self.user is not None else None
         self._scout: Scout | None = None
+        self._bars = LightningBars()  # a bar's redraws of one count make one record: held until the next count
 
     def feed(self, block: Block) -> None:
         if self.kind is None:
@@ -113,13 +118,17 @@ class LogParser:
         self._add(parse_user_line(self.user, text, lineno, self.log.table.distinct + 1), "regex")
 
     def _text_line(self, lineno: int, text: str) -> None:
-        record, kind = parse_megatron_line(text, lineno), "megatron"
+        record, kind = parse_nemo_line(text, lineno), "nemo"
+        if record is None:
+            record, kind = parse_megatron_line(text, lineno), "megatron"
         if record is None:
             record, kind = parse_deepspeed_line(text, lineno), "deepspeed"
         if record is None:
             record, kind = parse_torchtitan_line(text, lineno), "torchtitan"
         if record is None:
             record, kind = StepMetrics.from_text(text, lineno), "lmspec-stdout"
+        if record is None:
+            record, kind = self._bars.feed(text, lineno), "lightning"
         peak = parse_megatron_memory(text)
         if peak is not None:
             self.log.peak_memory_bytes = max(peak, self.log.peak_memory_bytes or 0)
@@ -135,6 +144,7 @@ class LogParser:
             self.log.table.add(record)
 
     def finish(self, source: LogFile) -> ParsedLog:
+        self._add(self._bars.flush(), "lightning")
         self.log.line_count = source.line_count
         if source.long_lines:
             self.log.notes.append(
