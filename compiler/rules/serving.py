@@ -77,12 +77,17 @@ def serve_fits_gpus(ctx: ServingContext) -> Iterator[Problem]:
         )
     elif v.tp > domain_gpus_of(ctx.spec.hardware):
         domain = domain_gpus_of(ctx.spec.hardware)
+        where, across = (
+            (ctx.show("hardware.gpus_per_node"), "nodes")
+            if domain == ctx.spec.hardware.gpus_per_node
+            else (f"the {domain} GPUs of the NVLink domain it fills ({ctx.show('hardware.nvlink_domain')})", "domains")
+        )
         yield warning(
             "serve.tp",
             (
-                f"{ctx.show('serve.tp')} exceeds the {domain} GPUs the intra-node link joins "
-                f"({ctx.show('hardware.gpus_per_node')}, {ctx.show('hardware.nvlink_domain')}): every layer's "
-                f"all-reduce crosses the inter-node network; use serve.tp={domain} with serve.pp across them"
+                f"{ctx.show('serve.tp')} exceeds {where}: every layer's all-reduce crosses the inter-node network; "
+                f"use serve.tp={max(d for d in divisors(ctx.spec.model.num_attention_heads) if d <= domain)} "
+                f"with serve.pp across {across}"
             ),
         )
 

@@ -135,3 +135,18 @@ def test_a_rack_job_on_kubernetes_is_refused_until_its_pods_claim_an_imex_channe
     refused = [e for e in _errors(*model, *k8s, "hardware.nodes=2") if "IMEX" in e]
     assert len(refused) == 1 and "use cluster=slurm" in refused[0] and "hardware.nvlink_domain=null" in refused[0]
     assert not [e for e in _errors(*model, *k8s, "hardware.nodes=1") if "IMEX" in e]  # one host: no multi-node NVLink
+
+
+def test_serving_tp_beyond_the_rack_domain_it_fills_is_warned_naming_the_domain() -> None:
+    """20 hosts of a rack of 18 fill domains of 10 hosts (40 GPUs): TP32 stays on NVLink, TP64 does not."""
+    serve = ("model=llama3_70b", *RACK, "hardware.nodes=20", "train=null", "parallel=null", "serve.max_model_len=4096")
+    engine = ("serve.multi_node=mp", "serve.host=0.0.0.0")
+
+    def tp_warnings(tp: int) -> list[str]:
+        derived = derive_despite_rules([*serve, *engine, f"serve.tp={tp}"])
+        return [p.message for p in derived.problems if p.key == "serve.tp" and "exceeds" in p.message]
+
+    warned = tp_warnings(64)
+    assert len(warned) == 1 and "the 40 GPUs of the NVLink domain it fills (hardware.nvlink_domain=72" in warned[0]
+    assert "use serve.tp=32 with serve.pp across domains" in warned[0]  # the widest TP the heads divide into
+    assert tp_warnings(32) == []
