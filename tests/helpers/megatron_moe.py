@@ -9,8 +9,9 @@ for each MoE layer two figures, per rank:
 - transient: the most the tensors alive held while the MoE block ran its forward (or its backward),
   above what they held when it began (LiveBytes: every op's new output storage, counted until a weak
   reference says it was freed). The test subtracts the block's saved bytes from the forward's figure.
-  gloo's worker thread releases a collective's buffers when it gets to it, sometimes after the next op:
-  of PASSES forward-backward passes the least peak is kept. Parameter gradients are dropped as soon as
+  gloo's worker thread releases a collective's buffers when it gets to it, sometimes after the next op,
+  which inflates one bracket's peak or, held in the level a bracket begins at, deflates it: of PASSES
+  forward-backward passes the median figure is kept. Parameter gradients are dropped as soon as
   they are accumulated, as megatron's DDP moves them into its preallocated main-gradient buffer (priced
   as the gradients term).
 
@@ -24,6 +25,7 @@ OUT.json DISPATCHER EP [OVERRIDE ...]` writes every rank's measurement (a list, 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,15 +34,15 @@ from helpers.megatron_activations import megatron_spec
 from helpers.saved_tensors import saved_bytes
 from lmspec.compiler.spec.sections import Spec
 
-PASSES = 3  # forward-backward passes whose least transient peak is kept
+PASSES = 5  # forward-backward passes whose median transient figure is kept
 
 
 class LiveBytes:
     """Bytes of tensor storages alive, as every op's outputs allocate them and their storages die
     (torch.utils._python_dispatch: an op's new output storage counts from the op; a weak reference
     to the storage tells when it is freed, on whichever thread drops it: gloo's frees its
-    collectives' buffers). The most held in each open bracket, above its level at the bracket's
-    begin, is kept per bracket."""
+    collectives' buffers). The most held in each open bracket above its level at the bracket's
+    begin, one figure a pass, the median of the passes kept per bracket."""
 
     def __init__(self) -> None:
         import weakref
@@ -49,7 +51,7 @@ class LiveBytes:
 
         self.live = 0
         self.open: dict[str, list[int]] = {}  # bracket -> [level at begin, peak]
-        self.closed: dict[str, list[int]] = {}
+        self.closed: dict[str, list[int]] = {}  # bracket -> its figure in each pass
         self._alive: set[int] = set()
         tracker = self
 
@@ -83,12 +85,10 @@ class LiveBytes:
 
     def end(self, name: str) -> None:
         base, peak = self.open.pop(name)
-        if name not in self.closed or peak - base < self.above(name):
-            self.closed[name] = [base, peak]  # the least of the passes: gloo frees late, on its own thread
+        self.closed.setdefault(name, []).append(peak - base)
 
     def above(self, name: str) -> int:
-        base, peak = self.closed[name]
-        return peak - base
+        return statistics.median_low(self.closed[name])  # gloo frees late, on its own thread, either way
 
 
 def _bracket(moe: Any, index: int, tracker: LiveBytes) -> list[Any]:
@@ -161,7 +161,7 @@ def measure_moe(spec: Spec, degrees: Any, dispatcher: str, settings: dict[str, A
                 with saved_bytes(parts, excluded, outside="head") as saved:
                     loss = model(tokens, position_ids, mask, labels=labels).float().mean()
                 loss.backward()
-                for _ in range(PASSES - 1):  # the transient again: the least peak of the passes is kept
+                for _ in range(PASSES - 1):  # the transient again: the median of the passes is kept
                     model(tokens, position_ids, mask, labels=labels).float().mean().backward()
             for handle in handles:
                 handle.remove()
