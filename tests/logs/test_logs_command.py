@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 import pytest
+from helpers.logs_report import LLAMA_FLAGS, logs_report
 from helpers.paths import LOG_DATA
 
 from lmspec.compiler.models.flops import hardware_flops_per_token, mfu, model_flops_per_token
 from lmspec.compiler.observe.logs.context import load_flags
 from lmspec.compiler.observe.logs.parse import parse_log
 
-# The run the Megatron excerpt stands for: it only fits with the distributed optimizer (the budget rule).
-LLAMA_FLAGS = (
-    "--model",
-    "llama3_8b",
-    "--hardware",
-    "h100_80g",
-    "--gpus",
-    "64",
-    "--seq-length",
-    "4096",
-    "--set",
-    "parallel.distributed_optimizer=true",
-)
-
-
-def _report(lmspec, *argv: str) -> dict:
-    result = lmspec("logs", *argv, "--format", "json")
-    assert result.code == 0, result.err
-    return json.loads(result.out)
-
 
 def test_megatron_mfu_from_flops_model(lmspec) -> None:
-    report = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
+    report = logs_report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
     context = load_flags("llama3_8b", "h100_80g", 64, 4096, ["parallel.distributed_optimizer=true"])
     spec = context.spec
     assert (context.n_gpus, spec.train.global_batch_size, spec.hardware.gpu.bf16_tflops) == (64, 1024, 989)
@@ -81,7 +61,7 @@ def test_text_report_and_comm_bound_verdict(lmspec) -> None:
 
 
 def test_deepspeed_tokens_from_samples_and_seq_length(lmspec) -> None:
-    report = _report(
+    report = logs_report(
         lmspec,
         str(LOG_DATA / "healthy_deepspeed.log"),
         "--model",
@@ -113,18 +93,18 @@ def test_deepspeed_tokens_from_samples_and_seq_length(lmspec) -> None:
 
 def test_warmup_steps_flag(lmspec) -> None:
     log = str(LOG_DATA / "healthy_megatron.log")
-    all_steps = _report(lmspec, log, *LLAMA_FLAGS, "--warmup-steps", "0")
+    all_steps = logs_report(lmspec, log, *LLAMA_FLAGS, "--warmup-steps", "0")
     assert all_steps["steps_used"] == all_steps["steps_logged"]
     # the 31 s first iteration is in the statistics only without warm-up skip
     assert (
         all_steps["metrics"]["step_time_s"]["maximum"]
-        > _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["step_time_s"]["maximum"]
+        > logs_report(lmspec, log, *LLAMA_FLAGS)["metrics"]["step_time_s"]["maximum"]
     )
 
 
 def test_jsonl_without_job_uses_logged_mfu(lmspec, tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text((LOG_DATA / "healthy_lmspec_metrics.jsonl").read_text())
-    report = _report(lmspec, str(tmp_path))
+    report = logs_report(lmspec, str(tmp_path))
     steady = [s for s in parse_log(tmp_path).steps if s.step > 10]
     assert report["job"] is None and report["flops_per_token"] is None
     assert report["metrics"]["mfu"]["mean"] == pytest.approx(statistics.fmean(s.mfu for s in steady))
@@ -144,8 +124,8 @@ def test_build_dir_gives_the_job(lmspec, tmp_path: Path) -> None:
         ).code
         == 0
     )
-    from_build = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"))
-    from_flags = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
+    from_build = logs_report(lmspec, str(LOG_DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"))
+    from_flags = logs_report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *LLAMA_FLAGS)
     assert from_build["metrics"] == from_flags["metrics"] and from_build["job"].endswith(f"[{tmp_path / 'llama3_8b'}]")
     both = lmspec("logs", str(LOG_DATA / "healthy_megatron.log"), "--build", str(tmp_path / "llama3_8b"), "--gpus", "8")
     assert both.code == 2 and "--build takes the job from the build" in both.err
@@ -189,10 +169,10 @@ def test_spec_file_and_gpus(lmspec, tmp_path: Path) -> None:
         "hardware:\n  nodes: 8\nparallel:\n  distributed_optimizer: true\n"
     )
     log = str(LOG_DATA / "healthy_megatron.log")
-    assert _report(lmspec, log, "--spec", str(spec))["metrics"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]
-    quarter = _report(lmspec, log, "--spec", str(spec), "--gpus", "16")
+    assert logs_report(lmspec, log, "--spec", str(spec))["metrics"] == logs_report(lmspec, log, *LLAMA_FLAGS)["metrics"]
+    quarter = logs_report(lmspec, log, "--spec", str(spec), "--gpus", "16")
     assert quarter["job"].startswith("llama3_8b on 16 x")
-    full = _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["mfu"]["mean"]
+    full = logs_report(lmspec, log, *LLAMA_FLAGS)["metrics"]["mfu"]["mean"]
     assert quarter["metrics"]["mfu"]["mean"] == pytest.approx(4 * full)
 
 
@@ -200,11 +180,11 @@ def test_log_settings_give_tokens_without_a_job_and_flag_a_wrong_job(lmspec) -> 
     """Megatron prints its arguments at start-up: seq_length gives tokens/s alone, and a job given
     with other numbers is called out."""
     log = str(LOG_DATA / "healthy_megatron.log")
-    alone = _report(lmspec, log)
+    alone = logs_report(lmspec, log)
     assert alone["job"] is None and "mfu" not in alone["metrics"]
-    assert alone["metrics"]["tokens_per_s"] == _report(lmspec, log, *LLAMA_FLAGS)["metrics"]["tokens_per_s"]
-    assert _report(lmspec, log, *LLAMA_FLAGS)["warnings"] == []
-    wrong = _report(
+    assert alone["metrics"]["tokens_per_s"] == logs_report(lmspec, log, *LLAMA_FLAGS)["metrics"]["tokens_per_s"]
+    assert logs_report(lmspec, log, *LLAMA_FLAGS)["warnings"] == []
+    wrong = logs_report(
         lmspec,
         log,
         "--model",
@@ -226,7 +206,7 @@ def test_log_settings_give_tokens_without_a_job_and_flag_a_wrong_job(lmspec) -> 
 
 def test_seq_length_alone_is_no_job(lmspec) -> None:
     """--seq-length without a job turns samples/s into tokens/s; it builds no default (tiny) job to refuse."""
-    report = _report(
+    report = logs_report(
         lmspec, str(LOG_DATA / "corpus" / "nan-megatron-deepspeed-grad-norm-nan.log"), "--seq-length", "2048"
     )
     steps = parse_log(LOG_DATA / "corpus" / "nan-megatron-deepspeed-grad-norm-nan.log").steps
@@ -248,7 +228,7 @@ def test_seq_length_alone_is_no_job(lmspec) -> None:
 )
 def test_every_job_flag_works_alone(lmspec, flags: tuple[str, str], job: str, broken: str | None) -> None:
     """A flag alone describes a job on the defaults; a rule that job breaks is a warning beside the numbers."""
-    report = _report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *flags)
+    report = logs_report(lmspec, str(LOG_DATA / "healthy_megatron.log"), *flags)
     assert job in report["job"] and report["flops_per_token"] > 0
     broken_rules = [w for w in report["warnings"] if w.startswith("the job given breaks a rule")]
     assert (broken is None) == (not broken_rules)
@@ -258,7 +238,7 @@ def test_every_job_flag_works_alone(lmspec, flags: tuple[str, str], job: str, br
 def test_a_cpu_run_gets_no_gpu_verdict(lmspec, tmp_path: Path) -> None:
     """The README's job (the tiny model on the cpu preset): its MFU is shown, not judged by GPU thresholds."""
     assert lmspec("compile", "-o", str(tmp_path)).code == 0
-    report = _report(
+    report = logs_report(
         lmspec, str(LOG_DATA / "corpus" / "healthy-lmspec-run-tiny-readme-job.log"), "--build", str(tmp_path / "tiny")
     )
     assert report["metrics"]["mfu"]["mean"] > 0

@@ -9,36 +9,17 @@ Formats: compiler/observe/logs/nemo.py and lightning.py.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 import pytest
+from helpers.logs_report import LLAMA_FLAGS, logs_report
 from helpers.paths import LOG_DATA
 
 from lmspec.compiler.observe.logs.context import load_flags
 from lmspec.compiler.observe.logs.lightning import parse_lightning_line
 from lmspec.compiler.observe.logs.nemo import parse_nemo_line
 from lmspec.compiler.observe.logs.parse import parse_lines, parse_log
-
-LLAMA_FLAGS = (
-    "--model",
-    "llama3_8b",
-    "--hardware",
-    "h100_80g",
-    "--gpus",
-    "64",
-    "--seq-length",
-    "4096",
-    "--set",
-    "parallel.distributed_optimizer=true",
-)
-
-
-def _report(lmspec, *argv: str) -> dict:
-    result = lmspec("logs", *argv, "--format", "json")
-    assert result.code == 0, result.err
-    return json.loads(result.out)
 
 
 def _column(log, name: str) -> dict[int, float | int | None]:
@@ -162,7 +143,7 @@ def test_cli_prints_the_summary_of_each(lmspec) -> None:
 
 def test_nemo2_tokens_per_s_from_its_batch_and_the_sequence_length(lmspec) -> None:
     """The line states the global batch and the step time: the sequence length alone gives tokens/s."""
-    report = _report(lmspec, str(LOG_DATA / "healthy_nemo2_iterations.log"), "--seq-length", "8192")
+    report = logs_report(lmspec, str(LOG_DATA / "healthy_nemo2_iterations.log"), "--seq-length", "8192")
     times = (0.03146, 0.03163, 0.03215, 0.03157, 0.0317, 0.03147)
     assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(1 * 8192 / t for t in times))
     assert report["metrics"]["loss"]["mean"] == pytest.approx(
@@ -172,7 +153,7 @@ def test_nemo2_tokens_per_s_from_its_batch_and_the_sequence_length(lmspec) -> No
 
 def test_lightning_tokens_per_s_and_mfu_from_the_job(lmspec) -> None:
     """A bar states no batch: the job's tokens per step over the bar's seconds per batch, as for any step time."""
-    report = _report(lmspec, str(LOG_DATA / "healthy_lightning_bar.log"), *LLAMA_FLAGS)
+    report = logs_report(lmspec, str(LOG_DATA / "healthy_lightning_bar.log"), *LLAMA_FLAGS)
     context = load_flags("llama3_8b", "h100_80g", 64, 4096, ["parallel.distributed_optimizer=true"])
     tokens = [context.tokens_per_step / t for t in (8.77, 5.82, 4.87, 4.47, 4.14)]
     assert report["metrics"]["tokens_per_s"]["mean"] == pytest.approx(statistics.fmean(tokens))
