@@ -9,7 +9,8 @@ opens anything outside lmspec itself; the rules (compiler/rules/) and the emitte
 - every directory the run-path and data rules compare, as the runtime will open it: joined to the
   working directory, symlinks that exist now followed (compiler/run_paths.py `resolve`);
 - the HF tokenizer directory's tokenizer.json (sha256 and ids), or why it cannot be read here;
-- each dataset source's sidecar (PREFIX.lmspec.json), none, or why it cannot be trusted;
+- each dataset source's sidecar (PREFIX.lmspec.json), none, or why it cannot be trusted, and whether
+  PREFIX.bin and PREFIX.idx are here at all;
 - the earlier build's memory chart, when the target holds one still as its manifest recorded it.
 
 Where they show in a build: the tokenizer's sha256 and ids and each sidecar's documents, tokens and
@@ -43,6 +44,7 @@ class CompileInputs:
     paths: dict[str, str | None] = field(default_factory=dict)  # resolved; None: cannot be a path
     tokenizers: dict[str, TokenizerFiles | TokenizerFilesError] = field(default_factory=dict)
     sidecars: dict[str, DatasetSidecar | SidecarError | None] = field(default_factory=dict)  # None: no sidecar
+    datasets: dict[str, bool] = field(default_factory=dict)  # prefix -> PREFIX.bin and PREFIX.idx are files here
     earlier_chart: str | None = None  # the target's report/memory.svg, unchanged since its build wrote it
 
     def resolved(self, path: str | None) -> str | None:
@@ -54,6 +56,9 @@ class CompileInputs:
 
     def sidecar(self, prefix: str) -> DatasetSidecar | SidecarError | None:
         return _recorded(self.sidecars, prefix, "dataset")
+
+    def dataset_here(self, prefix: str) -> bool:
+        return _recorded(self.datasets, prefix, "dataset")
 
 
 NOTHING_READ = CompileInputs()  # a Plan read back from a build: the runtime reads the machine itself
@@ -81,6 +86,7 @@ def read_inputs(spec: Spec, earlier: Path | None = None) -> CompileInputs:
         paths={path: resolve(path, cwd) for path in (*compared_paths(spec), *sources)},
         tokenizers={hf: _tokenizer(hf)} if hf is not None else {},
         sidecars={prefix: _sidecar(prefix) for prefix in sources},
+        datasets={prefix: _dataset_here(prefix) for prefix in sources},
         earlier_chart=EarlierBuild(earlier).file(MEMORY_CHART) if earlier is not None else None,
     )
 
@@ -102,3 +108,11 @@ def _sidecar(prefix: str) -> DatasetSidecar | SidecarError | None:
         return exc
     except (OSError, ValueError):  # a name too long, a NUL byte: no sidecar can be there
         return None
+
+
+def _dataset_here(prefix: str) -> bool:
+    """Whether this machine holds the Megatron dataset at `prefix`: PREFIX.bin and PREFIX.idx as files."""
+    try:
+        return all(Path(f"{prefix}{suffix}").is_file() for suffix in (".bin", ".idx"))
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False

@@ -59,4 +59,5 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         return EXIT_OK
     compiled.write()
     print(f"compiled {compiled.target} ({len(compiled.files)} files, {len(compiled.plan.warnings)} warnings)")
+    print(f"run it: lmspec run {compiled.target} (--dry-run: show what would start)")
     return EXIT_OK

@@ -8,7 +8,9 @@ to exit 1 and a wrong command line to exit 2, one line each, no traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -62,7 +64,20 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         f"prepared {sidecar.documents:,} documents, {sidecar.tokens:,} tokens into {args.output}.bin/.idx "
         f"(tokenizer {sidecar.tokenizer_sha256[:12]}, vocabulary {sidecar.vocab_size})"
     )
+    print(f"train on it: {dataset_overrides(str(args.output), str(args.tokenizer))}")
     return EXIT_OK
+
+
+def dataset_overrides(prefix: str, tokenizer: str) -> str:
+    """The overrides (or spec keys) that train on the dataset at `prefix`, as a shell reads them."""
+    source = json.dumps(prefix)
+    return " ".join(
+        (
+            "train.data.tokenizer=hf",
+            shlex.quote(f"train.data.tokenizer_path={json.dumps(tokenizer)}"),
+            shlex.quote(f"train.data.sources=[{{path:{source},weight:1.0}}]"),
+        )
+    )
 
 
 def register(subparsers: Any) -> None:

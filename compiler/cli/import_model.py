@@ -20,9 +20,10 @@ from typing import Any
 
 from lmspec.compiler.cli.help_text import described
 from lmspec.compiler.errors import EXIT_OK, UsageError
-from lmspec.compiler.families.hf_model import model_group
+from lmspec.compiler.families.hf_model import model_group, refuse_unchecked
 
 IMPORT_HEADER = "# Imported by `lmspec import-model` from "  # an existing file not starting so is not replaced
+MODEL_SCHEMA = "model.schema.json"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,18 +70,47 @@ def _ordered(cls: type, group: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def schema_reference(output: Path) -> str:
+    """The model schema the group's modeline names, valid wherever the file is checked out: relative to
+    the nearest `schemas/model.schema.json` above it (a spec repository's, which `lmspec init` writes, or
+    lmspec's own), else the schema's published id. Never a path of this machine's install."""
+    from lmspec.compiler.spec.schema import SCHEMA_ID
+
+    folder = output.resolve().parent
+    for above in (folder, *folder.parents):
+        schema = above / "schemas" / MODEL_SCHEMA
+        if schema.is_file():
+            return Path(os.path.relpath(schema, folder)).as_posix()
+    return SCHEMA_ID.replace("spec.schema.json", MODEL_SCHEMA)
+
+
 def group_text(group: dict[str, Any], source: Path, digest: str, output: Path) -> str:
     import yaml
 
-    from lmspec.compiler.paths import SCHEMA_FILE, display_path
+    from lmspec.compiler.paths import display_path
     from lmspec.compiler.spec.sections import ModelSpec
 
-    schema_file, folder = SCHEMA_FILE.with_name("model.schema.json"), output.resolve().parent
-    inside = folder.is_relative_to(SCHEMA_FILE.parent.parent)  # lmspec's own presets: the relative path
-    schema = Path(os.path.relpath(schema_file, folder)).as_posix() if inside else schema_file.as_uri()
     body = yaml.safe_dump(_ordered(ModelSpec, group), sort_keys=False, default_flow_style=False, width=1000)
     header = f"{IMPORT_HEADER}{display_path(source)} (sha256 {digest}).\n"
-    return f"{header}# yaml-language-server: $schema={schema}\n{body}"
+    return f"{header}# yaml-language-server: $schema={schema_reference(output)}\n{body}"
+
+
+def usage_hint(output: Path) -> str:
+    """How to choose the group just written by name (its file's stem): from the directory whose
+    specs/model/ holds it (in a spec repository, with the job it goes into), or in a spec's defaults."""
+    from lmspec.compiler.cli.spec_repo import SPECS, is_spec_repository
+    from lmspec.compiler.paths import display_path
+
+    option, folder = output.stem, output.resolve().parent
+    if (folder.name, folder.parent.name) != ("model", SPECS.name):
+        return (
+            f"to choose it as model={option}, move it to a specs/model/ folder (beside your spec, or in the "
+            "directory you run lmspec from)"
+        )
+    root = folder.parent.parent
+    where = "" if root == Path.cwd().resolve() else f"cd {display_path(root)} && "
+    job = f"--spec {SPECS}/JOB.yaml " if is_spec_repository(root) else ""
+    return f"use it: {where}lmspec check {job}model={option}, or `- model: {option}` in a spec's defaults list"
 
 
 def _cmd_import_model(args: argparse.Namespace) -> int:
@@ -97,8 +127,10 @@ def _cmd_import_model(args: argparse.Namespace) -> int:
     require_own_file(output, IMPORT_HEADER)  # before reading: a refusal costs nothing
     path, data, config = read_config(args.source)
     group = model_group(config, name)
+    refuse_unchecked(config, group)
     write_file_atomic(
         output, group_text(group, path, hashlib.sha256(data).hexdigest(), output), owned_prefix=IMPORT_HEADER
     )
     print(f"wrote {output} ({group['family']}, {group['num_layers']} layers, from {path})")
+    print(usage_hint(output))
     return EXIT_OK

@@ -1,7 +1,12 @@
 """A spec repository (what `lmspec init` writes): its jobs are the primary specs `specs/*.yaml`,
 their own groups live in `specs/<group>/`, their builds in `build/<name>/`.
 
-Run from such a repository without `--spec`, `check`, `compile`, `compile --check` and
+What marks one is `schemas/spec-file.schema.json` beside `specs/` (`REPOSITORY_MARK`): `init` writes it,
+and every job's modeline names it. A `specs/` folder without it (another tool's, or a folder of group
+files) is no spec repository: there an override-only call composes lmspec's built-in default spec,
+and its `specs/<group>/` folders add options to choose by name (compiler/spec/spec_file.py).
+
+Run from a spec repository without `--spec`, `check`, `compile`, `compile --check` and
 `diff --against` act on every job in it, as `hook` does: the built-in default spec means
 nothing there, and a drift gate that looked at it would pass while a team spec changed.
 """
@@ -15,6 +20,14 @@ from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, SpecError, UsageError, 
 from lmspec.compiler.paths import SPECS_DIR
 
 SPECS = Path("specs")
+REPOSITORY_MARK = Path("schemas") / "spec-file.schema.json"
+
+
+def is_spec_repository(root: Path) -> bool:
+    """Whether `root` is a spec repository: `specs/` with `lmspec init`'s mark beside it, and not lmspec's
+    own checkout (whose specs/ are the built-in groups and presets)."""
+    specs = root / SPECS
+    return specs.is_dir() and (root / REPOSITORY_MARK).is_file() and specs.resolve() != SPECS_DIR.resolve()
 
 
 def primary_specs(specs_dir: Path, changed: list[Path]) -> list[Path]:
@@ -30,15 +43,18 @@ def primary_specs(specs_dir: Path, changed: list[Path]) -> list[Path]:
 
 def repo_specs(spec: Path | None, overrides: list[str], command: str) -> list[Path]:
     """The jobs a command acts on when `--spec` is left out in a spec repository; [] when `--spec`
-    names one, or outside a spec repository (lmspec's own checkout included: its specs/ are the
-    built-in groups), where the built-in default spec is meant."""
-    if spec is not None or not SPECS.is_dir() or SPECS.resolve() == SPECS_DIR.resolve():
+    names one, or outside a spec repository, where the built-in default spec is meant. Overrides
+    without `--spec` are refused there, listing the jobs to choose from."""
+    if spec is not None or not is_spec_repository(Path(".")):
         return []
     specs = primary_specs(SPECS, [])
     if specs and overrides:
+        job = str(specs[0]) if len(specs) == 1 else f"{SPECS}/JOB.yaml"
         raise UsageError(
-            f"{command}: overrides change one job; name it: lmspec {command} --spec {specs[0]} {' '.join(overrides)}"
-            f" (without --spec, {command} acts on every spec in specs/: {', '.join(s.name for s in specs)})"
+            f"{command}: overrides change one job, and this is a spec repository ({REPOSITORY_MARK} beside "
+            f"{SPECS}/, as lmspec init writes it) of {len(specs)} job(s): {', '.join(str(s) for s in specs)}; "
+            f"name the job: lmspec {command} --spec {job} {' '.join(overrides)} "
+            f"(without overrides, {command} acts on every job)"
         )
     return specs
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import yaml
@@ -44,7 +45,10 @@ def _encoded(encoder: json.JSONEncoder, data: object) -> str:
 # Every JSON artifact is standard JSON (allow_nan=False): NaN or Infinity is refused, never written.
 _INDENTED = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
 _ONE_LINE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
-_SCALAR = json.JSONEncoder(allow_nan=False)  # ASCII escapes: a YAML value of vllm.yaml
+_SCALAR = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # a YAML value of vllm.yaml: see dump_json_scalar
+# What a YAML reader does not take back as itself inside a double-quoted scalar: characters outside YAML's
+# printable set (DEL, C1 controls, surrogates, U+FFFE/FFFF) and the line breaks YAML 1.1 folds (NEL, LS, PS).
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
 
 
 def dump_json(data: object) -> str:
@@ -58,8 +62,13 @@ def dump_json_line(data: object) -> str:
 
 
 def dump_json_scalar(value: object) -> str:
-    """One JSON scalar, non-ASCII escaped (also a YAML 1.1 scalar): vllm.yaml's values."""
-    return _encoded(_SCALAR, value)
+    """One JSON scalar that is also a YAML 1.1 scalar reading back as the same value: vllm.yaml's values.
+
+    Characters are written as themselves, not as JSON's `\\uXXXX`: for a character beyond the BMP (an
+    emoji) that escape is a surrogate pair, which YAML reads as two lone surrogates, not the character.
+    Only what YAML would not read back as itself is escaped, each a BMP character JSON and YAML agree on."""
+    text = _encoded(_SCALAR, value)
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def emit_resolved_spec(plan: Plan) -> dict[str, str]:

@@ -3,13 +3,14 @@
 A family's `Family.from_hf_config` reads its fields through `HfConfig`: `take` what lmspec keeps,
 `expect` what must hold one value lmspec models (refused otherwise, naming the field), and
 `decoder_fields` the keys every family shares (the inverse of lmspec.compiler.families.hf's
-`decoder_config`). Whatever is left unread at the end that is not metadata (`METADATA`) is an error
-naming the field: a silent approximation would train and serve a different model than the release.
+`decoder_config`); a field some releases state though lmspec derives it (`BUILT`) must equal what lmspec
+builds. Whatever is left unread at the end that is not metadata (`METADATA`, `METADATA_PREFIXES`) is an
+error naming the field: a silent approximation would train and serve a different model than the release.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lmspec.compiler.errors import UsageError
@@ -36,6 +37,18 @@ METADATA = frozenset(
         "seq_aux",
     }
 )
+# Prefixes of fields a re-uploader adds for its own bookkeeping (Unsloth's `unsloth_fixed`, `unsloth_version`).
+METADATA_PREFIXES = ("unsloth_",)
+# Fields some releases state although lmspec derives their value from the family and the fields it reads
+# (Qwen3-Coder's `qkv_bias: false`, `use_qk_norm: true`, `shared_expert_intermediate_size: 0`): the field
+# -> the value the group holds, which the release's must equal.
+BUILT: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "qkv_bias": lambda group: group["qkv_bias"],
+    "use_qk_norm": lambda group: group["qk_norm"],
+    "shared_expert_intermediate_size": lambda group: (
+        group["moe"]["num_shared_experts"] * group["moe"]["ffn_hidden_size"] if group["moe"] else 0
+    ),
+}
 
 
 class ImportRefused(UsageError):
@@ -75,7 +88,19 @@ class HfConfig:
 
     def unread(self) -> list[str]:
         """Fields neither read nor metadata, in file order."""
-        return [k for k in self._config if k not in self._read and k not in METADATA]
+        return [
+            k for k in self._config if k not in self._read and k not in METADATA and not k.startswith(METADATA_PREFIXES)
+        ]
+
+    def expect_built(self, group: dict[str, Any], family: str) -> None:
+        """Read each field of `BUILT` the release states: it must equal the value `group` holds."""
+        for field, built in BUILT.items():
+            if field in self._config and field not in self._read:
+                value = self.take(field)
+                if value != built(group):
+                    raise ImportRefused(
+                        field, f"is {value!r}; lmspec's {family} builds {built(group)!r} from the other fields"
+                    )
 
 
 def rope(config: HfConfig) -> tuple[float, dict[str, Any] | None]:

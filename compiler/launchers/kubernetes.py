@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from lmspec.compiler.build.files import K8S_BUILD, K8S_SERVE
 from lmspec.compiler.endpoint import loopback
 from lmspec.compiler.errors import Problem, error
+from lmspec.compiler.launchers.container import setup_runs_in_the_image
 from lmspec.compiler.launchers.k8s.build_config import build_config_maps
 from lmspec.compiler.launchers.k8s.names import (
     POD_IP_ENV,
@@ -73,6 +74,12 @@ def image_required(ctx: RuleContext) -> Iterator[Problem]:
                 "cluster.kubernetes.image=ghcr.io/my-team/lmspec:0.1"
             ),
         )
+
+
+def setup_outside_the_image(ctx: RuleContext) -> Iterator[Problem]:
+    image = ctx.spec.cluster.kubernetes.image
+    if chosen(ctx.spec) and image is not None:
+        yield from setup_runs_in_the_image(ctx, "cluster.kubernetes.image", image)
 
 
 def object_names_fit(ctx: RuleContext) -> Iterator[Problem]:
@@ -322,6 +329,7 @@ KUBERNETES = Launcher(
     section="cluster.kubernetes",
     rules=(
         image_required,
+        setup_outside_the_image,
         object_names_fit,
         environment_names,
         serving_reachable,

@@ -15,11 +15,15 @@ from typing import TYPE_CHECKING
 
 from lmspec.compiler.build.files import SERVE_SBATCH_SH
 from lmspec.compiler.errors import Problem, error
+from lmspec.compiler.launchers.container import setup_runs_in_the_image, workdir_is_mounted
 from lmspec.compiler.launchers.launcher import Launcher
 
 if TYPE_CHECKING:
     from lmspec.compiler.plan import Plan
     from lmspec.compiler.rules.context import RuleContext
+    from lmspec.compiler.spec.sections import Spec
+
+NAME = "slurm"
 
 SECONDS_PER = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
 
@@ -47,15 +51,31 @@ def slurm_signal_before_time_limit(ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+def chosen(spec: Spec) -> bool:
+    """Whether this is the spec's launcher: only then does its container run anything."""
+    return spec.cluster.launcher == NAME
+
+
+def setup_outside_the_image(ctx: RuleContext) -> Iterator[Problem]:
+    image = ctx.spec.cluster.slurm.container.image
+    if chosen(ctx.spec) and image is not None:
+        yield from setup_runs_in_the_image(ctx, "cluster.slurm.container.image", image)
+
+
+def container_workdir_is_mounted(ctx: RuleContext) -> Iterator[Problem]:
+    if chosen(ctx.spec):
+        yield from workdir_is_mounted(ctx)
+
+
 def serve_instructions(plan: Plan) -> str:
     nodes = plan.served().layout.nodes
     return f"`lmspec run build/{plan.name} --stage serve` (submits {SERVE_SBATCH_SH}: {nodes} node(s))"
 
 
 SLURM = Launcher(
-    name="slurm",
+    name=NAME,
     section="cluster.slurm",
-    rules=(slurm_signal_before_time_limit,),
+    rules=(slurm_signal_before_time_limit, setup_outside_the_image, container_workdir_is_mounted),
     training_rules=(),
     runtime="lmspec.runtime.launchers.slurm:SLURM",
     serve_instructions=serve_instructions,

@@ -43,7 +43,15 @@ from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.sections import serving as serving_part
 from lmspec.compiler.spec.sections import training as training_part
 
-RULES = (*jobs.RULES, *hardware.RULES, *model.RULES, *launch.RULES, *site.RULES, *run_paths.RULES, *quantize.RULES)
+RULES = (
+    *jobs.RULES,
+    *hardware.RULES,
+    *model.RULES,
+    *launch.RULES,
+    *site.RULES,
+    *run_paths.RULES,
+    *quantize.RULES,
+)
 TRAINING_RULES = (
     *model.TRAINING_RULES,
     *layout.RULES,

@@ -4,9 +4,9 @@ The spec alone decides most of it: the tokenizer kind and its directory agree; e
 a Megatron prefix (not PREFIX.bin/.idx, nor a raw corpus `lmspec data prepare` must turn into
 one) listed once; validation has a valid split to read; the byte tokenizer's ids fit the
 embedding. One rule judges a file when this machine holds it: a tokenizer directory's vocabulary
-against model.vocab_size, as the compile's inputs read it (compiler/inputs.py). A directory not
-readable here is no error: `lmspec run` checks the tokenizer and the datasets where the job runs,
-before any worker starts.
+against model.vocab_size, as the compile's inputs read it (compiler/inputs.py). A tokenizer directory
+or dataset not here is no error, a warning (`data_here`): `lmspec run` checks the tokenizer and the
+datasets where the job runs, before any worker starts.
 
 Paths are compared as the runtime opens them, relative to the working directory (as
 lmspec.compiler.run_paths), resolved by the compile's inputs. A job too big to be a demo (several nodes, or a model of
@@ -223,6 +223,33 @@ def real_data_at_scale(ctx: TrainingContext) -> Iterator[Problem]:
         )
 
 
+def data_here(ctx: TrainingContext) -> Iterator[Problem]:
+    """Data this machine does not hold: valid (CI compiles without the data), but said, since `lmspec run`
+    refuses it (runtime/data/preflight.py) and a first compile is where a wrong path is cheapest to see."""
+    data = ctx.spec.train.data
+    refused = "`lmspec run` refuses it until it is there (check and compile accept it, so CI needs no data)"
+    hf = data.tokenizer == "hf" and data.tokenizer_path is not None
+    tokenizer = shlex.quote(data.tokenizer_path) if hf and data.tokenizer_path else "DIR"
+    if hf and data.tokenizer_path is not None:
+        files = ctx.inputs.tokenizer(data.tokenizer_path)
+        if isinstance(files, TokenizerFilesError):
+            yield warning(
+                "train.data.tokenizer_path",
+                f"{ctx.show('train.data.tokenizer_path')}: not readable here ({files}); {refused}",
+            )
+    for index, source in enumerate(data.sources or ()):
+        if (
+            _prefix_of(source.path) is None
+            and _raw_corpus(source.path) is None
+            and not ctx.inputs.dataset_here(source.path)
+        ):
+            yield warning(
+                source_key(index),
+                f"{show_source(ctx, index)}: no dataset here ({source.path}.bin and .idx); {refused}; make it "
+                f"with `{PREPARE} FILE --tokenizer {tokenizer} --output {shlex.quote(source.path)}`",
+            )
+
+
 RULES = (
     tokenizer_needs_its_path,
     sources_are_prefixes,
@@ -230,4 +257,5 @@ RULES = (
     vocabulary_fits_the_embedding,
     validation_has_a_split,
     real_data_at_scale,
+    data_here,
 )

@@ -16,6 +16,7 @@ from hydra.core.default_element import DefaultsTreeNode, GroupDefault, InputDefa
 from hydra.core.override_parser.types import Override
 from hydra.errors import MissingConfigException
 
+from lmspec.compiler.build.files import SPEC
 from lmspec.compiler.errors import Problem, SpecError, error
 from lmspec.compiler.paths import SPECS_DIR, display_path
 from lmspec.compiler.spec import hydra_compat
@@ -173,12 +174,23 @@ def completed_defaults(entries: list[Any]) -> list[Any]:
     return done
 
 
+def literal_strings(data: Any) -> Any:
+    """`data` with `${` escaped in every string, so OmegaConf takes each string as the text it is."""
+    if isinstance(data, dict):
+        return {key: literal_strings(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [literal_strings(item) for item in data]
+    return data.replace("${", "\\${") if isinstance(data, str) else data
+
+
 def hooks(reads: Reads, primary: Path | None) -> AbstractContextManager[None]:
     """Hydra hooked for one composition (compiler/spec/hydra_compat.py):
 
     - every file a file config source loads is read through `files` (compiler/spec/yaml_files.py):
       checked, parsed once by libyaml, shared with provenance; the `primary` spec file's defaults
-      list gets lmspec's choice for each group it leaves out (`completed_defaults`);
+      list gets lmspec's choice for each group it leaves out (`completed_defaults`); a build's
+      spec.resolved.yaml as `primary` has every `${` escaped (`literal_strings`): its values were
+      resolved already, so a `${` in one is text an override escaped (`\\${name}`), not a reference;
     - the defaults tree refuses a config that includes itself (Hydra recurses until Python's
       stack ends) and names the files of the loop;
     - a config Hydra cannot find is reported with Hydra's own attributes (its group, the
@@ -191,7 +203,8 @@ def hooks(reads: Reads, primary: Path | None) -> AbstractContextManager[None]:
         read = reads.files.read(path)
         reads.by_config[config_path] = read
         if path == primary and isinstance(read.data, dict):
-            return {**read.data, "defaults": completed_defaults(list(read.data.get("defaults") or []))}, read.text
+            data = literal_strings(read.data) if path.name == SPEC else read.data
+            return {**data, "defaults": completed_defaults(list(data.get("defaults") or []))}, read.text
         return read.data, read.text
 
     def missing(exc: MissingConfigException, tree: DefaultsTreeNode, searched: list[str]) -> Exception:

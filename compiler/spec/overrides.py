@@ -15,7 +15,8 @@ from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
-from lmspec.compiler.errors import SpecError, UsageError, error
+from lmspec.compiler.errors import Problem, SpecError, UsageError, error
+from lmspec.compiler.paths import SPECS_DIR, display_path
 from lmspec.compiler.spec import hydra_compat
 from lmspec.compiler.spec.sections import Spec
 
@@ -110,6 +111,7 @@ def check_overrides(parsed: list[Override], dirs: list[Path]) -> None:
             continue
         value = override.value()
         names = value if isinstance(value, list) else [value]
+        problems += [shadow for name in names if isinstance(name, str) and (shadow := _shadowed(key, line, name, dirs))]
         if override.is_delete():
             ok = value is None or isinstance(value, str)
         else:
@@ -128,6 +130,20 @@ def check_overrides(parsed: list[Override], dirs: list[Path]) -> None:
             )
     if problems:
         raise SpecError(problems)
+
+
+def _shadowed(group: str, line: str | None, name: str, dirs: list[Path]) -> Problem | None:
+    """An option of one's own (the working directory's specs/GROUP/NAME.yaml) that a built-in option of
+    the same name hides: lmspec's specs/ comes first on the search path of its own specs."""
+    found = [d / group / f"{name}.yaml" for d in dirs if (d / group / f"{name}.yaml").is_file()]
+    if len(found) < 2 or found[0].parent.parent != SPECS_DIR:
+        return None
+    return error(
+        group,
+        f"{line} (command-line override): {display_path(found[1])} has the name of lmspec's own {group} "
+        f"{name!r}, which lmspec's default spec and presets choose first; rename yours (and its name: key), "
+        f"or choose it from a spec of your own: --spec FILE {line}",
+    )
 
 
 def check_merges(cfg: DictConfig, parsed: list[Override], dirs: list[Path]) -> None:

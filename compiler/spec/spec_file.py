@@ -4,6 +4,7 @@ its own directory before lmspec's specs/."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +14,34 @@ from lmspec.compiler.spec.suggest import did_you_mean
 from lmspec.compiler.spec.yaml_files import YamlFiles
 
 
+def working_specs() -> Path | None:
+    """The working directory's specs/ folder (a spec repository's, or one holding `lmspec import-model`'s
+    specs/model/NAME.yaml), unless it is lmspec's own."""
+    here = Path("specs").resolve()
+    return here if here.is_dir() and here != SPECS_DIR else None
+
+
 def search_dirs(spec_file: Path | None) -> list[Path]:
-    """Where a group's options are looked for: a user's spec directory first (its own specs/model/ etc.),
-    then lmspec's specs/; Hydra composes from the first."""
-    return [spec_file.parent, SPECS_DIR] if spec_file and spec_file.parent != SPECS_DIR else [SPECS_DIR]
+    """Where a group's options are looked for; Hydra composes from the first. A user's spec: its own
+    directory first (its own specs/model/ etc.), then lmspec's specs/. lmspec's default spec or a built-in
+    preset: lmspec's specs/, then the working directory's specs/ (`working_specs`), so that a group file of
+    one's own is chosen by name (`model=NAME`) while every group the spec itself chooses stays lmspec's."""
+    if spec_file is not None and spec_file.parent != SPECS_DIR:
+        return [spec_file.parent, SPECS_DIR]
+    here = working_specs()
+    return [SPECS_DIR, here] if here is not None else [SPECS_DIR]
 
 
 def search_path_overrides(spec_file: Path | None) -> list[str]:
-    """The Hydra override that adds lmspec's specs/ behind a user's spec directory (none for a preset)."""
-    if spec_file is None or spec_file.parent == SPECS_DIR:  # a built-in preset: specs/ is the search path
-        return []
-    return [f"hydra.searchpath=['file://{SPECS_DIR}']"]
+    """The Hydra override that adds the search directories after the first (Hydra appends them)."""
+    later = ", ".join(_quoted(f"file://{directory}") for directory in search_dirs(spec_file)[1:])
+    return [f"hydra.searchpath=[{later}]"] if later else []
+
+
+def _quoted(text: str) -> str:
+    """`text` as a single-quoted value of Hydra's override grammar (a directory may hold `'`, `,` or `=`):
+    a quote is escaped, and so is each backslash before one; any other backslash Hydra keeps as it is."""
+    return "'" + re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text) + "'"
 
 
 def resolve_spec_file(spec_file: Path) -> Path:

@@ -20,7 +20,9 @@ class ContainerSpec:
     mounted at their own paths, so the scripts and runs/ are where the batch script sees them."""
 
     image: str | None = key(
-        "--container-image: a registry reference or a squashfs file; null = no container.",
+        "--container-image: a registry reference or a squashfs file; every node's launcher and the trainer (or "
+        "server) run in it, and so does cluster.setup, so it must hold lmspec with its training stack (torch, "
+        "megatron-core or DeepSpeed) or serving stack (vLLM); null = no container.",
         example="nvcr.io#nvidia/pytorch:25.01-py3",
         kind=kinds.CONTAINER_IMAGE,
     )
@@ -31,7 +33,8 @@ class ContainerSpec:
         max_items=kinds.SITE_LINES_MAX,
     )
     workdir: str | None = key(
-        "--container-workdir; null = the directory sbatch was called from (where runs/ goes).",
+        "--container-workdir, where runs/ and every relative path of the run go: a mounted directory (null = "
+        "the directory sbatch was called from, mounted at its own path), or the run is lost with the container.",
         example="/workspace",
         kind=kinds.PATH,
     )
