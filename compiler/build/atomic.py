@@ -51,46 +51,54 @@ NAME_MAX = 255  # bytes in one path component (Linux, macOS)
 @contextmanager
 def replace_directory(target: Path, owner: Owner, label: str = "") -> Iterator[Path]:
     """Yield an empty staging directory beside `target`; when the block completes, it takes
-    target's place (see the module doc). On any failure the staging directory is removed and
-    `target` is as it was; an OSError becomes a UsageError naming `target`."""
+    target's place (see the module doc). On any failure the staging directory is removed, and so are
+    the missing parents made for it; `target` is as it was; an OSError becomes a UsageError naming `target`."""
     _check_component(target, label)
     parent = target.parent
+    created = [d for d in (parent, *parent.parents) if not os.path.lexists(d)]  # innermost first
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        _remove_empty(created)
         raise UsageError(f"cannot write {label}{target}: {parent}: {why(exc)}") from None
-    with _locked(parent, label, target) as exclusive:
-        if exclusive:
-            clean_leftovers(parent)
-        require_replaceable(target, owner, label)
-        try:
-            staging = make_staging(parent)
-        except OSError as exc:
-            raise UsageError(f"cannot write {label}{target}: {why(exc)}") from None
-        try:
-            yield staging
-            if owner.sealed:
-                _seal(staging, owner.manifest)
-            os.unlink(staging / IN_PROGRESS)
-            os.chmod(staging, 0o755)
-            existed = require_replaceable(target, owner, label)  # again: a long block gave time to change it
-            _install(staging, target, existed)
-        except OSError as exc:
-            discard_quietly(staging)
-            raise UsageError(f"cannot write {label}{target}: {why(exc)}") from None
-        except BaseException:
-            discard_quietly(staging)
-            raise
+    try:
+        with _locked(parent, label, target) as exclusive:
+            if exclusive:
+                clean_leftovers(parent)
+            require_replaceable(target, owner, label)
+            try:
+                staging = make_staging(parent)
+            except OSError as exc:
+                raise UsageError(f"cannot write {label}{target}: {why(exc)}") from None
+            try:
+                yield staging
+                if owner.sealed:
+                    _seal(staging, owner.manifest)
+                os.unlink(staging / IN_PROGRESS)
+                os.chmod(staging, 0o755)
+                existed = require_replaceable(target, owner, label)  # again: a long block gave time to change it
+                _install(staging, target, existed)
+            except OSError as exc:
+                discard_quietly(staging)
+                raise UsageError(f"cannot write {label}{target}: {why(exc)}") from None
+            except BaseException:
+                discard_quietly(staging)
+                raise
+    except BaseException:
+        _remove_empty(created)  # a failed write leaves no directory it made on the way (`-o out/build` on a full disk)
+        raise
 
 
-def write_file_atomic(path: Path, text: str, *, owned_prefix: str) -> None:
-    """Replace the file `path` by `text` with one rename (a `.lmspec-<hex>.part` sibling first).
+def write_file_atomic(path: Path, text: str | bytes, *, owned_prefix: str | bytes) -> None:
+    """Replace the file `path` by `text` (UTF-8 when a str) with one rename (a `.lmspec-<hex>.part` sibling
+    first): a full disk or a kill leaves the old file or none, never a part of the new one.
 
     An existing `path` is replaced only when it is a regular file whose text starts with
     `owned_prefix` (what lmspec writes there); anything else is refused and left alone.
     """
     _check_component(path, "")
-    claim_part_prefix(owned_prefix.encode("utf-8"))
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    claim_part_prefix(owned_prefix.encode("utf-8") if isinstance(owned_prefix, str) else owned_prefix)
     parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +108,7 @@ def write_file_atomic(path: Path, text: str, *, owned_prefix: str) -> None:
             require_own_file(path, owned_prefix)
             replace_file(
                 path,
-                text.encode("utf-8"),
+                data,
                 parent / f"{staging_name()}.part",
                 lambda: require_own_file(path, owned_prefix),
             )
@@ -254,6 +262,15 @@ def _install(staging: Path, target: Path, existed: bool) -> None:
             "which lmspec did not write; move what you need out of it and delete it",
             file=sys.stderr,
         )
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """rmdir each of `directories`, innermost first; one that holds something now (another writer's) stays."""
+    for directory in directories:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
 
 
 def _unlink_quietly(path: Path) -> None:

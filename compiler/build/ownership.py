@@ -11,7 +11,8 @@ so the drift check (compiler/build/writer.py `stale_files`) lists a directory th
   manifest names or a directory on the way to one; a build may also hold the files its launcher carries
   (compiler/build/files.py CARRIED: made from the manifest, so it cannot list them), admitted by name.
   Anything else (a user's directory, a file, a symlink to anything, a FIFO, a build with a file the
-  manifest does not name) is refused with exit 2 and left alone. A file a user dropped into build/x is refused, not kept or deleted: keeping it
+  manifest does not name) is refused with exit 2 and left alone. A file a user dropped into build/x is
+  refused, not kept or deleted: keeping it
   would carry a file into the new build that `compile --check` reports as "not emitted" forever, and
   deleting it is data loss; the message names it so the user moves it away. A hand edit of a file
   the manifest names is drift in lmspec's own file and is overwritten (that is what a compile is
@@ -22,6 +23,7 @@ so the drift check (compiler/build/writer.py `stale_files`) lists a directory th
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -76,16 +78,17 @@ def require_replaceable(target: Path, owner: Owner, label: str = "") -> bool:
     return True
 
 
-def require_own_file(path: Path, owned_prefix: str) -> None:
+def require_own_file(path: Path, owned_prefix: str | bytes) -> None:
     """Nothing at `path`, or a regular file starting with `owned_prefix`; otherwise a UsageError."""
     mode = lstat_mode(path, "")
     if mode is None:
         return
+    prefix = owned_prefix.encode("utf-8") if isinstance(owned_prefix, str) else owned_prefix
     try:
-        head = read_regular(path)[: len(owned_prefix.encode("utf-8"))]
+        head = read_regular(path)[: len(prefix)]
     except Unreadable as exc:
         raise UsageError(f"{path} exists and lmspec did not write it ({exc.reason}); move it away") from None
-    if head != owned_prefix.encode("utf-8"):
+    if head != prefix:
         raise UsageError(
             f"{path} exists and lmspec did not write it (it does not start with {owned_prefix!r}); move it away"
         )
@@ -157,6 +160,17 @@ def walk(root: Path, descend: set[str]) -> list[tuple[str, int]]:
     return found
 
 
+DISK_FIXES = {
+    errno.ENOSPC: "free space on that file system, or write elsewhere",
+    errno.EDQUOT: "free space within your quota there, or write elsewhere",
+    errno.EROFS: "remount it writable, or write elsewhere",
+}
+
+
 def why(exc: BaseException) -> str:
-    """An exception's words for a message: an OSError's strerror, else its text."""
-    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+    """An exception's words for a message: an OSError's strerror (and the fix, for a full or read-only file
+    system), else its text."""
+    if not isinstance(exc, OSError) or not exc.strerror:
+        return str(exc)
+    fix = DISK_FIXES.get(exc.errno or 0)
+    return f"{exc.strerror} ({fix})" if fix else exc.strerror

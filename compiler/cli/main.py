@@ -86,6 +86,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = build_parser(_command_modules(argv)).parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        _require_working_directory()
         return handler(args)
     except SpecError as exc:
         if os.environ.get("LMSPEC_DEBUG") == "1":
@@ -99,6 +100,19 @@ def run(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"lmspec: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _require_working_directory() -> None:
+    """Every command resolves paths against the working directory (Hydra records it, runs/ is written there): one
+    deleted under the shell (`rm -rf` of the directory one stands in) is a usage error, not os.getcwd()'s
+    traceback from wherever it is first asked."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the working directory no longer exists (deleted or moved away): cd to an existing directory "
+            '(`cd "$PWD"` if it was recreated) and run the command again'
+        ) from None
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from lmspec.compiler.backends import BACKENDS, backend_of
 from lmspec.compiler.build.files import run_dir, step_dir
 from lmspec.compiler.build.reader import Build
-from lmspec.compiler.errors import EXIT_OK, UsageError
+from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK, UsageError
 from lmspec.runtime.convert.hf_source import check_source
 from lmspec.runtime.launchers import runtime_of
 from lmspec.runtime.slurm import in_container
@@ -58,6 +58,8 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
     env = launch_env(in_container(build.spec.cluster))
     if options.dry_run:
         return print_dry_run(command, env, launcher)
+    if not launcher.ranks_ready(launch_root(build), build.training(), env):  # as training checks its ranks
+        return EXIT_FAILED
     if fp8 is not None:
         logger.info(f"import: {hf_dir} is block-FP8 ({fp8.block[0]}x{fp8.block[1]}); dequantising while reading")
     code = launcher.run(command, env, build.spec.name)

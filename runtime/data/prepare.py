@@ -6,11 +6,14 @@ unchanged. Memory stays bounded whatever the input: files stream a batch at a ti
 two batches per worker are in flight; only the index (two ints per document) grows. Output is
 atomic: everything is written in a hidden staging directory beside PREFIX and hard-linked into
 place (never replacing a file) only when complete; any failure or interrupt removes the staging
-directory, so no PREFIX.* file is left half-written.
+directory, so no PREFIX.* file is left half-written. A prepare killed outright (kill -9) cannot remove it:
+the next prepare into the same directory does, telling a dead prepare's staging from a live one's by the
+flock each holds on its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -27,6 +30,8 @@ from lmspec.compiler.errors import UsageError
 from lmspec.runtime.data.encode import Encoded, Encoder, encode_in_workers
 from lmspec.runtime.data.readers import INPUT_KINDS, is_parquet, read_batches
 from lmspec.runtime.data.tokenizer import TextTokenizer
+
+STAGING_SUFFIX = ".lmspec-staging"  # a hidden `.PREFIX.<random>` + this, beside PREFIX, while a prepare writes
 
 
 def dataset_files(prefix: Path) -> tuple[Path, Path, Path]:
@@ -58,7 +63,7 @@ def prepare(
     encoder = Encoder(tokenizer, typecode, tokenizer.eod_id if append_eod else None)
     try:
         created = _make_parents(output.parent)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".lmspec-staging", dir=output.parent))
+        staging, lock = _new_staging(output)
     except OSError as exc:
         raise UsageError(f"--output {str(output)!r}: cannot write there ({exc}); give a writable prefix") from None
     try:
@@ -74,13 +79,52 @@ def prepare(
         _publish(staging / output.name, output)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        os.close(lock)
         for directory in reversed(created):
             _remove_if_empty(directory)
         if isinstance(exc, OSError):  # the disk filled, or a file went away mid-run
             raise UsageError(f"--output {str(output)!r}: preparing failed ({exc}); nothing was written") from None
         raise
     shutil.rmtree(staging, ignore_errors=True)
+    os.close(lock)
     return sidecar
+
+
+def _new_staging(output: Path) -> tuple[Path, int]:
+    """A staging directory beside `output` and the descriptor holding its flock, which this prepare keeps until it
+    removes the directory. A process that was killed (kill -9, the OOM killer) held the lock of its own, which the
+    kernel released: such leftovers, found under the parent's lock, are removed first; a live prepare's is not."""
+    parent = os.open(output.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(parent, fcntl.LOCK_EX)  # no other prepare between finding a staging directory and locking it
+        _reclaim_staging(output.parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=STAGING_SUFFIX, dir=output.parent))
+        lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return staging, lock
+    finally:
+        os.close(parent)
+
+
+def _reclaim_staging(directory: Path) -> None:
+    """Remove the staging directories in `directory` that no live prepare holds the lock of."""
+    for candidate in directory.glob(f".*{STAGING_SUFFIX}"):
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # not a directory, or gone: not ours to touch
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a prepare running now
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(candidate)
+            print(f"lmspec: removed {candidate}, left by a prepare that was killed", file=sys.stderr)
+        except OSError as exc:
+            print(f"lmspec: warning: cannot remove {candidate}, left by a killed prepare: {exc}", file=sys.stderr)
+        finally:
+            os.close(fd)
 
 
 def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, workers: int, append_eod: bool) -> None:

@@ -1,7 +1,7 @@
 """cluster.launcher=local at run time: `lmspec run` starts this machine's processes itself, prints the others'.
 
-Training runs launch/torchrun.sh in its own process group (Ctrl-C or SIGTERM stops the whole group with
-SIGTERM, which the trainer turns into a checkpoint), after asking the interpreter the ranks will use
+Training runs launch/torchrun.sh in its own process group, killed with `lmspec run` (Ctrl-C or SIGTERM: the
+trainers checkpoint and stop, lmspec.runtime.process_group), after asking the interpreter the ranks will use
 whether it runs the build's Transformer Engine layers (runtime/train/te_preflight.py). A one-node engine
 is served here (runtime/serve/stage.py). A job on several nodes is started by hand on each: lmspec prints
 each node's command and starts nothing, as one node started alone would wait at the rendezvous for the
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,17 @@ from lmspec.compiler.errors import EXIT_OK
 from lmspec.compiler.launch_names import PYTHON_ENV
 from lmspec.compiler.models.serve_layout import ServeLayout
 from lmspec.compiler.spec.sections import TrainingSpec
+from lmspec.runtime.env_preflight import check_launch
 from lmspec.runtime.launchers import Env, LauncherRuntime
-from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM, Terminated, sigterm_raises, stop_group
+from lmspec.runtime.process_group import (
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    Terminated,
+    dies_with_this_process,
+    sigterm_raises,
+    stop_trainers,
+)
+from lmspec.runtime.rank_failures import report_failed_ranks
 from lmspec.runtime.serve.stage import node_flags, serve_here
 from lmspec.runtime.smoke_checks import Check
 from lmspec.runtime.train.te_preflight import TE_PREFLIGHT_MODULE
@@ -42,17 +52,19 @@ def command(build: Path, entry: tuple[str, ...]) -> list[str]:
 
 
 def run(command: list[str], env: Env, name: str) -> int:
-    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    """torchrun.sh (which execs torchrun) in a session of its own, SIGKILLed by the kernel if this process dies;
+    Ctrl-C or SIGTERM ask its trainers to checkpoint and stop (lmspec.runtime.process_group.stop_trainers)."""
+    proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=dies_with_this_process(signal.SIGKILL))
     try:
         with sigterm_raises():
-            return proc.wait()
+            return report_failed_ranks(proc.wait(), proc.pid, name)  # a failure ends in its one-line summary
     except KeyboardInterrupt:
-        logger.warning("lmspec run: interrupted; stopping the training processes")
-        stop_group(proc)
-        return EXIT_SIGINT
+        code = EXIT_SIGINT
     except Terminated:
-        stop_group(proc)
-        return EXIT_SIGTERM
+        code = EXIT_SIGTERM
+    logger.warning(f"lmspec run: {signal.Signals(code - 128).name}: the trainers checkpoint and stop")
+    stop_trainers(proc)
+    return code
 
 
 def this_node_given(env: Env) -> bool:
@@ -90,6 +102,7 @@ def print_node_commands(build: Build, env: Env) -> bool:
 
 def ranks_ready(build: Path, spec: TrainingSpec, env: Env) -> bool:
     """Transformer Engine and a GPU, asked of the interpreter the ranks will run (it may not be this one)."""
+    check_launch(env, spec)  # first: a wrong variable or an unwritable run directory is one line, not a hang
     if spec.train.transformer_impl != "transformer_engine":
         return True
     return (

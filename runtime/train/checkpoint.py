@@ -5,11 +5,15 @@ Layout under `train.checkpoint.dir` (relative to the working directory):
     latest                     one line: the newest COMPLETE step directory, e.g. "step_20"
     step_<N>/                  one complete checkpoint (N = optimizer steps done)
       manifest.json            {"step": N, "run_id": "<32 hex>", "digest": "xxh3_128",
-                               "files": {relative path: digest}, "saved_with": {...}}
+                               "files": {relative path: digest}, "saved_with": {...},
+                               "identity": {spec key: value}}
                                - written last; a manifest without "digest" (older lmspec)
                                lists sha256 digests; "saved_with" records the backend,
                                layout and model that wrote the step (lmspec.compiler.
-                               resume_layout), so a resume at another layout is judged
+                               resume_layout), so a resume at another layout is judged;
+                               "identity" the spec values that make the run this run
+                               (lmspec.runtime.train.ownership: model shape, optimizer,
+                               data, seed), which no resume may change
       trainer_state/rank_<R>.pt  per global rank: step, consumed_samples, LR scheduler
                                state, RNG states (python, torch CPU/CUDA, megatron tracker)
       megatron backend:
@@ -28,7 +32,10 @@ Layout under `train.checkpoint.dir` (relative to the working directory):
       deepspeed backend:
         deepspeed/             DeepSpeed's save_checkpoint layout: latest, <tag>/
                                zero_pp_rank_R_mp_rank_00_{model,optim}_states.pt
-    .tmp-step_<N>/             a save in progress (never read; removed by the next save)
+    .tmp-step_<N>/             a save in progress (never read; removed by the next save, also one
+                               a killed run left)
+    .lmspec-run.lock           held (flock) by the `lmspec run` that trains into the directory
+                               (lmspec.runtime.train.ownership); never removed
     previous_runs/<run id>/    checkpoints of earlier runs, moved aside (see below); never read
 
 A save writes everything into `.tmp-step_<N>`, fsyncs every file, writes the
@@ -52,6 +59,13 @@ step: `dir_run_id`; no separate file, so the directory holds only what it always
 only the current run's checkpoints (a manifest without a run id, written before run ids
 existed, counts as the current run's only when the run resumed from one); a step directory of
 another run that stands where a save of this run goes is moved aside, not deleted.
+
+A run owns its directory. Every manifest records the run's identity (the spec values that make it the
+same run: model shape, optimizer, data, seed; not the learning rate, the steps or the layout, which a
+resume may change); `resume: auto` refuses a step whose identity differs (AnotherRun, before anything is
+loaded or written), naming the directory and each key with both values: continuing it would mix two runs
+in one directory, take over its run id and let keep_last_k delete its steps. A manifest without an
+identity (an older lmspec) gives no verdict.
 
 `train.checkpoint.resume: never` starts a fresh run: before anything is written, every entry
 lmspec made in the checkpoint directory (`latest`, `step_<N>`, `.tmp-step_<N>`) is
@@ -81,7 +95,7 @@ import shutil
 import stat
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
@@ -114,6 +128,10 @@ Resume = Literal["auto", "never"]
 
 class CheckpointError(RuntimeError):
     """Checkpoints exist but none can be used: the run must not start from scratch."""
+
+
+class AnotherRun(CheckpointError):
+    """The checkpoint resume would load belongs to a run of another identity: a usage error (exit 2)."""
 
 
 def new_run_id() -> str:
@@ -213,6 +231,7 @@ class Manifest:
     files: dict[str, str]
     algorithm: str = digest.WRITTEN  # digest.LEGACY for a manifest written before the "digest" key
     saved_with: dict[str, Any] | None = None  # None: written before lmspec recorded it
+    identity: dict[str, Any] | None = None  # None: written before lmspec recorded it
 
 
 def _unsafe_path(rel: str) -> str | None:
@@ -260,11 +279,13 @@ def _parse_manifest(doc: Any, step_dir: Path, path: Path) -> tuple[Manifest | No
     if missing:
         return None, f"{path} lacks {', '.join(repr(k) for k in missing)}"
     step, files, run_id = doc["step"], doc["files"], doc.get("run_id")
-    algorithm, saved_with = doc.get("digest", digest.LEGACY), doc.get("saved_with")
+    algorithm, saved_with, identity = doc.get("digest", digest.LEGACY), doc.get("saved_with"), doc.get("identity")
     if algorithm not in digest.HASHERS:
         return None, f"{path}: 'digest' is {_cut_repr(algorithm)}, not one of {', '.join(digest.HASHERS)}"
     if saved_with is not None and not isinstance(saved_with, dict):
         return None, f"{path}: 'saved_with' is {_cut_repr(saved_with)}, not an object"
+    if identity is not None and not isinstance(identity, dict):
+        return None, f"{path}: 'identity' is {_cut_repr(identity)}, not an object"
     if type(step) is not int:
         return None, f"{path}: 'step' is {_cut_repr(step)}, not an integer"
     if step != step_number(step_dir.name):
@@ -278,7 +299,7 @@ def _parse_manifest(doc: Any, step_dir: Path, path: Path) -> tuple[Manifest | No
             return None, f"{path}: the {algorithm} of {_cut_repr(rel)} is {_cut_repr(value)}"
         if (why := _unsafe_path(rel)) is not None:
             return None, f"{path} lists {_cut_repr(rel)}, which {why}"
-    return Manifest(step, run_id, dict(files), algorithm, saved_with), None
+    return Manifest(step, run_id, dict(files), algorithm, saved_with, identity), None
 
 
 def verify(step_dir: Path, required: tuple[str, ...] = (), hashes: bool = True) -> str | None:
@@ -339,6 +360,7 @@ class Choice:
     run_id: str | None = None
     legacy: bool = False  # the chosen manifest has no run id
     saved_with: dict[str, Any] | None = None  # what wrote the chosen step (its manifest's record)
+    identity: dict[str, Any] | None = None  # the identity of the chosen step's run
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -383,7 +405,7 @@ def _decide(
             manifest, reason = read_manifest(path)
             if manifest is not None and (reason := check(path, manifest)) is None:
                 choice.path, choice.run_id, choice.legacy = path, manifest.run_id, manifest.run_id is None
-                choice.saved_with = manifest.saved_with
+                choice.saved_with, choice.identity = manifest.saved_with, manifest.identity
                 return choice
         following = f"trying {walked[i + 1][0].name}" if i + 1 < len(walked) else "no other checkpoint is left"
         choice.warnings.append(f"checkpoint {path.name} is not usable ({reason}); {following}")
@@ -437,14 +459,45 @@ def _owned_entries(root: Path) -> list[Path]:
     return [root / n for n in ordered]
 
 
-def dir_run_id(root: Path) -> str | None:
-    """The id of the run whose checkpoints are in `root`: that of `latest`'s step, else of the newest readable one."""
+def dir_manifests(root: Path) -> Iterator[tuple[Path, Manifest]]:
+    """The readable manifests of `root`'s steps, `latest`'s first, then newest first (nothing is hashed)."""
     named, _ = read_latest(root)
     for path in ([root / named] if named else []) + [p for _, p in step_dirs(root)]:
         manifest, _ = read_manifest(path) if _not_a_step_dir(path) is None else (None, None)
-        if manifest is not None and manifest.run_id is not None:
-            return manifest.run_id
-    return None
+        if manifest is not None:
+            yield path, manifest
+
+
+def dir_run_id(root: Path) -> str | None:
+    """The id of the run whose checkpoints are in `root`: that of `latest`'s step, else of the newest readable one."""
+    return next((manifest.run_id for _, manifest in dir_manifests(root) if manifest.run_id is not None), None)
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def another_run(
+    step: Path, run_id: str | None, saved: Mapping[str, Any] | None, identity: Mapping[str, Any]
+) -> str | None:
+    """Why a run of `identity` may not resume `step`, of run `run_id` whose identity is `saved`, or None.
+
+    Only the keys both records hold are compared: a manifest without an identity gives no verdict."""
+    saved = saved or {}
+    differ = [
+        f"{key} is {_shown(identity[key])} here but {_shown(saved[key])} there"
+        for key in sorted(identity)
+        if key in saved and saved[key] != identity[key]
+    ]
+    if not differ:
+        return None
+    root = step.parent
+    return (
+        f"train.checkpoint.dir={str(root)!r} holds the checkpoints of another run ({step.name} of run "
+        f"{run_id or UNIDENTIFIED}): {'; '.join(differ)}; this build never resumes it: compile with "
+        f"another train.checkpoint.dir, or set train.checkpoint.resume=never to start afresh (lmspec moves "
+        f"that run aside into {root / PREVIOUS_RUNS}/, deleting nothing)"
+    )
 
 
 def _aside_dir(root: Path, run_id: str | None) -> Path:
@@ -539,6 +592,8 @@ class Checkpoints:
     `required`: files every usable checkpoint's manifest must list (the trainer's own state).
     `saved_with`: what writes these checkpoints (backend, layout, model: lmspec.compiler.resume_layout),
     recorded in every manifest; `resumed_with` is the record of the step open_run chose.
+    `identity`: the run's identity (lmspec.runtime.train.ownership.run_identity), recorded in every manifest
+    and compared with that of the step open_run would resume.
     """
 
     def __init__(
@@ -547,11 +602,13 @@ class Checkpoints:
         keep_last_k: int,
         required: tuple[str, ...] = (),
         saved_with: Mapping[str, Any] | None = None,
+        identity: Mapping[str, Any] | None = None,
     ) -> None:
         self.root = root
         self.keep_last_k = keep_last_k
         self.required = required
         self.saved_with = dict(saved_with) if saved_with is not None else None
+        self.identity = dict(identity) if identity is not None else None
         self.run_id: str | None = None  # decided by open_run, or by the first save
         self.lineage: frozenset[str | None] = frozenset()  # manifests' run ids that are this run's
         self.resumed_with: dict[str, Any] | None = None
@@ -560,7 +617,8 @@ class Checkpoints:
     def open_run(self, resume: Resume) -> Path | None:
         """Decide this run's identity before training: the checkpoint to resume from (None = fresh start).
 
-        auto: the newest usable checkpoint, whose run this run continues; none -> a fresh run.
+        auto: the newest usable checkpoint, whose run this run continues; none -> a fresh run; AnotherRun
+        when that checkpoint's run has another identity.
         never: a fresh run; the earlier run's checkpoints are moved aside first (module docstring).
         """
         if resume == "never":
@@ -574,6 +632,9 @@ class Checkpoints:
         choice = self._choose_together()
         if choice.error is not None:
             raise CheckpointError(choice.error)
+        if choice.path is not None and self.identity is not None:
+            if (why := another_run(choice.path, choice.run_id, choice.identity, self.identity)) is not None:
+                raise AnotherRun(why)
         run_id = choice.run_id if choice.run_id is not None else _broadcast(new_run_id())
         self._adopt(run_id, choice.legacy)
         self.resumed_with = choice.saved_with
@@ -679,6 +740,7 @@ class Checkpoints:
                 "digest": digest.WRITTEN,
                 "files": {rel: known[rel] for rel in listing},
                 "saved_with": self.saved_with,
+                "identity": self.identity,
             }
             manifest_path = tmp / STEP_MANIFEST
             with open(manifest_path, "w", encoding="utf-8") as fh:

@@ -14,7 +14,8 @@ then the training data (runtime/data/preflight.py): a dataset or tokenizer that 
 wrong exits 1 with every problem named, before torchrun or sbatch starts, as does a train.init_from
 that is not a checkpoint step directory (runtime/train/init_from.py); so does a local launch of
 train.transformer_impl=transformer_engine where the ranks' interpreter has no GPU or no TE
-(runtime/train/te_preflight.py, which every rank runs again).
+(runtime/train/te_preflight.py, which every rank runs again). The run then locks its directories and
+refuses a checkpoint directory of a run of another identity (runtime/train/ownership.py).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from lmspec.compiler.errors import EXIT_FAILED, EXIT_OK
 from lmspec.compiler.launch_names import PYTHON_ENV, TRAIN_MODULE
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.launchers import LauncherRuntime, runtime_of
+from lmspec.runtime.process_group import EXIT_SIGINT, EXIT_SIGTERM
 from lmspec.runtime.slurm import in_container
 from lmspec.runtime.smoke_checks import Check, run_checks
 from lmspec.runtime.train.init_from import init_from_ready
+from lmspec.runtime.train.ownership import RunLock, refuse_another_run, stopped_line
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,14 @@ def run_train(build: Build, options: argparse.Namespace) -> int:
         return EXIT_FAILED
     if options.smoke:
         return smoke(root, launcher, env)
-    return launcher.run(command, env, spec.name)
+    refuse_another_run(spec)  # before anything is written, then one run at a time (ownership.py)
+    given = env.get("NODE_RANK") or env.get("SLURM_NODEID") or "0"  # a local launch's is checked (env_preflight)
+    node = int(given) if given.isdigit() else 0
+    with RunLock(spec, Path(build.plan.paths.run_dir), node):
+        code = launcher.run(command, env, spec.name)
+    if code in (EXIT_SIGINT, EXIT_SIGTERM):
+        print(stopped_line(spec, build.root, code))
+    return code
 
 
 def launch_env(container: bool = False) -> dict[str, str]:

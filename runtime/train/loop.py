@@ -9,8 +9,9 @@ directory): `metrics.jsonl`, and checkpoints at `train.checkpoint.dir`, which
 must not overlap (lmspec.compiler.run_paths, checked again here from the job's
 own working directory). Before the first step the run's identity is decided
 (lmspec.runtime.train.checkpoint.Checkpoints.open_run): resume=auto continues the newest
-usable checkpoint's run, resume=never moves an earlier run's checkpoints aside. A run that resumes
-nothing starts from the model weights of `train.init_from` when set (checked before the ranks meet,
+usable checkpoint's run (refused when that run's identity is not this build's), resume=never
+moves an earlier run's checkpoints aside. A run that resumes nothing starts from the model weights of
+`train.init_from` when set (checked before the ranks meet,
 lmspec.runtime.train.init_from), its optimizer, step and data fresh.
 
 Data: the train and valid splits of train.data through megatron-core (lmspec.runtime.data.datasets);
@@ -19,7 +20,8 @@ after each step `evaluates_after` names, the validation loss over that evaluatio
 Exit codes: 0 trained to train.steps; 1 stopped by a NaN/Inf loss, an
 unusable checkpoint directory, training data the model cannot take, or
 train.transformer_impl=transformer_engine where TE or a GPU is missing (runtime/train/te_preflight.py);
-2 usage (bad build dir, world-size mismatch, run directories that overlap from this working directory);
+2 usage (bad build dir, world-size mismatch, run directories that overlap from this working directory,
+a checkpoint directory holding a run of another identity: runtime/train/ownership.py);
 3 (signals.REQUEUE_EXIT_CODE) stopped by SIGTERM/SIGUSR1 after a final checkpoint.
 """
 
@@ -49,10 +51,11 @@ from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.data.datasets import DataError, build_datasets
 from lmspec.runtime.data.preflight import data_ready
 from lmspec.runtime.data.tokenizer import TokenizerError
-from lmspec.runtime.train.checkpoint import CheckpointError, Checkpoints
+from lmspec.runtime.train.checkpoint import AnotherRun, CheckpointError, Checkpoints
 from lmspec.runtime.train.data import Batch, micro_batches
 from lmspec.runtime.train.init_from import init_from_ready
 from lmspec.runtime.train.metrics import MetricsLog, NonFiniteLoss
+from lmspec.runtime.train.ownership import run_identity
 from lmspec.runtime.train.saving import Saver, Staged
 from lmspec.runtime.train.signals import REQUEUE_EXIT_CODE, StopRequest
 from lmspec.runtime.train.te_preflight import transformer_engine_ready
@@ -172,6 +175,7 @@ def train(build: Build) -> int:
         ckpt_spec.keep_last_k,
         required=(f"{TRAINER_STATE}/rank_0.pt",),
         saved_with=saved_with(spec, plan),
+        identity=run_identity(spec),
     )
     step, consumed = 0, 0
     path = ckpts.open_run(ckpt_spec.resume)
@@ -268,6 +272,10 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     try:
         return train(build)
+    except AnotherRun as exc:
+        if dist.get_rank() == 0:
+            logger.error(f"lmspec: error: {exc}")
+        return EXIT_USAGE
     except (NonFiniteLoss, CheckpointError, NotImplementedError, DataError, TokenizerError) as exc:
         if dist.get_rank() == 0:  # every rank reaches the same verdict
             logger.error(f"lmspec: error: {exc}")

@@ -13,7 +13,10 @@ dist_checkpointing keeps a spawn-context multiprocessing Manager from its first 
 interpreter: exec resets the trainer's handler to the default action, and USR1's default terminates, so
 the next save failed with BrokenPipeError (seen on the two-node Slurm test). Saves therefore run with the
 stop signals blocked (`stop_signals_blocked`): a blocked signal stays blocked across fork and exec, so the
-helpers never see one, and one that arrives during the save reaches the trainer when it ends.
+helpers never see one, and one that arrives during the save reaches the trainer when it ends. The
+multiprocessing resource tracker is started before the signals are blocked: starting it (with the first
+helper) unblocks SIGINT and SIGTERM in the calling thread, so the Manager spawned next, inside the block,
+had SIGTERM deliverable again and died of torchrun's SIGTERM to the worker's group.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from types import FrameType
 
 import torch
@@ -29,7 +33,8 @@ import torch.distributed as dist
 from lmspec.compiler.launchers import LAUNCHERS
 
 REQUEUE_EXIT_CODE = 3
-# SIGTERM always (scancel, preemption, lmspec run stopping a local group), then each launcher's own stop
+# SIGTERM always (scancel, preemption, a local `lmspec run` stopped, the rank's torchrun agent dying:
+# lmspec.runtime.process_group), then each launcher's own stop
 # signal (lmspec.compiler.launchers: Slurm's pre-timeout USR1), each once
 HANDLED: tuple[signal.Signals, ...] = tuple(
     dict.fromkeys((signal.SIGTERM, *(launcher.stop_signal for launcher in LAUNCHERS.values())))
@@ -62,6 +67,7 @@ class StopRequest:
 @contextmanager
 def stop_signals_blocked() -> Iterator[None]:
     """HANDLED blocked in this thread (the one that saves and starts the save's helpers), then as before."""
+    resource_tracker.ensure_running()  # not inside the block, which its start would undo (module docstring)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
     try:
         yield

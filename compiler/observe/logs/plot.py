@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -9,12 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
+from lmspec.compiler.build.atomic import write_file_atomic
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.observe.logs.context import RunContext
 from lmspec.compiler.observe.logs.throughput import rates_of
 from lmspec.compiler.observe.metrics_record import StepMetrics
 
 PLOT_SUFFIXES = (".png", ".svg")
+_IMAGE_PREFIXES = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml"}  # how an existing plot file begins
 _LABELS = ("loss", "learning rate", "tokens/s", "MFU (%)")
 MAX_PLOT_POINTS = 20_000  # per panel: 25 per pixel column of the 8-inch figure; more only costs memory
 
@@ -95,10 +98,11 @@ def draw(path: Path, panels: Panels, title: str, warmup_steps: int = 0) -> None:
         axes[0].legend(loc="upper right")
     figure.suptitle(title)
     figure.tight_layout()
+    image = io.BytesIO()
+    suffix = path.suffix.lower()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
-    except OSError as exc:
-        raise UsageError(f"--plot {path}: {exc.strerror}") from None
+        figure.savefig(image, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None)
     finally:
         plt.close(figure)
+    # whole or not at all (a full disk leaves no truncated image); replaces only an image of the same kind
+    write_file_atomic(path, image.getvalue(), owned_prefix=_IMAGE_PREFIXES[suffix])
