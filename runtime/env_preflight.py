@@ -169,7 +169,8 @@ def _probe(directory: Path) -> None:
 
 def _disk_fix(exc: OSError, directory: Path, elsewhere: str) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"{exc.strerror} ({_free_mib(directory)} left there); free space on its file system, or {elsewhere}"
+        left = free_bytes(directory) / 2**20
+        return f"{exc.strerror} ({left:,.1f} MiB left there); free space on its file system, or {elsewhere}"
     if exc.errno == errno.EROFS:
         return f"it is on a read-only file system; remount it writable, or {elsewhere}"
     if exc.errno in (errno.EACCES, errno.EPERM):
@@ -177,11 +178,12 @@ def _disk_fix(exc: OSError, directory: Path, elsewhere: str) -> str:
     return f"{exc.strerror or exc} at {exc.filename}; fix that path, or {elsewhere}"
 
 
-def _free_mib(directory: Path) -> str:
+def free_bytes(directory: Path) -> int:
+    """Bytes an unprivileged writer has left on `directory`'s file system (of its nearest existing parent)."""
     for candidate in (directory, *directory.parents):
         try:
             info = os.statvfs(candidate)
         except OSError:
             continue
-        return f"{info.f_bavail * info.f_frsize / 2**20:,.1f} MiB"
-    return "nothing"
+        return info.f_bavail * info.f_frsize
+    return 0

@@ -29,6 +29,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import EXIT_FAILED, EXIT_USAGE
+from lmspec.runtime.env_preflight import free_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def _disk_line(exc: BaseException, build_dir: Path | None) -> str | None:
     refused = next((e for e in _chain(exc) if isinstance(e, OSError) and e.errno in DISK_ERRNOS), None)
     places = _places(build_dir)
     if refused is None:
-        if not any(_free_bytes(p) < FULL_BYTES for p in places):
+        if not any(free_bytes(p) < FULL_BYTES for p in places):
             return None
         refused = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     what = DISK_ERRNOS[refused.errno or errno.ENOSPC]
@@ -108,12 +109,12 @@ def _disk_line(exc: BaseException, build_dir: Path | None) -> str | None:
     if path is not None:
         directory = next((p for p in places if _inside(path, p)), path.parent)
     else:
-        directory = min(places, key=_free_bytes) if places else Path(".")
+        directory = min(places, key=free_bytes) if places else Path(".")
     if refused.errno == errno.EROFS:
         fix = "remount it writable, or compile with train.checkpoint.dir on a writable file system, and run again"
     else:
         fix = (
-            f"free space there ({_free_bytes(directory) / 2**20:,.1f} MiB left), or compile with "
+            f"free space there ({free_bytes(directory) / 2**20:,.1f} MiB left), or compile with "
             "train.checkpoint.dir on a larger file system, and run again (the last complete checkpoint resumes)"
         )
     return f"{what} {directory}: {fix}"
@@ -134,17 +135,6 @@ def _places(build_dir: Path | None) -> list[Path]:
 
 def _inside(path: Path, directory: Path) -> bool:
     return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(directory))
-
-
-def _free_bytes(directory: Path) -> int:
-    """Bytes an unprivileged writer has left on `directory`'s file system (of its nearest existing parent)."""
-    for candidate in (directory, *directory.parents):
-        try:
-            info = os.statvfs(candidate)
-        except OSError:
-            continue
-        return info.f_bavail * info.f_frsize
-    return 0
 
 
 def _first_line(exc: BaseException) -> str:
