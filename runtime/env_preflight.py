@@ -23,6 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
+from lmspec.compiler.build.atomic import missing_directories, remove_empty
 from lmspec.compiler.build.files import run_dir
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.launch_names import PYTHON_ENV
@@ -132,17 +133,13 @@ def _check_address(env: dict[str, str]) -> None:
 def _check_writable(directory: Path, what: str, elsewhere: str) -> None:
     """Write PROBE_BYTES into `directory` (created for the probe, then removed again with the parents it needed),
     so that a full or read-only directory is refused before step 1 rather than at the first save."""
-    missing = [d for d in (directory, *directory.parents) if not os.path.lexists(d)]
+    missing = missing_directories(directory)
     try:
         _probe(directory)
     except OSError as exc:
         raise UsageError(f"{what} cannot be written: {_disk_fix(exc, directory, elsewhere)}") from None
     finally:
-        for created in missing:  # innermost first; one that holds something now is another process's
-            try:
-                os.rmdir(created)
-            except OSError:
-                pass
+        remove_empty(missing)
 
 
 def _probe(directory: Path) -> None:

@@ -55,11 +55,11 @@ def replace_directory(target: Path, owner: Owner, label: str = "") -> Iterator[P
     the missing parents made for it; `target` is as it was; an OSError becomes a UsageError naming `target`."""
     _check_component(target, label)
     parent = target.parent
-    created = [d for d in (parent, *parent.parents) if not os.path.lexists(d)]  # innermost first
+    created = missing_directories(parent)
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _remove_empty(created)
+        remove_empty(created)
         raise UsageError(f"cannot write {label}{target}: {parent}: {why(exc)}") from None
     try:
         with _locked(parent, label, target) as exclusive:
@@ -85,7 +85,7 @@ def replace_directory(target: Path, owner: Owner, label: str = "") -> Iterator[P
                 discard_quietly(staging)
                 raise
     except BaseException:
-        _remove_empty(created)  # a failed write leaves no directory it made on the way (`-o out/build` on a full disk)
+        remove_empty(created)  # a failed write leaves no directory it made on the way (`-o out/build` on a full disk)
         raise
 
 
@@ -264,7 +264,13 @@ def _install(staging: Path, target: Path, existed: bool) -> None:
         )
 
 
-def _remove_empty(directories: list[Path]) -> None:
+def missing_directories(directory: Path) -> list[Path]:
+    """`directory` and its parents that do not exist yet, innermost first: what making it will create, for
+    `remove_empty` to take back when the write they were made for fails."""
+    return [d for d in (directory, *directory.parents) if not os.path.lexists(d)]
+
+
+def remove_empty(directories: list[Path]) -> None:
     """rmdir each of `directories`, innermost first; one that holds something now (another writer's) stays."""
     for directory in directories:
         try:

@@ -174,6 +174,12 @@ def digits_int(text: str) -> int | None:
     return int(text) if len(text) <= MAX_DIGITS else None
 
 
+def field_value(name: str, number: float) -> int | float | None:
+    """A number a log shows, as record field `name` holds it: a count (INT_FIELDS) an int, None when it is not
+    finite (a count is never NaN: such a field is not read); any other field as it is."""
+    return finite_int(number) if name in INT_FIELDS else number
+
+
 def finite_int(value: float) -> int | None:
     """int(value) for a finite value; None for NaN/inf (int() of them raises)."""
     return int(value) if math.isfinite(value) else None

@@ -24,13 +24,13 @@ def value_at(spec: Spec, key: str) -> Any:
 
 def show_key(spec: Spec, origins: Origins, key: str) -> str:
     """`parallel.tp=6 (command-line override)`: the key, its value and its origin."""
-    return f"{key}={json.dumps(_plain(value_at(spec, key)))} ({origins.of(key)})"
+    return f"{key}={json.dumps(plain(value_at(spec, key)))} ({origins.of(key)})"
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A typed value as JSON data: a section (e.g. a filled-in model.mla) as a mapping, tuples as lists."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+        return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

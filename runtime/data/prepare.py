@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmspec.compiler.build.atomic import missing_directories, remove_empty
 from lmspec.compiler.data.sidecar import DatasetSidecar, sidecar_path
 from lmspec.compiler.errors import UsageError
 from lmspec.runtime.data.encode import Encoded, Encoder, encode_in_workers
@@ -62,7 +63,8 @@ def prepare(
     typecode = np.dtype(DType.optimal_dtype(tokenizer.files.vocab_size)).char  # "H" (uint16) or "i" (int32)
     encoder = Encoder(tokenizer, typecode, tokenizer.eod_id if append_eod else None)
     try:
-        created = _make_parents(output.parent)
+        created = missing_directories(output.parent)
+        output.parent.mkdir(parents=True, exist_ok=True)
         staging, lock = _new_staging(output)
     except OSError as exc:
         raise UsageError(f"--output {str(output)!r}: cannot write there ({exc}); give a writable prefix") from None
@@ -80,8 +82,7 @@ def prepare(
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         os.close(lock)
-        for directory in reversed(created):
-            _remove_if_empty(directory)
+        remove_empty(created)
         if isinstance(exc, OSError):  # the disk filled, or a file went away mid-run
             raise UsageError(f"--output {str(output)!r}: preparing failed ({exc}); nothing was written") from None
         raise
@@ -164,20 +165,6 @@ def _check_call(inputs: list[Path], tokenizer: TextTokenizer, output: Path, work
             f"--output {str(output)!r}: {', '.join(existing)} already there, and lmspec never overwrites a file; "
             "give another prefix, or remove those files first"
         )
-
-
-def _make_parents(directory: Path) -> list[Path]:
-    """Create `directory` and its missing parents; the ones created, outermost first."""
-    missing = [d for d in (directory, *directory.parents) if not d.exists()]
-    directory.mkdir(parents=True, exist_ok=True)
-    return list(reversed(missing))
-
-
-def _remove_if_empty(directory: Path) -> None:
-    try:
-        directory.rmdir()
-    except OSError:
-        pass
 
 
 def _write_dataset(

@@ -22,7 +22,6 @@ each other.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import fcntl
 import json
@@ -38,7 +37,7 @@ from lmspec.compiler.build.files import STEP_PREFIX
 from lmspec.compiler.errors import UsageError
 from lmspec.compiler.resume_layout import MODEL_KEYS
 from lmspec.compiler.spec.sections import TrainingSpec
-from lmspec.compiler.spec.shown_key import value_at
+from lmspec.compiler.spec.shown_key import plain, value_at
 from lmspec.runtime.train.checkpoint import another_run, dir_manifests, read_latest
 
 logger = logging.getLogger(__name__)
@@ -61,18 +60,9 @@ IDENTITY_KEYS = (
 )
 
 
-def _json(value: Any) -> Any:
-    """A typed spec value as JSON data (data sources are dataclasses in a tuple)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _json(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    return value
-
-
 def run_identity(spec: TrainingSpec) -> dict[str, Any]:
     """{spec key: value} of IDENTITY_KEYS: what a checkpoint directory's run is (module docstring)."""
-    return {key: _json(value_at(spec, key)) for key in IDENTITY_KEYS}
+    return {key: plain(value_at(spec, key)) for key in IDENTITY_KEYS}  # JSON data, as the manifest holds it
 
 
 def refuse_another_run(spec: TrainingSpec) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, finite_int
+from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, field_value, finite_int
 
 _ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|(.*)$")
 _MEMORY = re.compile(r"\[Rank \d+\] \(after \d+ iterations\) memory \(MB\) \|(.*)$")
@@ -40,7 +40,6 @@ _FIELDS: dict[str, tuple[str, float]] = {
     "approx flops per gpu": ("tflops_per_gpu", 1.0),  # GPT-NeoX, as human_readable_flops writes it
     "number of nan iterations": ("nan_iterations", 1.0),
 }
-_INT_FIELDS = ("global_batch_size", "nan_iterations")
 _FLOPS = re.compile(r"([\d.]+)\s*([KMGTPE]?)FLOPS")  # GPT-NeoX's human_readable_flops: 150.3TFLOPS
 _TERA_PER_PREFIX = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6}
 
@@ -71,23 +70,19 @@ def parse_megatron_line(text: str, lineno: int) -> StepMetrics | None:
     fields = _fields(match.group(2))
     if "samples/sec" in text[: match.start()]:  # GPT-NeoX's one field before the iteration
         fields.update(_fields(text[: match.start()]))
-    for name, value in fields.items():
+    for name, shown in fields.items():
         target = _FIELDS.get(name)
         if target is None:
             continue
         try:
-            number = float(value) * target[1]  # float() reads Megatron's "NAN" / "INF" too
+            number = float(shown) * target[1]  # float() reads Megatron's "NAN" / "INF" too
         except ValueError:
-            flops = _FLOPS.fullmatch(value)
+            flops = _FLOPS.fullmatch(shown)
             if flops is None:
                 continue
             number = float(flops.group(1)) * _TERA_PER_PREFIX[flops.group(2)]
-        if target[0] in _INT_FIELDS:
-            count = finite_int(number)  # a count, never NaN: such a field is not read
-            if count is None:
-                continue
-            number = count
-        values[target[0]] = number
+        if (value := field_value(target[0], number)) is not None:
+            values[target[0]] = value
     return StepMetrics.of(step, lineno, values)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, finite_int
+from lmspec.compiler.observe.metrics_record import StepMetrics, digits_int, field_value, finite_int
 
 _ITERATION = re.compile(r"\bepoch\s+\d+,\s*iteration\s+(\d+)/\s*\d+\s*((?:\|.*)?)$")
 
@@ -38,7 +38,6 @@ _FIELDS: dict[str, tuple[str, float]] = {
     "tflops_per_gpu": ("tflops_per_gpu", 1.0),
     "grad_norm": ("grad_norm", 1.0),
 }
-_INT_FIELDS = ("global_batch_size",)
 
 
 def parse_nemo_line(text: str, lineno: int) -> StepMetrics | None:
@@ -64,14 +63,8 @@ def parse_nemo_line(text: str, lineno: int) -> StepMetrics | None:
         target = _FIELDS.get(name)
         if target is None:
             continue
-        number *= target[1]
-        if target[0] in _INT_FIELDS:
-            count = finite_int(number)
-            if count is None:
-                continue
-            values[target[0]] = count
-        else:
-            values[target[0]] = number
+        if (value := field_value(target[0], number * target[1])) is not None:
+            values[target[0]] = value
     step = global_step + 1 if global_step is not None and global_step >= 0 else digits_int(match.group(1))
     if step is None:
         return None
