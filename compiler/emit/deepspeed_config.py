@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmspec.compiler.backends.deepspeed_buffers import (
+    ZERO3_MAX_LIVE_PARAMETERS,
+    ZERO3_MAX_REUSE_DISTANCE,
+    ZERO3_PERSISTENCE_PER_HIDDEN,
+    ZERO3_PREFETCH_FRACTION,
+    ZERO3_SUB_GROUP_ELEMENTS,
+    bucket_elements,
+)
 from lmspec.compiler.build.files import DS_CONFIG
 from lmspec.compiler.emit.spec_files import dump_json
 from lmspec.compiler.plan import Plan
@@ -42,9 +50,6 @@ FP16_INITIAL_SCALE_POWER = 16
 FP16_LOSS_SCALE_WINDOW_STEPS = 1000
 FP16_HYSTERESIS_STEPS = 2
 FP16_MIN_LOSS_SCALE = 1
-# HF integration: prefetch bucket = 0.9 h^2, persistence threshold = 10 h (elements).
-ZERO3_PREFETCH_FRACTION = 0.9
-ZERO3_PERSISTENCE_PER_HIDDEN = 10
 
 
 def emit_ds_config(plan: Plan) -> dict[str, str]:
@@ -102,20 +107,23 @@ def _zero(plan: Plan) -> dict[str, Any]:
     if stage == 0:
         return {"stage": 0}
     hidden = plan.spec.model.hidden_size
-    bucket_elements = hidden * hidden
+    bucket = bucket_elements(hidden)
     zero: dict[str, Any] = {
         "stage": stage,
         "overlap_comm": p.overlap.grad_reduce,
         "contiguous_gradients": True,
-        "reduce_bucket_size": bucket_elements,
+        "reduce_bucket_size": bucket,
     }
     if stage in (1, 2):
-        zero.update(allgather_partitions=True, allgather_bucket_size=bucket_elements, reduce_scatter=True)
+        zero.update(allgather_partitions=True, allgather_bucket_size=bucket, reduce_scatter=True)
     if stage == 3:
         zero.update(
             # parallel.overlap.param_gather=false: no prefetch, each layer gathers its weights when it runs
-            stage3_prefetch_bucket_size=int(ZERO3_PREFETCH_FRACTION * bucket_elements) if p.overlap.param_gather else 0,
+            stage3_prefetch_bucket_size=int(ZERO3_PREFETCH_FRACTION * bucket) if p.overlap.param_gather else 0,
             stage3_param_persistence_threshold=ZERO3_PERSISTENCE_PER_HIDDEN * hidden,
+            stage3_max_live_parameters=ZERO3_MAX_LIVE_PARAMETERS,
+            stage3_max_reuse_distance=ZERO3_MAX_REUSE_DISTANCE,
+            sub_group_size=ZERO3_SUB_GROUP_ELEMENTS,
             stage3_gather_16bit_weights_on_model_save=False,
         )
     if p.offload_optimizer:

@@ -37,7 +37,8 @@ COLORS = {
     "gradients": "#E69F00",  # orange
     "optimizer": "#56B4E9",  # sky blue
     "activations": "#CC79A7",  # reddish purple
-    "buffers": "#F0E442",  # yellow
+    "workspace": "#F0E442",  # yellow
+    "allocator": "#000000",  # black
 }
 HASH_SALT = "lmspec"
 FIGURE_INCHES = (7.0, 3.6)

@@ -43,9 +43,9 @@ and dropped by selective recompute; unfused attention repeats grouped K/V to eve
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
-from lmspec.compiler.models import ArrayOrNumber, smaller
+from lmspec.compiler.models import ArrayOrNumber, larger, pick, smaller
 from lmspec.compiler.models.units import FP32_BYTES
 from lmspec.compiler.spec.sections import ModelSpec
 
@@ -53,6 +53,10 @@ Style = Literal["megatron", "hf"]
 Kernels = Literal["fused", "torch"]
 Dispatcher = Literal["alltoall", "allgather", "flex"]
 INDEX_BYTES = 8  # int64 token ids / labels / expert indices
+# torch's CPU generator state (mt19937): megatron's RNG tracker keeps three (default, expert and data-parallel
+# seeds) and each checkpointed layer saves three with its input; host memory on a GPU, device memory on CPU
+RNG_STATE_BYTES = 5056
+RNG_STATES = 3
 MASK_BYTES = 1  # dropout masks are stored as bytes
 
 
@@ -103,6 +107,9 @@ class ActivationSetting:
     # bytes per element of a GEMM input Transformer Engine saves quantized for the weight gradient under
     # train.precision=fp8/fp4 (compiler/models/recipes.py `Recipe.saved_input_bytes`); None = saved as is
     quantized_input_bytes: float | None = None
+    # the CPU target: megatron's jit_fuser functions (swiglu_back) run eagerly, and what a GPU keeps in host
+    # memory (RNG states, the step's inputs) shares the device's
+    cpu: bool = False
 
 
 def layer_shape(m: ModelSpec, moe_layer: bool) -> LayerShape:
@@ -234,12 +241,17 @@ def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
     """Bytes one layer keeps for backward for one micro-batch, on one GPU."""
     tokens = a.seq_length // a.cp * a.micro_batch_size
     if a.recompute == "full":
-        return tokens * x.hidden * a.element_bytes / (a.tp if a.sequence_parallel else 1)
+        rng = RNG_STATES * RNG_STATE_BYTES * (a.cpu and a.style == "megatron")
+        return tokens * x.hidden * a.element_bytes / (a.tp if a.sequence_parallel else 1) + rng
     scores = not a.flash_attention and a.recompute != "selective"
+    if a.recompute == "selective" and a.style == "megatron":  # its core attention checkpoint's RNG states
+        rng = (RNG_STATES + 1) * RNG_STATE_BYTES * a.cpu  # and the state the attention's dropout fork keeps
+    else:
+        rng = 0
     if a.style == "hf":
         return tokens * _hf_token_bytes(x, a, not a.flash_attention)
     replicated, sharded = _megatron_token_bytes(x, a, scores)
-    return tokens * (replicated / (a.tp if a.sequence_parallel else 1) + sharded / a.tp) + _rope_bytes(x, a)
+    return tokens * (replicated / (a.tp if a.sequence_parallel else 1) + sharded / a.tp) + _rope_bytes(x, a) + rng
 
 
 def dispatched_tokens(a: ActivationSetting) -> ArrayOrNumber:
@@ -254,9 +266,10 @@ def moe_transient_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
 
     T tokens per GPU (`dispatched_tokens`), S = T top_k x sent_load copies sent, R = T top_k x routed_load
     received, h x element bytes each:
-    - alltoall: 2 (S + R): the permuted input and the dispatch all-to-all's output stay referenced
-      (MoELayer.forward's locals) while the experts' output is un-sorted by local expert (R) and the combine
-      all-to-all returns S copies. Backward holds S + R (the gradients' un-permute and all-to-all).
+    - alltoall: S + (2 + [ep > 1]) R: the permuted input (S), the dispatch all-to-all's output (R, a new
+      buffer only at ep > 1: megatron's _AllToAll returns its input on a group of one), the experts' output
+      (R) and its un-sort by local expert (R) are alive together (MoELayer.forward's locals, then
+      sort_chunks_by_idxs); the combine all-to-all returns S copies as they go. Backward holds less.
     - allgather: T ep + 2 R, and the gathered fp32 probabilities over all experts (T ep x experts): the
       EP group's gathered tokens (megatron's global memory buffer: allocated once and kept, priced here as
       the working memory it is; measured apart from the 2 R, which a later pass shows alone), the experts'
@@ -280,7 +293,7 @@ def moe_transient_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
     if a.dispatcher == "flex":
         arrived = tokens * smaller(a.ep, x.top_k) * a.routed_load
         return (2 * arrived + received + tokens) * copy
-    return 2 * (sent + received) * copy
+    return (sent + (2 + (a.ep > 1)) * received) * copy
 
 
 def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
@@ -289,6 +302,58 @@ def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
     (`moe_transient_bytes`), rebuilt with it under full recompute."""
     rebuilt = layer_activation_bytes(x, replace(a, recompute="none")) if a.recompute == "full" else 0.0
     return rebuilt + moe_transient_bytes(x, a)
+
+
+def residual_bytes(hidden: int, a: ActivationSetting) -> ArrayOrNumber:
+    """One micro-batch's residual stream on one GPU: the sequence shard of cp, and of tp under sequence
+    parallelism."""
+    tokens = a.seq_length // a.cp * a.micro_batch_size
+    return tokens * hidden * a.element_bytes / (a.tp if a.sequence_parallel else 1)
+
+
+def _mlp_backward_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
+    """A dense MLP's backward beyond what the layer saved, net of fc2's saved input it has released: the
+    residual stream's gradient, fc2's data gradient (f/tp), swiglu_back's output (2f/tp gated) and, where
+    megatron's fusions run eagerly (the CPU target), the two halves it concatenates (2f/tp). MoE layers'
+    expert MLPs are smaller than their forward's dispatch buffers (`moe_transient_bytes`)."""
+    tokens = a.seq_length // a.cp * a.micro_batch_size
+    f = 0 if x.top_k else x.ffn
+    out = (2 if x.gated else 1) * f + (2 * f if x.gated and a.cpu else 0)
+    return residual_bytes(x.hidden, a) + tokens * a.element_bytes * out / a.tp
+
+
+def _attention_backward_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
+    """Selective recompute's rebuilt core attention in backward (megatron's local DotProductAttention): the
+    residual gradient, the output projection's data gradient and dV, K and V repeated to every query head
+    (GQA), and the score-sized tensors of the softmax's backward, net of the layer's MLP block and attention
+    output already released."""
+    tokens, e = a.seq_length // a.cp * a.micro_batch_size, a.element_bytes
+    s = a.seq_length // a.cp
+    sp = a.tp if a.sequence_parallel else 1
+    repeated = x.k_width < x.q_width
+    held = residual_bytes(x.hidden, a) + tokens * e * (2 * x.out_width + (x.q_width + x.out_width) * repeated) / a.tp
+    # the local path's masked_fill_ on a view makes autograd copy the scores whole: four score-sized
+    # tensors (measured); a fused masked softmax (Transformer Engine's unfused attention) holds its output's
+    # and its input's gradients, two (from source, not measured)
+    copies = 4 if a.kernels == "torch" else 2
+    held = held + copies * a.micro_batch_size * x.heads / a.tp * s * a.seq_length * e
+    norm = _torch_norm_bytes(x.hidden, e) if a.kernels == "torch" else 2 * x.hidden * e
+    released = tokens * (norm / sp + ((2 if x.gated else 1) * x.ffn + x.ffn + x.out_width) * e / a.tp)
+    return held - released
+
+
+def backward_working_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
+    """What the backward of a stage's last layer holds beyond every layer's saved activations (measured on
+    the runtime's own layers, tests/models/test_measured_step_memory.py): under full recompute the layer
+    rebuilt, then its MLP's backward; under selective recompute with unfused attention the rebuilt
+    attention's backward; else the MLP's backward. The transformers code DeepSpeed trains peaks in its
+    loss (`head_working_bytes`): 0 here."""
+    if a.style != "megatron":
+        return 0.0
+    if a.recompute == "selective" and not a.flash_attention:
+        return _attention_backward_bytes(x, a)
+    rebuilt = layer_activation_bytes(x, replace(a, recompute="none")) if a.recompute == "full" else 0.0
+    return rebuilt + _mlp_backward_bytes(x, a)
 
 
 def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:
@@ -301,6 +366,75 @@ def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:
     norm = _torch_norm_bytes(h, e) if a.kernels == "torch" else 2 * h * e
     # the cross-entropy's fp32 softmax of the logits, its target mask and flattened labels
     return tokens * (norm / sp + v * FP32_BYTES / a.tp + MASK_BYTES + INDEX_BYTES)
+
+
+def head_working_bytes(m: ModelSpec, a: ActivationSetting) -> ArrayOrNumber:
+    """What the last stage's head holds in backward beyond what it saved.
+
+    - transformers' loss (`hf`): the gradient of its fp32 log-softmax (nll_loss_backward), then the logits'
+      gradient (_log_softmax_backward_data) while the first is alive: two fp32 copies of the logits (under
+      bf16 the upcast's backward then holds the fp32 gradient and its bf16 copy, less than the two).
+    - megatron: vocab-parallel cross-entropy works in place in the logits; the output layer's backward
+      makes its input's gradient over the whole sequence (and its reduce-scatter under sequence
+      parallelism) and, without gradient-accumulation fusion (the local path), its weight gradient
+      (V/tp x h) before adding it into the fp32 main gradient; then torch's final RMSNorm's backward holds
+      five residual-sized temporaries, by when all it saved but its fp32 input is freed."""
+    tokens = a.seq_length // a.cp * a.micro_batch_size
+    h, e = m.hidden_size, a.element_bytes
+    if a.style == "hf":
+        return 2 * tokens * m.vocab_size * FP32_BYTES
+    sp = a.tp if a.sequence_parallel else 1
+    output_layer = tokens * h * e * (1 + (1 / a.tp if a.sequence_parallel else 0))
+    if a.kernels == "torch":
+        output_layer = output_layer + m.vocab_size / a.tp * h * e
+        kept = tokens * h * FP32_BYTES / sp  # its fp32 input (the normalised input and rsqrt are freed by then)
+        norm = 5 * residual_bytes(h, a) - (head_activation_bytes(m, a) - kept)
+        return larger(output_layer, norm)
+    return output_layer
+
+
+def persistent_buffer_bytes(m: ModelSpec, a: ActivationSetting) -> ArrayOrNumber:
+    """Buffers beside the model state that a step holds throughout. transformers (`hf`): the position ids
+    (b x s, int64) and, for eager attention, the boolean causal mask (s x s) each forward builds. Megatron's
+    local path allocates once and keeps all run: megatron-core's
+    GlobalMemoryBuffer "mpu" (utils.py), the input DotProductAttention's baddbmm is given (b x heads/tp x
+    s x s; non-MLA unfused attention) and the sequence-parallel all-gathers of the linear layers' inputs
+    (s x b x h), the larger of the two; lmspec's trainer's boolean causal mask (s x s) and position ids
+    (b x s, int64), the rotary embedding's cached fp32 frequencies, and on the CPU target the RNG tracker's states.
+    Transformer Engine keeps its own."""
+    s, e = a.seq_length // a.cp, a.element_bytes
+    positions = a.micro_batch_size * a.seq_length * INDEX_BYTES
+    if a.style == "hf":  # eager attention's boolean causal mask (sdpa's kernel is causal without one)
+        return positions + (0 if a.flash_attention else a.seq_length * a.seq_length * MASK_BYTES)
+    if a.kernels != "torch":
+        return 0.0
+    scores = a.micro_batch_size * m.num_attention_heads / a.tp * s * s * e
+    scores = scores * (not a.flash_attention and m.attention != "mla")
+    gathered = s * a.micro_batch_size * m.hidden_size * e * (a.sequence_parallel and a.tp > 1)
+    rotary = (m.mla.qk_rope_head_dim if m.mla is not None else m.head_dim) * FP32_BYTES
+    rng = (RNG_STATES + 1) * RNG_STATE_BYTES * a.cpu  # and the state the attention's dropout fork keeps
+    mask = a.seq_length * a.seq_length * MASK_BYTES
+    return larger(scores, gathered) + mask + positions + a.seq_length * rotary + rng
+
+
+def step_input_bytes(a: ActivationSetting) -> ArrayOrNumber:
+    """One micro-batch's token ids and labels (int64) that lmspec's loop holds for a whole step: all of the
+    step's micro-batches are read before it begins (runtime/train/loop.py), in device memory only on the
+    CPU target (on a GPU each is copied over as it runs, and its ids are priced as the embedding's)."""
+    return 2 * INDEX_BYTES * a.seq_length * a.micro_batch_size if a.cpu else 0.0
+
+
+def pipeline_held_bytes(pp: Any, stage: Any, virtual_stages: Any, residual: Any) -> Any:
+    """What megatron's pipeline schedules hold beside the activations on `stage`, in residual-stream tensors
+    (`residual`: one micro-batch's, this GPU's share): every model chunk but the model's first keeps its last
+    input and that input's retained gradient (TransformerBlock.set_input_tensor; schedules.py's
+    retain_grad); under 1F1B a stage past the first holds the previous micro-batch's input gradient while
+    the next backward runs, under interleaving two more receive and gradient buffers per such chunk and
+    two more (measured 2 on the first stage, 6 on the last at 2 x 2 chunks). The stage outputs themselves
+    are freed once sent (deallocate_pipeline_outputs, as Megatron-LM sets it). Plain arithmetic."""
+    later_chunks = pick(virtual_stages > 1, virtual_stages - (stage == 0), stage > 0) * (pp > 1)
+    held = pick(virtual_stages > 1, 4 * later_chunks + 2, 3 * later_chunks) * (pp > 1)
+    return held * residual
 
 
 def embedding_activation_bytes(a: ActivationSetting) -> float:

@@ -84,6 +84,7 @@ def memory_dict(m: TrainMemory) -> dict[str, Any]:
             "expert_params": s.expert_params,
             "in_flight_micro_batches": _round(s.in_flight),
             **{f"{t}_bytes": v for t, v in s.terms().items()},
+            "allocated_bytes": s.allocated_bytes,
             "total_bytes": s.total_bytes,
             "host_bytes": s.host_bytes,
         }
@@ -91,6 +92,8 @@ def memory_dict(m: TrainMemory) -> dict[str, Any]:
     worst = m.worst
     return {
         "per_gpu": {f"{t}_bytes": v for t, v in worst.terms().items()},
+        # what max_memory_allocated would report at the worst stage's peak; total_bytes adds the allocator's reserve
+        "allocated_bytes": worst.allocated_bytes,
         "total_bytes": worst.total_bytes,
         "worst_stage": worst.stage,
         "budget_bytes": m.budget_bytes,

@@ -1,4 +1,9 @@
-"""Training memory per GPU, by term and pipeline stage, as the backends really shard it.
+"""Training memory per GPU at the peak of a step, by term and pipeline stage, as the backends allocate it.
+
+`StageMemory.allocated_bytes` is the step's peak of allocated bytes (a GPU's max_memory_allocated), an
+upper bound held to one step measured exactly on CPU through the runtime's own trainers, every rank of
+every sharding kind (tests/models/test_measured_step_memory.py, bench/memory_measured.py); `total_bytes`
+adds what the caching allocator reserves beyond it (`allocator`), the number the budget rule weighs.
 
 Model state per parameter a GPU holds (mixed precision keeps fp32 master weights):
 
@@ -6,12 +11,15 @@ Model state per parameter a GPU holds (mixed precision keeps fp32 master weights
   12 B: 18 B/param; the distributed optimizer shards the 12 B over the data-parallel
   group (dp x cp for dense parameters, expert-dp for experts): 6 + 12/d.
   fp32: 4 + 4 + 8 (no master copy).
-- DeepSpeed, as its own estimators count it (`estimate_zero2/3_model_states_mem_needs`):
-  16-bit weights 2 B and gradients 2 B, fp32 gradient partition 4 B, master + Adam 12 B;
-  ZeRO-1 shards the fp32 gradient and optimizer partitions, ZeRO-2 also the 16-bit
-  gradients (2 + 18/d), ZeRO-3 also the weights (18/d: its 16-bit gradients go straight into
-  the fp32 partition) plus the largest module gathered (16-bit weights and gradients,
-  4 B/param). Offload moves the fp32 partitions to host.
+- DeepSpeed as its engine and ZeRO optimizers allocate at the backward peak (`deepspeed_state_bytes`), not
+  as its estimators count: gradients per micro-batch accumulation and ZeRO stage, an fp32 master
+  partition even in fp32, ZeRO-3's gradient partition in the model's dtype; its buckets, partition edges
+  and gathered parameters are the workspace (`deepspeed_workspace`).
+
+The working term is what the peak holds beyond the micro-batches' saved activations
+(`stage_working_bytes`): a MoE layer's dispatch buffers, full recompute's rebuilt layer, the head's and the
+last layer's backward. The workspace also holds the buffers of the layout (`stage_held_bytes`): megatron's
+persistent buffers, the pipeline schedule's inputs and gradients, the step's inputs on the CPU target.
 
 train.precision=fp8 or fp4 (Transformer Engine) adds the recipe's quantized weight copies
 (compiler/models/recipes.py `Recipe.weight_bytes`): TE casts each bf16 weight once per step and keeps the
@@ -47,17 +55,29 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lmspec.compiler.backends import backend_of
+from lmspec.compiler.backends.deepspeed_buffers import (
+    ALLREDUCE_FLAT_ELEMENTS,
+    ZERO3_MAX_LIVE_PARAMETERS,
+    ZERO3_SUB_GROUP_ELEMENTS,
+    bucket_elements,
+)
 from lmspec.compiler.models import ArrayOrNumber, larger, pick, smaller
 from lmspec.compiler.models.activations import (
     ActivationSetting,
+    backward_working_bytes,
     dispatched_tokens,
     embedding_activation_bytes,
     head_activation_bytes,
+    head_working_bytes,
     layer_activation_bytes,
     layer_shape,
+    persistent_buffer_bytes,
+    pipeline_held_bytes,
+    residual_bytes,
+    step_input_bytes,
     working_layer_bytes,
 )
-from lmspec.compiler.models.dims import ParallelDims
+from lmspec.compiler.models.dims import ParallelDims, device_kind
 from lmspec.compiler.models.moe_dispatch import moe_a2a_overlaps
 from lmspec.compiler.models.moe_load import Routing, rank_imbalance
 from lmspec.compiler.models.params import count_params, is_moe_layer, layer_params
@@ -68,11 +88,16 @@ from lmspec.compiler.spec.sections import ModelSpec, TrainingSpec
 
 # Device memory PyTorch cannot allocate: CUDA context, cuBLAS/NCCL workspaces, driver reserve.
 DEVICE_RESERVE_GIB = 1.0
-# Caching-allocator fragmentation and communication buckets, as a share of what is allocated.
+# What the caching allocator reserves beyond what is allocated (fragmentation, blocks cached for reuse), as a
+# share of it: not yet modelled from the allocator, which needs max_memory_reserved from a GPU.
 FRAGMENTATION_FRACTION = 0.05
 ADAM_STATES = 2  # exp_avg, exp_avg_sq
+FP64_BYTES = 8  # DeepSpeed's ZeRO-1/2 gradient norm casts a gradient to fp64
 SGD_STATES = 1  # momentum buffer
-TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
+# What the step allocates (`allocated_bytes`: a GPU's max_memory_allocated), then what the caching allocator
+# holds beyond it (reserved).
+ALLOCATED_TERMS = ("weights", "gradients", "optimizer", "activations", "workspace")
+TERMS = (*ALLOCATED_TERMS, "allocator")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,18 +123,19 @@ class StageMemory:
     gradients_bytes: int
     optimizer_bytes: int
     activations_bytes: int
-    buffers_bytes: int
+    workspace_bytes: int  # buffers the backend allocates beside the model state and the activations
+    allocator_bytes: int  # reserved by the caching allocator beyond what is allocated
     host_bytes: int
 
     @property
+    def allocated_bytes(self) -> int:
+        """The step's peak of allocated bytes: what a GPU's torch.cuda.max_memory_allocated reports."""
+        return sum(getattr(self, f"{t}_bytes") for t in ALLOCATED_TERMS)
+
+    @property
     def total_bytes(self) -> int:
-        return (
-            self.weights_bytes
-            + self.gradients_bytes
-            + self.optimizer_bytes
-            + self.activations_bytes
-            + self.buffers_bytes
-        )
+        """Reserved at the peak: what the device must hold."""
+        return self.allocated_bytes + self.allocator_bytes
 
     def terms(self) -> dict[str, int]:
         return {t: getattr(self, f"{t}_bytes") for t in TERMS}
@@ -133,59 +159,63 @@ def optimizer_states(spec: TrainingSpec) -> int:
     return ADAM_STATES if spec.train.optimizer.name in ("adam", "adamw") else SGD_STATES
 
 
-def zero_state_bytes(
-    stage: int,
-    shards: ArrayOrNumber,
-    *,
-    param_bytes: float,
-    grad_bytes: float,
-    fp32_grad_bytes: float,
-    optimizer_bytes: float,
-    offload_optimizer: bool = False,
-    offload_params: bool = False,
-) -> StateBytes:
-    """ZeRO stage 0-3 over `shards` ranks: P_os (1), +g (2), +p (3) as Rajbhandari et al. 2020."""
-    os_div, g_div, p_div = (shards if stage >= 1 else 1), (shards if stage >= 2 else 1), (shards if stage >= 3 else 1)
-    host = 0.0
-    weights = param_bytes / p_div
-    # ZeRO-3 reduce-scatters 16-bit gradients straight into the fp32 accumulation partition (the
-    # 16-bit copy lives only in the gathered module's buffer); without an fp32 partition they stay.
-    low_grads = 0.0 if stage >= 3 and fp32_grad_bytes else grad_bytes / g_div
-    gradients = low_grads + fp32_grad_bytes / os_div
-    optimizer = optimizer_bytes / os_div
-    if offload_optimizer:
-        host += optimizer + fp32_grad_bytes / os_div
-        gradients -= fp32_grad_bytes / os_div
-        gradients -= low_grads if stage >= 2 else 0  # reduced straight into host partitions
-        optimizer = 0.0
-    if offload_params:
-        host += weights
-        weights = 0.0
+def deepspeed_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber) -> StateBytes:
+    """Bytes per parameter a DeepSpeed GPU holds at the backward peak of a step, as DeepSpeed 0.18's
+    engine and ZeRO optimizers allocate them (measured on CPU, tests/models/test_measured_step_memory.py),
+    not as its estimators (`estimate_zero2/3_model_states_mem_needs`) count them. e = the model's bytes,
+    d = `shards`, accumulating = more than one micro-batch per step.
+
+    - weights: e (ZeRO-3: its e/d partition; the gathered modules are workspace).
+    - gradients: ZeRO-0 keeps `param.grad` from the first micro-batch's backward to the step (the engine sets
+      it to None after each step, so one micro-batch's backward holds none), plus bf16/fp16 optimizers' fp32
+      accumulation copy. ZeRO-1 accumulates whole `param.grad` likewise and, in the boundary backward,
+      reduces into `grads_in_partition` (e/d; stage_1_and_2.py `copy_grads_in_partition`). ZeRO-2 makes a
+      new `grads_in_partition` each micro-batch, and the last one is still referenced when the next is made:
+      two at the boundary. ZeRO-3 accumulates into its persistent partition (`grad_partitions_flat_buffer`,
+      in the model's dtype: lmspec sets no data_types.grad_accum_dtype).
+    - optimizer: Adam's moments and, under ZeRO 1-3, an fp32 master partition, always: DeepSpeed clones
+      one even for fp32 training (stage_1_and_2.py `single_partition_of_fp32_groups`; stage3.py compares a
+      torch.device with a device name to share it, which never holds). ZeRO-0 in fp32 steps the
+      parameters themselves.
+    Offload moves the fp32 partitions (master, moments, the reduced gradients) to host memory."""
+    t, p = spec.train, spec.parallel
+    stage, e = p.zero_stage, precision_bytes(t.precision)
+    mixed = t.precision != "fp32"
+    moments = optimizer_states(spec) * FP32_BYTES
+    accumulating = micro_batches > 1
+    optimizer: ArrayOrNumber
+    if stage == 0:
+        weights, optimizer = float(e), moments + (FP32_BYTES if mixed else 0)
+        gradients = e * accumulating + (FP32_BYTES if mixed else 0)
+    else:
+        weights = e / shards if stage == 3 else float(e)
+        optimizer = (FP32_BYTES + moments) / shards
+        whole: ArrayOrNumber = e * accumulating if stage == 1 else 0
+        partitions = 1 + accumulating if stage == 2 else 1
+        gradients = whole + partitions * e / shards
+    host: ArrayOrNumber = 0.0
+    if p.offload_optimizer and stage >= 1:  # the partitions' gradients are reduced into host buffers
+        host, optimizer = optimizer + FP32_BYTES / shards, 0.0
+        gradients = whole
+    if p.offload_params and stage == 3:
+        host, weights = host + weights, 0.0
     return StateBytes(weights=weights, gradients=gradients, optimizer=optimizer, host=host)
 
 
-def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber) -> StateBytes:
+def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber) -> StateBytes:
     """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
     t, p = spec.train, spec.parallel
+    if backend_of(spec).zero_sharding:
+        return deepspeed_state_bytes(spec, shards, micro_batches)
+    # Megatron: the distributed optimizer shards the fp32 state only
     mixed = t.precision != "fp32"
     low = precision_bytes(t.precision)
     moments = optimizer_states(spec) * FP32_BYTES
     master = FP32_BYTES if mixed else 0
-    if not backend_of(spec).zero_sharding:  # Megatron: the distributed optimizer shards fp32 state only
-        shard = shards if p.distributed_optimizer else 1
-        recipe = recipe_of(spec)
-        copies = recipe.weight_bytes(spec.hardware.gpu.generation) if recipe is not None else 0
-        return StateBytes(weights=low + copies, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
-    return zero_state_bytes(
-        p.zero_stage,
-        shards,
-        param_bytes=low,
-        grad_bytes=low,
-        fp32_grad_bytes=FP32_BYTES if mixed else 0,
-        optimizer_bytes=master + moments,
-        offload_optimizer=p.offload_optimizer,
-        offload_params=p.offload_params,
-    )
+    shard = shards if p.distributed_optimizer else 1
+    recipe = recipe_of(spec)
+    copies = recipe.weight_bytes(spec.hardware.gpu.generation) if recipe is not None else 0
+    return StateBytes(weights=low + copies, gradients=FP32_BYTES, optimizer=(master + moments) / shard)
 
 
 def capacity_load(tokens: Any, top_k: int, experts: int, capacity_factor: float) -> Any:
@@ -237,18 +267,132 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
         ep=p.ep,
         dispatcher=t.moe.dispatcher,
         quantized_input_bytes=recipe.saved_input_bytes() if recipe is not None else None,
+        cpu=device_kind(spec) == "cpu",
     )
     tokens = t.micro_batch_size * t.seq_length / p.cp
     routed, sent = moe_loads(spec, p.ep, tokens, tokens / dispatched_tokens(act))
     return replace(act, routed_load=routed, sent_load=sent)
 
 
-def gathered_layer_bytes(spec: TrainingSpec) -> int:
-    """ZeRO-3 gathers one module's 16-bit weights and gradients at a time; 0 otherwise."""
-    t, p = spec.train, spec.parallel
-    if backend_of(spec).zero_sharding and p.zero_stage == 3:
-        return 2 * precision_bytes(t.precision) * count_params(spec.model).largest_layer
-    return 0
+@dataclass(frozen=True, kw_only=True)
+class Workspace:
+    """Buffers a GPU's backend allocates beside the model state and the activations: `fixed` bytes, and
+    gathered parameters (ZeRO-3), `gathered_bytes` per parameter of the GPU's stage, of at most
+    `gathered_cap` parameters. Arrays of candidates in compiler/search."""
+
+    fixed: ArrayOrNumber = 0.0
+    gathered_bytes: ArrayOrNumber = 0.0
+    gathered_cap: ArrayOrNumber = 0.0
+
+    def at(self, params: ArrayOrNumber) -> ArrayOrNumber:
+        return self.fixed + self.gathered_bytes * smaller(params, self.gathered_cap)
+
+
+def deepspeed_workspace(spec: TrainingSpec) -> Workspace:
+    """ZeRO's buffers at the backward peak (compiler/backends/deepspeed_buffers.py sizes them), in the model's
+    dtype: ZeRO-1/2 the gradient-reduction bucket (twice under overlap_comm) and, per `grads_in_partition`
+    (one, two under ZeRO-2), the parameter that straddles the partition's edge (its size counts the
+    parameters that overlap the partition: at most the largest one more); ZeRO-3 its bucket, the gradients
+    of the module whose backward runs before they are reduced, and the gathered parameters: all of them up
+    to stage3_max_live_parameters (plus the module being gathered), since every parameter is used again
+    within stage3_max_reuse_distance of its forward."""
+    p, e = spec.parallel, precision_bytes(spec.train.precision)
+    bucket = bucket_elements(spec.model.hidden_size) * e
+    largest = count_params(spec.model).largest_layer
+    if p.zero_stage in (1, 2):
+        partitions = 2 if p.zero_stage == 2 else 1
+        return Workspace(fixed=bucket * (1 + p.overlap.grad_reduce) + partitions * e * largest)
+    if p.zero_stage == 3:
+        gathered = 0.0 if p.offload_params else float(e)
+        return Workspace(
+            fixed=bucket + e * largest, gathered_bytes=gathered, gathered_cap=ZERO3_MAX_LIVE_PARAMETERS + largest
+        )
+    return Workspace()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPhase:
+    """What decides the peak after the backward, when the gradients are reduced and the optimizer steps (no
+    activation alive): per spec, or arrays of candidates in compiler/search."""
+
+    zero_stage: ArrayOrNumber  # DeepSpeed's ZeRO stage; -1 for megatron
+    element_bytes: ArrayOrNumber
+    mixed: ArrayOrNumber  # 1 under bf16/fp16
+    cpu: ArrayOrNumber  # 1 on the CPU target: torch's single-tensor Adam, not foreach
+    fused: ArrayOrNumber  # 1 where megatron steps with Transformer Engine's/Apex's FusedAdam (in place)
+    largest: ArrayOrNumber  # elements of the largest parameter tensor, before tensor parallelism
+
+
+def step_phase(spec: TrainingSpec) -> StepPhase:
+    """The step-phase setting of `spec`. Megatron's largest tensors are fused (QKV, gate and up), which
+    transformers' modules (`largest_layer`) split."""
+    m, t = spec.model, spec.train
+    largest = count_params(m).largest_layer
+    cpu = device_kind(spec) == "cpu"
+    stage: int
+    if backend_of(spec).zero_sharding:
+        stage = spec.parallel.zero_stage
+        fused = False
+    else:
+        stage = -1
+        largest = max(largest, m.vocab_size * m.hidden_size, 2 * m.ffn_hidden_size * m.hidden_size)
+        fused = not cpu and t.transformer_impl == "transformer_engine"
+    return StepPhase(
+        zero_stage=stage,
+        element_bytes=precision_bytes(t.precision),
+        mixed=t.precision != "fp32",
+        cpu=cpu,
+        fused=fused,
+        largest=largest,
+    )
+
+
+def step_phase_bytes(
+    ph: StepPhase, params: Any, shards: Any, tp: Any, state: Any, weights_optimizer: Any, held: Any, fixed: Any
+) -> Any:
+    """The peak of the phases after the backward on one GPU (measured on CPU through the runtime's trainers;
+    GPUs differ in Adam alone). `params`: the parameters it holds before optimizer sharding; `state`: its
+    weights, gradients and optimizer bytes at the backward peak, `weights_optimizer` those but the gradients
+    (each DeepSpeed phase holds gradients of its own); `held`: the layout's buffers; `fixed`: DeepSpeed's
+    buffers. Plain arithmetic.
+
+    - Adam's temporaries (fp32): torch's single-tensor step on CPU makes sqrt(v) and its quotient for one
+      tensor while the last one's is bound (3 x the largest; 2 x a flat ZeRO partition, its group's one
+      tensor); foreach, CUDA's default, one per parameter of the group; FusedAdam none.
+    - megatron: DDP reduces in the gradient buffer's own buckets and clips in place: the model state, the
+      layout's buffers and Adam's temporaries.
+    - ZeRO-0: the engine all-reduces gradients through a flat copy (up to 5e8 elements), then the optimizer
+      (under bf16/fp16 DeepSpeed's unfused optimizer, an fp32 copy of every gradient) steps.
+    - ZeRO-1/2: the gradient norm casts one gradient to fp64; the partition's gradients (`grads_in_partition`,
+      its edge parameter more) are flattened into the fp32 partition's gradient (a 16-bit flat copy first
+      under bf16/fp16), then Adam steps on the partition.
+    - ZeRO-3: the persistent gradient partition, and per sub-group its flat and fp32 gradients, then Adam."""
+    e, largest = ph.element_bytes, ph.largest / tp
+    part = params / shards
+    sub = smaller(part, ZERO3_SUB_GROUP_ELEMENTS)
+    fp32 = FP32_BYTES
+
+    def adam(group: Any, flat: bool) -> Any:
+        on_cpu = (2 * group) if flat else (3 * largest)
+        return fp32 * pick(ph.fused, 0.0, pick(ph.cpu, on_cpu, group))
+
+    megatron = state + held + adam(params, flat=False)
+    base = weights_optimizer + held
+    flat_reduce = e * smaller(params, ALLREDUCE_FLAT_ELEMENTS + largest)
+    zero0 = base + e * params + larger(flat_reduce, fp32 * params * ph.mixed + adam(params, flat=False))
+    in_partition = e * (part + largest)
+    flatten = in_partition + larger(FP64_BYTES * largest, e * part + fp32 * part * ph.mixed)
+    zero12 = base + fixed + larger(flatten, fp32 * part + adam(part, flat=True))
+    zero3 = base + fixed + e * part + larger(e * sub + fp32 * sub * ph.mixed, fp32 * sub + adam(sub, flat=True))
+    stage = ph.zero_stage
+    return pick(stage < 0, megatron, pick(stage == 0, zero0, pick(stage == 3, zero3, zero12)))
+
+
+def backend_workspace(spec: TrainingSpec) -> Workspace:
+    """The workspace of the spec's backend."""
+    if backend_of(spec).zero_sharding:
+        return deepspeed_workspace(spec)
+    return Workspace()
 
 
 def stage_terms(
@@ -259,16 +403,47 @@ def stage_terms(
     in_flight: Any,
     dense_state: StateBytes,
     expert_state: StateBytes,
-    gather_bytes: Any,
-) -> tuple[Any, Any, Any, Any, Any]:
-    """(weights, gradients, optimizer, activations, buffers) bytes of one stage's GPU. Plain
-    arithmetic: `lmspec plan` calls it on numpy arrays of candidates (compiler/search)."""
+    workspace: Workspace,
+    held: Any,
+    phase: StepPhase,
+    shards: Any,
+    tp: Any,
+) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(weights, gradients, optimizer, activations, workspace, allocator) bytes of one stage's GPU at the
+    peak of its step: the backward's, or the gradient reduction's and optimizer step's when that is higher
+    (`step_phase_bytes`, its excess counted as workspace). `held`: the buffers of its layout
+    (`stage_held_bytes`); `shards`: the dense parameters' optimizer shards. Plain arithmetic: `lmspec plan`
+    calls it on numpy arrays of candidates (compiler/search)."""
     weights = dense * dense_state.weights + expert * expert_state.weights
     grads = dense * dense_state.gradients + expert * expert_state.gradients
     optim = dense * dense_state.optimizer + expert * expert_state.optimizer
     activations = per_mb * in_flight + working
-    buffers = gather_bytes + FRAGMENTATION_FRACTION * (weights + grads + optim + activations)
-    return weights, grads, optim, activations, buffers
+    buffers = workspace.at(dense + expert) + held
+    backward = weights + grads + optim + activations + buffers
+    after = step_phase_bytes(
+        phase, dense + expert, shards, tp, weights + grads + optim, weights + optim, held, workspace.fixed
+    )
+    buffers = buffers + larger(after - backward, 0.0)
+    allocator = FRAGMENTATION_FRACTION * (weights + grads + optim + activations + buffers)
+    return weights, grads, optim, activations, buffers, allocator
+
+
+def stage_working_bytes(forward: Any, head: Any, backward: Any, last_head: Any) -> Any:
+    """What a stage holds at its peak beyond the saved activations of its micro-batches in flight: the
+    largest of a layer's forward transient (`working_layer_bytes`: MoE dispatch buffers, full recompute's
+    rebuilt layer), the head's backward (`head_working_bytes`, on the last stage) and the backward of the
+    stage's last layer (`backward_working_bytes`), by when the head's activations `last_head` are freed.
+    Plain arithmetic."""
+    return larger(larger(forward, head), larger(backward - last_head, 0.0))
+
+
+def stage_held_bytes(
+    persistent: Any, inputs: Any, micro_batches: Any, pp: Any, stage: Any, virtual_stages: Any, residual: Any
+) -> Any:
+    """Buffers of a stage's layout beside model state and activations: the backend's persistent buffers
+    (`persistent_buffer_bytes`), the step's inputs (`step_input_bytes` per micro-batch) and what the
+    pipeline schedule holds (`pipeline_held_bytes`). Plain arithmetic."""
+    return persistent + inputs * micro_batches + pipeline_held_bytes(pp, stage, virtual_stages, residual)
 
 
 def budget_bytes(memory_gib: float) -> int:
@@ -325,30 +500,57 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
     m, p = spec.model, spec.parallel
     counts = count_params(m)
     layers = [layer_params(m, i) for i in range(m.num_layers)]
-    dense_state, expert_state = state_bytes(spec, dims.dense_dp), state_bytes(spec, dims.expert_dp)
+    dense_state = state_bytes(spec, dims.dense_dp, dims.micro_batches)
+    expert_state = state_bytes(spec, dims.expert_dp, dims.micro_batches)
     act = activation_setting(spec)
-    gather_bytes = gathered_layer_bytes(spec)
+    workspace = backend_workspace(spec)
+    phase = step_phase(spec)
+    persistent = persistent_buffer_bytes(m, act)
+    inputs = step_input_bytes(act)
     a2a_overlap = moe_a2a_overlaps(p.overlap.moe_a2a, p.ep, spec.train.recompute == "full", p.pp, p.virtual_stages or 1)
     out: list[StageMemory] = []
     first = 0
     for index, n_layers in enumerate(dims.stage_layers):
         dense, expert = stage_params(layers, counts, first, first + n_layers, p.pp).per_gpu(p.tp, p.ep, p.etp)
         per_mb = 0.0
-        working = 0.0
+        forward = backward = 0.0
         for i in range(first, first + n_layers):
             shape = layer_shape(m, is_moe_layer(m, i))
             per_mb += layer_activation_bytes(shape, act)
-            working = max(working, working_layer_bytes(shape, act))
+            forward = max(forward, working_layer_bytes(shape, act))
+            backward = max(backward, backward_working_bytes(shape, act))  # each kind the stage holds
         first += n_layers
         if index == 0:
             per_mb += embedding_activation_bytes(act)
-        if index == len(dims.stage_layers) - 1:
-            per_mb += last_stage_activation_bytes(m, act)
+        last = index == len(dims.stage_layers) - 1
+        head = last_stage_activation_bytes(m, act) if last else 0.0
+        per_mb += head
+        working = stage_working_bytes(forward, head_working_bytes(m, act) if last else 0.0, backward, head)
         in_flight = float(
             in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages or 1, n_layers, a2a_overlap)
         )
-        weights, grads, optim, activations, buffers = stage_terms(
-            dense, expert, per_mb, working, in_flight, dense_state, expert_state, gather_bytes
+        held = stage_held_bytes(
+            persistent,
+            inputs,
+            dims.micro_batches,
+            p.pp,
+            index,
+            p.virtual_stages or 1,
+            residual_bytes(m.hidden_size, act),
+        )
+        weights, grads, optim, activations, buffers, allocator = stage_terms(
+            dense,
+            expert,
+            per_mb,
+            working,
+            in_flight,
+            dense_state,
+            expert_state,
+            workspace,
+            held,
+            phase,
+            dims.dense_dp,
+            p.tp,
         )
         out.append(
             StageMemory(
@@ -361,7 +563,8 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
                 gradients_bytes=round(grads),
                 optimizer_bytes=round(optim),
                 activations_bytes=round(activations),
-                buffers_bytes=round(buffers),
+                workspace_bytes=round(buffers),
+                allocator_bytes=round(allocator),
                 host_bytes=round(dense * dense_state.host + expert * expert_state.host),
             )
         )

@@ -230,7 +230,8 @@ def training_fits_memory(ctx: TrainingContext) -> Iterator[Problem]:
         "optimizer": "fp32 master weights and Adam moments of every parameter this GPU holds",
         "gradients": "gradients of every parameter this GPU holds",
         "weights": "parameters this GPU holds",
-        "buffers": "gathered layers and allocator fragmentation",
+        "workspace": "buffers the backend allocates beside the model state and activations",
+        "allocator": "what the caching allocator reserves beyond what is allocated",
     }[biggest]
     fixes = _fix_lines(spec)
     stage = (

@@ -22,10 +22,15 @@ from itertools import product
 import numpy as np
 
 from lmspec.compiler.models.activations import (
+    backward_working_bytes,
     dispatched_tokens,
     embedding_activation_bytes,
+    head_working_bytes,
     layer_activation_bytes,
     layer_shape,
+    persistent_buffer_bytes,
+    residual_bytes,
+    step_input_bytes,
     working_layer_bytes,
 )
 from lmspec.compiler.models.dims import balanced_stages
@@ -33,14 +38,19 @@ from lmspec.compiler.models.params import count_params, is_moe_layer, layer_para
 from lmspec.compiler.models.stages import StageParams, last_stage_extra, stage_params
 from lmspec.compiler.models.train_memory import (
     StateBytes,
+    StepPhase,
+    Workspace,
     activation_setting,
+    backend_workspace,
     budget_bytes,
-    gathered_layer_bytes,
     in_flight_micro_batches,
     last_stage_activation_bytes,
     moe_loads,
+    stage_held_bytes,
     stage_terms,
+    stage_working_bytes,
     state_bytes,
+    step_phase,
 )
 from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, ZERO_STAGES, Columns, dims_of
 from lmspec.compiler.spec.sections import TrainingSpec
@@ -139,7 +149,20 @@ def _group_spec(
     return dataclasses.replace(spec, parallel=parallel, train=train)
 
 
-ACTIVATION_TERMS = ("dense_layer", "moe_layer", "embedding", "head", "dense_working", "moe_working")
+ACTIVATION_TERMS = (
+    "dense_layer",
+    "moe_layer",
+    "embedding",
+    "head",
+    "dense_working",
+    "moe_working",
+    "head_working",
+    "dense_backward",
+    "moe_backward",
+    "persistent",
+    "inputs",
+    "residual",
+)
 
 
 def _activation_lookup(
@@ -174,6 +197,12 @@ def _activation_lookup(
             last_stage_activation_bytes(m, act),
             working_layer_bytes(dense_shape, act),
             0.0 if moe_shape is None else working_layer_bytes(moe_shape, act),
+            head_working_bytes(m, act),
+            backward_working_bytes(dense_shape, act),
+            0.0 if moe_shape is None else backward_working_bytes(moe_shape, act),
+            persistent_buffer_bytes(m, act),
+            step_input_bytes(act),
+            residual_bytes(m.hidden_size, act),
         )
         for k, v in zip(ACTIVATION_TERMS, values):
             tables[k][b, sp, r] = v
@@ -187,15 +216,19 @@ def _activation_lookup(
         np.searchsorted(ep_values, c.ep),
     )
     flat = np.ravel_multi_index(at, tables["dense_layer"].shape)
-    return {k: t.ravel()[flat] for k, t in tables.items()}
+    # a term that is nought everywhere (no MoE layer, the step's inputs off the CPU target) is looked up by no one
+    nought = np.broadcast_to(0.0, flat.shape)  # a view: no memory, no gather
+    return {k: t.ravel()[flat] if t.any() else nought for k, t in tables.items()}
 
 
-def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateBytes, np.ndarray]:
-    """Bytes per dense and per expert parameter, and gathered-layer bytes, of each candidate."""
+def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateBytes, Workspace, StepPhase]:
+    """Bytes per dense and per expert parameter, the backend's workspace and step-phase setting, of each
+    candidate."""
     n = c.size
     dense = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
     expert = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
-    gather = np.zeros(n)
+    workspace = {f.name: np.zeros(n) for f in dataclasses.fields(Workspace)}
+    phase = {f.name: np.zeros(n) for f in dataclasses.fields(StepPhase)}
     dims = dims_of(c, spec)
     code = c.backend * 8 + c.zero_stage * 2 + c.distributed_optimizer
     for value in np.flatnonzero(np.bincount(code, minlength=16)).tolist():
@@ -205,11 +238,15 @@ def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateByt
             continue
         g = _group_spec(spec, b, zero=z, dopt=d)
         for out, shards in ((dense, dims.dense_dp[rows]), (expert, dims.expert_dp[rows])):
-            state = state_bytes(g, shards)
+            state = state_bytes(g, shards, dims.micro_batches[rows])
             for f in out:
                 out[f][rows] = getattr(state, f)
-        gather[rows] = gathered_layer_bytes(g)
-    return StateBytes(**dense), StateBytes(**expert), gather
+        group_workspace, group_phase = backend_workspace(g), step_phase(g)
+        for f in workspace:
+            workspace[f][rows] = getattr(group_workspace, f)
+        for f in phase:
+            phase[f][rows] = getattr(group_phase, f)
+    return StateBytes(**dense), StateBytes(**expert), Workspace(**workspace), StepPhase(**phase)
 
 
 def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_values: dict[str, np.ndarray]) -> Memory:
@@ -218,7 +255,8 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
     n = c.size
     ep_values = np.unique(c.ep)
     act = _activation_lookup(spec, c, axes_values["tp"], axes_values["cp"], axes_values["micro_batch_size"], ep_values)
-    dense_state, expert_state, gather = _state_columns(spec, c)
+    dense_state, expert_state, workspace, phase = _state_columns(spec, c)
+    shards = dims_of(c, spec).dense_dp
     total, worst = np.zeros(n), np.zeros(n, dtype=np.int64)
     dense_out, expert_out = np.zeros(n), np.zeros(n)
     etp = spec.parallel.etp
@@ -244,9 +282,12 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
             + row(table.first) * col(act["embedding"])
             + row(table.last) * col(act["head"])
         )
-        working = np.maximum(
-            (row(table.dense_layers) > 0) * col(act["dense_working"]),
-            (row(table.moe_layers) > 0) * col(act["moe_working"]),
+        has_dense, has_moe, last = row(table.dense_layers) > 0, row(table.moe_layers) > 0, row(table.last)
+        working = stage_working_bytes(
+            np.maximum(has_dense * col(act["dense_working"]), has_moe * col(act["moe_working"])),
+            last * col(act["head_working"]),
+            np.maximum(has_dense * col(act["dense_backward"]), has_moe * col(act["moe_backward"])),
+            last * col(act["head"]),
         )
         in_flight = in_flight_micro_batches(
             s + 1,
@@ -260,7 +301,32 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
             StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
             for st in (dense_state, expert_state)
         )
-        stage_total = sum(stage_terms(dense, expert, per_mb, working, in_flight, dense_st, expert_st, col(gather)))
+        stage_workspace = Workspace(**{f.name: col(getattr(workspace, f.name)) for f in dataclasses.fields(Workspace)})
+        held = stage_held_bytes(
+            col(act["persistent"]),
+            col(act["inputs"]),
+            col(c.micro_batches),
+            s + 1,
+            row(table.index),
+            col(c.virtual_stages),
+            col(act["residual"]),
+        )
+        stage_total = sum(
+            stage_terms(
+                dense,
+                expert,
+                per_mb,
+                working,
+                in_flight,
+                dense_st,
+                expert_st,
+                stage_workspace,
+                held,
+                StepPhase(**{f.name: col(getattr(phase, f.name)) for f in dataclasses.fields(StepPhase)}),
+                col(shards),
+                col(c.tp),
+            )
+        )
         pick = np.argmax(stage_total, axis=1)
         at = np.arange(hi - lo)
         total[cut] = stage_total[at, pick]
