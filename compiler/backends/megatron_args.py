@@ -120,7 +120,6 @@ DERIVED = {
     "virtual_pipeline_model_parallel_size",
     "overlap_p2p_comm",
     "batch_p2p_comm",
-    "deallocate_pipeline_outputs",  # core_transformer_config_from_args sets it true itself
     *MLA_FIXED,
 }
 COVERED = {*SAME_NAME_VALUES, *RENAMED_VALUES, *SWITCHES_ON, *SWITCHES_OFF, *DERIVED}

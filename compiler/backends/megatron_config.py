@@ -252,10 +252,6 @@ def parallel_settings(spec: TrainingSpec, degrees: ParallelDegrees) -> dict[str,
         expert_tensor_parallel_size=d.etp,
         sequence_parallel=d.sequence_parallel and d.tp > 1,
     )
-    if d.pp > 1:
-        # free each stage output's storage once it is sent, keeping its autograd node (Megatron-LM sets it in
-        # core_transformer_config_from_args; megatron-core's own default keeps every output to its backward)
-        settings["deallocate_pipeline_outputs"] = True
     if d.pp > 1 and d.stage_layers is not None:
         settings["pipeline_model_parallel_layout"] = pipeline_layout(
             d.stage_layers, d.virtual_stages, spec.model.mtp_layers

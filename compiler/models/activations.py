@@ -424,17 +424,22 @@ def step_input_bytes(a: ActivationSetting) -> ArrayOrNumber:
     return 2 * INDEX_BYTES * a.seq_length * a.micro_batch_size if a.cpu else 0.0
 
 
-def pipeline_held_bytes(pp: Any, stage: Any, virtual_stages: Any, residual: Any) -> Any:
+def pipeline_held_bytes(pp: Any, stage: Any, virtual_stages: Any, micro_batches: Any, residual: Any) -> Any:
     """What megatron's pipeline schedules hold beside the activations on `stage`, in residual-stream tensors
-    (`residual`: one micro-batch's, this GPU's share): every model chunk but the model's first keeps its last
+    (`residual`: one micro-batch's, this GPU's share). Every model chunk but the model's first keeps its last
     input and that input's retained gradient (TransformerBlock.set_input_tensor; schedules.py's
-    retain_grad); under 1F1B a stage past the first holds the previous micro-batch's input gradient while
-    the next backward runs, under interleaving two more receive and gradient buffers per such chunk and
-    two more (measured 2 on the first stage, 6 on the last at 2 x 2 chunks). The stage outputs themselves
-    are freed once sent (deallocate_pipeline_outputs, as Megatron-LM sets it). Plain arithmetic."""
-    later_chunks = pick(virtual_stages > 1, virtual_stages - (stage == 0), stage > 0) * (pp > 1)
-    held = pick(virtual_stages > 1, 4 * later_chunks + 2, 3 * later_chunks) * (pp > 1)
-    return held * residual
+    retain_grad); under 1F1B a stage past the first holds the previous micro-batch's input gradient while the
+    next backward runs, under interleaving two more receive and gradient buffers per such chunk and two more
+    (measured 2 on the first stage, 6 on the last at 2 x 2 chunks). And each forward in flight keeps its
+    output until its backward: megatron-core's default (deallocate_pipeline_outputs, which lmspec's build
+    leaves off) frees none once sent; every stage but the last under 1F1B, every chunk forward under
+    interleaving (an upper bound: the model's last chunk sends nothing). Plain arithmetic."""
+    interleaved = virtual_stages > 1
+    later_chunks = pick(interleaved, virtual_stages - (stage == 0), stage > 0)
+    buffers = pick(interleaved, 4 * later_chunks + 2, 3 * later_chunks)
+    chunk_forwards = smaller(2 * (pp - stage - 1) + (virtual_stages - 1) * pp + 1, virtual_stages * micro_batches)
+    outputs = pick(interleaved, chunk_forwards, smaller(pp - stage, micro_batches) * (stage < pp - 1))
+    return (buffers + outputs) * (pp > 1) * residual
 
 
 def embedding_activation_bytes(a: ActivationSetting) -> float:

@@ -443,7 +443,7 @@ def stage_held_bytes(
     """Buffers of a stage's layout beside model state and activations: the backend's persistent buffers
     (`persistent_buffer_bytes`), the step's inputs (`step_input_bytes` per micro-batch) and what the
     pipeline schedule holds (`pipeline_held_bytes`). Plain arithmetic."""
-    return persistent + inputs * micro_batches + pipeline_held_bytes(pp, stage, virtual_stages, residual)
+    return persistent + inputs * micro_batches + pipeline_held_bytes(pp, stage, virtual_stages, micro_batches, residual)
 
 
 def budget_bytes(memory_gib: float) -> int:
