@@ -376,16 +376,45 @@ def step_phase_bytes(
         on_cpu = (2 * group) if flat else (3 * largest)
         return fp32 * pick(ph.fused, 0.0, pick(ph.cpu, on_cpu, group))
 
-    megatron = state + held + adam(params, flat=False)
-    base = weights_optimizer + held
-    flat_reduce = e * smaller(params, ALLREDUCE_FLAT_ELEMENTS + largest)
-    zero0 = base + e * params + larger(flat_reduce, fp32 * params * ph.mixed + adam(params, flat=False))
-    in_partition = e * (part + largest)
-    flatten = in_partition + larger(FP64_BYTES * largest, e * part + fp32 * part * ph.mixed)
-    zero12 = base + fixed + larger(flatten, fp32 * part + adam(part, flat=True))
-    zero3 = base + fixed + e * part + larger(e * sub + fp32 * sub * ph.mixed, fp32 * sub + adam(sub, flat=True))
+    def megatron() -> Any:
+        return state + held + adam(params, flat=False)
+
+    def zero0() -> Any:
+        flat_reduce = e * smaller(params, ALLREDUCE_FLAT_ELEMENTS + largest)
+        return (
+            weights_optimizer
+            + held
+            + e * params
+            + larger(flat_reduce, fp32 * params * ph.mixed + adam(params, flat=False))
+        )
+
+    def zero12() -> Any:
+        flatten = e * (part + largest) + larger(FP64_BYTES * largest, e * part + fp32 * part * ph.mixed)
+        return weights_optimizer + held + fixed + larger(flatten, fp32 * part + adam(part, flat=True))
+
+    def zero3() -> Any:
+        step = larger(e * sub + fp32 * sub * ph.mixed, fp32 * sub + adam(sub, flat=True))
+        return weights_optimizer + held + fixed + e * part + step
+
+    # each branch is priced only where some candidate takes it (compiler/search prices a million at once);
+    # megatron's FusedAdam makes nothing, so its phase is the model state, below the backward's peak
     stage = ph.zero_stage
-    return pick(stage < 0, megatron, pick(stage == 0, zero0, pick(stage == 3, zero3, zero12)))
+    branches = (
+        (stage < 0, megatron, (stage < 0) * (1 - ph.fused)),
+        (stage == 0, zero0, stage == 0),
+        (stage == 3, zero3, stage == 3),
+        ((stage == 1) + (stage == 2), zero12, (stage == 1) + (stage == 2)),
+    )
+    total: Any = 0.0
+    for where, price, needed in branches:
+        if _anywhere(needed):
+            total = total + where * price()
+    return total
+
+
+def _anywhere(condition: Any) -> bool:
+    """Whether `condition` (a bool, or an array of them) holds anywhere."""
+    return bool(condition.any()) if hasattr(condition, "any") else bool(condition)
 
 
 def backend_workspace(spec: TrainingSpec) -> Workspace:
