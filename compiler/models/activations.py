@@ -242,7 +242,7 @@ def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
     tokens = a.seq_length // a.cp * a.micro_batch_size
     if a.recompute == "full":
         rng = RNG_STATES * RNG_STATE_BYTES * (a.cpu and a.style == "megatron")
-        return tokens * x.hidden * a.element_bytes / (a.tp if a.sequence_parallel else 1) + rng
+        return residual_bytes(x.hidden, a) + rng
     scores = not a.flash_attention and a.recompute != "selective"
     if a.recompute == "selective" and a.style == "megatron":  # its core attention checkpoint's RNG states
         rng = (RNG_STATES + 1) * RNG_STATE_BYTES * a.cpu  # and the state the attention's dropout fork keeps

@@ -358,7 +358,8 @@ def step_phase_bytes(
 
     - Adam's temporaries (fp32): torch's single-tensor step on CPU makes sqrt(v) and its quotient for one
       tensor while the last one's is bound (3 x the largest; 2 x a flat ZeRO partition, its group's one
-      tensor); foreach, CUDA's default, one per parameter of the group; FusedAdam none.
+      tensor); foreach, CUDA's default, one per parameter of the group; FusedAdam none (0 returned: the
+      model state alone is under the backward's peak).
     - megatron: DDP reduces in the gradient buffer's own buckets and clips in place: the model state, the
       layout's buffers and Adam's temporaries.
     - ZeRO-0: the engine all-reduces gradients through a flat copy (up to 5e8 elements), then the optimizer
@@ -374,7 +375,7 @@ def step_phase_bytes(
 
     def adam(group: Any, flat: bool) -> Any:
         on_cpu = (2 * group) if flat else (3 * largest)
-        return fp32 * pick(ph.fused, 0.0, pick(ph.cpu, on_cpu, group))
+        return fp32 * pick(ph.cpu, on_cpu, group)
 
     def megatron() -> Any:
         return state + held + adam(params, flat=False)
@@ -397,17 +398,17 @@ def step_phase_bytes(
         return weights_optimizer + held + fixed + e * part + step
 
     # each branch is priced only where some candidate takes it (compiler/search prices a million at once);
-    # megatron's FusedAdam makes nothing, so its phase is the model state, below the backward's peak
+    # megatron's FusedAdam makes nothing, so there its phase is the model state, below the backward's peak: 0
     stage = ph.zero_stage
     branches = (
-        (stage < 0, megatron, (stage < 0) * (1 - ph.fused)),
-        (stage == 0, zero0, stage == 0),
-        (stage == 3, zero3, stage == 3),
-        ((stage == 1) + (stage == 2), zero12, (stage == 1) + (stage == 2)),
+        ((stage < 0) * (1 - ph.fused), megatron),
+        (stage == 0, zero0),
+        (stage == 3, zero3),
+        ((stage == 1) + (stage == 2), zero12),
     )
     total: Any = 0.0
-    for where, price, needed in branches:
-        if _anywhere(needed):
+    for where, price in branches:
+        if _anywhere(where):
             total = total + where * price()
     return total
 

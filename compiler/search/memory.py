@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from itertools import product
+from typing import Any
 
 import numpy as np
 
@@ -221,14 +222,32 @@ def _activation_lookup(
     return {k: t.ravel()[flat] if t.any() else nought for k, t in tables.items()}
 
 
+STATE_FIELDS = ("weights", "gradients", "optimizer")  # what a stage's GPU holds in device memory
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _fill(columns: dict[str, np.ndarray], rows: np.ndarray, values: object) -> None:
+    """Write the fields of one group's `values` into `columns` at `rows`."""
+    for name, column in columns.items():
+        column[rows] = getattr(values, name)
+
+
+def _column_view(values: Any, col: Any, names: tuple[str, ...]) -> Any:
+    """`values` (a dataclass of per-candidate columns) with each of `names` as one stage's column vectors."""
+    return dataclasses.replace(values, **{name: col(getattr(values, name)) for name in names})
+
+
 def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateBytes, Workspace, StepPhase]:
     """Bytes per dense and per expert parameter, the backend's workspace and step-phase setting, of each
     candidate."""
     n = c.size
-    dense = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
-    expert = {f: np.zeros(n) for f in ("weights", "gradients", "optimizer")}
-    workspace = {f.name: np.zeros(n) for f in dataclasses.fields(Workspace)}
-    phase = {f.name: np.zeros(n) for f in dataclasses.fields(StepPhase)}
+    dense = {f: np.zeros(n) for f in STATE_FIELDS}
+    expert = {f: np.zeros(n) for f in STATE_FIELDS}
+    workspace = {f: np.zeros(n) for f in _fields(Workspace)}
+    phase = {f: np.zeros(n) for f in _fields(StepPhase)}
     dims = dims_of(c, spec)
     code = c.backend * 8 + c.zero_stage * 2 + c.distributed_optimizer
     for value in np.flatnonzero(np.bincount(code, minlength=16)).tolist():
@@ -238,14 +257,9 @@ def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateByt
             continue
         g = _group_spec(spec, b, zero=z, dopt=d)
         for out, shards in ((dense, dims.dense_dp[rows]), (expert, dims.expert_dp[rows])):
-            state = state_bytes(g, shards, dims.micro_batches[rows])
-            for f in out:
-                out[f][rows] = getattr(state, f)
-        group_workspace, group_phase = backend_workspace(g), step_phase(g)
-        for f in workspace:
-            workspace[f][rows] = getattr(group_workspace, f)
-        for f in phase:
-            phase[f][rows] = getattr(group_phase, f)
+            _fill(out, rows, state_bytes(g, shards, dims.micro_batches[rows]))
+        _fill(workspace, rows, backend_workspace(g))
+        _fill(phase, rows, step_phase(g))
     return StateBytes(**dense), StateBytes(**expert), Workspace(**workspace), StepPhase(**phase)
 
 
@@ -297,11 +311,8 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
             row(table.dense_layers + table.moe_layers),
             col(c.moe_a2a),
         )
-        dense_st, expert_st = (
-            StateBytes(**{f: col(getattr(st, f)) for f in ("weights", "gradients", "optimizer")})
-            for st in (dense_state, expert_state)
-        )
-        stage_workspace = Workspace(**{f.name: col(getattr(workspace, f.name)) for f in dataclasses.fields(Workspace)})
+        dense_st, expert_st = (_column_view(st, col, STATE_FIELDS) for st in (dense_state, expert_state))
+        stage_workspace = _column_view(workspace, col, _fields(Workspace))
         held = stage_held_bytes(
             col(act["persistent"]),
             col(act["inputs"]),
@@ -322,7 +333,7 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
                 expert_st,
                 stage_workspace,
                 held,
-                StepPhase(**{f.name: col(getattr(phase, f.name)) for f in dataclasses.fields(StepPhase)}),
+                _column_view(phase, col, _fields(StepPhase)),
                 col(shards),
                 col(c.tp),
             )
