@@ -76,7 +76,7 @@ def write_cpu_constants(run: Run) -> None:
     windows = [w.rates for w in run.measured if w.rates is not None]
     gemm = statistics.median(r.gemm_flops_per_s for r in windows)
     read = statistics.median(r.read_bytes_per_s for r in windows)
-    measured = cpu_constants(run, windows[-1])
+    measured = cpu_constants(run.overheads_for(run.measured[-1].shape), gemm)
     compute_share, read_share = gemm / (gpu.bf16_tflops * 1e12), read / (gpu.hbm_gb_per_s * 1e9)
     constants = dataclasses.replace(
         measured,

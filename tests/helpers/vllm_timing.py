@@ -5,12 +5,16 @@ caller) that writes work/timing.json. One engine at a time, each for a window of
 
 1. the probes: two models too small to compute anything (hidden 64, 1 and 8 layers) decoding 1 and 8
    sequences and prefilling 2,048 tokens: what a step, a layer and a sequence cost beside the arithmetic;
-   and one of wide heads on hidden 64 at two contexts, all else equal: vLLM's CPU attention kernel's rate;
+   the same again cold, a stream of the largest model's weight bytes read before every step (a model larger
+   than the last-level cache streams that through it each step, and its host work, ~1 ms a step here, then
+   runs from memory: the cold figures price such models); and one of wide heads on hidden 64 at two
+   contexts, all else equal: vLLM's CPU attention kernel's rate;
 2. each measured model at its points: `batch` requests of `prompt` random tokens, `output` tokens each, all
    submitted at once (vllm bench latency's batch: one prefill step for the whole batch, then decode steps).
-   Each round of its window first samples the machine's rates (cpu_rates.Bench: the GEMM rate at the
-   model's prefill shapes, the GEMV read rate over weights larger than cache, a plain stream), then runs
-   every point once; one untimed round first warms every shape.
+   Each round of its window first samples the machine's rates (cpu_rates.Bench: the GEMM rate at each of
+   the model's prefill shapes, the weight-read rate of a decode step at each batch over weights larger than
+   cache, a plain stream), runs the first point untimed (the sample left the caches cold), then runs every
+   point once; one untimed round first warms every shape.
 
 The engine is vLLM's offline engine (`LLM`, driven step by step through its `llm_engine`), float32, eager,
 prefix caching off (a repeat must prefill again), its core and worker in this process
@@ -24,7 +28,8 @@ Per run of a point: TTFT = from queueing the batch to the end of the step that r
 TPOT = the median of its decode steps (a burst of interference on one step does not move it). vLLM's own
 figures from its engine timestamps (RequestOutput.metrics, vLLM 0.32's RequestStateStats kept with
 disable_log_stats=False: first_token_ts - queued_ts, and (last_token_ts - first_token_ts) / (tokens - 1),
-the mean step) are kept beside them. A point's figure is the median over its rounds.
+the mean step; a cold probe's includes the untimed stream) are kept beside them. A point's figure is the
+median over its rounds.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ CHILD_TIMEOUT_S = 900.0
 THREADS = 1
 NICE = -10
 PROBE = "probe"  # name prefix of the overhead probes
+COLD = "_cold"  # name suffix of a probe stepped after a stream of weights
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,9 +142,21 @@ PROBE_PREFILL = (Point(batch=1, prompt=16, output=2), Point(batch=8, prompt=256,
 PROBE_ATTN = Shape(name=f"{PROBE}_attention", layers=4, hidden=64, ffn=128, heads=16, kv_heads=4, head_dim=64)
 ATTN_DECODE = (Point(batch=8, prompt=16, output=32), Point(batch=8, prompt=448, output=32))
 ATTN_PREFILL = (Point(batch=8, prompt=124, output=2), Point(batch=2, prompt=496, output=2))
+
+
+def cold(shape: Shape) -> Shape:
+    return dataclasses.replace(shape, name=shape.name + COLD)
+
+
+def is_cold(shape: Shape) -> bool:
+    return shape.name.endswith(COLD)
+
+
 PROBES = (
     (PROBE_1, PROBE_DECODE + PROBE_PREFILL),
     (PROBE_8, PROBE_DECODE + PROBE_PREFILL),
+    (cold(PROBE_1), PROBE_DECODE + PROBE_PREFILL),
+    (cold(PROBE_8), PROBE_DECODE + PROBE_PREFILL),
     (PROBE_ATTN, ATTN_DECODE + ATTN_PREFILL),
 )
 
@@ -170,18 +188,20 @@ class Overheads:
     attention_prefill_flops_per_s: float  # the same kernel over a prompt's causal prefix
 
     @staticmethod
-    def of(timed: Sequence[Timed]) -> Overheads:
+    def of(timed: Sequence[Timed], cold_steps: bool = False) -> Overheads:
+        """The host terms of the warm probes, or of the cold ones (`cold_steps`); attention's from its own."""
         by = {(t.model, t.point): t for t in timed}
-        one, many = PROBE_1.layers, PROBE_8.layers
+        probe_1, probe_8 = (cold(PROBE_1), cold(PROBE_8)) if cold_steps else (PROBE_1, PROBE_8)
+        one, many = probe_1.layers, probe_8.layers
         b1, b8 = PROBE_DECODE
-        a, b = by[PROBE_1.name, b1].tpot_s, by[PROBE_1.name, b8].tpot_s
-        c, d = by[PROBE_8.name, b1].tpot_s, by[PROBE_8.name, b8].tpot_s
+        a, b = by[probe_1.name, b1].tpot_s, by[probe_1.name, b8].tpot_s
+        c, d = by[probe_8.name, b1].tpot_s, by[probe_8.name, b8].tpot_s
         layer = (c - a) / (many - one)
         seqs = b8.batch - b1.batch
         short, long = PROBE_PREFILL
         tokens = long.batch * long.prompt - short.batch * short.prompt
-        p1s, p1l = by[PROBE_1.name, short].ttft_s, by[PROBE_1.name, long].ttft_s
-        p8s, p8l = by[PROBE_8.name, short].ttft_s, by[PROBE_8.name, long].ttft_s
+        p1s, p1l = by[probe_1.name, short].ttft_s, by[probe_1.name, long].ttft_s
+        p8s, p8l = by[probe_8.name, short].ttft_s, by[probe_8.name, long].ttft_s
         prefill_layer = (p8s - p1s) / (many - one)
         token_layer = ((p8l - p8s) - (p1l - p1s)) / (tokens * (many - one))
         near, far = ATTN_DECODE
@@ -217,6 +237,7 @@ class Run:
     load_before: tuple[float, float, float]  # os.getloadavg()
     load_after: tuple[float, float, float]
     seconds: float
+    cache_bytes: int  # the last-level cache (0: not known, every model priced cold)
 
     @property
     def probes(self) -> list[Timed]:
@@ -230,6 +251,10 @@ class Run:
     def overheads(self) -> Overheads:
         return Overheads.of(self.probes)
 
+    def overheads_for(self, shape: Shape) -> Overheads:
+        """The cold probes' terms for a model whose weights overflow the last-level cache, else the warm."""
+        return Overheads.of(self.probes, cold_steps=shape.weight_bytes() > self.cache_bytes)
+
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "overheads": dataclasses.asdict(self.overheads)}
 
@@ -237,10 +262,10 @@ class Run:
     def from_json(d: dict[str, Any]) -> Run:
         def window(w: dict[str, Any]) -> Window:
             timed = [Timed(**{**t, "point": Point(**t["point"])}) for t in w["timed"]]
-            rates = Rates(**w["rates"]) if w["rates"] else None
+            rates = Rates.from_json(w["rates"]) if w["rates"] else None
             return Window(shape=Shape(**w["shape"]), rates=rates, timed=timed)
 
-        fields = {k: d[k] for k in ("threads", "nice", "gemm_kernel", "seconds")}
+        fields = {k: d[k] for k in ("threads", "nice", "gemm_kernel", "seconds", "cache_bytes")}
         return Run(
             **fields,
             windows=[window(w) for w in d["windows"]],
@@ -291,7 +316,7 @@ def child_env(threads: int, cache: Path) -> dict[str, str]:
 
 
 def model_dir(work: Path, shape: Shape) -> Path:
-    return work / "models" / shape.name
+    return work / "models" / shape.name.removesuffix(COLD)
 
 
 def measure(

@@ -15,6 +15,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from helpers.vllm_timing import (
     Shape,
     Timed,
     Window,
+    is_cold,
 )
 
 
@@ -57,13 +59,18 @@ class _Engine:
         )
         self.requests = 0
 
-    def run(self, point: Point, rng: random.Random) -> tuple[float, float, float, float]:
-        """(TTFT, median decode step, vLLM's TTFT, vLLM's TPOT) of one batch started together."""
+    def run(
+        self, point: Point, rng: random.Random, before_step: Callable[[], object] | None = None
+    ) -> tuple[float, float, float, float]:
+        """(TTFT, median decode step, vLLM's TTFT, vLLM's TPOT) of one batch started together; `before_step`
+        runs untimed before the batch is queued and before each later step."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         engine = self.llm.llm_engine
         params = SamplingParams(max_tokens=point.output, min_tokens=point.output, ignore_eos=True, temperature=0)
+        if before_step:
+            before_step()
         start = time.perf_counter()
         for _ in range(point.batch):
             self.requests += 1
@@ -71,6 +78,8 @@ class _Engine:
             engine.add_request(str(self.requests), prompt, params)
         ttft, steps, finished = 0.0, [], []
         while engine.has_unfinished_requests():
+            if before_step and ttft:
+                before_step()
             began = time.perf_counter()
             outputs: list[Any] = engine.step()
             ended = time.perf_counter()
@@ -97,15 +106,34 @@ class _Engine:
         destroy_distributed_environment()
 
 
-def _window(shape: Shape, directory: str, points: list[Point], rounds: int, bench: Bench | None) -> Window:
+def last_level_cache_bytes() -> int:
+    """The largest cache sysfs lists for CPU 0 (0 where it lists none)."""
+    sizes = [0]
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        size = (index / "size").read_text().strip()  # "32768K"
+        sizes.append(int(size.rstrip("KMG")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1))
+    return max(sizes)
+
+
+def _window(
+    shape: Shape,
+    directory: str,
+    points: list[Point],
+    rounds: int,
+    bench: Bench | None,
+    before_step: Callable[[], object] | None,
+) -> Window:
     rng = random.Random(0)
     engine = _Engine(directory)
     runs: dict[Point, list[list[float]]] = {p: [[], [], [], []] for p in points}
     for round_ in range(rounds + 1):  # round 0 warms every shape (oneDNN primitives, allocator) untimed
         if bench is not None and round_:
             bench.sample()
+            # The sample streams hundreds of MB through the caches: one untimed point brings the engine's
+            # weights and host structures back, or the round's first point is timed cold (~2 ms more TTFT).
+            engine.run(points[0], rng)
         for point in points:
-            figures = engine.run(point, rng)
+            figures = engine.run(point, rng, before_step)
             if round_:
                 for into, figure in zip(runs[point], figures, strict=True):
                     into.append(figure)
@@ -130,13 +158,15 @@ def child(config_path: Path, out_path: Path) -> None:
     measured = [s for s, _, _ in models if not s.name.startswith(PROBE)]
     largest = max(measured, key=Shape.weight_bytes)  # its weights, all layers, are the GEMV read set
     load_before = os.getloadavg()
+    weight_stream = torch.ones(largest.weight_bytes() // 4)  # what a decode step of it reads
     windows = []
     for shape, directory, points in models:
         bench = None
         if not shape.name.startswith(PROBE):
-            tokens = statistics.median_low(sorted(p.batch * p.prompt for p in points))
-            bench = Bench(shape.dims(), tokens, largest.dims())
-        windows.append(_window(shape, directory, points, config["rounds"], bench))
+            tokens, rows = [p.batch * p.prompt for p in points], [p.batch for p in points]
+            bench = Bench(shape.dims(), tokens, largest.dims(), rows)
+        before_step = weight_stream.sum if is_cold(shape) else None
+        windows.append(_window(shape, directory, points, config["rounds"], bench, before_step))
     run = Run(
         threads=torch.get_num_threads(),
         nice=os.getpriority(os.PRIO_PROCESS, 0),
@@ -145,6 +175,7 @@ def child(config_path: Path, out_path: Path) -> None:
         load_before=load_before,
         load_after=os.getloadavg(),
         seconds=time.monotonic() - began,
+        cache_bytes=last_level_cache_bytes(),
     )
     out_path.write_text(json.dumps(run.to_json(), indent=1))
 

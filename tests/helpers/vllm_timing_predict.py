@@ -2,16 +2,18 @@
 
 Each measured point becomes a serve-only job on `hardware=cpu` whose `hardware.gpu.bf16_tflops` and
 `hbm_gb_per_s` are the rates vllm_timing sampled between that model's rounds (the GEMM rate at its prefill
-shapes, the GEMV read rate over weights larger than cache), its model the measured one, its engine the one timed
-(float32, eager, max_num_seqs 8, max_num_batched_tokens 2048, prefix caching off), and its workload the
-point; compiler/models/serve_perf.engine_of prices it with constants from the probes (no point of a measured
-model goes into them):
+shapes, a decode step's weight-read rate at the point's batch over weights larger than cache), its model the
+measured one, its engine the one timed (float32, eager, max_num_seqs 8, max_num_batched_tokens 2048, prefix
+caching off), and its workload the point; compiler/models/serve_perf.engine_of prices it with constants from
+the probes (no point of a measured model goes into them):
 
 - compute_efficiency, bandwidth_efficiency = 1: the rates are already what this machine reaches;
 - decode and prefill attention efficiency: the attention probe's rates over the GEMM rate;
 - step_overhead_s, seq_overhead_s, seq_layer_s: the probes' decode steps at 1 and 8 layers x 1 and 8 sequences;
 - launch_s x kernels_per_layer: the probes' per-layer step time (8 layers against 1), kernels_per_layer = 1;
 - prefill_overhead_s, prefill_layer_s, token_overhead_s, token_layer_s: the probes' prefill steps;
+- for a model whose weights overflow the last-level cache, the host terms of the cold probes (stepped after a
+  stream of its weight bytes: its steps' host work runs from memory, not cache);
 - collective_latency_s = 0 (one engine, tp 1).
 
 `Engine.static_batch(batch)` gives the (TTFT, TPOT) of a batch started together, what was measured.
@@ -30,6 +32,7 @@ from helpers.vllm_timing import (
     MAX_MODEL_LEN,
     MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
+    Overheads,
     Point,
     Run,
     Shape,
@@ -95,8 +98,8 @@ def point_overrides(shape: Shape, point: Point, rates: Rates, model_path: Path) 
         f"serve.max_model_len={MAX_MODEL_LEN}",
         f"serve.max_num_seqs={MAX_NUM_SEQS}",
         f"serve.max_num_batched_tokens={MAX_NUM_BATCHED_TOKENS}",
-        f"hardware.gpu.bf16_tflops={rates.gemm_flops_per_s / 1e12:.6g}",
-        f"hardware.gpu.hbm_gb_per_s={rates.read_bytes_per_s / 1e9:.6g}",
+        f"hardware.gpu.bf16_tflops={rates.prefill_flops_per_s(point.batch * point.prompt) / 1e12:.6g}",
+        f"hardware.gpu.hbm_gb_per_s={rates.decode_read_bytes_per_s(point.batch) / 1e9:.6g}",
         f"serve.workload.input_tokens={point.prompt}",
         f"serve.workload.output_tokens={point.output}",
         f"serve.workload.concurrency={point.batch}",
@@ -104,11 +107,10 @@ def point_overrides(shape: Shape, point: Point, rates: Rates, model_path: Path) 
     ]
 
 
-def cpu_constants(run: Run, rates: Rates) -> ServeConstants:
-    """serve_step.ServeConstants from the probes and the rates of the same run: the hardware keys carry the
-    measured GEMM and weight-read rates, so the efficiencies are 1 and attention's are its kernel's rate
-    over the GEMM rate; the eager per-layer dispatch is one "launch" of layer_s a layer."""
-    o = run.overheads
+def cpu_constants(o: Overheads, gemm_flops_per_s: float) -> ServeConstants:
+    """serve_step.ServeConstants from the probes' overheads `o` and the GEMM rate the hardware keys carry:
+    the efficiencies are 1 and attention's are its kernel's rate over the GEMM rate; the eager per-layer
+    dispatch is one "launch" of layer_s a layer."""
     return ServeConstants(
         bandwidth_efficiency=1.0,
         compute_efficiency=1.0,
@@ -117,8 +119,8 @@ def cpu_constants(run: Run, rates: Rates) -> ServeConstants:
         launch_s=o.layer_s,
         kernels_per_layer=1.0,
         collective_latency_s=0.0,
-        decode_attention_efficiency=o.attention_decode_flops_per_s / rates.gemm_flops_per_s,
-        prefill_attention_efficiency=o.attention_prefill_flops_per_s / rates.gemm_flops_per_s,
+        decode_attention_efficiency=o.attention_decode_flops_per_s / gemm_flops_per_s,
+        prefill_attention_efficiency=o.attention_prefill_flops_per_s / gemm_flops_per_s,
         seq_layer_s=o.seq_layer_s,
         prefill_overhead_s=o.prefill_s - o.step_s,
         prefill_layer_s=o.prefill_layer_s - o.layer_s,
@@ -160,7 +162,8 @@ def predict(run: Run, work: Path) -> list[Compared]:
         for t in w.timed:
             plan = make_plan(point_overrides(w.shape, t.point, w.rates, model_dir(work, w.shape)), None)
             served = plan.served()
-            engine = engine_of(served.spec, served.memory, cpu_constants(run, w.rates))
+            gemm = w.rates.prefill_flops_per_s(t.point.batch * t.point.prompt)
+            engine = engine_of(served.spec, served.memory, cpu_constants(run.overheads_for(w.shape), gemm))
             ttft, tpot = engine.static_batch(t.point.batch)
             compared.append(Compared(timed=t, ttft_s=ttft, tpot_s=tpot))
     return compared
@@ -172,25 +175,30 @@ def _ms(seconds: float) -> str:
 
 def table(run: Run, compared: Sequence[Compared] | None = None) -> str:
     """The measured points (median ms, spread over rounds), vLLM's own TPOT, the prediction and its ratio."""
-    o = run.overheads
     rows = [
         f"{run.seconds:.0f} s, threads {run.threads}, nice {run.nice}, GEMM kernel {run.gemm_kernel}, "
-        f"load {run.load_before[0]:.2f} -> {run.load_after[0]:.2f}",
-        "overheads (probes): "
-        + ", ".join(
-            f"{k} {v / 1e9:.1f} GFLOP/s" if k.endswith("flops_per_s") else f"{k} {v * 1e6:.1f} us"
-            for k, v in dataclasses.asdict(o).items()
-        ),
+        f"load {run.load_before[0]:.2f} -> {run.load_after[0]:.2f}, last-level cache {run.cache_bytes >> 20} MiB",
     ]
+    for name, o in (("warm", run.overheads), ("cold", Overheads.of(run.probes, cold_steps=True))):
+        rows.append(
+            f"overheads ({name} probes): "
+            + ", ".join(
+                f"{k} {v / 1e9:.1f} GFLOP/s" if k.endswith("flops_per_s") else f"{k} {v * 1e6:.1f} us"
+                for k, v in dataclasses.asdict(o).items()
+            )
+        )
     for w in run.measured:
         assert w.rates is not None
         r = w.rates
         rows.append(
-            f"{w.shape.name} ({w.shape.weight_bytes() / 1e6:.1f} MB weights): GEMM@{r.gemm_tokens} "
-            f"{r.gemm_flops_per_s / 1e9:.1f} GFLOP/s [{min(r.gemm) / 1e9:.0f}-{max(r.gemm) / 1e9:.0f}], "
-            f"GEMV read ({r.read_bytes / 1e6:.0f} MB) {r.read_bytes_per_s / 1e9:.1f} GB/s "
-            f"[{min(r.read) / 1e9:.1f}-{max(r.read) / 1e9:.1f}], own weights "
-            f"{r.own_read_bytes_per_s / 1e9:.1f} GB/s, stream {r.stream_bytes_per_s / 1e9:.1f} GB/s "
+            f"{w.shape.name} ({w.shape.weight_bytes() / 1e6:.1f} MB weights): GEMM GFLOP/s "
+            + ", ".join(f"@{m} {r.prefill_flops_per_s(m) / 1e9:.0f}" for m in r.gemm)
+            + f", decode read ({r.read_bytes / 1e6:.0f} MB) "
+            + ", ".join(
+                f"b{m} {r.decode_read_bytes_per_s(m) / 1e9:.1f} GB/s [{min(v) / 1e9:.1f}-{max(v) / 1e9:.1f}]"
+                for m, v in r.read.items()
+            )
+            + f", own weights {r.own_read_bytes_per_s / 1e9:.1f} GB/s, stream {r.stream_bytes_per_s / 1e9:.1f} GB/s "
             f"[{min(r.stream) / 1e9:.1f}-{max(r.stream) / 1e9:.1f}]"
         )
     rows.append(
