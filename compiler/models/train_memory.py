@@ -170,9 +170,13 @@ def deepspeed_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batch
       it to None after each step, so one micro-batch's backward holds none), plus bf16/fp16 optimizers' fp32
       accumulation copy. ZeRO-1 accumulates whole `param.grad` likewise and, in the boundary backward,
       reduces into `grads_in_partition` (e/d; stage_1_and_2.py `copy_grads_in_partition`). ZeRO-2 makes a
-      new `grads_in_partition` each micro-batch, and the last one is still referenced when the next is made:
-      two at the boundary. ZeRO-3 accumulates into its persistent partition (`grad_partitions_flat_buffer`,
-      in the model's dtype: lmspec sets no data_types.grad_accum_dtype).
+      new `grads_in_partition` each micro-batch, and the last one is still referenced when the next is made;
+      the first micro-batch's is referenced until the boundary by the accumulation list (`all_grad_tensors`:
+      `get_all_grad_tensors` keeps the gradients themselves, lmspec sets no data_types.grad_accum_dtype):
+      two in the second micro-batch's backward, three from the third on (measured at accumulation 4: three
+      live in the backward of some runs, as the reductions' order falls). ZeRO-3 accumulates into its
+      persistent partition (`grad_partitions_flat_buffer`, in the model's dtype: lmspec sets no
+      data_types.grad_accum_dtype).
     - optimizer: Adam's moments and, under ZeRO 1-3, an fp32 master partition, always: DeepSpeed clones
       one even for fp32 training (stage_1_and_2.py `single_partition_of_fp32_groups`; stage3.py compares a
       torch.device with a device name to share it, which never holds). ZeRO-0 in fp32 steps the
@@ -191,7 +195,7 @@ def deepspeed_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batch
         weights = e / shards if stage == 3 else float(e)
         optimizer = (FP32_BYTES + moments) / shards
         whole: ArrayOrNumber = e * accumulating if stage == 1 else 0
-        partitions = 1 + accumulating if stage == 2 else 1
+        partitions = 1 + accumulating + (micro_batches > 2) if stage == 2 else 1
         gradients = whole + partitions * e / shards
     host: ArrayOrNumber = 0.0
     if p.offload_optimizer and stage >= 1:  # the partitions' gradients are reduced into host buffers

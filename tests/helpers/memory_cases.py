@@ -63,6 +63,7 @@ CASES = (
     _case("deepspeed-zero0-step", 1, DS, *STEP, "parallel.zero_stage=0", "train.global_batch_size=1"),
     _case("deepspeed-zero1-step-bf16", 2, DS, *STEP, "parallel.zero_stage=1", "train.precision=bf16"),
     _case("deepspeed-zero2-step", 2, DS, *STEP, "parallel.zero_stage=2", "train.global_batch_size=2"),
+    _case("deepspeed-zero2-step-ga4", 2, DS, *STEP, "parallel.zero_stage=2", "train.global_batch_size=8"),
     _case("deepspeed-zero3-step-bf16", 2, DS, *STEP, "parallel.zero_stage=3", "train.precision=bf16"),
 )
 BY_NAME = {c.name: c for c in CASES}
