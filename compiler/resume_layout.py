@@ -321,7 +321,10 @@ def resume_problems(spec: TrainingSpec, plan: Plan, saved: Mapping[str, Any] | N
         for row, why in SAME_ROWS
         if _changed(now, saved, row)
     ]
-    if backend_of(spec).zero_sharding:
+    backend = backend_of(spec)
+    if backend.fsdp:  # DCP reshards FSDP2's DTensors as it loads them: any data-parallel size or stage
+        return problems
+    if backend.zero_sharding:
         return problems + _zero_problems(now, saved, fresh)
     return problems + _megatron_problems(now, saved, fresh)
 

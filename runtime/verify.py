@@ -3,7 +3,8 @@
 Loads the conversion output with transformers' `AutoModelForCausalLM.from_pretrained`
 and the newest checkpoint with the training backend (megatron: lmspec.runtime.train.megatron.model's
 builder, one process, TP=PP=EP=1, dist_checkpointing reshards whatever layout was
-trained; deepspeed: the trainer's own HF model with DeepSpeed's ZeRO consolidation),
+trained; deepspeed: the trainer's own HF model with DeepSpeed's ZeRO consolidation; torchtitan: the same
+HF model with the full tensors of its DCP checkpoint, read by DCP's loader in this one process),
 runs the same token batch through both and compares logits: the max absolute difference must
 stay within MAX_LOGITS_ABS_DIFF (fp32: a routing or renormalisation error that a cosine >= 0.99
 cannot see moves logits by 1e-2). Cosine similarity is reported; forward hooks record every
@@ -156,16 +157,36 @@ def _megatron_forward(
 
 
 def deepspeed_reference(build: Build, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The DeepSpeed backend's own model (lmspec.runtime.train.deepspeed.trainer.hf_config) with DeepSpeed's
+    """The DeepSpeed backend's own model (lmspec.runtime.train.hf_model.hf_config) with DeepSpeed's
     consolidation of the ZeRO shards loaded into it (the DeepSpeed backend's reference)."""
     import transformers
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from lmspec.runtime.train.deepspeed.trainer import hf_config
+    from lmspec.runtime.train.hf_model import hf_config
 
     model = transformers.AutoModelForCausalLM.from_config(hf_config(build.training()), dtype=torch.float32)
     state = get_fp32_state_dict_from_zero_checkpoint(str(step_dir / DEEPSPEED_DIR))
     model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()}, strict=True)
+    return _forward(model, tokens)
+
+
+def torchtitan_reference(build: Build, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The torchtitan backend's own model (lmspec.runtime.train.hf_model.hf_config) with the full tensors of
+    its FSDP2 DCP checkpoint loaded into it (the torchtitan backend's reference): every tensor the model
+    holds must be in the checkpoint and nothing else (a tied output head is the embedding's, DCP saves both)."""
+    import transformers
+
+    from lmspec.compiler.build.files import TORCHTITAN_DIR
+    from lmspec.runtime.convert.dcp_reader import DcpCheckpoint, DcpReadError
+    from lmspec.runtime.train.hf_model import hf_config
+
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(build.training()), dtype=torch.float32)
+    try:
+        ckpt = DcpCheckpoint(step_dir / TORCHTITAN_DIR)
+        state = ckpt.read(ckpt.tensors)
+    except DcpReadError as exc:
+        raise UsageError(str(exc)) from None
+    model.load_state_dict(state, strict=True)
     return _forward(model, tokens)
 
 

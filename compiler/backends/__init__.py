@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from lmspec.compiler.backends import deepspeed, megatron
+from lmspec.compiler.backends import deepspeed, megatron, torchtitan
 from lmspec.compiler.backends.backend import TrainingBackend
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, TrainingBackend] = {
     "megatron": megatron.MEGATRON,
     "deepspeed": deepspeed.DEEPSPEED,
+    "torchtitan": torchtitan.TORCHTITAN,
 }
 
 if TYPE_CHECKING:  # a Literal built at run time is no type to mypy: it checks the name as a str

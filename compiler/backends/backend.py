@@ -45,6 +45,17 @@ class TrainingBackend:
     # shards optimizer state with ZeRO stages (parallel.zero_stage: gradients at 2, weights at 3; gathers a
     # layer's weights at a time at 3), or else with Megatron's distributed optimizer (parallel.distributed_optimizer)
     zero_sharding: bool
+    # the step-time model's DP overlap: replicated gradients (zero_stage 0) all-reduced after the backward, not
+    # bucket by bucket inside it (DeepSpeed's engine); sharded weights gathered after the optimizer step, not
+    # prefetched in the next forward (DeepSpeed's ZeRO-1/2)
+    reduces_after_backward: bool
+    gathers_after_step: bool
+    # every micro-batch reduces its gradients and gathers its weights (FSDP2 as torchtitan runs it: no
+    # accumulation of unsharded gradients), where the others sync once per step at their stages
+    reduces_every_micro_batch: bool
+    # shards as FSDP2 (per-parameter DTensor shards in the parameters' own dtype, one FSDP unit's weights
+    # gathered at a time in the compute dtype): the memory model prices fsdp2_state_bytes/fsdp2_workspace
+    fsdp: bool
     # runs transformers' modeling code: unfused kernels, no selective recompute of its own, the HF
     # activation layout; else megatron-core's fused layers
     hf_model_code: bool
@@ -52,6 +63,7 @@ class TrainingBackend:
     moe_tp_needs_sequence_parallel: bool  # refuses MoE layers under tensor parallelism without SP
     one_cuda_work_queue: bool  # overlaps TP communication with GEMMs: CUDA_DEVICE_MAX_CONNECTIONS=1
     sharding_summary: Callable[[int, bool], str]  # (zero_stage, distributed_optimizer) -> REPORT.md's line
+    sharding_label: Callable[[int, bool], str]  # the same, as `lmspec plan`'s table column says it
     optimizer_summary: str | None  # "module:function", Plan -> REPORT.md's optimizer line, where it chooses one
     imports_hf: bool  # `lmspec run --stage import` writes its checkpoint from a HuggingFace directory
 

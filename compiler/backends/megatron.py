@@ -147,11 +147,18 @@ MEGATRON = TrainingBackend(
     checkpoint_dir=DIST_CKPT_DIR,
     checkpoint_format=TORCH_DIST_FORMAT,
     zero_sharding=False,
+    reduces_after_backward=False,
+    fsdp=False,
+    reduces_every_micro_batch=False,
+    gathers_after_step=False,
     hf_model_code=False,
     grad_reduce_in_fp32=grad_reduce_in_fp32,
     moe_tp_needs_sequence_parallel=True,
     one_cuda_work_queue=True,
     sharding_summary=sharding_summary,
+    sharding_label=lambda zero_stage, distributed_optimizer: (
+        "megatron dist-opt" if distributed_optimizer else "megatron"
+    ),
     optimizer_summary=None,
     imports_hf=True,
 )

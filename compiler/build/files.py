@@ -20,6 +20,7 @@ TORCHRUN_SH = "launch/torchrun.sh"
 SBATCH_SH = "launch/sbatch.sh"
 NCCL_ENV = "launch/nccl.env"
 DS_CONFIG = "ds_config.json"  # train.backend=deepspeed only
+TORCHTITAN_CONFIG = "torchtitan.json"  # train.backend=torchtitan only: torchtitan's job configuration
 MEGATRON_CONFIG = "megatron/config.json"  # train.backend=megatron only: what the trainer builds megatron-core from
 MEGATRON_ARGS = "megatron/pretrain_gpt_args.sh"  # the same as Megatron-LM's pretrain_gpt.py arguments
 MAPPING = "convert/mapping.json"  # the reviewed checkpoint -> HuggingFace table
@@ -81,9 +82,11 @@ TRAINER_STATE = "trainer_state"  # in each step directory: rank_<R>.pt
 PREVIOUS_RUNS = "previous_runs"  # checkpoints of earlier runs, moved aside
 DIST_CKPT_DIR = "torch_dist"  # megatron-core dist_checkpointing, in each step directory
 DEEPSPEED_DIR = "deepspeed"  # DeepSpeed's save_checkpoint layout, in each step directory
+TORCHTITAN_DIR = "torchtitan"  # the torchtitan trainer's DCP save (model and optimizer), in each step directory
 # convert/mapping.json's checkpoint_format: what the converter reads (TrainingBackend.checkpoint_format)
 TORCH_DIST_FORMAT = DIST_CKPT_DIR  # megatron-core's dist_checkpointing, sharded as the mapping's rows say
 DEEPSPEED_ZERO_FORMAT = "deepspeed_zero"  # ZeRO partitions, consolidated to full tensors by zero_to_fp32
+TORCHTITAN_DCP_FORMAT = "torchtitan_dcp"  # torch.distributed.checkpoint of FSDP2 DTensors, transformers' names
 
 
 def run_dir(name: str) -> str:

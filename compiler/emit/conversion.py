@@ -6,7 +6,9 @@ its split kind (compiler/conversion/transforms.py draws each), the shape of one 
 shard, its place in the running model, and the HF tensor(s) it becomes, with
 shapes and dtypes before and after. deepspeed backend: the ZeRO partitions are
 consolidated to full tensors (DeepSpeed's own zero_to_fp32) that already carry HF
-names, so every entry is `direct`. Both carry the HF config.json, derived from the spec.
+names, so every entry is `direct`; torchtitan backend: the DCP checkpoint's FSDP2 shards are
+read as full tensors (torch.distributed.checkpoint), HF names too. All carry the HF config.json,
+derived from the spec.
 
 One tensor per line: a reviewer's diff names exactly the tensors a spec change touched,
 and the rows go through json's C encoder (an indented dump of DeepSeek-V3's ~900 rows
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lmspec.compiler.backends import backend_of
-from lmspec.compiler.build.files import DEEPSPEED_ZERO_FORMAT, MAPPING, TORCH_DIST_FORMAT
+from lmspec.compiler.build.files import DEEPSPEED_ZERO_FORMAT, MAPPING, TORCH_DIST_FORMAT, TORCHTITAN_DCP_FORMAT
 from lmspec.compiler.conversion.mapping import Entry, build_entries, hf_config
 from lmspec.compiler.conversion.transforms import Direct
 from lmspec.compiler.emit.spec_files import dump_json, dump_json_line
@@ -28,7 +30,8 @@ from lmspec.compiler.plan import Plan
 FORMAT = "lmspec-convert-mapping/1"
 
 
-def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
+def _hf_named_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
+    """A checkpoint of transformers' modules: every tensor is its HF self, in fp32 (the trainers' master weights)."""
     tensors = []
     for entry in entries:
         experts = range(entry.experts[0]) if entry.experts is not None else [None]
@@ -50,7 +53,8 @@ def _deepspeed_tensors(entries: list[Entry]) -> list[dict[str, Any]]:
 # TrainingBackend.checkpoint_format -> the tensors its checkpoint holds, as the mapping lists them
 TENSOR_LISTS: dict[str, Callable[[list[Entry]], list[dict[str, Any]]]] = {
     TORCH_DIST_FORMAT: lambda entries: [e.describe() for e in entries],
-    DEEPSPEED_ZERO_FORMAT: _deepspeed_tensors,
+    DEEPSPEED_ZERO_FORMAT: _hf_named_tensors,
+    TORCHTITAN_DCP_FORMAT: _hf_named_tensors,
 }
 
 

@@ -5,7 +5,7 @@ derived from the hidden size exactly as DeepSpeed's HuggingFace integration fill
 values. DeepSpeed silently accepts unknown top-level keys and optimizer types, so
 the emitter only uses names from the tables below, which tests/launch check against
 DeepSpeed's own code. It has no `scheduler`: the trainer hands DeepSpeed the spec's schedule
-(runtime/train/deepspeed/lr_schedule.py), which none of DeepSpeed's schedulers can express.
+(runtime/train/lr_schedule.py), which none of DeepSpeed's schedulers can express.
 """
 
 from __future__ import annotations

@@ -134,7 +134,9 @@ class DpTraffic:
     every: Any  # on every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 gathers)
 
 
-def dp_traffic(zero_stage: Any, distributed_optimizer: Any, grad_bytes: Any, param_bytes: Any) -> DpTraffic:
+def dp_traffic(
+    zero_stage: Any, distributed_optimizer: Any, grad_bytes: Any, param_bytes: Any, every_micro_batch: Any = 0
+) -> DpTraffic:
     """The collectives each sharding runs:
 
     - unsharded (Megatron DDP, DeepSpeed ZeRO-0): one all-reduce of the gradients per step
@@ -145,12 +147,22 @@ def dp_traffic(zero_stage: Any, distributed_optimizer: Any, grad_bytes: Any, par
       buffers hold no full gradients to accumulate in), weights all-gathered once after the step.
     - ZeRO-3: every micro-batch gathers the weights for forward and again for backward and
       reduce-scatters the gradients (grad + 2 x param bytes); nothing is left for the step.
+    - `every_micro_batch` (FSDP2 as torchtitan runs it, TrainingBackend.reduces_every_micro_batch): each
+      micro-batch reduces its gradients into the sharded ones and the next forward gathers the weights, so
+      replicated gradients are all-reduced per micro-batch (2 x grad bytes) and SHARD_GRAD_OP gathers its
+      weights per micro-batch (grad + param bytes).
     """
     sharded = (distributed_optimizer != 0) | (zero_stage > 0)
     zero2, zero3 = zero_stage == 2, zero_stage == 3
-    reduce = pick(zero2 | zero3, 0, pick(sharded, grad_bytes, 2 * grad_bytes))
-    gather = pick(zero3, 0, pick(sharded, param_bytes, 0))
-    every = pick(zero2, grad_bytes, pick(zero3, grad_bytes + 2 * param_bytes, 0))
+    replicated_each = every_micro_batch * (zero_stage == 0)
+    zero2_each = every_micro_batch * zero2
+    reduce = pick(zero2 | zero3 | (replicated_each != 0), 0, pick(sharded, grad_bytes, 2 * grad_bytes))
+    gather = pick(zero3 | (zero2_each != 0), 0, pick(sharded, param_bytes, 0))
+    every = (
+        pick(zero2, grad_bytes, pick(zero3, grad_bytes + 2 * param_bytes, 0))
+        + replicated_each * 2 * grad_bytes
+        + zero2_each * param_bytes
+    )
     return DpTraffic(reduce, gather, every)
 
 

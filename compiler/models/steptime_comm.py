@@ -129,12 +129,12 @@ def dp_comm(x: StepInputs, c: StepConstants, compute_s: Any) -> tuple[Any, Any]:
     """(DP gradient/parameter traffic per step left exposed after overlap, and all of it), beside one
     micro-batch's `compute_s`."""
     per_byte = dp_seconds_per_byte(x.dims, x.dense_params, x.expert_params, c.link)
-    t = dp_traffic(x.zero_stage, x.distributed_optimizer, x.grad_bytes, x.element_bytes)
+    t = dp_traffic(x.zero_stage, x.distributed_optimizer, x.grad_bytes, x.element_bytes, x.reduces_every_micro_batch)
     forward = compute_s / (3 + x.full_recompute)  # a backward is twice its forward (+ the recomputed forward)
     backward = compute_s - forward
-    unoverlapped_reduce = x.zero_sharding * (x.zero_stage == 0)  # DeepSpeed all-reduces after the backward
+    unoverlapped_reduce = x.reduces_after_backward * (x.zero_stage == 0)
     reduce_window = c.overlap_grad_reduce * (1 - unoverlapped_reduce) * backward
-    gather_window = c.overlap_param_gather * (1 - x.zero_sharding) * forward  # DeepSpeed gathers after the step
+    gather_window = c.overlap_param_gather * (1 - x.gathers_after_step) * forward
     every_window = compute_s * pick(x.zero_stage == 3, c.overlap_param_gather, c.overlap_grad_reduce)
     exposed = (
         larger(t.reduce * per_byte - DP_OVERLAP_FRACTION * reduce_window, 0.0)

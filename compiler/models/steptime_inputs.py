@@ -102,7 +102,9 @@ class StepInputs:
     tokens_per_micro_batch: Any  # micro_batch_size x seq_length (one DP rank, before cp)
     sequence_parallel: Any
     unfused_kernels: Any  # the backend runs transformers' modeling code (TrainingBackend.hf_model_code)
-    zero_sharding: Any  # the backend shards with ZeRO stages (TrainingBackend.zero_sharding)
+    reduces_after_backward: Any  # TrainingBackend.reduces_after_backward
+    gathers_after_step: Any  # TrainingBackend.gathers_after_step
+    reduces_every_micro_batch: Any  # TrainingBackend.reduces_every_micro_batch
     grad_bytes: Any  # per gradient element on the wire (comm.dp_grad_bytes)
     element_bytes: Any  # per weight or activation element under train.precision
     zero_stage: Any
@@ -187,7 +189,9 @@ def step_inputs(spec: TrainingSpec, memory: TrainMemory) -> StepInputs | None:
         tokens_per_micro_batch=t.micro_batch_size * t.seq_length,
         sequence_parallel=p.sequence_parallel,
         unfused_kernels=backend.hf_model_code,
-        zero_sharding=backend.zero_sharding,
+        reduces_after_backward=backend.reduces_after_backward,
+        gathers_after_step=backend.gathers_after_step,
+        reduces_every_micro_batch=backend.reduces_every_micro_batch,
         grad_bytes=dp_grad_bytes(backend.grad_reduce_in_fp32(t.precision), t.precision),
         element_bytes=precision_bytes(t.precision),
         zero_stage=p.zero_stage,

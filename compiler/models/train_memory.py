@@ -206,9 +206,29 @@ def deepspeed_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batch
     return StateBytes(weights=weights, gradients=gradients, optimizer=optimizer, host=host)
 
 
+def fsdp2_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber) -> StateBytes:
+    """Bytes per parameter an FSDP2 rank holds, as torchtitan shards (fully_shard on each decoder layer and
+    the root; measured on CPU through the runtime's trainer, tests/models/test_measured_step_memory.py).
+    d = `shards` from parallel.zero_stage 2 (1 when replicated: zero_stage 0).
+
+    - weights: the DTensor shards in the parameters' own dtype, fp32 (MixedPrecisionPolicy casts the gathered
+      copy for compute: workspace), 4/d.
+    - gradients: the sharded gradients, reduce-scattered in fp32 (reduce_dtype) every micro-batch and
+      accumulated in place (torchtitan keeps no unsharded gradients between micro-batches), 4/d from the
+      second micro-batch's backward on. The first backward makes them a layer at a time as it frees that
+      layer's activations, so its peak holds the larger of the two, not their sum: the step phase prices the
+      end of the backward, every gradient made (`step_phase_bytes`).
+    - optimizer: Adam's moments on the shards, 8/d; no master copy (the shards are the fp32 weights)."""
+    d = pick(spec.parallel.zero_stage > 0, shards, 1)
+    moments = optimizer_states(spec) * FP32_BYTES
+    return StateBytes(weights=FP32_BYTES / d, gradients=FP32_BYTES / d * (micro_batches > 1), optimizer=moments / d)
+
+
 def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber) -> StateBytes:
     """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
     t, p = spec.train, spec.parallel
+    if backend_of(spec).fsdp:
+        return fsdp2_state_bytes(spec, shards, micro_batches)
     if backend_of(spec).zero_sharding:
         return deepspeed_state_bytes(spec, shards, micro_batches)
     # Megatron: the distributed optimizer shards the fp32 state only
@@ -320,6 +340,7 @@ class StepPhase:
     activation alive): per spec, or arrays of candidates in compiler/search."""
 
     zero_stage: ArrayOrNumber  # DeepSpeed's ZeRO stage; -1 for megatron
+    fsdp: ArrayOrNumber  # 1 where FSDP2 shards (TrainingBackend.fsdp): its own branch, whatever the stage
     element_bytes: ArrayOrNumber
     mixed: ArrayOrNumber  # 1 under bf16/fp16
     cpu: ArrayOrNumber  # 1 on the CPU target: torch's single-tensor Adam, not foreach
@@ -343,6 +364,7 @@ def step_phase(spec: TrainingSpec) -> StepPhase:
         fused = not cpu and t.transformer_impl == "transformer_engine"
     return StepPhase(
         zero_stage=stage,
+        fsdp=backend_of(spec).fsdp,
         element_bytes=precision_bytes(t.precision),
         mixed=t.precision != "fp32",
         cpu=cpu,
@@ -371,14 +393,17 @@ def step_phase_bytes(
     - ZeRO-1/2: the gradient norm casts one gradient to fp64; the partition's gradients (`grads_in_partition`,
       its edge parameter more) are flattened into the fp32 partition's gradient (a 16-bit flat copy first
       under bf16/fp16), then Adam steps on the partition.
-    - ZeRO-3: the persistent gradient partition, and per sub-group its flat and fp32 gradients, then Adam."""
+    - ZeRO-3: the persistent gradient partition, and per sub-group its flat and fp32 gradients, then Adam.
+    - FSDP2: the end of the backward, every sharded gradient made (fp32) beside the last unit's buffers
+      (`fixed`), then the step: the root's post-backward frees those, clipping takes per-shard norms and
+      Adam steps on each parameter's shard (single-tensor on CPU: 3 x the largest shard)."""
     e, largest = ph.element_bytes, ph.largest / tp
     part = params / shards
     sub = smaller(part, ZERO3_SUB_GROUP_ELEMENTS)
     fp32 = FP32_BYTES
 
-    def adam(group: Any, flat: bool) -> Any:
-        on_cpu = (2 * group) if flat else (3 * largest)
+    def adam(group: Any, flat: bool, tensor: Any = largest) -> Any:
+        on_cpu = (2 * group) if flat else (3 * tensor)
         return fp32 * pick(ph.cpu, on_cpu, group)
 
     def megatron() -> Any:
@@ -401,14 +426,20 @@ def step_phase_bytes(
         step = larger(e * sub + fp32 * sub * ph.mixed, fp32 * sub + adam(sub, flat=True))
         return weights_optimizer + held + fixed + e * part + step
 
+    def fsdp2() -> Any:
+        shards_of = pick(stage > 0, shards, 1)
+        step = adam(params / shards_of, flat=False, tensor=largest / shards_of)
+        return weights_optimizer + fp32 * params / shards_of + held + larger(fixed, step)
+
     # each branch is priced only where some candidate takes it (compiler/search prices a million at once);
     # megatron's FusedAdam makes nothing, so there its phase is the model state, below the backward's peak: 0
-    stage = ph.zero_stage
+    stage, zero = ph.zero_stage, 1 - ph.fsdp
     branches = (
         ((stage < 0) * (1 - ph.fused), megatron),
-        (stage == 0, zero0),
-        (stage == 3, zero3),
-        ((stage == 1) + (stage == 2), zero12),
+        (zero * (stage == 0), zero0),
+        (zero * (stage == 3), zero3),
+        (zero * ((stage == 1) + (stage == 2)), zero12),
+        (ph.fsdp, fsdp2),
     )
     total: Any = 0.0
     for where, price in branches:
@@ -422,8 +453,34 @@ def _anywhere(condition: Any) -> bool:
     return bool(condition.any()) if hasattr(condition, "any") else bool(condition)
 
 
+def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
+    """FSDP2's buffers at the backward's peak, as torch 2.13's fully_shard allocates them on torchtitan's units
+    (each decoder layer, and the root: embeddings, final norm, head), in the compute dtype c
+    (MixedPrecisionPolicy's param_dtype) and the fp32 reduce dtype; L the largest decoder layer's parameters:
+
+    - the root's weights, gathered in its pre-backward and kept to the end of the backward (the embedding's
+      gradient is last), and the head's unsharded gradient beside them: c x (root + head);
+    - the layer in its backward: its gathered weights and their unsharded gradients, c x 2L; the next
+      layer's all-gather output, prefetched (FSDP::backward_prefetch), c x L; and the previous layer's
+      reduce-scatter input, which FSDP2 keeps until the next reduce-scatter is issued, 4 x L;
+    - zero_stage 2 (reshard_after_forward=False): every unit's weights, the root's too, stay gathered from its
+      forward to its backward, c per parameter of the stage; the backward then gathers and prefetches
+      nothing, and holds the head's and the layer's unsharded gradients and the reduce-scatter input."""
+    m, p = spec.model, spec.parallel
+    c = precision_bytes(spec.train.precision)
+    counts = count_params(m)
+    root = counts.embedding + counts.output_head + counts.final_norm
+    layer = max(layer_params(m, i).total for i in range(m.num_layers))
+    kept = p.zero_stage == 2
+    gathered = 0 if kept else root + 2 * layer  # the root, the layer in its backward and the one prefetched
+    fixed = c * (gathered + counts.output_head + layer) + FP32_BYTES * layer
+    return Workspace(fixed=fixed, gathered_bytes=c * kept, gathered_cap=counts.total)
+
+
 def backend_workspace(spec: TrainingSpec) -> Workspace:
     """The workspace of the spec's backend."""
+    if backend_of(spec).fsdp:
+        return fsdp2_workspace(spec)
     if backend_of(spec).zero_sharding:
         return deepspeed_workspace(spec)
     return Workspace()

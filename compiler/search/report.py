@@ -79,9 +79,7 @@ class Row:
     def sharding_text(self) -> str:
         v = self.values
         backend = TRAINING_BACKENDS[v["train.backend"]]
-        if backend.zero_sharding:
-            return f"{backend.name} ZeRO-{v['parallel.zero_stage']}"
-        return f"{backend.name} dist-opt" if v["parallel.distributed_optimizer"] else backend.name
+        return backend.sharding_label(v["parallel.zero_stage"], v["parallel.distributed_optimizer"])
 
 
 def values_of(result: SearchResult, i: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
 from lmspec.compiler.models.dims import divisors, domain_gpus, nodes_per_domain
 from lmspec.compiler.search.legality import (
     BACKEND_CHECKS,
@@ -35,9 +36,16 @@ MAX_CONTEXT_PARALLEL = 16  # ring attention beyond 16 ranks is outside what the 
 # in bubble), which an uneven split's longest chunk strays further from as v nears a stage's layers
 MAX_UNEVEN_VIRTUAL_STAGES = 4
 MAX_MICRO_BATCH = 16  # sequences per micro-batch; beyond this activations dominate at any length
-# (backend, ZeRO stage, distributed optimizer): Megatron shards optimizer states with its distributed
-# optimizer, DeepSpeed with ZeRO stages; the crossed settings are refused by the capability table, not choices.
-SHARDINGS = ((0, 0, False), (0, 0, True), (1, 0, False), (1, 1, False), (1, 2, False), (1, 3, False))
+# (backend, ZeRO stage, distributed optimizer): a backend that shards with ZeRO stages (DeepSpeed; torchtitan's
+# FSDP2 strategies as ZeRO's) is searched at each stage, one with Megatron's distributed optimizer with and
+# without it; what a target lacks (FSDP2 has no stage 1) the capability table refuses, as for a spec.
+SHARDINGS = tuple(
+    (index, stage, optimizer)
+    for index, backend in enumerate(TRAINING_BACKENDS.values())
+    for stage, optimizer in (
+        ((0, False), (1, False), (2, False), (3, False)) if backend.zero_sharding else ((0, False), (0, True))
+    )
+)
 
 
 def powers_of_two(limit: int) -> list[int]:

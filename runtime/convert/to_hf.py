@@ -31,6 +31,10 @@ files the converter wrote; an existing `convert.output` without it (a run direct
 checkpoints, a user's directory) or with files it does not name is refused (exit 2), never
 deleted.
 DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32.
+torchtitan: the FSDP2 shards of its torch.distributed.checkpoint are read as full tensors by DCP's own
+loader in this one process (runtime/convert/dcp_reader.py), a batch of tensors of about DCP_READ_BYTES at a
+time; the checkpoint's model tensors and the mapping's rows are checked against each other (names, shapes,
+dtypes, every problem listed) from the checkpoint's .metadata before any tensor is read.
 Beside config.json the output carries the training tokenizer (runtime/data/training_tokenizer.py)
 and a generation_config.json with its bos/eos/pad ids, so transformers and vLLM load the model with
 the ids it was trained on and stop at its end of text.
@@ -39,12 +43,14 @@ the ids it was trained on and stop at its end of text.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import math
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +62,8 @@ from lmspec.compiler.build.files import (
     LATEST,
     MAPPING,
     TORCH_DIST_FORMAT,
+    TORCHTITAN_DCP_FORMAT,
+    TORCHTITAN_DIR,
 )
 from lmspec.compiler.build.ownership import CONVERTED, require_replaceable
 from lmspec.compiler.build.reader import Build
@@ -78,9 +86,15 @@ if TYPE_CHECKING:
     import torch  # imported where tensors are made: the direct path needs no torch (0.8 s to import here)
     from rich.progress import Progress
 
+    from lmspec.runtime.convert.dcp_reader import DcpCheckpoint
+
 logger = logging.getLogger(__name__)
 
 _LISTED = 20  # names printed per problem list
+DCP_READ_BYTES = 1 << 30  # tensors read per DCP load: memory stays near this (or the largest tensor), never the model
+# transformers' output head when config.json ties it to the embedding: the trainer's state dict holds it (the
+# module has it), the mapping does not (transformers ties it again when it loads the output)
+_TIED_HEAD = "lm_head.weight"
 OUTPUT_LABEL = "convert.output="  # how messages about the output directory name it
 
 
@@ -317,6 +331,139 @@ def convert_deepspeed(
     return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards)}
 
 
+@dataclass(frozen=True)
+class Released:
+    """One HF tensor as the release (and the mapping) names it: the checkpoint tensor it comes from."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype_name: str
+
+
+class ReleaseForm:
+    """transformers' modules hold some tensors fused (transformers 5: each MoE layer's experts as
+    `experts.gate_up_proj` [E, 2f, h] and `experts.down_proj` [E, h, f]), which the trainer's checkpoint
+    stores as they are; the mapping names them as released (`experts.{e}.gate_proj.weight`, ...), which
+    transformers fuses when it loads them. transformers' own reversal (revert_weight_conversion, what
+    save_pretrained writes) turns one into the other, a checkpoint tensor at a time: on meta tensors to
+    list the names and shapes, on the read tensors to write them."""
+
+    def __init__(self, hf_config: Mapping[str, Any]) -> None:
+        import torch
+        import transformers
+
+        config = transformers.AutoConfig.for_model(**copy.deepcopy(dict(hf_config)))  # it edits rope_scaling in place
+        with torch.device("meta"):
+            self.model = transformers.AutoModelForCausalLM.from_config(config)
+
+    def __call__(self, key: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        from transformers.core_model_loading import revert_weight_conversion
+
+        return dict(revert_weight_conversion(self.model, {key: tensor}))
+
+    def names(self, ckpt: DcpCheckpoint) -> dict[str, Released]:
+        """Every HF tensor of the checkpoint's model tensors, by its released name."""
+        import torch
+
+        out: dict[str, Released] = {}
+        for key, stored in ckpt.tensors.items():
+            meta = torch.empty(stored.shape, dtype=torch_dtype(stored.dtype_name), device="meta")
+            for name, tensor in self(key, meta).items():
+                out[name] = Released(key, tuple(tensor.shape), stored.dtype_name)
+        return out
+
+
+def check_against_dcp(doc: Mapping[str, Any], ckpt: DcpCheckpoint, released: Mapping[str, Released]) -> list[Planned]:
+    """The HF tensors to write, in the mapping's order, once every row's tensor is in the checkpoint (`released`:
+    its tensors by their released names) with its shape and dtype and every model tensor of the checkpoint is
+    mapped; else every problem at once (nothing read yet: the checkpoint's .metadata says all of it)."""
+    plan: list[Planned] = []
+    problems: list[str] = []
+    for i, t in enumerate(doc["tensors"]):
+        source, hf = t.get("source"), t.get("hf")
+        if not (isinstance(source, dict) and isinstance(hf, list) and len(hf) == 1 and source["key"] == hf[0]["name"]):
+            raise ConversionError(f"{MAPPING}: tensors[{i}] is not a row of the {TORCHTITAN_DCP_FORMAT} format")
+        name, shape = hf[0]["name"], tuple(hf[0]["shape"])
+        plan.append(Planned(name, shape, t["hf_dtype"]))
+        if (found := released.get(name)) is None:
+            continue
+        held = "" if found.key == name else f" (of {found.key})"
+        if found.shape != shape:
+            problems.append(f"{name}: checkpoint shape {list(found.shape)}{held}, mapping says {list(shape)}")
+        if found.dtype_name != source["dtype"]:
+            problems.append(f"{name}: checkpoint dtype {found.dtype_name}{held}, mapping says {source['dtype']}")
+    mapped = {p.name for p in plan}
+    unknown = sorted((released.keys() | set(ckpt.not_tensors)) - mapped)
+    if doc["hf_config"].get("tie_word_embeddings") and _TIED_HEAD in unknown:
+        unknown.remove(_TIED_HEAD)
+    missing = sorted(mapped - released.keys())
+    if unknown:
+        problems.insert(0, f"{len(unknown)} checkpoint tensor(s) not in the mapping: {_listing(unknown)}")
+    if missing:
+        problems.insert(0, f"{len(missing)} mapped tensor(s) missing from the checkpoint: {_listing(missing)}")
+    if problems:
+        raise ConversionError(f"{ckpt.path}: checkpoint does not match {MAPPING}:\n  " + "\n  ".join(problems))
+    return plan
+
+
+def _read_batches(
+    plan: list[Planned], ckpt: DcpCheckpoint, released: Mapping[str, Released], budget: int
+) -> list[list[str]]:
+    """The checkpoint tensors to read, in the order the mapping writes what they hold, cut into loads of
+    about `budget` bytes."""
+    batches: list[list[str]] = [[]]
+    held, seen = 0, set()
+    for planned in plan:
+        key = released[planned.name].key
+        if key in seen:
+            continue
+        seen.add(key)
+        stored = ckpt.tensors[key]
+        nbytes = math.prod(stored.shape) * DTYPE_BYTES[stored.dtype_name]
+        if batches[-1] and held + nbytes > budget:
+            batches.append([])
+            held = 0
+        batches[-1].append(key)
+        held += nbytes
+    return batches
+
+
+def convert_torchtitan(
+    doc: Mapping[str, Any],
+    step_dir: Path,
+    output: Path,
+    tokenizer: TrainingTokenizer | None = None,
+    read_bytes: int = DCP_READ_BYTES,
+) -> dict[str, Any]:
+    """torchtitan's DCP checkpoint (FSDP2 shards) -> full tensors (DCP's loader) -> HF tensors as released
+    (ReleaseForm) -> the mapping's rows, in its order."""
+    from lmspec.runtime.convert.dcp_reader import DcpCheckpoint, DcpReadError
+
+    try:
+        ckpt = DcpCheckpoint(step_dir / TORCHTITAN_DIR)
+        form = ReleaseForm(doc["hf_config"])
+        released = form.names(ckpt)
+        plan = check_against_dcp(doc, ckpt, released)
+        batches = _read_batches(plan, ckpt, released, read_bytes)
+        ckpt.check_files(key for batch in batches for key in batch)  # a missing or truncated shard, named first
+        with replace_directory(output, CONVERTED, OUTPUT_LABEL) as staging:
+            writer = ShardedWriter(staging, plan)
+            mapped, written = {p.name for p in plan}, 0
+            pending: dict[str, torch.Tensor] = {}  # HF tensors read, not yet written (the writer takes them in order)
+            for batch in batches:
+                for key, tensor in ckpt.read(batch).items():
+                    pending.update((name, t) for name, t in form(key, tensor).items() if name in mapped)
+                while written < len(plan) and plan[written].name in pending:
+                    planned = plan[written]
+                    writer.write(planned.name, pending.pop(planned.name).to(torch_dtype(planned.dtype)))
+                    written += 1
+            writer.finish()
+            _write_configs(doc, staging, tokenizer)
+    except DcpReadError as exc:
+        raise ConversionError(str(exc)) from None
+    return {"tensors": len(plan), "bytes": writer.total_bytes, "shards": len(writer.shards), "dcp_loads": len(batches)}
+
+
 def convert_build(
     build: Build, *, progress: bool = False, classes: Mapping[SplitKind, type[Transform]] = TRANSFORMS
 ) -> tuple[Path, dict[str, Any]]:
@@ -331,6 +478,8 @@ def convert_build(
     step = latest_checkpoint(Path(spec.train.checkpoint.dir))
     if doc["checkpoint_format"] == DEEPSPEED_ZERO_FORMAT:
         return output, convert_deepspeed(doc, step, output, tokenizer)
+    if doc["checkpoint_format"] == TORCHTITAN_DCP_FORMAT:
+        return output, convert_torchtitan(doc, step, output, tokenizer)
     return output, convert_megatron(
         doc, step / DIST_CKPT_DIR, output, classes=classes, progress=progress, tokenizer=tokenizer
     )

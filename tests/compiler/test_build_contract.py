@@ -26,9 +26,9 @@ from lmspec.compiler.spec.load import Composed, compose_spec
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(p for p in SPECS_DIR.glob("*.yaml") if p.name != "config.yaml")
 FILES_MODULE = ROOT / "compiler" / "build" / "files.py"
-# The backend is also called "deepspeed" (train.backend), and "tensorboard" and "wandb" are the packages that
-# write those folders: each word is a name of something else too, not only a directory.
-SHARED_WORDS = {files.DEEPSPEED_DIR, files.TENSORBOARD_DIR, files.WANDB_DIR}
+# The backends are also called "deepspeed" and "torchtitan" (train.backend), and "tensorboard" and "wandb" are
+# the packages that write those folders: each word is a name of something else too, not only a directory.
+SHARED_WORDS = {files.DEEPSPEED_DIR, files.TORCHTITAN_DIR, files.TENSORBOARD_DIR, files.WANDB_DIR}
 NAMES = {
     value: name
     for name, value in vars(files).items()

@@ -17,6 +17,7 @@ from helpers.convert import (
     V2_TP2_EP2,
     Trained,
     compile_run_build,
+    convert_then_verify,
     hf_tensors,
     lmspec,
     verify_report,
@@ -33,18 +34,7 @@ pytestmark = pytest.mark.slow
 )
 def test_convert_then_logits_match(fixture: str, request: pytest.FixtureRequest) -> None:
     trained: Trained = request.getfixturevalue(fixture)
-    result = lmspec("run", str(trained.build), "--stage", "convert", cwd=trained.workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    mapping = json.loads((trained.workdir / trained.build / "convert" / "mapping.json").read_text())
-    tensors = hf_tensors(trained.hf_dir)
-    assert len(tensors) == mapping["hf_tensor_count"]
-    assert json.loads((trained.hf_dir / "config.json").read_text()) == mapping["hf_config"]
-
-    result = lmspec("run", str(trained.build), "--stage", "verify", cwd=trained.workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
-    report = json.loads(out[out.index("{\n") : out.rindex("}") + 1])
-    assert report["ok"] and report["max_abs_diff"] <= MAX_LOGITS_ABS_DIFF
+    mapping, tensors, report = convert_then_verify(trained)
     assert len(report["layers"]) == 4
 
 

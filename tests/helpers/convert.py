@@ -22,6 +22,7 @@ from helpers.build import compile_build
 from helpers.cli import LMSPEC
 from helpers.ports import free_port
 from helpers.processes import run_in_group
+from lmspec.runtime.verify import MAX_LOGITS_ABS_DIFF
 
 TRAIN_TIMEOUT_S = 300
 STEP_TIMEOUT_S = 240
@@ -89,6 +90,23 @@ def verify_report(trained: Trained, hf_dir: Path | None = None) -> tuple[int, di
     out = result.stdout
     report = json.loads(out[out.index("{\n") : out.rindex("}") + 1]) if "{\n" in out else {}
     return result.returncode, report, result.stderr
+
+
+def convert_then_verify(trained: Trained) -> tuple[dict, dict[str, torch.Tensor], dict]:
+    """`lmspec run --stage convert`, then `--stage verify`, of a trained build: its mapping.json, the HF
+    tensors written (every one the mapping counts, with its config.json) and verify's report (passed)."""
+    result = lmspec("run", str(trained.build), "--stage", "convert", cwd=trained.workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    mapping = json.loads((trained.workdir / trained.build / "convert" / "mapping.json").read_text())
+    tensors = hf_tensors(trained.hf_dir)
+    assert len(tensors) == mapping["hf_tensor_count"]
+    assert json.loads((trained.hf_dir / "config.json").read_text()) == mapping["hf_config"]
+    result = lmspec("run", str(trained.build), "--stage", "verify", cwd=trained.workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    report = json.loads(out[out.index("{\n") : out.rindex("}") + 1])
+    assert report["ok"] and report["max_abs_diff"] <= MAX_LOGITS_ABS_DIFF
+    return mapping, tensors, report
 
 
 def hf_tensors(directory: Path) -> dict[str, torch.Tensor]:

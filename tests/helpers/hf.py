@@ -27,7 +27,7 @@ def hf_model(m: ModelSpec, device: str = "meta", attn_implementation: str = "eag
     import torch
     import transformers
 
-    from lmspec.runtime.train.deepspeed.trainer import transformers_config
+    from lmspec.runtime.train.hf_model import transformers_config
 
     cls = getattr(transformers, FAMILIES[m.family].hf_class)
     with torch.device(device):

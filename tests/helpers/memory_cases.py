@@ -36,7 +36,7 @@ def _case(name: str, world: int, *overrides: str) -> Case:
     return Case(name, world, (f"hardware.gpus_per_node={world}", *overrides))
 
 
-MG, DS = "train.backend=megatron", "train.backend=deepspeed"
+MG, DS, TT = "train.backend=megatron", "train.backend=deepspeed", "train.backend=torchtitan"
 # a micro-batch of 16 tokens: the activations are small beside the model state, so the gradient reduction or
 # the optimizer step, not the backward, holds the step's peak
 STEP = ("train.micro_batch_size=1", "train.seq_length=16")
@@ -65,6 +65,15 @@ CASES = (
     _case("deepspeed-zero2-step", 2, DS, *STEP, "parallel.zero_stage=2", "train.global_batch_size=2"),
     _case("deepspeed-zero2-step-ga4", 2, DS, *STEP, "parallel.zero_stage=2", "train.global_batch_size=8"),
     _case("deepspeed-zero3-step-bf16", 2, DS, *STEP, "parallel.zero_stage=3", "train.precision=bf16"),
+    _case("torchtitan-zero3", 2, TT, "parallel.zero_stage=3"),
+    _case("torchtitan-zero2", 2, TT, "parallel.zero_stage=2"),
+    _case("torchtitan-replicate", 2, TT, "parallel.zero_stage=0"),
+    _case("torchtitan-zero3-full", 2, TT, "parallel.zero_stage=3", "train.recompute=full"),
+    _case("torchtitan-zero3-step", 2, TT, *STEP, "parallel.zero_stage=3", "train.global_batch_size=2"),
+    _case("torchtitan-zero3-ga4-step", 2, TT, *STEP, "parallel.zero_stage=3", "train.global_batch_size=8"),
+    _case("torchtitan-zero3-bf16", 2, TT, "parallel.zero_stage=3", "train.precision=bf16"),
+    _case("torchtitan-zero3-dp4", 4, TT, "parallel.zero_stage=3"),
+    _case("torchtitan-moe", 2, TT, "model=tiny_moe", "parallel.zero_stage=3"),
 )
 BY_NAME = {c.name: c for c in CASES}
 

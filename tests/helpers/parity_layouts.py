@@ -124,7 +124,7 @@ def _powers(limit: int) -> tuple[int, ...]:
 
 def shape_axes(world: int) -> dict[str, tuple[Any, ...]]:
     return {
-        "backend": ("megatron", "deepspeed"),
+        "backend": ("megatron", "deepspeed", "torchtitan"),
         "tp": _powers(world),
         "pp": _powers(world),
         "pp_layout": (None, "auto"),

@@ -49,6 +49,8 @@ SAMPLE = (
     ParityLayout("tiny_moe", 2, ep=2, mtp_layers=1),
     ParityLayout("tiny", 2, backend="deepspeed", zero_stage=3, recompute="full"),
     ParityLayout("tiny_moe", 4, backend="deepspeed", zero_stage=2, offload_optimizer=True),
+    ParityLayout("tiny", 4, backend="torchtitan", zero_stage=3, recompute="full"),
+    ParityLayout("tiny_moe", 2, backend="torchtitan", zero_stage=2),
 )
 
 
@@ -180,7 +182,8 @@ def _train(root: Path, world: int, group: Sequence[ParityLayout]) -> list[Outcom
 def run_sweep(root: Path, layouts: Sequence[ParityLayout]) -> list[tuple[Outcome, float | None]]:
     """Seed checkpoints (megatron), the references, then `layouts` by world size; each outcome with its
     deviation from its reference. Every megatron layout starts from its seed's weights (train.init_from);
-    DeepSpeed builds its model from train.seed alike on every rank (its table lacks init_from)."""
+    DeepSpeed and torchtitan build their model from train.seed alike on every rank (their tables lack
+    init_from)."""
     seeds = sorted({lay.seed() for lay in layouts if lay.backend == "megatron"})
     for seed, outcome in zip(seeds, _train(root, 1, seeds), strict=True):
         if outcome.code:

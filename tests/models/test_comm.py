@@ -80,6 +80,19 @@ def test_dp_traffic_is_the_backends_collectives(
     assert dp_traffic(zero_stage, distributed_optimizer, grad_bytes, param_bytes) == traffic
 
 
+@pytest.mark.parametrize(
+    ("zero_stage", "traffic"),
+    [
+        pytest.param(0, DpTraffic(0, 0, 8), id="replicated: fp32 gradients all-reduced every micro-batch"),
+        pytest.param(2, DpTraffic(0, 0, 6), id="SHARD_GRAD_OP: a gather and a reduce-scatter every micro-batch"),
+        pytest.param(3, DpTraffic(0, 0, 8), id="FULL_SHARD: 2 gathers and a reduce-scatter every micro-batch"),
+    ],
+)
+def test_fsdp2_syncs_every_micro_batch(zero_stage: int, traffic: DpTraffic) -> None:
+    """torchtitan's FSDP2 (TrainingBackend.reduces_every_micro_batch): fp32 gradients, bf16 weights."""
+    assert dp_traffic(zero_stage, False, 4, 2, every_micro_batch=1) == traffic
+
+
 def test_unsharded_megatron_dp_moves_8_bytes_per_parameter() -> None:
     """One all-reduce of fp32 main gradients: 2 x 4 B x (n-1)/n per parameter, no weights."""
     spec = spec_of("model=llama3_8b", "hardware=h100_80g", "parallel.tp=2", "parallel.distributed_optimizer=false")

@@ -15,7 +15,7 @@ import torch
 from lmspec.compiler.backends.megatron_config import megatron_config
 from lmspec.compiler.models.lr_schedule import lr_at
 from lmspec.compiler.pipeline import make_plan
-from lmspec.runtime.train.deepspeed.lr_schedule import SpecSchedule
+from lmspec.runtime.train.lr_schedule import SpecSchedule
 from lmspec.runtime.train.megatron.config import param_scheduler
 
 SCHEDULES = [

@@ -1,4 +1,5 @@
-"""Checkpoints that survive kill -9, corruption and preemption, and resume bitwise-equal (CPU fp32).
+"""Checkpoints that survive kill -9, corruption and preemption, and resume bitwise-equal (CPU fp32), on the
+Megatron backend (megatron-core's dist_checkpointing) and the torchtitan backend (FSDP2 fully sharded, DCP).
 
 The runs train on a user's data: an HF tokenizer and two megatron-core datasets blended 0.7/0.3, with
 validation after steps 4 and 8; a resumed run reproduces the training and the validation losses."""
@@ -17,6 +18,7 @@ from helpers.blend import blend_overrides
 from helpers.build import compile_build
 from helpers.torchrun import assert_rates_follow_the_schedule, run, run_until, workers
 
+from lmspec.compiler.backends import BACKENDS
 from lmspec.runtime.train.checkpoint import verify
 
 pytestmark = pytest.mark.slow
@@ -33,17 +35,28 @@ OVERRIDES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory):
-    """The uninterrupted run every other run here must reproduce."""
+# train.backend -> the overrides of its layout
+BACKEND_LAYOUTS = {"megatron": [], "torchtitan": ["train.backend=torchtitan", "parallel.zero_stage=3"]}
+
+
+@pytest.fixture(scope="module", params=sorted(BACKEND_LAYOUTS))
+def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The uninterrupted run every other run here must reproduce, on each backend."""
     root = tmp_path_factory.mktemp("reference")
-    build = compile_build(root / "build", [*OVERRIDES, *blend_overrides(root / "user")]).dir
+    layout = BACKEND_LAYOUTS[request.param]
+    build = compile_build(root / "build", [*OVERRIDES, *layout, *blend_overrides(root / "user")]).dir
     result = run(build, root)
     assert result.code == 0, result.output[-4000:]
     assert sorted(result.val_losses(NAME)) == [4, 8]
     assert "lmspec: validation loss at step 4: " in result.output
     assert_rates_follow_the_schedule(build, result, NAME)
     return build, result
+
+
+def _backend_dir(build: Path) -> str:
+    """Where the build's backend saves inside a step directory (its TrainingBackend.checkpoint_dir)."""
+    backend = next(name for name in BACKENDS if (build / BACKENDS[name].config_file).exists())
+    return BACKENDS[backend].checkpoint_dir
 
 
 def _checkpoints(cwd: Path) -> Path:
@@ -83,7 +96,7 @@ def test_corrupt_checkpoint_falls_back_to_previous(reference, tmp_path: Path) ->
     shutil.copytree(_checkpoints(ref.cwd), _checkpoints(tmp_path))
     ckpt = _checkpoints(tmp_path)
     assert (ckpt / "latest").read_text().strip() == "step_8"
-    victim = sorted((ckpt / "step_8" / "torch_dist").glob("*.distcp"))[0]
+    victim = sorted((ckpt / "step_8" / _backend_dir(build)).glob("*.distcp"))[0]
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))

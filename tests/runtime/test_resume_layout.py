@@ -1,5 +1,6 @@
 """A run saved at one layout resumes at another (megatron-core 0.16.1 dist_checkpointing resharding the model
-and the optimizer; CPU fp32, gloo), and a layout it cannot reshard to is refused before anything loads.
+and the optimizer; on the torchtitan backend DCP resharding FSDP2's DTensors; CPU fp32, gloo), and a layout it
+cannot reshard to is refused before anything loads.
 
 Each case trains 4 steps at layout A, checkpointing at step 2 and 4; the resumed run starts from A's step_2 at
 layout B with the same global batch and continues to step 4. Losses 3 and 4 must match A's.
@@ -71,6 +72,7 @@ def _name(source: Run) -> str:
 _A = {
     "tp2_ep2": (["parallel.tp=2", "parallel.ep=2", "parallel.sequence_parallel=true", *ON_4], MOE, 4),
     "dp2": ([], None, 2),
+    "fsdp_dp2": (["train.backend=torchtitan", "parallel.zero_stage=3"], None, 2),
 }
 
 
@@ -84,6 +86,12 @@ def tp2_ep2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
 def dp2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
     """The default tiny dense job at DP2 on 2 ranks."""
     return _saved(tmp_path_factory.mktemp("dp2"), "dp2")
+
+
+@pytest.fixture(scope="module")
+def fsdp_dp2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    """The tiny dense job on torchtitan, fully sharded over 2 ranks."""
+    return _saved(tmp_path_factory.mktemp("fsdp_dp2"), "fsdp_dp2")
 
 
 def _assert_continues(source: Run, resumed: Run, name: str) -> None:
@@ -125,3 +133,11 @@ def test_ep2_to_ep1_is_refused_before_loading(tp2_ep2: tuple[Path, Run], tmp_pat
     assert "lmspec: error: cannot resume from runs/source/checkpoints/step_2" in refused.output
     assert "parallel.ep is 1 here" in refused.output and "train.init_from=" in refused.output
     assert "KeyError" not in refused.output and "[rank0]: Traceback" not in refused.output
+
+
+def test_fsdp2_resumes_on_four_ranks_at_another_stage(fsdp_dp2: tuple[Path, Run], tmp_path: Path) -> None:
+    """torchtitan's DCP save of 2-way shards loads as 4-way SHARD_GRAD_OP shards (the same global batch)."""
+    _, source = fsdp_dp2
+    layout = ["train.backend=torchtitan", "parallel.zero_stage=2", *ON_4]
+    resumed = _resume_at_step_2(source, "fsdp_dp4", tmp_path, layout, None, 4)
+    _assert_continues(source, resumed, "fsdp_dp4")

@@ -1,7 +1,8 @@
-"""The spec's learning-rate schedule as the torch LR scheduler DeepSpeed's engine steps.
+"""The spec's learning-rate schedule as a torch LR scheduler, for the trainers that step one themselves.
 
 DeepSpeed takes a client scheduler (`deepspeed.initialize(lr_scheduler=...)`) in place of one from the
-config, and steps it after every optimizer step, as torch schedulers are stepped. Its own schedulers
+config, and steps it after every optimizer step, as torch schedulers are stepped; the torchtitan trainer
+steps it after its own optimizer step, as torchtitan's LRSchedulersContainer does. DeepSpeed's schedulers
 cannot run lmspec's schedule (compiler/models/lr_schedule.py says why), so this one sets each step's
 rate from `lr_at`, the schedule's one owner: torch's LRScheduler sets step 1's rate when it is made and
 step k+1's after the k-th step.

@@ -1,0 +1,112 @@
+"""train.backend=torchtitan: FSDP2 data parallelism as torchtitan applies it, configured by torchtitan.json.
+
+The build's torchtitan.json holds torchtitan's own job configuration (its JobConfig sections and names:
+`parallelism.data_parallel_shard_degree`, `fsdp_reshard_after_forward`, `activation_checkpoint.mode`, ...).
+The runtime trains it with the torch.distributed APIs torchtitan's parallelize functions call
+(`fully_shard` per decoder layer and the root, `MixedPrecisionPolicy`, DCP checkpoints) on transformers'
+modeling code: torchtitan 0.3.0's own Trainer follows the torch nightly (it calls `dist.set_timeout`, and its
+default `spmd_types` sharding needs a newer `fully_shard`) and picks CUDA on a CPU host.
+
+The sharding is FSDP2's, named by parallel.zero_stage as FSDP's documentation maps its strategies onto ZeRO's:
+3 shards weights, gradients and optimizer state and frees a layer's gathered weights after its forward
+(reshard_after_forward, FULL_SHARD); 2 keeps them gathered until its backward (SHARD_GRAD_OP); 0 replicates
+(torchtitan's data_parallel_replicate_degree, DDP). FSDP2 has no stage that shards the optimizer alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lmspec.compiler.backends.backend import TrainingBackend
+from lmspec.compiler.build.files import TORCHTITAN_CONFIG, TORCHTITAN_DCP_FORMAT, TORCHTITAN_DIR
+
+if TYPE_CHECKING:
+    from lmspec.compiler.capabilities import Feature
+
+_FSDP = "lmspec's torchtitan trainer (FSDP2 data parallelism on transformers' modeling code)"
+_NEXT = "not in lmspec's torchtitan trainer yet (it runs FSDP2 data parallelism)"
+_NO_DISPATCHER = "transformers' MoE blocks route and loop over their experts in place: no token dispatcher"
+_NO_AUX_LOSS = (
+    "transformers' MoE blocks are built without router logits (output_router_logits=false): lmspec's torchtitan "
+    "trainer adds no load-balancing loss"
+)
+LACKS: dict[Feature, str] = {
+    "tensor_parallel": f"torchtitan's tensor parallelism (parallelize_module) is {_NEXT}",
+    "pipeline_parallel": f"torchtitan's pipeline schedules are {_NEXT}",
+    "interleaved_pipeline": f"torchtitan's pipeline schedules are {_NEXT}",
+    "context_parallel": f"torchtitan's context parallelism is {_NEXT}",
+    "expert_parallel": f"torchtitan's expert parallelism is {_NEXT}",
+    "expert_tensor_parallel": f"torchtitan's expert parallelism is {_NEXT}",
+    "sequence_parallel": f"{_FSDP} has no tensor parallelism to split sequences over",
+    "mtp": "transformers' modeling code does not build multi-token-prediction modules",
+    "precision_fp8": f"torchtitan's float8 training (torchao) is {_NEXT}",
+    "precision_fp4": "torchtitan trains no FP4 GEMMs",
+    "recompute_selective": f"torchtitan's per-op selective activation checkpointing is {_NEXT} (train.recompute=full)",
+    "zero_1": "FSDP2 shards gradients with the optimizer state: no stage shards the optimizer alone",
+    "distributed_optimizer": "the distributed optimizer is Megatron's; FSDP2 shards with parallel.zero_stage",
+    "offload_optimizer": f"FSDP2's CPUOffloadPolicy is {_NEXT}",
+    "offload_params": f"FSDP2's CPUOffloadPolicy is {_NEXT}",
+    "init_from": "it initialises from train.seed; a lmspec torch_dist checkpoint is Megatron's format",
+    "async_checkpoint": f"torchtitan's asynchronous DCP save (checkpoint.async_mode) is {_NEXT}",
+    "grouped_gemm_experts": "transformers' MoE blocks loop over their experts",
+    "tp_comm_overlap": f"{_FSDP} has no tensor parallelism",
+    "moe_a2a_overlap": f"{_FSDP} has no expert parallelism",
+    **dict.fromkeys(("moe_allgather_dispatcher", "moe_flex_dispatcher"), _NO_DISPATCHER),
+    "moe_load_balancing_type": _NO_AUX_LOSS,
+    "moe_aux_loss_coeff": _NO_AUX_LOSS,
+    "moe_bias_update_rate": "transformers' modeling code keeps the expert score bias fixed (no aux-loss-free update)",
+    "moe_capacity_factor": "transformers' MoE blocks are dropless: every routed token reaches its experts",
+    "moe_router_dtype": "transformers' MoE blocks route in the model's dtype",
+    "moe_permute_fusion": f"{_NO_DISPATCHER}, so no permutation to fuse",
+    "moe_shared_expert_overlap": f"{_NO_DISPATCHER} to overlap the shared experts with",
+    "moe_force_balance": "transformers' routers have no forced-balance benchmark mode",
+}
+CPU_LACKS: dict[Feature, str] = {
+    **LACKS,
+    "precision_fp16": "FSDP2 under fp16 needs a gradient scaler (ShardedGradScaler) the trainer does not run",
+}
+
+
+SHARDING_LABELS = {0: "replicated", 2: "no-reshard", 3: "full-shard"}
+
+
+def sharding_summary(zero_stage: int, distributed_optimizer: bool) -> str:
+    return {
+        0: "FSDP2 replicated (DDP, torchtitan's data_parallel_replicate_degree)",
+        2: "FSDP2 sharded, weights kept gathered from the forward to the backward (SHARD_GRAD_OP)",
+        3: "FSDP2 fully sharded, reshard after forward (FULL_SHARD)",
+    }[zero_stage]
+
+
+TORCHTITAN = TrainingBackend(
+    name="torchtitan",
+    targets={("local", "cpu"): CPU_LACKS, ("local", "gpu"): {**LACKS, "precision_fp16": CPU_LACKS["precision_fp16"]}},
+    no_target={
+        "transformer_engine": (
+            "lmspec's torchtitan trainer runs transformers' PyTorch modeling code, not Transformer Engine; "
+            "set train.transformer_impl=local"
+        )
+    },
+    rules=(),
+    emitter="lmspec.compiler.emit.torchtitan_config:emit_torchtitan_config",
+    config_file=TORCHTITAN_CONFIG,
+    trainer="lmspec.runtime.train.torchtitan.trainer:TorchtitanTrainer",
+    reference_outputs="lmspec.runtime.verify:torchtitan_reference",
+    checkpoint_dir=TORCHTITAN_DIR,
+    checkpoint_format=TORCHTITAN_DCP_FORMAT,
+    zero_sharding=True,
+    # FSDP2 reduce-scatters (or, replicated, all-reduces) each layer's gradients in its backward and gathers
+    # each layer's weights in its forward
+    reduces_after_backward=False,
+    fsdp=True,
+    reduces_every_micro_batch=True,
+    gathers_after_step=False,
+    hf_model_code=True,
+    grad_reduce_in_fp32=lambda precision: True,  # MixedPrecisionPolicy(reduce_dtype=float32), torchtitan's default
+    moe_tp_needs_sequence_parallel=False,
+    one_cuda_work_queue=False,
+    sharding_summary=sharding_summary,
+    sharding_label=lambda zero_stage, distributed_optimizer: "torchtitan FSDP2 " + SHARDING_LABELS[zero_stage],
+    optimizer_summary=None,
+    imports_hf=False,
+)

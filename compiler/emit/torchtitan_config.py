@@ -1,0 +1,78 @@
+"""torchtitan.json: the torchtitan backend's job configuration, emitted only for train.backend=torchtitan.
+
+Its sections and names are torchtitan's (`training.local_batch_size`, `parallelism.
+data_parallel_shard_degree`, `parallelism.fsdp_reshard_after_forward`, `checkpoint.interval`, ... as 0.3.0's
+config dataclasses name them; `activation_checkpoint.mode`, `optimizer.*`, `model.flavor` as its JobConfig
+TOML files did before 0.3.0), so a reviewer who knows torchtitan reads it as one of its own, and every value
+is concrete. The trainer (runtime/train/torchtitan) builds from this file and reads every key of it
+(tests/launch/test_torchtitan_config.py). Like ds_config.json it has no learning-rate scheduler: the trainer
+steps the spec's schedule (compiler/models/lr_schedule.py `lr_at`), which torchtitan's (a warm-up from step
+1/(warmup + 1), decay over a ratio of the steps) does not express.
+Gradient accumulation is torchtitan's: global_batch_size over local_batch_size x the data-parallel degrees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmspec.compiler.build.files import TORCHTITAN_CONFIG
+from lmspec.compiler.emit.spec_files import dump_json
+from lmspec.compiler.plan import Plan
+
+# spec optimizer -> the torch.optim class torchtitan's optimizer.name names
+OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+# train.precision -> MixedPrecisionPolicy's param_dtype (torchtitan's training.mixed_precision_param)
+PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+# parallel.zero_stage -> fsdp_reshard_after_forward (FSDP's strategies as ZeRO's stages; 0 replicates)
+RESHARD_AFTER_FORWARD = {2: "never", 3: "always"}
+
+
+def emit_torchtitan_config(plan: Plan) -> dict[str, str]:
+    """The torchtitan backend's emitter (lmspec.compiler.backends.torchtitan names it)."""
+    return {TORCHTITAN_CONFIG: dump_json(torchtitan_config(plan))}
+
+
+def torchtitan_config(plan: Plan) -> dict[str, Any]:
+    trained = plan.trained()
+    s, b, layout = trained.spec, trained.batch, trained.layout
+    t, o = s.train, s.train.optimizer
+    sharded = layout.zero_stage > 0
+    return {
+        "job": {"description": plan.name},
+        "model": {"name": s.model.family, "flavor": s.model.name},
+        "training": {
+            "local_batch_size": b.micro_batch_size,
+            "global_batch_size": t.global_batch_size,
+            "seq_len": t.seq_length,
+            "steps": t.steps,
+            "max_norm": t.grad_clip,
+            "mixed_precision_param": PARAM_DTYPES[t.precision],
+            "mixed_precision_reduce": "float32",
+            "seed": t.seed,
+        },
+        "optimizer": {
+            "name": OPTIMIZER_NAMES[o.name],
+            "lr": o.lr,
+            "eps": o.eps,
+            "beta1": o.beta1,
+            "beta2": o.beta2,
+            "weight_decay": o.weight_decay,
+        },
+        "parallelism": {
+            "data_parallel_replicate_degree": 1 if sharded else layout.dp,
+            "data_parallel_shard_degree": layout.dp if sharded else 1,
+            "fsdp_reshard_after_forward": RESHARD_AFTER_FORWARD.get(layout.zero_stage, "default"),
+            "tensor_parallel_degree": layout.tp,
+            "pipeline_parallel_degree": layout.pp,
+            "context_parallel_degree": layout.cp,
+        },
+        "activation_checkpoint": {"mode": "full" if t.recompute == "full" else "none"},
+        "checkpoint": {
+            "enable": True,
+            "folder": t.checkpoint.dir,
+            "interval": t.checkpoint.interval,
+            "keep_latest_k": t.checkpoint.keep_last_k,
+            "async_mode": "disabled",
+        },
+        "compile": {"enable": False},
+    }

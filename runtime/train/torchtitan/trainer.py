@@ -1,0 +1,135 @@
+"""torchtitan backend's trainer: a transformers causal LM under FSDP2, from torchtitan.json.
+
+The model is the one the DeepSpeed backend builds (lmspec.runtime.train.hf_model: transformers' class of
+`model.family`, HF module names, so its checkpoint converts without renames), initialised from
+`training.seed` on every rank before it is sharded (`.parallelize`). A step runs the plan's micro-batches,
+each loss a token mean divided by their count (as DeepSpeed's engine scales), each backward reducing its
+gradients into the sharded ones, as torchtitan's train step leaves FSDP2 to do (no unsharded gradients are
+kept between micro-batches: the memory model prices it so, compiler/models/train_memory.py); then the global
+gradient norm (DTensor norms made whole), clipping when `training.max_norm` > 0, the optimizer step and the
+spec's learning-rate schedule (lmspec.runtime.train.lr_schedule), stepped after the optimizer as torchtitan
+steps its own.
+
+Checkpoints are torch.distributed.checkpoint saves under `<step dir>/torchtitan/`: every rank writes its
+shards of the model and optimizer state (get_state_dict: FQNs without FSDP's or checkpoint_wrapper's
+prefixes) and the scheduler's step count, synchronously; `load` reads them back into the same structure.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
+
+from lmspec.compiler.build.files import TORCHTITAN_DIR
+from lmspec.compiler.plan import Plan
+from lmspec.compiler.spec.sections import TrainingSpec
+from lmspec.runtime.train.data import Batch
+from lmspec.runtime.train.hf_model import TransformersTrainer, causal_lm_loss, dp_token_mean, hf_config
+from lmspec.runtime.train.lr_schedule import SpecSchedule
+from lmspec.runtime.train.saving import Staged
+from lmspec.runtime.train.torchtitan.job_config import JobConfig, Optimizer
+from lmspec.runtime.train.torchtitan.parallelize import dp_mesh, layout_problems, parallelize
+
+logger = logging.getLogger(__name__)
+
+
+def build_optimizer(params: list[torch.nn.Parameter], o: Optimizer) -> torch.optim.Optimizer:
+    """torch's optimizer `optimizer.name`, unfused (`fused` needs every parameter on CUDA; a DTensor's
+    `foreach` path is torch's choice), weight decay on every parameter as torchtitan applies it."""
+    if o.name == "SGD":
+        return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
+    kind = torch.optim.AdamW if o.name == "AdamW" else torch.optim.Adam
+    return kind(
+        params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay, fused=False, foreach=None
+    )
+
+
+class TorchtitanTrainer(TransformersTrainer):
+    def __init__(self, spec: TrainingSpec, plan: Plan, config: dict[str, Any]) -> None:
+        """`config`: the build's torchtitan.json, as compiled (lmspec.runtime.train.loop reads it through Build)."""
+        import transformers
+
+        self.spec = spec
+        self.config = JobConfig.parse(config)
+        batch = plan.trained().batch
+        self.micro_batch_size = batch.micro_batch_size
+        self.num_micro_batches = batch.grad_accum_steps
+        self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
+        if problems := layout_problems(self.config, self.dp_size, self.micro_batch_size, self.num_micro_batches):
+            raise ValueError(f"torchtitan.json does not match this run: {'; '.join(problems)}")
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+        self.mesh = dp_mesh(self.config, self.device.type)
+        torch.manual_seed(self.config.training.seed)  # every rank the same weights before they are sharded
+        model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+        # built on the host: fully_shard moves each unit's weights to the mesh's device as it shards them, so a
+        # GPU holds one layer unsharded at a time, never the whole model
+        self.model = parallelize(model, self.config, self.mesh)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, self.config.optimizer)
+        self.scheduler = SpecSchedule(self.optimizer, spec.train)
+        if self.dp_rank == 0:
+            p, ac = self.config.parallelism, self.config.activation_checkpoint.mode
+            logger.info(
+                f"lmspec: torchtitan FSDP2 on mesh {dict(zip(self.mesh.mesh_dim_names or (), self.mesh.shape))}, "
+                f"reshard_after_forward={p.fsdp_reshard_after_forward}, "
+                f"param dtype {self.config.training.mixed_precision_param}; torch {self.config.optimizer.name}; "
+                f"{'every decoder layer checkpointed' if ac == 'full' else 'no activation checkpointing'}"
+            )
+
+    def train_step(self, batches: list[Batch], step: int) -> tuple[float, float, float]:
+        """Optimizer step `step`: these micro-batches at the rate the scheduler set after the step before."""
+        used_lr = float(self.optimizer.param_groups[0]["lr"])
+        totals = torch.zeros(2, dtype=torch.float64)
+        for batch in batches:
+            loss, tokens = causal_lm_loss(self.model, batch, self.device, "mean")
+            (loss / len(batches)).backward()
+            totals += torch.tensor([float(loss.detach()) * tokens, tokens], dtype=torch.float64)
+        grad_norm = self._clip_gradients()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return dp_token_mean(totals, self.device), grad_norm, used_lr
+
+    def _clip_gradients(self) -> float:
+        """The global gradient norm before clipping, and the gradients clipped to `training.max_norm` when
+        it is set (torchtitan's clip_grad_norm_: each DTensor norm is this rank's share until full_tensor())."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False, foreach=None)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        max_norm = self.config.training.max_norm
+        if max_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.params, max_norm, norm, foreach=None)
+        return float(norm) if grads else math.nan
+
+    def evaluated_model(self) -> torch.nn.Module:
+        return self.model
+
+    def _state(self) -> dict[str, Any]:
+        """What a checkpoint holds: this rank's shards of the model and optimizer state, under the
+        unwrapped model's names, and the scheduler's step count (its schedule comes from the build)."""
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        return {"model": model, "optimizer": optimizer, "lr_scheduler": self.scheduler.state_dict()}
+
+    def save(self, directory: Path) -> Staged:
+        """Written here, synchronously (checkpoint.async_mode=disabled); its files are digested at the
+        commit, read back once."""
+        dcp.save(self._state(), checkpoint_id=str(directory / TORCHTITAN_DIR))
+        return Staged()
+
+    def load(self, directory: Path) -> None:
+        """The state `save` wrote, read into this rank's shards (DCP reshards a save of another DP layout)."""
+        state = self._state()
+        dcp.load(state, checkpoint_id=str(directory / TORCHTITAN_DIR))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(state["lr_scheduler"])
