@@ -35,7 +35,6 @@ SAMPLE = (  # one case per mechanism; bench/memory_measured.py runs all of helpe
     "deepspeed-zero3-step-bf16",
     "torchtitan-zero2",
     "torchtitan-zero3-full",
-    "torchtitan-zero3-ga4-step",
 )
 
 
