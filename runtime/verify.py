@@ -157,30 +157,28 @@ def _megatron_forward(
 
 
 def deepspeed_reference(build: Build, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The DeepSpeed backend's own model (lmspec.runtime.train.hf_model.hf_config) with DeepSpeed's
+    """The DeepSpeed backend's own model (lmspec.runtime.train.hf_model.causal_lm) with DeepSpeed's
     consolidation of the ZeRO shards loaded into it (the DeepSpeed backend's reference)."""
-    import transformers
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from lmspec.runtime.train.hf_model import hf_config
+    from lmspec.runtime.train.hf_model import causal_lm
 
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(build.training()), dtype=torch.float32)
+    model = causal_lm(build.training())
     state = get_fp32_state_dict_from_zero_checkpoint(str(step_dir / DEEPSPEED_DIR))
     model.load_state_dict({k.removeprefix("module."): v for k, v in state.items()}, strict=True)
     return _forward(model, tokens)
 
 
 def torchtitan_reference(build: Build, step_dir: Path, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The torchtitan backend's own model (lmspec.runtime.train.hf_model.hf_config) with the full tensors of
+    """The torchtitan backend's own model (lmspec.runtime.train.hf_model.causal_lm) with the full tensors of
     its FSDP2 DCP checkpoint loaded into it (the torchtitan backend's reference): every tensor the model
     holds must be in the checkpoint and nothing else (a tied output head is the embedding's, DCP saves both)."""
-    import transformers
 
     from lmspec.compiler.build.files import TORCHTITAN_DIR
     from lmspec.runtime.convert.dcp_reader import DcpCheckpoint, DcpReadError
-    from lmspec.runtime.train.hf_model import hf_config
+    from lmspec.runtime.train.hf_model import causal_lm
 
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(build.training()), dtype=torch.float32)
+    model = causal_lm(build.training())
     try:
         ckpt = DcpCheckpoint(step_dir / TORCHTITAN_DIR)
         state = ckpt.read(ckpt.tensors)

@@ -50,11 +50,10 @@ class TrainingBackend:
     # prefetched in the next forward (DeepSpeed's ZeRO-1/2)
     reduces_after_backward: bool
     gathers_after_step: bool
-    # every micro-batch reduces its gradients and gathers its weights (FSDP2 as torchtitan runs it: no
-    # accumulation of unsharded gradients), where the others sync once per step at their stages
-    reduces_every_micro_batch: bool
-    # shards as FSDP2 (per-parameter DTensor shards in the parameters' own dtype, one FSDP unit's weights
-    # gathered at a time in the compute dtype): the memory model prices fsdp2_state_bytes/fsdp2_workspace
+    # shards as FSDP2 does under torchtitan (per-parameter DTensor shards in the parameters' own dtype, one
+    # FSDP unit's weights gathered at a time in the compute dtype, every micro-batch reducing its gradients
+    # into the shards: no accumulation of unsharded gradients): the memory model prices
+    # fsdp2_state_bytes/fsdp2_workspace, the step-time model a sync per micro-batch (comm.dp_traffic)
     fsdp: bool
     # runs transformers' modeling code: unfused kernels, no selective recompute of its own, the HF
     # activation layout; else megatron-core's fused layers

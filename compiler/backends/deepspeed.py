@@ -93,7 +93,6 @@ DEEPSPEED = TrainingBackend(
     zero_sharding=True,
     reduces_after_backward=True,
     fsdp=False,
-    reduces_every_micro_batch=False,
     gathers_after_step=True,
     hf_model_code=True,
     grad_reduce_in_fp32=lambda precision: precision == "fp32",

@@ -149,7 +149,6 @@ MEGATRON = TrainingBackend(
     zero_sharding=False,
     reduces_after_backward=False,
     fsdp=False,
-    reduces_every_micro_batch=False,
     gathers_after_step=False,
     hf_model_code=False,
     grad_reduce_in_fp32=grad_reduce_in_fp32,

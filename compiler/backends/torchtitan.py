@@ -60,9 +60,6 @@ LACKS: dict[Feature, str] = {
     "moe_permute_fusion": f"{_NO_DISPATCHER}, so no permutation to fuse",
     "moe_shared_expert_overlap": f"{_NO_DISPATCHER} to overlap the shared experts with",
     "moe_force_balance": "transformers' routers have no forced-balance benchmark mode",
-}
-CPU_LACKS: dict[Feature, str] = {
-    **LACKS,
     "precision_fp16": "FSDP2 under fp16 needs a gradient scaler (ShardedGradScaler) the trainer does not run",
 }
 
@@ -80,7 +77,7 @@ def sharding_summary(zero_stage: int, distributed_optimizer: bool) -> str:
 
 TORCHTITAN = TrainingBackend(
     name="torchtitan",
-    targets={("local", "cpu"): CPU_LACKS, ("local", "gpu"): {**LACKS, "precision_fp16": CPU_LACKS["precision_fp16"]}},
+    targets={("local", "cpu"): LACKS, ("local", "gpu"): LACKS},  # the same trainer, on gloo or NCCL
     no_target={
         "transformer_engine": (
             "lmspec's torchtitan trainer runs transformers' PyTorch modeling code, not Transformer Engine; "
@@ -99,7 +96,6 @@ TORCHTITAN = TrainingBackend(
     # each layer's weights in its forward
     reduces_after_backward=False,
     fsdp=True,
-    reduces_every_micro_batch=True,
     gathers_after_step=False,
     hf_model_code=True,
     grad_reduce_in_fp32=lambda precision: True,  # MixedPrecisionPolicy(reduce_dtype=float32), torchtitan's default

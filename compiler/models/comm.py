@@ -147,7 +147,7 @@ def dp_traffic(
       buffers hold no full gradients to accumulate in), weights all-gathered once after the step.
     - ZeRO-3: every micro-batch gathers the weights for forward and again for backward and
       reduce-scatters the gradients (grad + 2 x param bytes); nothing is left for the step.
-    - `every_micro_batch` (FSDP2 as torchtitan runs it, TrainingBackend.reduces_every_micro_batch): each
+    - `every_micro_batch` (FSDP2 as torchtitan runs it, TrainingBackend.fsdp): each
       micro-batch reduces its gradients into the sharded ones and the next forward gathers the weights, so
       replicated gradients are all-reduced per micro-batch (2 x grad bytes) and SHARD_GRAD_OP gathers its
       weights per micro-batch (grad + param bytes).

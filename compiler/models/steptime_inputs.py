@@ -104,7 +104,7 @@ class StepInputs:
     unfused_kernels: Any  # the backend runs transformers' modeling code (TrainingBackend.hf_model_code)
     reduces_after_backward: Any  # TrainingBackend.reduces_after_backward
     gathers_after_step: Any  # TrainingBackend.gathers_after_step
-    reduces_every_micro_batch: Any  # TrainingBackend.reduces_every_micro_batch
+    reduces_every_micro_batch: Any  # FSDP2 as torchtitan runs it (TrainingBackend.fsdp)
     grad_bytes: Any  # per gradient element on the wire (comm.dp_grad_bytes)
     element_bytes: Any  # per weight or activation element under train.precision
     zero_stage: Any
@@ -191,7 +191,7 @@ def step_inputs(spec: TrainingSpec, memory: TrainMemory) -> StepInputs | None:
         unfused_kernels=backend.hf_model_code,
         reduces_after_backward=backend.reduces_after_backward,
         gathers_after_step=backend.gathers_after_step,
-        reduces_every_micro_batch=backend.reduces_every_micro_batch,
+        reduces_every_micro_batch=backend.fsdp,
         grad_bytes=dp_grad_bytes(backend.grad_reduce_in_fp32(t.precision), t.precision),
         element_bytes=precision_bytes(t.precision),
         zero_stage=p.zero_stage,

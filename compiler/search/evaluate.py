@@ -94,7 +94,7 @@ def price_inputs(spec: TrainingSpec, f: Columns) -> tuple[StepInputs, StepConsta
         unfused_kernels=backend_property(f, "hf_model_code"),
         reduces_after_backward=backend_property(f, "reduces_after_backward"),
         gathers_after_step=backend_property(f, "gathers_after_step"),
-        reduces_every_micro_batch=backend_property(f, "reduces_every_micro_batch"),
+        reduces_every_micro_batch=backend_property(f, "fsdp"),
         grad_bytes=dp_grad_bytes(fp32_gradients, spec.train.precision),
         element_bytes=precision_bytes(spec.train.precision),
         zero_stage=f.zero_stage,

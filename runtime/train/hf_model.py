@@ -28,6 +28,15 @@ def hf_config(spec: TrainingSpec) -> Any:
     return transformers_config(spec.model, "sdpa" if spec.train.flash_attention else "eager")
 
 
+def causal_lm(spec: TrainingSpec) -> torch.nn.Module:
+    """The model itself, fp32 (the master weights the trainers shard and verify's reference loads into),
+    initialised from torch's generator as it stands."""
+    import transformers
+
+    model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+    return model
+
+
 def transformers_config(m: ModelSpec, attn_implementation: str) -> Any:
     """The family's config.json (lmspec.compiler.families, what the converted checkpoint carries)
     as a transformers config for training: no KV cache. Its model_type picks the family's class."""

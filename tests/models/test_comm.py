@@ -89,7 +89,7 @@ def test_dp_traffic_is_the_backends_collectives(
     ],
 )
 def test_fsdp2_syncs_every_micro_batch(zero_stage: int, traffic: DpTraffic) -> None:
-    """torchtitan's FSDP2 (TrainingBackend.reduces_every_micro_batch): fp32 gradients, bf16 weights."""
+    """torchtitan's FSDP2 (TrainingBackend.fsdp): fp32 gradients, bf16 weights."""
     assert dp_traffic(zero_stage, False, 4, 2, every_micro_batch=1) == traffic
 
 

@@ -29,7 +29,7 @@ from lmspec.runtime.compat.deepspeed import no_cpu_shm_op_build
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.deepspeed.activation_checkpointing import enable_activation_checkpointing
 from lmspec.runtime.train.deepspeed.cpu_adam import with_available_optimizer
-from lmspec.runtime.train.hf_model import TransformersTrainer, causal_lm_loss, dp_token_mean, hf_config
+from lmspec.runtime.train.hf_model import TransformersTrainer, causal_lm, causal_lm_loss, dp_token_mean
 from lmspec.runtime.train.lr_schedule import SpecSchedule
 from lmspec.runtime.train.saving import Staged
 
@@ -42,7 +42,6 @@ class DeepSpeedTrainer(TransformersTrainer):
     def __init__(self, spec: TrainingSpec, plan: Plan, ds_config: dict[str, Any]) -> None:
         """`ds_config`: the build's ds_config.json, as compiled (lmspec.runtime.train.loop reads it through Build)."""
         import deepspeed
-        import transformers
 
         with no_cpu_shm_op_build():
             deepspeed.init_distributed(dist_backend=dist.get_backend())
@@ -50,7 +49,7 @@ class DeepSpeedTrainer(TransformersTrainer):
         self.micro_batch_size = plan.trained().batch.micro_batch_size
         self.num_micro_batches = plan.trained().batch.grad_accum_steps
         self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
-        model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+        model = causal_lm(spec)
         checkpointed = enable_activation_checkpointing(model, ds_config)
         ds_config, fallback = with_available_optimizer(ds_config)
         self.engine, _, _, _ = deepspeed.initialize(

@@ -33,7 +33,7 @@ from lmspec.compiler.build.files import TORCHTITAN_DIR
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import TrainingSpec
 from lmspec.runtime.train.data import Batch
-from lmspec.runtime.train.hf_model import TransformersTrainer, causal_lm_loss, dp_token_mean, hf_config
+from lmspec.runtime.train.hf_model import TransformersTrainer, causal_lm, causal_lm_loss, dp_token_mean
 from lmspec.runtime.train.lr_schedule import SpecSchedule
 from lmspec.runtime.train.saving import Staged
 from lmspec.runtime.train.torchtitan.job_config import JobConfig, Optimizer
@@ -56,7 +56,6 @@ def build_optimizer(params: list[torch.nn.Parameter], o: Optimizer) -> torch.opt
 class TorchtitanTrainer(TransformersTrainer):
     def __init__(self, spec: TrainingSpec, plan: Plan, config: dict[str, Any]) -> None:
         """`config`: the build's torchtitan.json, as compiled (lmspec.runtime.train.loop reads it through Build)."""
-        import transformers
 
         self.spec = spec
         self.config = JobConfig.parse(config)
@@ -70,7 +69,7 @@ class TorchtitanTrainer(TransformersTrainer):
         self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
         self.mesh = dp_mesh(self.config, self.device.type)
         torch.manual_seed(self.config.training.seed)  # every rank the same weights before they are sharded
-        model = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.float32)
+        model = causal_lm(spec)
         # built on the host: fully_shard moves each unit's weights to the mesh's device as it shards them, so a
         # GPU holds one layer unsharded at a time, never the whole model
         self.model = parallelize(model, self.config, self.mesh)
