@@ -34,6 +34,9 @@ Feature = Literal[
     "expert_parallel",
     "expert_tensor_parallel",
     "sequence_parallel",
+    "tensor_parallel_without_sp",
+    "moe_tensor_parallel",
+    "mla_tensor_parallel",
     "mtp",
     "precision_bf16",
     "precision_fp16",
@@ -77,6 +80,9 @@ FEATURE_KEYS: dict[Feature, tuple[str, object]] = {
     "expert_parallel": ("parallel.ep", 1),
     "expert_tensor_parallel": ("parallel.etp", 1),
     "sequence_parallel": ("parallel.sequence_parallel", False),
+    "tensor_parallel_without_sp": ("parallel.sequence_parallel", True),
+    "moe_tensor_parallel": ("parallel.tp", 1),
+    "mla_tensor_parallel": ("parallel.tp", 1),
     "mtp": ("model.mtp_layers", 0),
     "precision_bf16": ("train.precision", "fp32"),
     "precision_fp16": ("train.precision", "fp32"),
@@ -160,6 +166,10 @@ def requested_features(spec: TrainingSpec) -> tuple[Feature, ...]:
         "expert_parallel": p.ep > 1,
         "expert_tensor_parallel": p.etp > 1,
         "sequence_parallel": p.sequence_parallel,
+        # what a TP plan must cover beyond dense GQA layers with their norms split along the sequence
+        "tensor_parallel_without_sp": p.tp > 1 and not p.sequence_parallel,
+        "moe_tensor_parallel": p.tp > 1 and m.moe is not None,
+        "mla_tensor_parallel": p.tp > 1 and m.attention == "mla",
         "mtp": m.mtp_layers > 0,
         "precision_bf16": t.precision == "bf16",
         "precision_fp16": t.precision == "fp16",
@@ -205,9 +215,16 @@ def grouped_gemm(spec: TrainingSpec) -> bool:
     return caps is not None and caps.runs("grouped_gemm_experts")
 
 
+# Features that say how a target runs another one: only a target that runs the other is a way in.
+REFINES: dict[Feature, Feature] = dict.fromkeys(
+    ("tensor_parallel_without_sp", "moe_tensor_parallel", "mla_tensor_parallel"), "tensor_parallel"
+)
+
+
 def targets_running(feature: Feature, device: Device) -> tuple[Target, ...]:
-    """Every target on `device` that runs `feature`: the ways out a refusal names."""
-    return tuple(t for t, c in TABLE.items() if t.device == device and c.runs(feature))
+    """Every target on `device` that runs `feature` (and what it refines): the ways out a refusal names."""
+    base = REFINES.get(feature, feature)
+    return tuple(t for t, c in TABLE.items() if t.device == device and c.runs(feature) and c.runs(base))
 
 
 def recipe_refusal(spec: TrainingSpec) -> tuple[Recipe, str] | None:

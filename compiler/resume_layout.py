@@ -322,7 +322,7 @@ def resume_problems(spec: TrainingSpec, plan: Plan, saved: Mapping[str, Any] | N
         if _changed(now, saved, row)
     ]
     backend = backend_of(spec)
-    if backend.fsdp:  # DCP reshards FSDP2's DTensors as it loads them: any data-parallel size or stage
+    if backend.fsdp:  # DCP reshards TP's and FSDP2's DTensors as it loads them: any tp, data-parallel size or stage
         return problems
     if backend.zero_sharding:
         return problems + _zero_problems(now, saved, fresh)

@@ -64,7 +64,13 @@ class TrainingBackend:
     sharding_summary: Callable[[int, bool], str]  # (zero_stage, distributed_optimizer) -> REPORT.md's line
     sharding_label: Callable[[int, bool], str]  # the same, as `lmspec plan`'s table column says it
     optimizer_summary: str | None  # "module:function", Plan -> REPORT.md's optimizer line, where it chooses one
-    imports_hf: bool  # `lmspec run --stage import` writes its checkpoint from a HuggingFace directory
+    # "module:function" (trainer, convert/mapping.json, HF dir) -> Imported: what `lmspec run --stage import`
+    # loads a released HuggingFace directory into its trainer's model with; None where it has none
+    hf_importer: str | None
+
+    @property
+    def imports_hf(self) -> bool:
+        return self.hf_importer is not None
 
     @property
     def sharding_key(self) -> str:

@@ -101,5 +101,5 @@ DEEPSPEED = TrainingBackend(
     sharding_summary=sharding_summary,
     sharding_label=lambda zero_stage, distributed_optimizer: f"deepspeed ZeRO-{zero_stage}",
     optimizer_summary="lmspec.compiler.emit.deepspeed_config:optimizer_summary",
-    imports_hf=False,
+    hf_importer=None,
 )

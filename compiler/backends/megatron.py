@@ -159,5 +159,5 @@ MEGATRON = TrainingBackend(
         "megatron dist-opt" if distributed_optimizer else "megatron"
     ),
     optimizer_summary=None,
-    imports_hf=True,
+    hf_importer="lmspec.runtime.convert.from_hf:load_megatron",
 )

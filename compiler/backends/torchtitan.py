@@ -1,9 +1,10 @@
-"""train.backend=torchtitan: FSDP2 data parallelism as torchtitan applies it, configured by torchtitan.json.
+"""train.backend=torchtitan: tensor and FSDP2 data parallelism as torchtitan applies them, from torchtitan.json.
 
 The build's torchtitan.json holds torchtitan's own job configuration (its JobConfig sections and names:
 `parallelism.data_parallel_shard_degree`, `fsdp_reshard_after_forward`, `activation_checkpoint.mode`, ...).
 The runtime trains it with the torch.distributed APIs torchtitan's parallelize functions call
-(`fully_shard` per decoder layer and the root, `MixedPrecisionPolicy`, DCP checkpoints) on transformers'
+(`parallelize_module`, `fully_shard` per decoder layer and the root, `MixedPrecisionPolicy`, DCP checkpoints)
+on transformers'
 modeling code: torchtitan 0.3.0's own Trainer follows the torch nightly (it calls `dist.set_timeout`, and its
 default `spmd_types` sharding needs a newer `fully_shard`) and picks CUDA on a CPU host.
 
@@ -11,6 +12,13 @@ The sharding is FSDP2's, named by parallel.zero_stage as FSDP's documentation ma
 3 shards weights, gradients and optimizer state and frees a layer's gathered weights after its forward
 (reshard_after_forward, FULL_SHARD); 2 keeps them gathered until its backward (SHARD_GRAD_OP); 0 replicates
 (torchtitan's data_parallel_replicate_degree, DDP). FSDP2 has no stage that shards the optimizer alone.
+
+parallel.tp is torchtitan's tensor_parallel_degree, which torchtitan always runs with sequence parallelism
+(its `apply_tp` splits the norms along the sequence; it has no key to turn that off): the spec says so with
+parallel.sequence_parallel=true, and tp > 1 without it is refused (`tensor_parallel_without_sp`). The plan
+(runtime/train/torchtitan/tensor_parallel.py) covers the dense GQA layers of Llama, Mistral and Qwen; MoE blocks
+and MLA attention are refused under TP (transformers' fused expert tensors and MLA's low-rank projections have
+no plan here). Async TP needs torch.compile and CUDA symmetric memory: refused.
 """
 
 from __future__ import annotations
@@ -24,20 +32,29 @@ if TYPE_CHECKING:
     from lmspec.compiler.capabilities import Feature
 
 _FSDP = "lmspec's torchtitan trainer (FSDP2 data parallelism on transformers' modeling code)"
-_NEXT = "not in lmspec's torchtitan trainer yet (it runs FSDP2 data parallelism)"
+_NEXT = "not in lmspec's torchtitan trainer yet (it runs tensor and FSDP2 data parallelism)"
 _NO_DISPATCHER = "transformers' MoE blocks route and loop over their experts in place: no token dispatcher"
 _NO_AUX_LOSS = (
     "transformers' MoE blocks are built without router logits (output_router_logits=false): lmspec's torchtitan "
     "trainer adds no load-balancing loss"
 )
 LACKS: dict[Feature, str] = {
-    "tensor_parallel": f"torchtitan's tensor parallelism (parallelize_module) is {_NEXT}",
     "pipeline_parallel": f"torchtitan's pipeline schedules are {_NEXT}",
     "interleaved_pipeline": f"torchtitan's pipeline schedules are {_NEXT}",
     "context_parallel": f"torchtitan's context parallelism is {_NEXT}",
     "expert_parallel": f"torchtitan's expert parallelism is {_NEXT}",
     "expert_tensor_parallel": f"torchtitan's expert parallelism is {_NEXT}",
-    "sequence_parallel": f"{_FSDP} has no tensor parallelism to split sequences over",
+    "tensor_parallel_without_sp": (
+        "torchtitan's tensor parallelism always splits the norms and the residual stream along the sequence "
+        "(apply_tp has no switch for it)"
+    ),
+    "moe_tensor_parallel": (
+        f"torchtitan's tensor parallelism of MoE blocks (its expert tensor parallel plan) is {_NEXT}: "
+        "transformers' MoE blocks keep their experts as fused tensors"
+    ),
+    "mla_tensor_parallel": (
+        f"tensor parallelism of MLA attention (its low-rank query and key/value projections) is {_NEXT}"
+    ),
     "mtp": "transformers' modeling code does not build multi-token-prediction modules",
     "precision_fp8": f"torchtitan's float8 training (torchao) is {_NEXT}",
     "precision_fp4": "torchtitan trains no FP4 GEMMs",
@@ -46,10 +63,11 @@ LACKS: dict[Feature, str] = {
     "distributed_optimizer": "the distributed optimizer is Megatron's; FSDP2 shards with parallel.zero_stage",
     "offload_optimizer": f"FSDP2's CPUOffloadPolicy is {_NEXT}",
     "offload_params": f"FSDP2's CPUOffloadPolicy is {_NEXT}",
-    "init_from": "it initialises from train.seed; a lmspec torch_dist checkpoint is Megatron's format",
-    "async_checkpoint": f"torchtitan's asynchronous DCP save (checkpoint.async_mode) is {_NEXT}",
     "grouped_gemm_experts": "transformers' MoE blocks loop over their experts",
-    "tp_comm_overlap": f"{_FSDP} has no tensor parallelism",
+    "tp_comm_overlap": (
+        "torchtitan's async TP (parallelism.enable_async_tensor_parallel) runs in torch.compile'd regions over CUDA "
+        "symmetric memory: lmspec's torchtitan trainer runs eagerly, and gloo CPU ranks have no symmetric memory"
+    ),
     "moe_a2a_overlap": f"{_FSDP} has no expert parallelism",
     **dict.fromkeys(("moe_allgather_dispatcher", "moe_flex_dispatcher"), _NO_DISPATCHER),
     "moe_load_balancing_type": _NO_AUX_LOSS,
@@ -104,5 +122,5 @@ TORCHTITAN = TrainingBackend(
     sharding_summary=sharding_summary,
     sharding_label=lambda zero_stage, distributed_optimizer: "torchtitan FSDP2 " + SHARDING_LABELS[zero_stage],
     optimizer_summary=None,
-    imports_hf=False,
+    hf_importer="lmspec.runtime.convert.from_hf_fsdp2:load_fsdp2",
 )

@@ -9,13 +9,19 @@ is concrete. The trainer (runtime/train/torchtitan) builds from this file and re
 steps the spec's schedule (compiler/models/lr_schedule.py `lr_at`), which torchtitan's (a warm-up from step
 1/(warmup + 1), decay over a ratio of the steps) does not express.
 Gradient accumulation is torchtitan's: global_batch_size over local_batch_size x the data-parallel degrees.
+parallel.tp is parallelism.tensor_parallel_degree, which torchtitan always runs with sequence parallelism
+(the spec says parallel.sequence_parallel=true, compiler/backends/torchtitan.py); loss parallelism is off
+(disable_loss_parallel: the trainer gathers the logits whole) and async TP too (it needs CUDA symmetric memory).
+train.init_from is checkpoint.initial_load_path, the DCP directory inside that step directory, loaded model-only
+(torchtitan's initial_load_model_only); torchtitan's initial_load_in_hf has no key here: a HuggingFace release
+becomes such a step directory with `lmspec run BUILD --stage import --from HF_DIR`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lmspec.compiler.build.files import TORCHTITAN_CONFIG
+from lmspec.compiler.build.files import TORCHTITAN_CONFIG, TORCHTITAN_DIR
 from lmspec.compiler.emit.spec_files import dump_json
 from lmspec.compiler.plan import Plan
 
@@ -62,7 +68,9 @@ def torchtitan_config(plan: Plan) -> dict[str, Any]:
             "data_parallel_replicate_degree": 1 if sharded else layout.dp,
             "data_parallel_shard_degree": layout.dp if sharded else 1,
             "fsdp_reshard_after_forward": RESHARD_AFTER_FORWARD.get(layout.zero_stage, "default"),
-            "tensor_parallel_degree": layout.tp,
+            "tensor_parallel_degree": layout.tp,  # with sequence parallelism, as torchtitan always applies it
+            "disable_loss_parallel": True,  # the head's logits gathered whole
+            "enable_async_tensor_parallel": False,
             "pipeline_parallel_degree": layout.pp,
             "context_parallel_degree": layout.cp,
         },
@@ -72,7 +80,9 @@ def torchtitan_config(plan: Plan) -> dict[str, Any]:
             "folder": t.checkpoint.dir,
             "interval": t.checkpoint.interval,
             "keep_latest_k": t.checkpoint.keep_last_k,
-            "async_mode": "disabled",
+            "async_mode": "async" if t.checkpoint.async_save else "disabled",
+            "initial_load_path": None if t.init_from is None else f"{t.init_from.rstrip('/')}/{TORCHTITAN_DIR}",
+            "initial_load_model_only": True,
         },
         "compile": {"enable": False},
     }

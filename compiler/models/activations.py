@@ -207,33 +207,44 @@ def _rope_bytes(x: LayerShape, a: ActivationSetting) -> float:
     return 4 * (a.seq_length // a.cp) * x.rotary_dim * FP32_BYTES if a.kernels == "torch" else 0.0
 
 
-def _hf_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> float:
-    """Bytes per token of one layer of the HuggingFace modeling code, as measured."""
+def _hf_norm_bytes(width: int, a: ActivationSetting) -> ArrayOrNumber:
+    """A transformers RMSNorm per token: its fp32 input copy, rsqrt and normalised input, on this rank's
+    sequence shard under sequence parallelism, and its output as the next linear layers save it (whole: the
+    tensor-parallel plan gathers the sequence for them, torchtitan's PrepareModuleInput)."""
+    sp = a.tp if a.sequence_parallel else 1
+    return (width * FP32_BYTES + FP32_BYTES + width * a.element_bytes) / sp + width * a.element_bytes
+
+
+def _hf_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> ArrayOrNumber:
+    """Bytes per token of one layer of the HuggingFace modeling code, as measured; under tensor parallelism
+    (torchtitan's plan: runtime/train/torchtitan/tensor_parallel.py) the attention heads and the MLP's
+    width are split over the TP ranks, the norms along the sequence (`_hf_norm_bytes`). MLA and MoE layers
+    have no TP plan there (the capability table refuses them): their parts are priced whole."""
     e, h = a.element_bytes, x.hidden
 
-    def norm(width: int) -> float:  # fp32 input copy, rsqrt, normalised, output
-        return width * FP32_BYTES + FP32_BYTES + 2 * width * e
+    def norm(width: int) -> ArrayOrNumber:
+        return _hf_norm_bytes(width, a)
 
-    total = 2 * norm(h)
+    total = 2 * norm(h)  # never added to in place: tp may be an array of another shape than the widths
     seq = a.seq_length // a.cp
     if x.kv_latent:
-        total += (norm(x.q_latent) if x.q_latent else 0) + norm(x.kv_latent)
+        total = total + (norm(x.q_latent) if x.q_latent else 0) + norm(x.kv_latent)
         # kv_b output (keys without rope and values) stored as the values' storage; the query and
         # key with rope concatenated; scores; output projection input
-        total += (x.q_width + x.k_width + x.k_width - x.heads * x.rope_width + x.v_width + x.out_width) * e
-    elif scores:  # eager: K and V repeated to every query head
-        total += (2 * x.q_width + 2 * x.out_width) * e
+        total = total + (x.q_width + x.k_width + x.k_width - x.heads * x.rope_width + x.v_width + x.out_width) * e
+    elif scores:  # eager: K and V repeated to every query head (this rank's heads)
+        total = total + (2 * x.q_width + 2 * x.out_width) * e / a.tp
     else:  # sdpa flash kernel: Q, K, V, the output (also the projection's input), log-sum-exp
-        total += (x.q_width + x.k_width + x.v_width + x.out_width) * e + x.heads * FP32_BYTES
+        total = total + ((x.q_width + x.k_width + x.v_width + x.out_width) * e + x.heads * FP32_BYTES) / a.tp
     if scores:
-        total += x.heads * seq * (FP32_BYTES + (e if e != FP32_BYTES else 0))
+        total = total + x.heads / a.tp * seq * (FP32_BYTES + (e if e != FP32_BYTES else 0))
     gated_mlp = 4  # gate output, SiLU output, up output, their product
-    total += gated_mlp * x.ffn * e
+    total = total + gated_mlp * x.ffn * e / a.tp
     if x.top_k:
         # router: fp32 input copy (bf16 only), sigmoid scores; per routed copy: gathered input,
         # gate/up output, SiLU output, product, weighted output, its weight and token index
-        total += (h * FP32_BYTES if e != FP32_BYTES else 0) + x.experts * FP32_BYTES
-        total += x.top_k * ((2 * h + gated_mlp * x.expert_ffn) * e + FP32_BYTES + INDEX_BYTES)
+        total = total + (h * FP32_BYTES if e != FP32_BYTES else 0) + x.experts * FP32_BYTES
+        total = total + x.top_k * ((2 * h + gated_mlp * x.expert_ffn) * e + FP32_BYTES + INDEX_BYTES)
     return total
 
 
@@ -360,8 +371,8 @@ def head_activation_bytes(m: ModelSpec, a: ActivationSetting) -> float:
     """Last stage: final norm, output-head input and fp32 log-softmax of the logits."""
     tokens = a.seq_length // a.cp * a.micro_batch_size
     h, v, e = m.hidden_size, m.vocab_size, a.element_bytes
-    if a.style == "hf":
-        return tokens * (h * FP32_BYTES + FP32_BYTES + 2 * h * e + v * FP32_BYTES + 2 * INDEX_BYTES)
+    if a.style == "hf":  # the logits are gathered whole under TP (torchtitan's plan without loss parallelism)
+        return tokens * (_hf_norm_bytes(h, a) + v * FP32_BYTES + 2 * INDEX_BYTES)
     sp = a.tp if a.sequence_parallel else 1
     norm = _torch_norm_bytes(h, e) if a.kernels == "torch" else 2 * h * e
     # the cross-entropy's fp32 softmax of the logits, its target mask and flattened labels

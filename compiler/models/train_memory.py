@@ -300,16 +300,21 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
 
 @dataclass(frozen=True, kw_only=True)
 class Workspace:
-    """Buffers a GPU's backend allocates beside the model state and the activations: `fixed` bytes, and
-    gathered parameters (ZeRO-3), `gathered_bytes` per parameter of the GPU's stage, of at most
-    `gathered_cap` parameters. Arrays of candidates in compiler/search."""
+    """Buffers a GPU's backend allocates beside the model state and the activations: `fixed` bytes, of which
+    `split` tensor parallelism divides (their bytes at tp 1), and gathered parameters (ZeRO-3),
+    `gathered_bytes` per parameter of the GPU's stage, of at most `gathered_cap` parameters. Arrays of
+    candidates in compiler/search."""
 
     fixed: ArrayOrNumber = 0.0
+    split: ArrayOrNumber = 0.0
     gathered_bytes: ArrayOrNumber = 0.0
     gathered_cap: ArrayOrNumber = 0.0
 
-    def at(self, params: ArrayOrNumber) -> ArrayOrNumber:
-        return self.fixed + self.gathered_bytes * smaller(params, self.gathered_cap)
+    def fixed_at(self, tp: ArrayOrNumber) -> ArrayOrNumber:
+        return self.fixed + self.split / tp
+
+    def at(self, params: ArrayOrNumber, tp: ArrayOrNumber) -> ArrayOrNumber:
+        return self.fixed_at(tp) + self.gathered_bytes * smaller(params, self.gathered_cap)
 
 
 def deepspeed_workspace(spec: TrainingSpec) -> Workspace:
@@ -456,7 +461,9 @@ def _anywhere(condition: Any) -> bool:
 def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
     """FSDP2's buffers at the backward's peak, as torch 2.13's fully_shard allocates them on torchtitan's units
     (each decoder layer, and the root: embeddings, final norm, head), in the compute dtype c
-    (MixedPrecisionPolicy's param_dtype) and the fp32 reduce dtype; L the largest decoder layer's parameters:
+    (MixedPrecisionPolicy's param_dtype) and the fp32 reduce dtype; L the largest decoder layer's parameters,
+    each unit's as one TP rank holds them (FSDP2 gathers a TP shard: the projections, the MLP, the embedding
+    and the head divided by tp, the norms whole; `Workspace.split`):
 
     - the root's weights, gathered in its pre-backward and kept to the end of the backward (the embedding's
       gradient is last), and the head's unsharded gradient beside them: c x (root + head);
@@ -469,12 +476,22 @@ def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
     m, p = spec.model, spec.parallel
     c = precision_bytes(spec.train.precision)
     counts = count_params(m)
-    root = counts.embedding + counts.output_head + counts.final_norm
-    layer = max(layer_params(m, i).total for i in range(m.num_layers))
+    largest = max(range(m.num_layers), key=lambda i: layer_params(m, i).total)
+    lp = layer_params(m, largest)
+    split_layer = lp.attention + lp.dense_mlp  # MoE layers have no TP plan (refused): their experts stay whole
+    whole_layer = lp.total - split_layer
     kept = p.zero_stage == 2
-    gathered = 0 if kept else root + 2 * layer  # the root, the layer in its backward and the one prefetched
-    fixed = c * (gathered + counts.output_head + layer) + FP32_BYTES * layer
-    return Workspace(fixed=fixed, gathered_bytes=c * kept, gathered_cap=counts.total)
+
+    def unit_bytes(root: int, head: int, layer: int) -> int:
+        gathered = 0 if kept else root + 2 * layer  # the root, the layer in its backward and the one prefetched
+        return c * (gathered + head + layer) + FP32_BYTES * layer
+
+    return Workspace(
+        fixed=unit_bytes(counts.final_norm, 0, whole_layer),
+        split=unit_bytes(counts.embedding + counts.output_head, counts.output_head, split_layer),
+        gathered_bytes=c * kept,
+        gathered_cap=counts.total,
+    )
 
 
 def backend_workspace(spec: TrainingSpec) -> Workspace:
@@ -509,10 +526,10 @@ def stage_terms(
     grads = dense * dense_state.gradients + expert * expert_state.gradients
     optim = dense * dense_state.optimizer + expert * expert_state.optimizer
     activations = per_mb * in_flight + working
-    buffers = workspace.at(dense + expert) + held
+    buffers = workspace.at(dense + expert, tp) + held
     backward = weights + grads + optim + activations + buffers
     after = step_phase_bytes(
-        phase, dense + expert, shards, tp, weights + grads + optim, weights + optim, held, workspace.fixed
+        phase, dense + expert, shards, tp, weights + grads + optim, weights + optim, held, workspace.fixed_at(tp)
     )
     buffers = buffers + larger(after - backward, 0.0)
     allocator = FRAGMENTATION_FRACTION * (weights + grads + optim + activations + buffers)

@@ -1,9 +1,11 @@
-"""HF -> Megatron at the build's TP/PP/EP: start training from released HuggingFace weights.
+"""HF -> a checkpoint at the build's layout: start training from released HuggingFace weights.
 
 `python -m lmspec.runtime.convert.from_hf <build dir> <hf dir> <out dir>` on every rank: the build's
 launch/torchrun.sh entry `import`, started on every node by `lmspec run BUILD --stage import --from
 HF_DIR` (lmspec.runtime.convert.import_stage). Every rank builds the training backend's model and
-optimizer (lmspec.runtime.train.megatron.trainer), reads from the HF safetensors only the tensors
+optimizer (its trainer), loads the HF weights with the backend's importer (TrainingBackend.hf_importer:
+`load_megatron` here, torchtitan's in lmspec.runtime.convert.from_hf_fsdp2) and saves step_0 with the
+trainer's own checkpoint code. Megatron's importer: every rank reads from the HF safetensors only the tensors
 its pipeline stage and expert-parallel rank hold, one at a time (FP8 ones dequantised:
 lmspec.runtime.convert.hf_source), cuts them with the mapping's own transforms (`split`: QKV
 interleave, [gate_i; up_i], row/column shards, global expert id -> local expert on its EP rank) and
@@ -22,10 +24,12 @@ from typing import Any
 
 import torch
 
+from lmspec.compiler.backends import backend_of
+from lmspec.compiler.backends.backend import load
 from lmspec.compiler.build.reader import Build
 from lmspec.compiler.conversion.document import Tensor, tensors
 from lmspec.compiler.errors import EXIT_OK, EXIT_USAGE, UsageError
-from lmspec.runtime.convert.hf_source import HfTensors
+from lmspec.runtime.convert.hf_source import HfTensors, Imported
 
 logger = logging.getLogger(__name__)
 
@@ -90,30 +94,41 @@ def main(argv: list[str]) -> int:
             torch.distributed.destroy_process_group()
 
 
-def import_weights(build: Build, hf_dir: Path, out_root: Path) -> int:
-    """Every rank: load its shard of the HF weights, then save all ranks' shards as `out_root`/step_0."""
+def load_megatron(trainer: Any, doc: dict[str, Any], hf_dir: Path) -> Imported:
+    """The Megatron backend's importer (TrainingBackend.hf_importer): each rank's shards, cut by the mapping."""
     from megatron.core import parallel_state as ps
 
-    from lmspec.runtime.train.checkpoint import Checkpoints
-    from lmspec.runtime.train.loop import make_trainer, save_checkpoint
-
-    trainer = make_trainer(build)
-    chunks = trainer.chunks  # type: ignore[attr-defined]
+    chunks = trainer.chunks
     if len(chunks) != 1:  # the mapping places tensors by pipeline stage, not by virtual stage
         raise UsageError(
             "HF -> Megatron loads one model chunk per pipeline rank: build it with parallel.virtual_stages=null, "
             "then start the interleaved build from that checkpoint with train.init_from"
         )
-    count, largest = load_into_model(chunks[0], build.mapping, hf_dir, ps)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    shard = sum(p.numel() * p.element_size() for p in chunks[0].state_dict().values() if torch.is_tensor(p))
-    logger.info(
-        f"import rank {torch.distributed.get_rank()}: {count} tensors, model shard {shard / 2**20:.1f} MiB, "
-        f"largest read {largest / 2**20:.1f} MiB, peak RSS {peak / 2**20:.1f} MiB before saving"
-    )
-    reload = getattr(trainer.optimizer, "reload_model_params", None)  # type: ignore[attr-defined]
+    count, largest = load_into_model(chunks[0], doc, hf_dir, ps)
+    reload = getattr(trainer.optimizer, "reload_model_params", None)
     if reload is not None:
         reload()  # mixed precision keeps fp32 copies made before the weights arrived
+    shard = sum(p.numel() * p.element_size() for p in chunks[0].state_dict().values() if torch.is_tensor(p))
+    return Imported(count, largest, shard)
+
+
+def import_weights(build: Build, hf_dir: Path, out_root: Path) -> int:
+    """Every rank: load its shard of the HF weights (its backend's importer), then save all ranks' shards as
+    `out_root`/step_0 with the trainer's own checkpoint code."""
+    from lmspec.runtime.train.checkpoint import Checkpoints
+    from lmspec.runtime.train.loop import make_trainer, save_checkpoint
+
+    importer = backend_of(build.training()).hf_importer
+    if importer is None:  # lmspec.runtime.convert.import_stage refuses it before any rank starts
+        raise UsageError(f"train.backend={build.training().train.backend} has no HF importer")
+    trainer = make_trainer(build)
+    imported: Imported = load(importer)(trainer, build.mapping, hf_dir)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    logger.info(
+        f"import rank {torch.distributed.get_rank()}: {imported.tensors} tensors, model shard "
+        f"{imported.shard_bytes / 2**20:.1f} MiB, largest read {imported.largest_read / 2**20:.1f} MiB, "
+        f"peak RSS {peak / 2**20:.1f} MiB before saving"
+    )
     path = save_checkpoint(Checkpoints(out_root, keep_last_k=1), trainer, step=0, consumed_samples=0)
     if torch.distributed.get_rank() == 0:
         logger.info(f"wrote {path} from {hf_dir}")

@@ -41,6 +41,15 @@ FP8_FIELDS: dict[str, tuple[Any, ...]] = {
 
 
 @dataclass(frozen=True)
+class Imported:
+    """What a backend's HF importer loaded into one rank's model (logged before the save)."""
+
+    tensors: int  # model tensors written
+    largest_read: int  # bytes of the largest set of HF tensors held at once (dequantised)
+    shard_bytes: int  # this rank's model bytes
+
+
+@dataclass(frozen=True)
 class BlockFp8:
     """Block-wise FP8 weights with inverse scales (DeepSeek-V3): dequantised while streaming."""
 

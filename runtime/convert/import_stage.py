@@ -1,7 +1,7 @@
 """`lmspec run BUILD --stage import --from HF_DIR`: released HF weights -> a checkpoint at the build's layout.
 
-Checked here, before any rank starts: the build trains with megatron (a deepspeed build reads HF
-weights through its own HF model, not a Megatron checkpoint: refused with the way out), and HF_DIR
+Checked here, before any rank starts: the build's backend has an HF importer (TrainingBackend.hf_importer:
+megatron's and torchtitan's; a deepspeed build is refused with the way out), and HF_DIR
 holds the build's model with a quantisation lmspec can undo (lmspec.runtime.convert.hf_source). Then
 the build's own launcher runs the `import` entry of launch/torchrun.sh (lmspec.runtime.convert.from_hf)
 exactly as `--stage train` runs training: torchrun locally, or sbatch with one torchrun per node. The
@@ -46,9 +46,8 @@ def run_import(build: Build, options: argparse.Namespace) -> int:
     if not backend.imports_hf:
         importing = [name for name, other in BACKENDS.items() if other.imports_hf]
         raise UsageError(
-            f"--stage import writes a Megatron checkpoint; this build has train.backend="
-            f"{backend.name!r}. Compile it with train.backend={' or '.join(importing)}, or fine-tune the HF "
-            f"directory with a {backend.name} build's own HF model"
+            f"--stage import writes a checkpoint of a backend with an HF importer; this build has train.backend="
+            f"{backend.name!r}, which has none. Compile it with train.backend={' or '.join(importing)}"
         )
     out = imported_root(build)
     launcher = runtime_of(build.spec.cluster)

@@ -30,7 +30,8 @@ leaves the previous one in place). The output carries lmspec-convert.json, the l
 files the converter wrote; an existing `convert.output` without it (a run directory, the
 checkpoints, a user's directory) or with files it does not name is refused (exit 2), never
 deleted.
-DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32.
+DeepSpeed: ZeRO partitions are consolidated by DeepSpeed's own zero_to_fp32; its fused tensors (a MoE layer's
+experts, as transformers 5 holds them) are released per expert by transformers' own reversal (ReleaseForm).
 torchtitan: the FSDP2 shards of its torch.distributed.checkpoint are read as full tensors by DCP's own
 loader in this one process (runtime/convert/dcp_reader.py), a batch of tensors of about DCP_READ_BYTES at a
 time; the checkpoint's model tensors and the mapping's rows are checked against each other (names, shapes,
@@ -308,14 +309,18 @@ def _write_configs(doc: Mapping[str, Any], staging: Path, tokenizer: TrainingTok
 def convert_deepspeed(
     doc: Mapping[str, Any], step_dir: Path, output: Path, tokenizer: TrainingTokenizer | None = None
 ) -> dict[str, Any]:
-    """ZeRO shards -> full fp32 tensors (DeepSpeed's zero_to_fp32) -> HF names as mapped."""
+    """ZeRO shards -> full fp32 tensors (DeepSpeed's zero_to_fp32) -> HF tensors as released (ReleaseForm: the
+    engine's module is transformers', experts fused) -> the mapping's names."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     ds_dir = step_dir / DEEPSPEED_DIR
-    state = get_fp32_state_dict_from_zero_checkpoint(str(ds_dir))
-    state = {k.removeprefix("module."): v for k, v in state.items()}
+    saved = get_fp32_state_dict_from_zero_checkpoint(str(ds_dir))
+    form = ReleaseForm(doc["hf_config"])
+    state = {name: t for key, tensor in saved.items() for name, t in form(key.removeprefix("module."), tensor).items()}
     wanted = {item["name"]: (tuple(item["shape"]), t["hf_dtype"]) for t in doc["tensors"] for item in t["hf"]}
     unknown, missing = sorted(state.keys() - wanted.keys()), sorted(wanted.keys() - state.keys())
+    if doc["hf_config"].get("tie_word_embeddings") and _TIED_HEAD in unknown:
+        unknown.remove(_TIED_HEAD)
     if unknown or missing:
         raise ConversionError(
             f"DeepSpeed checkpoint vs mapping: not mapped: {_listing(unknown) or 'none'}; "

@@ -78,8 +78,8 @@ def eval_token_mean(model: torch.nn.Module, batches: Sequence[Batch], device: An
 
 class TransformersTrainer:
     """What the trainers on transformers' modeling code share beside their steps and saves: the token-mean
-    evaluation, no RNG of their own (the loop keeps torch's), nothing to close, and no train.init_from (the
-    capability table says why: they build from train.seed)."""
+    evaluation, no RNG of their own (the loop keeps torch's), nothing to close, and, where a trainer does not
+    override them, no train.init_from and no background saves (the capability table says why)."""
 
     spec: TrainingSpec
     device: Any
@@ -95,6 +95,10 @@ class TransformersTrainer:
         raise NotImplementedError(
             f"train.init_from with train.backend={self.spec.train.backend}: {lacks}; set train.init_from=null"
         )
+
+    def async_queue(self) -> Any:
+        lacks = TABLE[target_of(self.spec)].lacks["async_checkpoint"]
+        raise NotImplementedError(f"train.checkpoint.async_save with train.backend={self.spec.train.backend}: {lacks}")
 
     def rng_state(self) -> dict[str, Any]:
         return {}

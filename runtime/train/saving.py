@@ -9,8 +9,9 @@ fsyncing it. The commit (Checkpoints.commit): the ranks gather the digests, rank
 manifest, renames the step directory and moves `latest`.
 
 Synchronously (the default) the rank runs all three before the next step. Asynchronously it runs the
-staging copy and returns to training; megatron-core's AsyncCallsQueue runs the persist in a forked
-process, and `poll` - called after every step, a one-integer all-reduce while a save is in flight -
+staging copy and returns to training; the trainer's queue runs the persist (megatron-core's AsyncCallsQueue
+in a forked process; torchtitan's dcp.async_save in a thread, lmspec.runtime.train.torchtitan.async_save),
+and `poll` - called after every step, a one-integer all-reduce while a save is in flight -
 runs the commit once every rank's writer has finished, as Megatron-LM's `--async-save` does. One save
 is in flight at a time: a save due while the previous one still persists waits for it first.
 
@@ -48,9 +49,9 @@ class WrittenDigests(Protocol):
 
 @dataclass
 class Staged:
-    """What a trainer's save leaves to do: megatron-core's AsyncRequest writing this rank's share (None when
-    the trainer has written everything already, as DeepSpeed's engine does) and the digests its writers
-    take (None: the files are digested at the commit, read back once)."""
+    """What a trainer's save leaves to do: megatron-core's AsyncRequest (or a DCP future's) writing this rank's
+    share (None when the trainer has written everything already, as DeepSpeed's engine does) and the digests
+    its writers take (None: the files are digested at the commit, read back once)."""
 
     request: Any = None
     digests: WrittenDigests | None = None
@@ -58,6 +59,7 @@ class Staged:
 
 class SavingTrainer(Protocol):
     def save(self, directory: Path) -> Staged: ...
+    def async_queue(self) -> Any: ...
 
 
 class Saver:
@@ -67,10 +69,8 @@ class Saver:
         self.ckpts = ckpts
         self.trainer = trainer
         self.queue: Any = None
-        if asynchronous:
-            from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
-
-            self.queue = AsyncCallsQueue(persistent=False)  # a fork per save: its snapshot is the staged copy
+        if asynchronous:  # the trainer's: megatron-core's AsyncCallsQueue, or the DCP futures' (torchtitan)
+            self.queue = trainer.async_queue()
         self.committed: Path | None = None  # the newest step this saver committed
 
     def save(self, step: int, state: dict[str, Any]) -> None:

@@ -223,6 +223,37 @@ CASES = [
         id="deepspeed-tp",
     ),
     pytest.param(
+        ["train.backend=torchtitan", "hardware.gpus_per_node=2", "parallel.tp=2"],
+        [
+            "parallel.sequence_parallel=false (lmspec:specs/parallel/default.yaml:9) needs train.backend=megatron",
+            "torchtitan's tensor parallelism always splits the norms and the residual stream along the sequence",
+            "or set parallel.sequence_parallel=true",
+        ],
+        id="torchtitan-tp-is-sequence-parallel",
+    ),
+    pytest.param(
+        ["train.backend=torchtitan", "hardware.gpus_per_node=2", "model=tiny_moe", "serve=null"]
+        + ["parallel.tp=2", "parallel.sequence_parallel=true", "model.attention=gqa", "model.mla=null"],
+        [
+            "parallel.tp=2 (command-line override) needs train.backend=megatron",
+            "torchtitan's tensor parallelism of MoE blocks (its expert tensor parallel plan) is not in lmspec's "
+            "torchtitan trainer yet",
+            "or set parallel.tp=1",
+        ],
+        id="torchtitan-tp-of-moe",
+    ),
+    pytest.param(
+        ["train.backend=torchtitan", "hardware.gpus_per_node=2", "parallel.tp=2", "parallel.sequence_parallel=true"]
+        + ["parallel.overlap.tp_comm=true"],
+        [
+            "parallel.overlap.tp_comm=true (command-line override) needs GPU hardware",
+            "torchtitan's async TP (parallelism.enable_async_tensor_parallel) runs in torch.compile'd regions over "
+            "CUDA symmetric memory",
+            "or set parallel.overlap.tp_comm=false",
+        ],
+        id="torchtitan-async-tp",
+    ),
+    pytest.param(
         ["parallel.distributed_optimizer=true", "train.backend=deepspeed"],
         [
             "parallel.distributed_optimizer=true (command-line override) needs GPU hardware with "

@@ -41,3 +41,11 @@ def tiny_v2_tp2_ep2(workdir: Path) -> Trained:
 def tiny_deepspeed_zero3(workdir: Path) -> Trained:
     """tiny trained by the DeepSpeed backend, ZeRO-3 over 2 ranks (the conversion consolidates)."""
     return train(workdir, "tiny_deepspeed_zero3", [], spec="tiny_deepspeed_zero3_2rank_cpu_fp32")
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_deepspeed_zero2(workdir: Path) -> Trained:
+    """tiny_moe trained by the DeepSpeed backend, ZeRO-2 over 2 ranks: transformers' module holds each MoE
+    layer's experts fused, the release names them per expert."""
+    overrides = ["model=tiny_moe", "parallel.zero_stage=2"]
+    return train(workdir, "tiny_moe_deepspeed_zero2", overrides, spec="tiny_deepspeed_zero3_2rank_cpu_fp32")

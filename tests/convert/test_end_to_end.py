@@ -1,7 +1,7 @@
-"""Train at TP=2 / PP=2 / TP=2+EP=2 (Megatron) and ZeRO-3 (DeepSpeed), convert with the
+"""Train at TP=2 / PP=2 / TP=2+EP=2 (Megatron) and ZeRO-3 / MoE at ZeRO-2 (DeepSpeed), convert with the
 emitted mapping, prove it by logits.
 
-~6 minutes on 2 CPU cores, most of it the four 3-step training runs (session fixtures).
+~7 minutes on 2 CPU cores, most of it the 3-step training runs (session fixtures).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
-    "fixture", ["tiny_tp2", "tiny_pp2", "tiny_moe_tp2_ep2", "tiny_v2_tp2_ep2", "tiny_deepspeed_zero3"]
+    "fixture",
+    ["tiny_tp2", "tiny_pp2", "tiny_moe_tp2_ep2", "tiny_v2_tp2_ep2", "tiny_deepspeed_zero3", "tiny_moe_deepspeed_zero2"],
 )
 def test_convert_then_logits_match(fixture: str, request: pytest.FixtureRequest) -> None:
     trained: Trained = request.getfixturevalue(fixture)

@@ -4,7 +4,8 @@ Fast: a checkpoint written in this process by `dcp.save` of transformers' model 
 the trainer saves: `{"model": state}` with transformers' names), converted, read back bit for bit; a
 mapping that does not match it is refused listing both sides; a damaged shard is one line naming the file.
 Slow (~25 s each on 2 CPU cores, most of it training): the tiny and tiny_moe models trained by FSDP2 over
-2 ranks through `lmspec run`, then the convert and verify stages; the converted model's logits match
+2 ranks, and tiny by tensor parallelism over them (its DCP save holds TP shards; the reader reads global
+tensors), through `lmspec run`, then the convert and verify stages; the converted model's logits match
 transformers' logits on the DCP checkpoint's tensors (read by DCP's own dcp_to_torch_save) within the bar.
 """
 
@@ -28,6 +29,12 @@ from lmspec.runtime.verify import MAX_LOGITS_ABS_DIFF
 SPEC = "tiny_torchtitan_fsdp2_2rank_cpu_fp32"
 TWO_RANKS = ["parallel.zero_stage=3", "hardware.gpus_per_node=2"]
 SMALL_MOE = ["model=tiny_moe", "model.num_layers=2", "model.hidden_size=64", "model.moe.ffn_hidden_size=32"]
+# what each trained run adds to TWO_RANKS: a model, or tiny under TP (sequence parallel, as torchtitan runs TP)
+TRAINED = {
+    "tiny": ["model=tiny"],
+    "tiny_moe": ["model=tiny_moe"],
+    "tiny_tp2": ["model=tiny", "parallel.tp=2", "parallel.sequence_parallel=true"],
+}
 
 
 def _mapping(overrides: list[str]) -> dict[str, Any]:
@@ -163,11 +170,10 @@ def trained(workdir: Path) -> dict[str, Trained]:
     return {}
 
 
-def _trained(cache: dict[str, Trained], workdir: Path, model: str) -> Trained:
-    if model not in cache:
-        name = f"torchtitan_{model}"
-        cache[model] = train(workdir, name, [*TWO_RANKS, f"model={model}"], spec=SPEC)
-    return cache[model]
+def _trained(cache: dict[str, Trained], workdir: Path, run: str) -> Trained:
+    if run not in cache:
+        cache[run] = train(workdir, f"torchtitan_{run}", [*TWO_RANKS, *TRAINED[run]], spec=SPEC)
+    return cache[run]
 
 
 def _dcp_state(step: Path, tmp: Path) -> dict[str, torch.Tensor]:
@@ -181,7 +187,7 @@ def _dcp_state(step: Path, tmp: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["tiny", "tiny_moe"])
+@pytest.mark.parametrize("model", sorted(TRAINED))
 def test_fsdp2_checkpoint_converts_and_its_logits_match(
     model: str, trained: dict[str, Trained], workdir: Path, tmp_path: Path
 ) -> None:
@@ -225,3 +231,32 @@ def test_a_damaged_shard_stops_the_stage_in_one_line(trained: dict[str, Trained]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"lmspec: convert: {shard}: "), result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.slow
+def test_an_hf_release_imports_into_fsdp2_shards_bit_for_bit_and_trains(
+    trained: dict[str, Trained], workdir: Path
+) -> None:
+    """HF -> torchtitan (`--stage import`, at another sharding than the run it came from): the experts, which
+    transformers holds fused and the release per expert, come back to the very bits the run saved; a run
+    started from the import (train.init_from) trains."""
+    from lmspec.runtime.convert.dcp_reader import DcpCheckpoint
+
+    run = _trained(trained, workdir, "tiny_moe")
+    converted = lmspec("run", str(run.build), "--stage", "convert", cwd=workdir)
+    assert converted.returncode == 0, converted.stderr[-3000:]
+    other = [*TWO_RANKS, "parallel.zero_stage=2", "model=tiny_moe"]
+    build = compile_run_build(workdir, "torchtitan_imported", other, spec=SPEC)
+    result = lmspec("run", str(build), "--stage", "import", "--from", str(run.hf_dir), cwd=workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = workdir / "runs" / "torchtitan_imported" / "imported" / "step_0"
+    source = DcpCheckpoint(latest_checkpoint(workdir / "runs" / run.name / "checkpoints") / TORCHTITAN_DIR)
+    back = DcpCheckpoint(imported / TORCHTITAN_DIR)
+    assert back.tensors == source.tensors
+    want, got = source.read(source.tensors), back.read(back.tensors)
+    assert [name for name in want if not torch.equal(want[name], got[name])] == []
+
+    start = [*other, "train.steps=1", "train.log_interval=1", f"train.init_from={imported.relative_to(workdir)}"]
+    started = train(workdir, "torchtitan_from_import", start, spec=SPEC)
+    log = (workdir / "runs" / started.name / "metrics.jsonl").read_text()
+    assert '"loss"' in log

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from lmspec.compiler.search.evaluate import Priced, price
-from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE
+from lmspec.compiler.search.legality import BACKENDS, RECOMPUTE, candidate_impl
 from lmspec.compiler.search.space import Axes, Enumeration, enumerate_legal
 from lmspec.compiler.spec.sections import Spec
 
@@ -67,7 +67,7 @@ class Layout:
         train = dataclasses.replace(
             spec.train,
             backend=self.backend,
-            transformer_impl="local" if self.backend == "deepspeed" else spec.train.transformer_impl,
+            transformer_impl=candidate_impl(self.backend, spec),  # the search's: torchtitan runs local too
             micro_batch_size=self.micro_batch_size,
             recompute=self.recompute,
         )

@@ -40,6 +40,7 @@ MG, DS, TT = "train.backend=megatron", "train.backend=deepspeed", "train.backend
 # a micro-batch of 16 tokens: the activations are small beside the model state, so the gradient reduction or
 # the optimizer step, not the backward, holds the step's peak
 STEP = ("train.micro_batch_size=1", "train.seq_length=16")
+TP2_SP = ("parallel.tp=2", "parallel.sequence_parallel=true")  # torchtitan runs TP with sequence parallelism only
 CASES = (
     _case("megatron-ga1", 1, MG, "train.global_batch_size=4"),
     _case("megatron-ga4", 1, MG),
@@ -74,6 +75,8 @@ CASES = (
     _case("torchtitan-zero3-bf16", 2, TT, "parallel.zero_stage=3", "train.precision=bf16"),
     _case("torchtitan-zero3-dp4", 4, TT, "parallel.zero_stage=3"),
     _case("torchtitan-moe", 2, TT, "model=tiny_moe", "parallel.zero_stage=3"),
+    _case("torchtitan-tp2", 2, TT, "parallel.zero_stage=3", *TP2_SP),
+    _case("torchtitan-tp2-dp2", 4, TT, "parallel.zero_stage=3", *TP2_SP),
 )
 BY_NAME = {c.name: c for c in CASES}
 

@@ -24,6 +24,7 @@ from lmspec.compiler.pipeline import checked
 from lmspec.compiler.spec.load import Composed, compose_spec
 
 MODELS = ("tiny", "tiny_moe")
+SEED_BACKEND = "megatron"  # the backend of the seed runs and of the references of the layouts started from them
 WORLDS = (2, 4)
 STEPS = 3
 BASE = (
@@ -78,9 +79,9 @@ class ParityLayout:
         return ParityLayout(self.model, 1, self.backend, mtp_layers=self.mtp_layers, init_from=self.init_from)
 
     def seed(self) -> ParityLayout:
-        """The one-rank, one-step megatron run whose checkpoint every layout of this model and MTP starts
-        from (train.init_from): megatron's own initialisation depends on the layout."""
-        return ParityLayout(self.model, 1, self.backend, mtp_layers=self.mtp_layers, steps=1)
+        """The one-rank, one-step megatron run whose checkpoint every megatron and torchtitan layout of this
+        model and MTP starts from (helpers.parity_sweep): megatron's own initialisation depends on the layout."""
+        return ParityLayout(self.model, 1, SEED_BACKEND, mtp_layers=self.mtp_layers, steps=1)
 
     def overrides(self) -> list[str]:
         """Hydra overrides, as a user would type them after `lmspec check`."""

@@ -5,8 +5,9 @@
 Layouts of one world size train in one torchrun (helpers.parity_worker) through the runtime's
 own loop; a layout that crashes is recorded with its exception's last line and the rest go on;
 one that stops making progress for STALL_S is killed with its torchrun, recorded as a hang, and
-the rest restart in a fresh torchrun. References (one rank, the same model, backend and MTP)
-train first. Prints the table: layout, pass/fail, max relative loss deviation, wall time.
+the rest restart in a fresh torchrun. References (one rank, the same model and MTP, and the same
+backend, or megatron's for the layouts started from its seed: `run_sweep`) train first. Prints the
+table: layout, pass/fail, max relative loss deviation, wall time.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from helpers.parity_layouts import MODELS, WORLDS, ParityLayout, enumerate_layouts
+from helpers.cli import LMSPEC
+from helpers.parity_layouts import MODELS, SEED_BACKEND, WORLDS, ParityLayout, enumerate_layouts
 from helpers.processes import kill_group
 from helpers.torchrun import workers
 from lmspec.compiler.build.writer import write_build
@@ -35,7 +37,10 @@ from lmspec.compiler.pipeline import make_plan
 # relative, DeepSpeed exactly 0, MoE with TP+SP up to 1.7e-4 (tp=4). The first step's losses agree to 1e-8;
 # AdamW's first update moves every weight by ~lr x sign(grad), so a near-zero gradient whose sign the sum order
 # flips moves by the full lr. With SGD the same tp=4 and tp=2 MoE layouts deviate 1.9e-6 and 1.3e-6: reduction
-# noise, not a wrong gradient. The bound sits just above the AdamW spread.
+# noise, not a wrong gradient. The bound sits just above the AdamW spread. torchtitan from the seed's weights
+# against megatron's reference (other modeling code, unfused kernels): 5.1e-5 dense and 4.8e-5 MoE at one rank
+# by step 3, 1e-8 at step 1: torchtitan decays every parameter as its optimizer builder does, megatron-core no
+# norm weight or bias; with train.optimizer.weight_decay=0 the dense pair agrees to 2.6e-8.
 RELATIVE_TOLERANCE = 2e-4
 STALL_S = 180.0
 TESTS_DIR = Path(__file__).resolve().parent.parent
@@ -51,6 +56,7 @@ SAMPLE = (
     ParityLayout("tiny_moe", 4, backend="deepspeed", zero_stage=2, offload_optimizer=True),
     ParityLayout("tiny", 4, backend="torchtitan", zero_stage=3, recompute="full"),
     ParityLayout("tiny_moe", 2, backend="torchtitan", zero_stage=2),
+    ParityLayout("tiny", 4, backend="torchtitan", tp=2, sequence_parallel=True, zero_stage=3),
 )
 
 
@@ -70,6 +76,9 @@ class Outcome:
             return None
         return max(abs(a - b) / abs(b) for a, b in zip(self.losses, reference.losses, strict=True))
 
+
+# The backends whose layouts start from the seed run's weights and equal the seed backend's one-rank reference
+SEEDED = (SEED_BACKEND, "torchtitan")
 
 # Layouts one torchrun trains before the next starts: every layout's process groups stay alive in the
 # worker (megatron-core's destroy_model_parallel forgets its gloo groups without destroying them, and
@@ -174,6 +183,30 @@ def _seed_checkpoint(cwd: Path, seed: ParityLayout) -> str:
     return str(found[-1])
 
 
+def _lmspec_run(cwd: Path, build: Path, *stage: str) -> None:
+    result = subprocess.run(
+        [LMSPEC, "run", str(build), *stage],
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=STALL_S,
+        check=False,
+    )
+    if result.returncode:
+        raise AssertionError(f"lmspec run {build} {' '.join(stage)}: exit {result.returncode}\n{result.stderr[-3000:]}")
+
+
+def _imported_seed(root: Path, seed: ParityLayout, backend: str) -> str:
+    """The seed's weights as a `backend` checkpoint: the seed build's HF conversion (`--stage convert`), imported
+    by a one-rank build of that backend (`--stage import`), as a user moves a checkpoint across backends."""
+    _lmspec_run(root, root / "builds" / seed.name, "--stage", "convert")
+    importer = ParityLayout(seed.model, 1, backend, mtp_layers=seed.mtp_layers)
+    build = compile_layout(root / "builds", importer)
+    _lmspec_run(root, build, "--stage", "import", "--from", str(root / "runs" / seed.name / "hf"))
+    return str(root / "runs" / importer.name / "imported" / "step_0")
+
+
 def _train(root: Path, world: int, group: Sequence[ParityLayout]) -> list[Outcome]:
     builds = [compile_layout(root / "builds", lay) for lay in group]
     return train_group(world, group, builds, root)
@@ -181,25 +214,36 @@ def _train(root: Path, world: int, group: Sequence[ParityLayout]) -> list[Outcom
 
 def run_sweep(root: Path, layouts: Sequence[ParityLayout]) -> list[tuple[Outcome, float | None]]:
     """Seed checkpoints (megatron), the references, then `layouts` by world size; each outcome with its
-    deviation from its reference. Every megatron layout starts from its seed's weights (train.init_from);
-    DeepSpeed and torchtitan build their model from train.seed alike on every rank (their tables lack
-    init_from)."""
-    seeds = sorted({lay.seed() for lay in layouts if lay.backend == "megatron"})
+    deviation from its reference. Every megatron layout starts from its seed's weights (train.init_from), every
+    torchtitan layout from the same weights through HF (`_imported_seed`), and both equal the seed backend's
+    one-rank reference; DeepSpeed builds its model from train.seed alike on every rank (its table lacks
+    init_from) and equals its own one-rank reference."""
+    seeds = sorted({lay.seed() for lay in layouts if lay.backend in SEEDED})
     for seed, outcome in zip(seeds, _train(root, 1, seeds), strict=True):
         if outcome.code:
             raise AssertionError(f"the seed run {seed.name} failed: {outcome.error}")
-    start = {(s.model, s.mtp_layers): _seed_checkpoint(root, s) for s in seeds}
+    start = {(s.backend, s.model, s.mtp_layers): _seed_checkpoint(root, s) for s in seeds}
+    for backend, model, mtp in {(lay.backend, lay.model, lay.mtp_layers) for lay in layouts if lay.backend in SEEDED}:
+        if backend != SEED_BACKEND:
+            seed = ParityLayout(model, 1, mtp_layers=mtp).seed()
+            start[backend, model, mtp] = _imported_seed(root, seed, backend)
 
     def started(lay: ParityLayout) -> ParityLayout:
-        return replace(lay, init_from=start[lay.model, lay.mtp_layers]) if lay.backend == "megatron" else lay
+        return replace(lay, init_from=start[lay.backend, lay.model, lay.mtp_layers]) if lay.backend in SEEDED else lay
+
+    def reference(lay: ParityLayout) -> ParityLayout:
+        if lay.backend not in SEEDED:
+            return lay.reference()
+        seeded = start[SEED_BACKEND, lay.model, lay.mtp_layers]
+        return ParityLayout(lay.model, 1, SEED_BACKEND, mtp_layers=lay.mtp_layers, init_from=seeded)
 
     layouts = [started(lay) for lay in layouts]
-    references = sorted({lay.reference() for lay in layouts})
+    references = sorted({reference(lay) for lay in layouts})
     outcomes: dict[ParityLayout, Outcome] = {}
     for world, group in [(1, references), *((w, [lay for lay in layouts if lay.world == w]) for w in WORLDS)]:
         for outcome in _train(root, world, group) if group else []:
             outcomes[outcome.layout] = outcome
-    return [(outcomes[lay], outcomes[lay].deviation(outcomes.get(lay.reference()))) for lay in layouts]
+    return [(outcomes[lay], outcomes[lay].deviation(outcomes.get(reference(lay)))) for lay in layouts]
 
 
 def table(rows: Sequence[tuple[Outcome, float | None]]) -> str:

@@ -34,7 +34,8 @@ MOE = ("model=tiny_moe", "train.micro_batch_size=1", "train.global_batch_size=4"
 class Job:
     world: int
     overrides: tuple[str, ...] = DENSE
-    replicate: int = 1  # HSDP's replicas; world / replicate ranks shard each replica
+    replicate: int = 1  # HSDP's replicas; world / (replicate x tp) ranks shard each replica
+    tp: int = 1  # tensor parallelism (with sequence parallelism, as torchtitan runs it) over consecutive ranks
     activation_checkpoint: str = "none"
     first_step: int = 1
     last_step: int = 4

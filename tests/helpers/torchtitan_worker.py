@@ -1,14 +1,15 @@
-"""Train a few steps with the torchtitan backend's trainer, outside `lmspec run` (HSDP, resumes at any step).
+"""Train a few steps with the torchtitan backend's trainer, outside `lmspec run` (HSDP, TP, resumes at any step).
 
     python -m torch.distributed.run --nproc-per-node=W -m helpers.torchtitan_worker JOB.json
 
-JOB.json: {"overrides": [...], "replicate": R, "activation_checkpoint": "none"|"full", "first_step": F,
+JOB.json: {"overrides": [...], "replicate": R, "tp": T, "activation_checkpoint": "none"|"full", "first_step": F,
 "last_step": K, "save_after": k|null, "load": DIR|null, "checkpoints": DIR, "results": FILE}.
-Each rank compiles the built-in spec with the overrides as a torchtitan job on W ranks (fully sharded; full
-activation checkpointing where asked) and trains with the document its build would hold, R-way replication of
-W/R-way shards written over it. The samples are a pure function of their global index
-(`SyntheticTokens`) and each rank takes its micro-batches of the global batch as the runtime's loop does
-(lmspec.runtime.train.data.micro_batches), so 1, 2 and 4 ranks train on the same global batches. Steps
+Each rank compiles the built-in spec with the overrides as a torchtitan job on W ranks (fully sharded; T-way
+tensor and sequence parallelism and full activation checkpointing where asked) and trains with the document its
+build would hold, R-way replication of W/(R T)-way shards written over it. The samples are a pure function of
+their global index (`SyntheticTokens`) and each rank takes its data-parallel rank's micro-batches of the global
+batch as the runtime's loop does (lmspec.runtime.train.data.micro_batches), so 1, 2 and 4 ranks train on the
+same global batches. Steps
 F..K run; after step k the trainer saves into DIR/step_k; with `load` it first loads that directory (F is
 then k + 1). Rank 0 writes FILE: {"losses", "grad_norms", "lrs"} keyed by step, "eval_loss" (after the last
 step, the same samples on any layout), "checkpointed" (the decoder layers in checkpoint_wrapper), "seconds".
@@ -55,7 +56,8 @@ def job_config(plan: Plan, replicate: int) -> dict[str, Any]:
     HSDP replication of its shards written over the degrees where asked (no spec key asks for it yet)."""
     document = torchtitan_config(plan)
     if replicate > 1:
-        shards = plan.trained().layout.world_size // replicate
+        layout = plan.trained().layout
+        shards = layout.world_size // (replicate * layout.tp)
         document["parallelism"].update(data_parallel_replicate_degree=replicate, data_parallel_shard_degree=shards)
     return document
 
@@ -66,8 +68,10 @@ def main(argv: list[str]) -> int:
     world = dist.get_world_size()
     recompute = "full" if job["activation_checkpoint"] == "full" else "none"
     sharding = "parallel.zero_stage=3" if world > 1 else "parallel.zero_stage=0"
+    tp = [f"parallel.tp={job['tp']}", f"parallel.sequence_parallel={str(job['tp'] > 1).lower()}"]
     plan = make_plan(
         ["train.backend=torchtitan", sharding, f"train.recompute={recompute}", f"hardware.gpus_per_node={world}"]
+        + tp
         + job["overrides"]
     )
     spec = plan.trained().spec

@@ -1,7 +1,8 @@
 """torchtitan.json: what the emitter writes for every sharding, precision and recompute the torchtitan target
 runs is what the trainer reads (runtime/train/torchtitan/job_config.py parses every key, unknown keys refused)
-and what the Plan says: the data-parallel degrees cover the world, and the local batch times them times the
-plan's accumulation is the global batch (the trainer refuses a document that disagrees, naming each factor).
+and what the Plan says: the data-parallel degrees times the tensor-parallel one cover the world, and the local
+batch times the data-parallel degrees times the plan's accumulation is the global batch (the trainer refuses a
+document that disagrees, naming each factor).
 
 No torchtitan release is the judge here: 0.3.0's own Trainer cannot run on torch 2.13.0 (README.md, torchtitan).
 Its `training`, `parallelism` and `checkpoint` names are those of 0.3.0's config dataclasses
@@ -48,8 +49,43 @@ def test_the_trainer_reads_every_document_and_it_agrees_with_the_plan(
     assert config.activation_checkpoint.mode == recompute
 
 
+@pytest.mark.parametrize(("world", "stage"), [(2, 3), (4, 3), (4, 2), (4, 0)])
+def test_a_tensor_parallel_document_carries_its_degree_and_covers_the_world(world: int, stage: int) -> None:
+    """parallel.tp=2 (with sequence parallelism, as torchtitan runs TP): tensor_parallel_degree, loss
+    parallelism and async TP off, and the data-parallel degrees times the TP degree are the world."""
+    plan = make_plan(
+        [
+            "train.backend=torchtitan",
+            f"hardware.gpus_per_node={world}",
+            f"parallel.zero_stage={stage}",
+            "parallel.tp=2",
+            "parallel.sequence_parallel=true",
+        ]
+    )
+    config = JobConfig.parse(torchtitan_config(plan))
+    batch = plan.trained().batch
+    assert layout_problems(config, world, batch.micro_batch_size, batch.grad_accum_steps) == []
+    p = config.parallelism
+    assert (p.tensor_parallel_degree, p.dp) == (2, world // 2)
+    assert p.disable_loss_parallel and not p.enable_async_tensor_parallel
+    assert p.data_parallel_replicate_degree == (world // 2 if stage == 0 else 1)
+
+
 def test_an_unknown_key_is_refused_by_name() -> None:
     document = torchtitan_config(make_plan(["train.backend=torchtitan"]))
     document["parallelism"]["expert_parallel_degree"] = 2
     with pytest.raises(TypeError, match="expert_parallel_degree"):
         JobConfig.parse(document)
+
+
+def test_check_accepts_tensor_parallelism_with_sequence_parallelism(lmspec) -> None:
+    result = lmspec(
+        "check",
+        "train.backend=torchtitan",
+        "hardware.gpus_per_node=4",
+        "parallel.zero_stage=3",
+        "parallel.tp=2",
+        "parallel.sequence_parallel=true",
+    )
+    assert result.code == 0, result.err
+    assert "tp 2 x pp 1 x dp 2" in result.out + result.err

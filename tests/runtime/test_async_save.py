@@ -1,7 +1,8 @@
 """Asynchronous saves (train.checkpoint.async_save=true) keep the crash safety of synchronous ones.
 
-The same runs as tests/runtime/test_resume.py (CPU fp32, two gloo ranks, a blend of the user's data),
-each save written in the background by megatron-core's async request while training goes on: a rank
+The same runs as tests/runtime/test_resume.py (CPU fp32, two gloo ranks, a blend of the user's data; the
+megatron and torchtitan backends), each save written in the background while training goes on (megatron-core's
+async request in a forked writer; torchtitan's dcp.async_save in a thread): a rank
 killed with SIGKILL while step 4 persists leaves `latest` at step 2 and the resumed run reproduces
 the uninterrupted one bitwise; SIGUSR1 while a save is in flight waits for it, saves the step it
 stopped at and exits for requeue."""
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.backend_layouts import BACKEND_LAYOUTS
 from helpers.blend import blend_overrides
 from helpers.build import compile_build
 from helpers.torchrun import run, run_until, workers
@@ -35,11 +37,12 @@ OVERRIDES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory):
+@pytest.fixture(scope="module", params=sorted(BACKEND_LAYOUTS))
+def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The uninterrupted asynchronous run: every save committed, in order, with digests taken as written."""
     root = tmp_path_factory.mktemp("reference")
-    build = compile_build(root / "build", [*OVERRIDES, *blend_overrides(root / "user")]).dir
+    layout = BACKEND_LAYOUTS[request.param]
+    build = compile_build(root / "build", [*OVERRIDES, *layout, *blend_overrides(root / "user")]).dir
     result = run(build, root)
     assert result.code == 0, result.output[-4000:]
     for step in (2, 4, 6, 8):

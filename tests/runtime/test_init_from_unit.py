@@ -32,11 +32,11 @@ def _step_dir(root: Path, tensors: dict[str, torch.Tensor] | None, other: str | 
     return ckpts.commit(2, tmp)
 
 
-def _messages(tmp_path: Path, init_from: str) -> list[str]:
+def _messages(tmp_path: Path, init_from: str, *overrides: str) -> list[str]:
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        spec = make_plan([f"train.init_from={init_from}"], None).spec
+        spec = make_plan([f"train.init_from={init_from}", *overrides], None).spec
         return [p.message for p in init_from_problems(spec)]
     finally:
         os.chdir(cwd)
@@ -65,6 +65,15 @@ def test_a_directory_that_cannot_be_loaded_is_named_with_the_fix(
     messages = _messages(tmp_path, "src/step_2")
     assert len(messages) == 1 and expected in messages[0], messages
     assert "train.init_from='src/step_2'" in messages[0] and "or set it to null" in messages[0]
+
+
+def test_a_torchtitan_build_names_the_way_across_from_a_megatron_step_directory(tmp_path: Path) -> None:
+    """torchtitan reads its own DCP save; a megatron checkpoint reaches it through HF (convert, then import)."""
+    _step_dir(tmp_path / "src", {EMBEDDING: torch.zeros(8, 4)})
+    messages = _messages(tmp_path, "src/step_2", "train.backend=torchtitan", "parallel.zero_stage=3")
+    assert len(messages) == 1, messages
+    assert "is not a torchtitan checkpoint (no torchtitan/; a megatron run's: convert it to HF" in messages[0]
+    assert "--stage import" in messages[0]
 
 
 def test_another_models_checkpoint_is_refused_naming_the_tensors(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.backend_layouts import BACKEND_LAYOUTS
 from helpers.blend import blend_overrides
 from helpers.build import compile_build
 from helpers.torchrun import assert_rates_follow_the_schedule, run, run_until, workers
@@ -33,10 +34,6 @@ OVERRIDES = [
     "train.eval_interval=4",
     "train.eval_iters=2",
 ]
-
-
-# train.backend -> the overrides of its layout
-BACKEND_LAYOUTS = {"megatron": [], "torchtitan": ["train.backend=torchtitan", "parallel.zero_stage=3"]}
 
 
 @pytest.fixture(scope="module", params=sorted(BACKEND_LAYOUTS))

@@ -2,9 +2,10 @@
 
 The worker builds torchtitan.json's document by hand from a compiled plan and trains with TorchtitanTrainer
 directly, so these hold before the backend can be compiled and run with `lmspec run`: FSDP2 over 1, 2 and 4
-ranks (HSDP: 2 replicas of 2 shards) trains the same global batches to the same losses as one rank, with
-gradient accumulation; a DCP checkpoint resumes bitwise; full activation checkpointing changes no loss; the
-tiny MoE model trains sharded. The document's parser and the layout check need no ranks.
+ranks (HSDP: 2 replicas of 2 shards) and tensor parallelism (TP 2, and TP 2 x FSDP2 2) train the same global
+batches to the same losses as one rank, with gradient accumulation; a DCP checkpoint resumes bitwise, and a TP
+one under FSDP2 alone (DCP reshards the 2-D DTensors); full activation checkpointing changes no loss; the tiny
+MoE model trains sharded. The document's parser and the layout check need no ranks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lmspec.runtime.train.torchtitan.parallelize import layout_problems
 
 # the reference every multi-rank run and the resumed run are compared with: one rank, 4 steps, saved after 2
 REFERENCE = Job(world=1, save_after=2)
+TP2 = Job(world=2, tp=2, save_after=2)  # tensor parallel over both ranks, saved after step 2
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +48,11 @@ def _document(**changes: dict[str, Any]) -> dict[str, Any]:
         "optimizer": {"name": "AdamW", "lr": 3e-3, "eps": 1e-8, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1},
         "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 2,
                         "fsdp_reshard_after_forward": "always", "tensor_parallel_degree": 1,
+                        "disable_loss_parallel": True, "enable_async_tensor_parallel": False,
                         "pipeline_parallel_degree": 1, "context_parallel_degree": 1},
         "activation_checkpoint": {"mode": "none"},
-        "checkpoint": {"enable": True, "folder": "torchtitan", "interval": 10, "async_mode": "disabled"},
+        "checkpoint": {"enable": True, "folder": "torchtitan", "interval": 10, "async_mode": "disabled",
+                       "initial_load_path": None, "initial_load_model_only": True},
     }  # fmt: skip
     for section, keys in changes.items():
         doc[section] = {**doc[section], **keys}
@@ -77,11 +81,21 @@ def test_the_document_refuses_what_the_trainer_does_not_run(doc: dict, error: st
 
 
 def test_a_layout_that_does_not_match_the_ranks_names_every_factor() -> None:
-    config = JobConfig.parse(_document(parallelism={"data_parallel_replicate_degree": 2, "tensor_parallel_degree": 2}))
+    parallelism = {"data_parallel_replicate_degree": 2, "tensor_parallel_degree": 2, "pipeline_parallel_degree": 2}
+    config = JobConfig.parse(
+        _document(
+            parallelism={**parallelism, "disable_loss_parallel": False, "enable_async_tensor_parallel": True},
+            training={"seq_len": 127},
+        )
+    )
     problems = layout_problems(config, world_size=2, micro_batch_size=4, grad_accum_steps=2)
     assert problems == [
-        "parallelism.tensor_parallel_degree=2: this trainer runs data parallelism only (1)",
-        "data_parallel_replicate_degree(2) * data_parallel_shard_degree(2) != WORLD_SIZE(2)",
+        "parallelism.pipeline_parallel_degree=2: this trainer runs data and tensor parallelism only (1)",
+        "parallelism.disable_loss_parallel=false: this trainer gathers the logits whole (true)",
+        "parallelism.enable_async_tensor_parallel=true: this trainer runs eagerly (false)",
+        "data_parallel_replicate_degree(2) * data_parallel_shard_degree(2) * tensor_parallel_degree(2) "
+        "!= WORLD_SIZE(2)",
+        "training.seq_len(127) does not divide by tensor_parallel_degree(2): sequence parallelism splits it evenly",
         "training.global_batch_size(16) != training.local_batch_size(4) * dp(4) * plan.json's grad_accum_steps(2) "
         "(plan.json's micro_batch_size=4)",
     ]
@@ -89,13 +103,14 @@ def test_a_layout_that_does_not_match_the_ranks_names_every_factor() -> None:
 
 @pytest.mark.slow
 def test_one_two_and_four_ranks_train_the_same_losses(runs: Runs) -> None:
-    """FSDP2 over 2 ranks and HSDP over 4 (2 replicas x 2 shards), gradient accumulation 4 and 2, against one
-    rank accumulating 8: only the order of the sums differs (helpers.parity_sweep's tolerance)."""
+    """FSDP2 over 2 ranks, HSDP over 4 (2 replicas x 2 shards), TP over 2 (accumulating 8 on its one
+    data-parallel rank) and TP 2 x FSDP2 2, against one rank accumulating 8: only the order of the sums
+    differs (helpers.parity_sweep's tolerance)."""
     reference = runs(REFERENCE)
     assert reference.losses[4] < reference.losses[1]  # it learns
     train = make_plan(list(REFERENCE.overrides)).trained().spec.train
     assert reference.lrs == {step: lr_at(train, step) for step in reference.lrs}
-    for job in (Job(world=2, save_after=2), Job(world=4, replicate=2)):
+    for job in (Job(world=2, save_after=2), Job(world=4, replicate=2), TP2, Job(world=4, tp=2)):
         result = runs(job)
         assert _relative(result.losses, reference.losses) <= RELATIVE_TOLERANCE, (job, result.losses)
         assert _relative(result.grad_norms, reference.grad_norms) <= RELATIVE_TOLERANCE, (job, result.grad_norms)
@@ -112,6 +127,19 @@ def test_a_resumed_run_trains_the_steps_after_its_checkpoint_bitwise(runs: Runs,
     resumed = runs(Job(world=world, first_step=3, load=uninterrupted.saved))
     assert resumed.losses == {s: uninterrupted.losses[s] for s in (3, 4)}
     assert resumed.grad_norms == {s: uninterrupted.grad_norms[s] for s in (3, 4)}
+    assert resumed.lrs == {s: uninterrupted.lrs[s] for s in (3, 4)}
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_checkpoint_resumes_under_fsdp2_alone(runs: Runs) -> None:
+    """TP 2's step-2 save (2-D DTensors: TP shards, on a data-parallel mesh of one) loaded by FSDP2 over 2
+    ranks, which DCP reshards: steps 3-4 are the TP run's within the parity tolerance (the sums' order
+    differs), the scheduler's count carried over."""
+    uninterrupted = runs(TP2)
+    assert uninterrupted.saved is not None
+    resumed = runs(Job(world=2, first_step=3, load=uninterrupted.saved))
+    tp_steps = {s: uninterrupted.losses[s] for s in (3, 4)}
+    assert _relative(resumed.losses, tp_steps) <= RELATIVE_TOLERANCE, (resumed.losses, tp_steps)
     assert resumed.lrs == {s: uninterrupted.lrs[s] for s in (3, 4)}
 
 

@@ -217,6 +217,12 @@ class MegatronTrainer:
         digests = Digests(directory)
         return Staged(digests.wrap(request), digests)
 
+    def async_queue(self) -> Any:
+        """Where a background save persists: a fork per save, whose snapshot is the staged copy."""
+        from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
+        return AsyncCallsQueue(persistent=False)
+
     def _save_strategy(self) -> Any:
         """torch_dist, its shards spread over the DP x CP ranks; the spread is computed at the first save
         and kept (the layout does not change during a run)."""

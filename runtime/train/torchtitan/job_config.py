@@ -53,7 +53,12 @@ class Parallelism:
     # "always": free a layer's gathered weights after its forward (ZeRO-3); "never": keep them to its backward
     # (ZeRO-2); "default": torchtitan's choice without pipeline parallelism, which is "always"
     fsdp_reshard_after_forward: Literal["always", "never", "default"]
+    # tensor parallelism, always with sequence parallelism (torchtitan has no key to turn it off)
     tensor_parallel_degree: int
+    # true: the head's logits are gathered whole and the loss is transformers' cross-entropy; torchtitan's
+    # loss parallelism (false) is not run
+    disable_loss_parallel: bool
+    enable_async_tensor_parallel: bool  # false: async TP needs torch.compile and CUDA symmetric memory
     pipeline_parallel_degree: int
     context_parallel_degree: int
 
@@ -72,7 +77,10 @@ class Checkpoint:
     enable: bool
     folder: str
     interval: int
-    async_mode: Literal["disabled"]
+    async_mode: Literal["disabled", "async"]  # async: dcp.async_save, staged to host memory, written by a thread
+    # train.init_from's DCP directory, whose model part the run starts from (its optimizer afresh); None: seed
+    initial_load_path: str | None
+    initial_load_model_only: Literal[True]  # torchtitan's default is True too: an initial load reads the weights
     keep_latest_k: int = 0  # the commit (lmspec.runtime.train.checkpoint) prunes, with train.checkpoint.keep_last_k
 
 

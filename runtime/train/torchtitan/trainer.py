@@ -1,4 +1,4 @@
-"""torchtitan backend's trainer: a transformers causal LM under FSDP2, from torchtitan.json.
+"""torchtitan backend's trainer: a transformers causal LM under TP and FSDP2, from torchtitan.json.
 
 The model is the one the DeepSpeed backend builds (lmspec.runtime.train.hf_model: transformers' class of
 `model.family`, HF module names, so its checkpoint converts without renames), initialised from
@@ -8,11 +8,17 @@ gradients into the sharded ones, as torchtitan's train step leaves FSDP2 to do (
 kept between micro-batches: the memory model prices it so, compiler/models/train_memory.py); then the global
 gradient norm (DTensor norms made whole), clipping when `training.max_norm` > 0, the optimizer step and the
 spec's learning-rate schedule (lmspec.runtime.train.lr_schedule), stepped after the optimizer as torchtitan
-steps its own.
+steps its own. Under tensor parallelism the ranks of a TP group train the same micro-batches
+(`data_parallel_rank`) and compute the same whole-logit loss, so the loss mean over all ranks
+(hf_model.dp_token_mean) counts each data-parallel rank's tokens tp times: the same mean.
 
 Checkpoints are torch.distributed.checkpoint saves under `<step dir>/torchtitan/`: every rank writes its
 shards of the model and optimizer state (get_state_dict: FQNs without FSDP's or checkpoint_wrapper's
-prefixes) and the scheduler's step count, synchronously; `load` reads them back into the same structure.
+prefixes) and the scheduler's step count, synchronously; `load` reads them back into the same structure, at
+any layout (DCP stores global tensors and reshards them: a TP save resumes under FSDP2 alone).
+`init_from` (train.init_from, torchtitan.json's checkpoint.initial_load_path with initial_load_model_only)
+reads only the model part of such a save, at any data-parallel layout: the optimizer and its step count
+start afresh, as torchtitan's model-only initial load leaves them.
 """
 
 from __future__ import annotations
@@ -26,18 +32,32 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from torch.distributed.tensor import DTensor
 
 from lmspec.compiler.build.files import TORCHTITAN_DIR
 from lmspec.compiler.plan import Plan
 from lmspec.compiler.spec.sections import TrainingSpec
+from lmspec.runtime.convert.dcp_reader import MODEL_KEY, DcpCheckpoint
 from lmspec.runtime.train.data import Batch
 from lmspec.runtime.train.hf_model import TransformersTrainer, causal_lm, causal_lm_loss, dp_token_mean
+from lmspec.runtime.train.init_from import require_stored_shapes
 from lmspec.runtime.train.lr_schedule import SpecSchedule
 from lmspec.runtime.train.saving import Staged
+from lmspec.runtime.train.torchtitan.async_save import DcpAsyncQueue, DcpAsyncRequest
 from lmspec.runtime.train.torchtitan.job_config import JobConfig, Optimizer
-from lmspec.runtime.train.torchtitan.parallelize import dp_mesh, layout_problems, parallelize
+from lmspec.runtime.train.torchtitan.parallelize import (
+    data_parallel_rank,
+    layout_problems,
+    parallelize,
+    world_mesh,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +82,14 @@ class TorchtitanTrainer(TransformersTrainer):
         batch = plan.trained().batch
         self.micro_batch_size = batch.micro_batch_size
         self.num_micro_batches = batch.grad_accum_steps
-        self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
-        if problems := layout_problems(self.config, self.dp_size, self.micro_batch_size, self.num_micro_batches):
+        world = dist.get_world_size()
+        if problems := layout_problems(self.config, world, self.micro_batch_size, self.num_micro_batches):
             raise ValueError(f"torchtitan.json does not match this run: {'; '.join(problems)}")
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-        self.mesh = dp_mesh(self.config, self.device.type)
+        self.mesh = world_mesh(self.config, self.device.type)
+        # the loop's data: a TP group's ranks read their data-parallel rank's micro-batches, the same ones
+        self.dp_rank, self.dp_size = data_parallel_rank(self.mesh)
         torch.manual_seed(self.config.training.seed)  # every rank the same weights before they are sharded
         model = causal_lm(spec)
         # built on the host: fully_shard moves each unit's weights to the mesh's device as it shards them, so a
@@ -76,10 +98,13 @@ class TorchtitanTrainer(TransformersTrainer):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, self.config.optimizer)
         self.scheduler = SpecSchedule(self.optimizer, spec.train)
-        if self.dp_rank == 0:
+        # a background save's collectives run on a gloo group of their own, beside the training's (torchtitan's)
+        async_mode = self.config.checkpoint.async_mode == "async"
+        self.checkpoint_group = dist.new_group(backend="gloo") if async_mode else None
+        if dist.get_rank() == 0:
             p, ac = self.config.parallelism, self.config.activation_checkpoint.mode
             logger.info(
-                f"lmspec: torchtitan FSDP2 on mesh {dict(zip(self.mesh.mesh_dim_names or (), self.mesh.shape))}, "
+                f"lmspec: torchtitan TP x FSDP2 on mesh {dict(zip(self.mesh.mesh_dim_names or (), self.mesh.shape))}, "
                 f"reshard_after_forward={p.fsdp_reshard_after_forward}, "
                 f"param dtype {self.config.training.mixed_precision_param}; torch {self.config.optimizer.name}; "
                 f"{'every decoder layer checkpointed' if ac == 'full' else 'no activation checkpointing'}"
@@ -117,14 +142,24 @@ class TorchtitanTrainer(TransformersTrainer):
     def _state(self) -> dict[str, Any]:
         """What a checkpoint holds: this rank's shards of the model and optimizer state, under the
         unwrapped model's names, and the scheduler's step count (its schedule comes from the build)."""
-        model, optimizer = get_state_dict(self.model, self.optimizer)
-        return {"model": model, "optimizer": optimizer, "lr_scheduler": self.scheduler.state_dict()}
+        model, optimizer = get_state_dict(self.model, self.optimizer)  # makes Adam's states if it has none yet
+        return {MODEL_KEY: model, "optimizer": optimizer, "lr_scheduler": self.scheduler.state_dict()}
 
     def save(self, directory: Path) -> Staged:
-        """Written here, synchronously (checkpoint.async_mode=disabled); its files are digested at the
-        commit, read back once."""
-        dcp.save(self._state(), checkpoint_id=str(directory / TORCHTITAN_DIR))
-        return Staged()
+        """checkpoint.async_mode="disabled": written here; "async": staged to host memory here and written by
+        a thread (torchtitan's async mode; lmspec.runtime.train.torchtitan.async_save). The files are digested
+        at the commit, read back once."""
+        target = str(directory / TORCHTITAN_DIR)
+        if self.checkpoint_group is None:
+            dcp.save(self._state(), checkpoint_id=target)
+            return Staged()
+        response = dcp.async_save(self._state(), checkpoint_id=target, process_group=self.checkpoint_group)
+        # a non-blocking stager answers with the staging and the upload apart; the commit waits for the upload
+        written = response.upload_completion if isinstance(response, AsyncSaveResponse) else response
+        return Staged(DcpAsyncRequest(written))
+
+    def async_queue(self) -> DcpAsyncQueue:
+        return DcpAsyncQueue()
 
     def load(self, directory: Path) -> None:
         """The state `save` wrote, read into this rank's shards (DCP reshards a save of another DP layout)."""
@@ -132,3 +167,19 @@ class TorchtitanTrainer(TransformersTrainer):
         dcp.load(state, checkpoint_id=str(directory / TORCHTITAN_DIR))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.scheduler.load_state_dict(state["lr_scheduler"])
+
+    def init_from(self, directory: Path) -> None:
+        """The model weights of checkpoint step `directory` (torchtitan.json's checkpoint.initial_load_path),
+        resharded to this layout. Only the model is asked for: get_state_dict would also make the optimizer's
+        states (a zero-gradient step), which would count in Adam's bias correction."""
+        path = self.config.checkpoint.initial_load_path
+        if path is None or Path(path) != directory / TORCHTITAN_DIR:
+            raise ValueError(
+                f"torchtitan.json: checkpoint.initial_load_path is {path!r}, train.init_from is {str(directory)!r}"
+            )
+        model = get_model_state_dict(self.model)
+        stored = {name: t.shape for name, t in DcpCheckpoint(Path(path)).tensors.items()}
+        shapes = {name: tuple(t.shape) for name, t in model.items() if isinstance(t, torch.Tensor)}
+        require_stored_shapes(Path(path), stored, shapes)
+        dcp.load({MODEL_KEY: model}, checkpoint_id=path)
+        set_model_state_dict(self.model, model)
