@@ -302,16 +302,23 @@ def activation_setting(spec: TrainingSpec) -> ActivationSetting:
 class Workspace:
     """Buffers a GPU's backend allocates beside the model state and the activations: `fixed` bytes, of which
     `split` tensor parallelism divides (their bytes at tp 1), and gathered parameters (ZeRO-3),
-    `gathered_bytes` per parameter of the GPU's stage, of at most `gathered_cap` parameters. Arrays of
-    candidates in compiler/search."""
+    `gathered_bytes` per parameter of the GPU's stage, of at most `gathered_cap` parameters; and `layer`
+    bytes (TP dividing `layer_split` of them) that exist only while a decoder layer runs its backward, after
+    the head's backward has freed its activations (FSDP2's per-layer buffers). Arrays of candidates in
+    compiler/search."""
 
     fixed: ArrayOrNumber = 0.0
     split: ArrayOrNumber = 0.0
     gathered_bytes: ArrayOrNumber = 0.0
     gathered_cap: ArrayOrNumber = 0.0
+    layer: ArrayOrNumber = 0.0
+    layer_split: ArrayOrNumber = 0.0
 
     def fixed_at(self, tp: ArrayOrNumber) -> ArrayOrNumber:
         return self.fixed + self.split / tp
+
+    def layer_at(self, tp: ArrayOrNumber) -> ArrayOrNumber:
+        return self.layer + self.layer_split / tp
 
     def at(self, params: ArrayOrNumber, tp: ArrayOrNumber) -> ArrayOrNumber:
         return self.fixed_at(tp) + self.gathered_bytes * smaller(params, self.gathered_cap)
@@ -467,7 +474,8 @@ def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
 
     - the root's weights, gathered in its pre-backward and kept to the end of the backward (the embedding's
       gradient is last), and the head's unsharded gradient beside them: c x (root + head);
-    - the layer in its backward: its gathered weights and their unsharded gradients, c x 2L; the next
+    - while a layer runs its backward (`Workspace.layer`: the head's backward, which holds the logits' working
+      memory, has ended by then): its gathered weights and their unsharded gradients, c x 2L; the next
       layer's all-gather output, prefetched (FSDP::backward_prefetch), c x L; and the previous layer's
       reduce-scatter input, which FSDP2 keeps until the next reduce-scatter is issued, 4 x L;
     - zero_stage 2 (reshard_after_forward=False): every unit's weights, the root's too, stay gathered from its
@@ -482,15 +490,20 @@ def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
     whole_layer = lp.total - split_layer
     kept = p.zero_stage == 2
 
-    def unit_bytes(root: int, head: int, layer: int) -> int:
-        gathered = 0 if kept else root + 2 * layer  # the root, the layer in its backward and the one prefetched
-        return c * (gathered + head + layer) + FP32_BYTES * layer
+    def root_bytes(root: int, head: int) -> int:
+        return c * ((0 if kept else root) + head)
+
+    def layer_bytes(layer: int) -> int:
+        gathered = 0 if kept else 2 * layer  # the layer in its backward and the one prefetched
+        return c * (gathered + layer) + FP32_BYTES * layer
 
     return Workspace(
-        fixed=unit_bytes(counts.final_norm, 0, whole_layer),
-        split=unit_bytes(counts.embedding + counts.output_head, counts.output_head, split_layer),
+        fixed=root_bytes(counts.final_norm, 0),
+        split=root_bytes(counts.embedding + counts.output_head, counts.output_head),
         gathered_bytes=c * kept,
         gathered_cap=counts.total,
+        layer=layer_bytes(whole_layer),
+        layer_split=layer_bytes(split_layer),
     )
 
 
@@ -508,6 +521,7 @@ def stage_terms(
     expert: Any,
     per_mb: Any,
     working: Any,
+    layer_working: Any,
     in_flight: Any,
     dense_state: StateBytes,
     expert_state: StateBytes,
@@ -519,30 +533,39 @@ def stage_terms(
 ) -> tuple[Any, Any, Any, Any, Any, Any]:
     """(weights, gradients, optimizer, activations, workspace, allocator) bytes of one stage's GPU at the
     peak of its step: the backward's, or the gradient reduction's and optimizer step's when that is higher
-    (`step_phase_bytes`, its excess counted as workspace). `held`: the buffers of its layout
+    (`step_phase_bytes`, its excess counted as workspace). `working`: the largest transient beyond the saved
+    activations (`stage_working_bytes`), `layer_working` a layer's (`layer_working_bytes`), beside which the
+    workspace's per-layer buffers are counted; `held`: the buffers of its layout
     (`stage_held_bytes`); `shards`: the dense parameters' optimizer shards. Plain arithmetic: `lmspec plan`
     calls it on numpy arrays of candidates (compiler/search)."""
     weights = dense * dense_state.weights + expert * expert_state.weights
     grads = dense * dense_state.gradients + expert * expert_state.gradients
     optim = dense * dense_state.optimizer + expert * expert_state.optimizer
     activations = per_mb * in_flight + working
-    buffers = workspace.at(dense + expert, tp) + held
+    per_layer = workspace.layer_at(tp)
+    buffers = workspace.at(dense + expert, tp) + held + larger(layer_working + per_layer - working, 0.0)
     backward = weights + grads + optim + activations + buffers
-    after = step_phase_bytes(
-        phase, dense + expert, shards, tp, weights + grads + optim, weights + optim, held, workspace.fixed_at(tp)
-    )
+    last_unit = workspace.fixed_at(tp) + per_layer  # the backward's last buffers, as the step phase begins
+    state = weights + grads + optim
+    after = step_phase_bytes(phase, dense + expert, shards, tp, state, weights + optim, held, last_unit)
     buffers = buffers + larger(after - backward, 0.0)
     allocator = FRAGMENTATION_FRACTION * (weights + grads + optim + activations + buffers)
     return weights, grads, optim, activations, buffers, allocator
 
 
-def stage_working_bytes(forward: Any, head: Any, backward: Any, last_head: Any) -> Any:
-    """What a stage holds at its peak beyond the saved activations of its micro-batches in flight: the
-    largest of a layer's forward transient (`working_layer_bytes`: MoE dispatch buffers, full recompute's
-    rebuilt layer), the head's backward (`head_working_bytes`, on the last stage) and the backward of the
-    stage's last layer (`backward_working_bytes`), by when the head's activations `last_head` are freed.
-    Plain arithmetic."""
-    return larger(larger(forward, head), larger(backward - last_head, 0.0))
+def layer_working_bytes(forward: Any, backward: Any, last_head: Any) -> Any:
+    """What a decoder layer of the stage adds to the saved activations of its micro-batches in flight while it
+    runs: its forward transient (`working_layer_bytes`: MoE dispatch buffers, full recompute's rebuilt layer,
+    which runs inside the backward) or the backward of the stage's last layer (`backward_working_bytes`), by
+    when the head's activations `last_head` are freed. Plain arithmetic."""
+    return larger(forward, larger(backward - last_head, 0.0))
+
+
+def stage_working_bytes(layer: Any, head: Any) -> Any:
+    """What a stage holds at its peak beyond the saved activations of its micro-batches in flight: the larger
+    of a layer's transient (`layer_working_bytes`) and the head's backward (`head_working_bytes`, on the last
+    stage). Plain arithmetic."""
+    return larger(layer, head)
 
 
 def stage_held_bytes(
@@ -633,7 +656,8 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
         last = index == len(dims.stage_layers) - 1
         head = last_stage_activation_bytes(m, act) if last else 0.0
         per_mb += head
-        working = stage_working_bytes(forward, head_working_bytes(m, act) if last else 0.0, backward, head)
+        layer_working = layer_working_bytes(forward, backward, head)
+        working = stage_working_bytes(layer_working, head_working_bytes(m, act) if last else 0.0)
         in_flight = float(
             in_flight_micro_batches(p.pp, index, dims.micro_batches, p.virtual_stages or 1, n_layers, a2a_overlap)
         )
@@ -651,6 +675,7 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
             expert,
             per_mb,
             working,
+            layer_working,
             in_flight,
             dense_state,
             expert_state,

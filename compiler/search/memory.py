@@ -46,6 +46,7 @@ from lmspec.compiler.models.train_memory import (
     budget_bytes,
     in_flight_micro_batches,
     last_stage_activation_bytes,
+    layer_working_bytes,
     moe_loads,
     stage_held_bytes,
     stage_terms,
@@ -297,12 +298,12 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
             + row(table.last) * col(act["head"])
         )
         has_dense, has_moe, last = row(table.dense_layers) > 0, row(table.moe_layers) > 0, row(table.last)
-        working = stage_working_bytes(
+        layer_working = layer_working_bytes(
             np.maximum(has_dense * col(act["dense_working"]), has_moe * col(act["moe_working"])),
-            last * col(act["head_working"]),
             np.maximum(has_dense * col(act["dense_backward"]), has_moe * col(act["moe_backward"])),
             last * col(act["head"]),
         )
+        working = stage_working_bytes(layer_working, last * col(act["head_working"]))
         in_flight = in_flight_micro_batches(
             s + 1,
             row(table.index),
@@ -328,6 +329,7 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
                 expert,
                 per_mb,
                 working,
+                layer_working,
                 in_flight,
                 dense_st,
                 expert_st,
