@@ -64,6 +64,10 @@ class TrainingBackend:
     sharding_summary: Callable[[int, bool], str]  # (zero_stage, distributed_optimizer) -> REPORT.md's line
     sharding_label: Callable[[int, bool], str]  # the same, as `lmspec plan`'s table column says it
     optimizer_summary: str | None  # "module:function", Plan -> REPORT.md's optimizer line, where it chooses one
+    # pipeline stages are torch.distributed.pipelining modules (torchtitan): every stage, virtual ones too, holds a
+    # decoder layer, no weight is tied across stages, and 1F1B runs at least as many micro-batches as stages
+    # (its rules say so; compiler/search mirrors them)
+    pipeline_stage_modules: bool
     # "module:function" (trainer, convert/mapping.json, HF dir) -> Imported: what `lmspec run --stage import`
     # loads a released HuggingFace directory into its trainer's model with; None where it has none
     hf_importer: str | None

@@ -101,5 +101,6 @@ DEEPSPEED = TrainingBackend(
     sharding_summary=sharding_summary,
     sharding_label=lambda zero_stage, distributed_optimizer: f"deepspeed ZeRO-{zero_stage}",
     optimizer_summary="lmspec.compiler.emit.deepspeed_config:optimizer_summary",
+    pipeline_stage_modules=False,
     hf_importer=None,
 )

@@ -159,5 +159,6 @@ MEGATRON = TrainingBackend(
         "megatron dist-opt" if distributed_optimizer else "megatron"
     ),
     optimizer_summary=None,
+    pipeline_stage_modules=False,
     hf_importer="lmspec.runtime.convert.from_hf:load_megatron",
 )

@@ -1,4 +1,4 @@
-"""train.backend=torchtitan: tensor and FSDP2 data parallelism as torchtitan applies them, from torchtitan.json.
+"""train.backend=torchtitan: pipeline, tensor and FSDP2 data parallelism as torchtitan applies them.
 
 The build's torchtitan.json holds torchtitan's own job configuration (its JobConfig sections and names:
 `parallelism.data_parallel_shard_degree`, `fsdp_reshard_after_forward`, `activation_checkpoint.mode`, ...).
@@ -19,28 +19,37 @@ parallel.sequence_parallel=true, and tp > 1 without it is refused (`tensor_paral
 (runtime/train/torchtitan/tensor_parallel.py) covers the dense GQA layers of Llama, Mistral and Qwen; MoE blocks
 and MLA attention are refused under TP (transformers' fused expert tensors and MLA's low-rank projections have
 no plan here). Async TP needs torch.compile and CUDA symmetric memory: refused.
+
+parallel.pp is torchtitan's pipeline_parallel_degree, run with torch.distributed.pipelining's schedules as
+torchtitan builds them: 1F1B, or Interleaved1F1B with parallel.virtual_stages stages per rank; the split is
+parallel.pp_layout's (torchtitan's module_fqns_per_model_part). Each stage is its own module, so two things
+Megatron's pipeline allows are refused here (`pipeline_rules`): a stage without a decoder layer (a virtual
+stage past a stage's layers, which megatron-core builds empty) and a tied embedding (torchtitan's stages
+hold no shared weight; the first and last stage would each train their own copy). Its zero-bubble schedules
+(InterleavedZeroBubble, ZBVZeroBubble) have no spec key to select them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from lmspec.compiler.backends.backend import TrainingBackend
 from lmspec.compiler.build.files import TORCHTITAN_CONFIG, TORCHTITAN_DCP_FORMAT, TORCHTITAN_DIR
+from lmspec.compiler.errors import Problem, error
 
 if TYPE_CHECKING:
     from lmspec.compiler.capabilities import Feature
+    from lmspec.compiler.rules.context import TrainingContext
 
 _FSDP = "lmspec's torchtitan trainer (FSDP2 data parallelism on transformers' modeling code)"
-_NEXT = "not in lmspec's torchtitan trainer yet (it runs tensor and FSDP2 data parallelism)"
+_NEXT = "not in lmspec's torchtitan trainer yet (it runs pipeline, tensor and FSDP2 data parallelism)"
 _NO_DISPATCHER = "transformers' MoE blocks route and loop over their experts in place: no token dispatcher"
 _NO_AUX_LOSS = (
     "transformers' MoE blocks are built without router logits (output_router_logits=false): lmspec's torchtitan "
     "trainer adds no load-balancing loss"
 )
 LACKS: dict[Feature, str] = {
-    "pipeline_parallel": f"torchtitan's pipeline schedules are {_NEXT}",
-    "interleaved_pipeline": f"torchtitan's pipeline schedules are {_NEXT}",
     "context_parallel": f"torchtitan's context parallelism is {_NEXT}",
     "expert_parallel": f"torchtitan's expert parallelism is {_NEXT}",
     "expert_tensor_parallel": f"torchtitan's expert parallelism is {_NEXT}",
@@ -58,7 +67,6 @@ LACKS: dict[Feature, str] = {
     "mtp": "transformers' modeling code does not build multi-token-prediction modules",
     "precision_fp8": f"torchtitan's float8 training (torchao) is {_NEXT}",
     "precision_fp4": "torchtitan trains no FP4 GEMMs",
-    "recompute_selective": f"torchtitan's per-op selective activation checkpointing is {_NEXT} (train.recompute=full)",
     "zero_1": "FSDP2 shards gradients with the optimizer state: no stage shards the optimizer alone",
     "distributed_optimizer": "the distributed optimizer is Megatron's; FSDP2 shards with parallel.zero_stage",
     "offload_optimizer": f"FSDP2's CPUOffloadPolicy is {_NEXT}",
@@ -82,6 +90,58 @@ LACKS: dict[Feature, str] = {
 }
 
 
+def pipeline_rules(ctx: TrainingContext) -> Iterator[Problem]:
+    """What torchtitan's stages cannot hold: every stage (virtual ones too) runs at least one decoder layer,
+    and no weight is shared between the first stage and the last; and what torch's Schedule1F1B refuses: fewer
+    micro-batches in a step than stages (Megatron's 1F1B runs them, with a longer bubble)."""
+    from lmspec.compiler.models.dims import ParallelDims, chunk_layers, next_multiple_above, stage_layers
+
+    s, p = ctx.spec, ctx.spec.parallel
+    if p.pp == 1:
+        return
+    if s.model.tie_embeddings:
+        yield error(
+            "model.tie_embeddings",
+            (
+                f"{ctx.show('model.tie_embeddings')} with {ctx.show('parallel.pp')}: torchtitan's pipeline stages "
+                "share no weight, so the first stage's embedding and the last stage's head would train apart; "
+                "set parallel.pp=1, or train.backend=megatron (it all-reduces the tied gradients)"
+            ),
+        )
+    dims = ParallelDims.from_spec(s)
+    if dims is not None and p.virtual_stages is None and dims.micro_batches < p.pp:
+        per_step = s.train.micro_batch_size * dims.dp
+        fits = next_multiple_above(s.train.global_batch_size - 1, per_step * p.pp)
+        yield error(
+            "train.global_batch_size",
+            (
+                f"torch's 1F1B schedule runs at least one micro-batch per stage ({ctx.factor('parallel.pp')}), but a "
+                f"step has {dims.micro_batches} ({ctx.factor('train.global_batch_size')} / "
+                f"({ctx.factor('train.micro_batch_size')} x dp({dims.dp}))); set train.global_batch_size={fits} "
+                f"(a multiple of {per_step} x {p.pp}), or a smaller train.micro_batch_size"
+            ),
+        )
+    stages = stage_layers(s)
+    if stages is None:
+        return  # layers_fit_pipeline says why
+    chunks = chunk_layers(stages, p.virtual_stages)
+    if min(chunks) == 0:
+        shortest = min(stages)
+        fix = (
+            f"set parallel.virtual_stages to at most {shortest} (the shortest stage's layers), or to null"
+            if shortest >= 2
+            else "set it to null"
+        )
+        yield error(
+            "parallel.virtual_stages",
+            (
+                f"{ctx.show('parallel.virtual_stages')} splits stages of {list(stages)} layers into "
+                f"{p.virtual_stages} each, leaving a stage without a decoder layer ({list(chunks)}), which "
+                f"torchtitan's stages cannot run; {fix}"
+            ),
+        )
+
+
 SHARDING_LABELS = {0: "replicated", 2: "no-reshard", 3: "full-shard"}
 
 
@@ -102,7 +162,7 @@ TORCHTITAN = TrainingBackend(
             "set train.transformer_impl=local"
         )
     },
-    rules=(),
+    rules=(pipeline_rules,),
     emitter="lmspec.compiler.emit.torchtitan_config:emit_torchtitan_config",
     config_file=TORCHTITAN_CONFIG,
     trainer="lmspec.runtime.train.torchtitan.trainer:TorchtitanTrainer",
@@ -122,5 +182,6 @@ TORCHTITAN = TrainingBackend(
     sharding_summary=sharding_summary,
     sharding_label=lambda zero_stage, distributed_optimizer: "torchtitan FSDP2 " + SHARDING_LABELS[zero_stage],
     optimizer_summary=None,
+    pipeline_stage_modules=True,
     hf_importer="lmspec.runtime.convert.from_hf_fsdp2:load_fsdp2",
 )

@@ -15,6 +15,11 @@ parallel.tp is parallelism.tensor_parallel_degree, which torchtitan always runs 
 train.init_from is checkpoint.initial_load_path, the DCP directory inside that step directory, loaded model-only
 (torchtitan's initial_load_model_only); torchtitan's initial_load_in_hf has no key here: a HuggingFace release
 becomes such a step directory with `lmspec run BUILD --stage import --from HF_DIR`.
+parallel.pp > 1 is torchtitan's pipeline: a step's micro-batches are its schedule's (local_batch_size is the
+data-parallel rank's whole step, pipeline_parallel_microbatch_size the plan's micro-batch, so torchtitan's
+own accumulation is 1), "1F1B" or, with parallel.virtual_stages, "Interleaved1F1B", and the stage split
+(parallel.pp_layout, compiler/models/dims.py stage_layers and chunk_layers) is module_fqns_per_model_part,
+torchtitan's list of each stage's modules. Its zero-bubble schedules have no spec key to select them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from lmspec.compiler.build.files import TORCHTITAN_CONFIG, TORCHTITAN_DIR
 from lmspec.compiler.emit.spec_files import dump_json
+from lmspec.compiler.models.dims import chunk_layers
 from lmspec.compiler.plan import Plan
 
 # spec optimizer -> the torch.optim class torchtitan's optimizer.name names
@@ -31,6 +37,20 @@ OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 PARAM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # parallel.zero_stage -> fsdp_reshard_after_forward (FSDP's strategies as ZeRO's stages; 0 replicates)
 RESHARD_AFTER_FORWARD = {2: "never", 3: "always"}
+
+
+def model_parts(stage_layers: tuple[int, ...], virtual_stages: int | None) -> list[list[str]]:
+    """torchtitan's module_fqns_per_model_part: each pipeline stage's modules in stage order, stage s on rank
+    s mod pp (torchtitan's looped schedules place them so, and Megatron's chunk order is the same:
+    dims.chunk_layers), the embedding on the first, the final norm and the head on the last."""
+    parts: list[list[str]] = []
+    first = 0
+    for count in chunk_layers(stage_layers, virtual_stages):
+        parts.append([f"model.layers.{i}" for i in range(first, first + count)])
+        first += count
+    parts[0].insert(0, "model.embed_tokens")
+    parts[-1] += ["model.norm", "lm_head"]
+    return parts
 
 
 def emit_torchtitan_config(plan: Plan) -> dict[str, str]:
@@ -43,11 +63,13 @@ def torchtitan_config(plan: Plan) -> dict[str, Any]:
     s, b, layout = trained.spec, trained.batch, trained.layout
     t, o = s.train, s.train.optimizer
     sharded = layout.zero_stage > 0
+    pipelined = layout.pp > 1
     return {
         "job": {"description": plan.name},
         "model": {"name": s.model.family, "flavor": s.model.name},
         "training": {
-            "local_batch_size": b.micro_batch_size,
+            # with a pipeline, the data-parallel rank's whole step: the schedule runs its micro-batches
+            "local_batch_size": b.micro_batch_size * (b.grad_accum_steps if pipelined else 1),
             "global_batch_size": t.global_batch_size,
             "seq_len": t.seq_length,
             "steps": t.steps,
@@ -72,9 +94,15 @@ def torchtitan_config(plan: Plan) -> dict[str, Any]:
             "disable_loss_parallel": True,  # the head's logits gathered whole
             "enable_async_tensor_parallel": False,
             "pipeline_parallel_degree": layout.pp,
+            "pipeline_parallel_schedule": "Interleaved1F1B" if layout.virtual_stages else "1F1B",
+            "pipeline_parallel_microbatch_size": b.micro_batch_size,
+            "module_fqns_per_model_part": (
+                model_parts(layout.stage_layers, layout.virtual_stages) if pipelined else None
+            ),
             "context_parallel_degree": layout.cp,
         },
-        "activation_checkpoint": {"mode": "full" if t.recompute == "full" else "none"},
+        # train.recompute's values are torchtitan's modes; selective is its per-op policy
+        "activation_checkpoint": {"mode": t.recompute, "selective_ac_option": "op"},
         "checkpoint": {
             "enable": True,
             "folder": t.checkpoint.dir,

@@ -248,6 +248,29 @@ def _hf_token_bytes(x: LayerShape, a: ActivationSetting, scores: bool) -> ArrayO
     return total
 
 
+def _hf_op_checkpoint_token_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
+    """Bytes per token torchtitan's per-op checkpoint policy keeps of one dense layer of the HuggingFace
+    modeling code (runtime/train/torchtitan/activation_checkpoint.py): the layer's input (its sequence shard
+    under sequence parallelism) and the saved ops' outputs. Of the layer's seven matmuls (q, k, v, o, gate, up,
+    down in that order; eager attention's score and context products are batched matmuls, not among them) the
+    1st, 3rd, 5th and 7th: q, v, gate and down's output (a partial sum over the whole sequence before its
+    reduce-scatter under TP); sdpa's output and log-sum-exp; under TP the two reduce-scatter outputs (o's and
+    down's, sequence shards)."""
+    e, h = a.element_bytes, x.hidden
+    sp = a.tp if a.sequence_parallel else 1
+    kept = (x.q_width + x.v_width + x.ffn) * e
+    if a.flash_attention:
+        kept = kept + x.out_width * e + x.heads * FP32_BYTES
+    scattered = 2 * h * e / sp if a.sequence_parallel else 0.0
+    return h * e / sp + kept / a.tp + h * e + scattered
+
+
+def _op_checkpointed(x: LayerShape, a: ActivationSetting) -> bool:
+    """Whether torchtitan's per-op policy is priced for this layer (`_hf_op_checkpoint_token_bytes`): dense
+    layers; a MoE or MLA layer is priced as it runs without checkpointing, which keeps more."""
+    return a.style == "hf" and a.recompute == "selective" and not (x.top_k or x.kv_latent)
+
+
 def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
     """Bytes one layer keeps for backward for one micro-batch, on one GPU."""
     tokens = a.seq_length // a.cp * a.micro_batch_size
@@ -259,6 +282,8 @@ def layer_activation_bytes(x: LayerShape, a: ActivationSetting) -> float:
         rng = (RNG_STATES + 1) * RNG_STATE_BYTES * a.cpu  # and the state the attention's dropout fork keeps
     else:
         rng = 0
+    if _op_checkpointed(x, a):
+        return tokens * _hf_op_checkpoint_token_bytes(x, a)
     if a.style == "hf":
         return tokens * _hf_token_bytes(x, a, not a.flash_attention)
     replicated, sharded = _megatron_token_bytes(x, a, scores)
@@ -309,9 +334,13 @@ def moe_transient_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
 
 def working_layer_bytes(x: LayerShape, a: ActivationSetting) -> ArrayOrNumber:
     """What one layer holds, while it runs, beyond what every layer saves: full recompute rebuilds one
-    layer's activations at a time during backward; a MoE layer's dispatch buffers and permuted copies
-    (`moe_transient_bytes`), rebuilt with it under full recompute."""
-    rebuilt = layer_activation_bytes(x, replace(a, recompute="none")) if a.recompute == "full" else 0.0
+    layer's activations at a time during backward, torchtitan's per-op policy what it did not keep of them;
+    a MoE layer's dispatch buffers and permuted copies (`moe_transient_bytes`), rebuilt with it under full
+    recompute."""
+    whole = layer_activation_bytes(x, replace(a, recompute="none"))
+    rebuilt = (
+        whole if a.recompute == "full" else whole - layer_activation_bytes(x, a) if _op_checkpointed(x, a) else 0.0
+    )
     return rebuilt + moe_transient_bytes(x, a)
 
 

@@ -27,6 +27,7 @@ from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
 from lmspec.compiler.models import dims
 from lmspec.compiler.models.dims import (
     ParallelDims,
+    balanced_stages,
     derived_dp,
     expert_data_parallel_size,
     micro_batches_per_step,
@@ -34,6 +35,7 @@ from lmspec.compiler.models.dims import (
     ranks_per_stage,
     world_size,
 )
+from lmspec.compiler.models.stages import last_stage_extra
 from lmspec.compiler.rules import batch, capability, experts, layout, moe_settings, overlap
 from lmspec.compiler.spec.sections import TrainingSpec
 
@@ -262,6 +264,20 @@ OVERLAP_CHECKS = (
         ),
     ),
 )
+
+
+def _pipeline_stages_run(c: Columns, s: TrainingSpec) -> Any:
+    """The torchtitan backend's `pipeline_rules` on balanced stages (TrainingBackend.pipeline_stage_modules): no
+    tied embedding, at least pp micro-batches under 1F1B, and a decoder layer in every virtual stage."""
+    modules = backend_property(c, "pipeline_stage_modules").astype(bool)
+    micro_batches = micro_batches_per_step(s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s))
+    extra = last_stage_extra(s.model, s.train.seq_length)
+    shortest = {int(pp): min(balanced_stages(s.model.num_layers, int(pp), extra)) for pp in np.unique(c.pp)}
+    fills = c.virtual_stages <= np.vectorize(shortest.__getitem__, otypes=[np.int64])(c.pp)
+    runs = (not s.model.tie_embeddings) & ((c.virtual_stages > 1) | (micro_batches >= c.pp)) & fills
+    return (c.pp == 1) | ~modules | runs
+
+
 BACKEND_CHECKS = (
     Check(
         "experts.moe_tensor_parallel_needs_sequence_parallel",
@@ -271,6 +287,7 @@ BACKEND_CHECKS = (
     ),
     Check("capability.target_runs_spec", _target_runs),
     *OVERLAP_CHECKS,
+    Check("torchtitan.pipeline_rules", _pipeline_stages_run),  # the backends' own rules run after the overlap's
     # a warning, not an error: sequence parallel without TP changes nothing, so it is a duplicate
     Check("layout.sequence_parallel_needs_tp", lambda c, s: layout.sequence_parallel_has_tp(c.sequence_parallel, c.tp)),
     # also a warning: a sharding with one rank per data-parallel group is the unsharded layout again

@@ -50,9 +50,12 @@ def released_tensor(form: ReleaseForm, key: str, like: torch.Tensor, hf: HfTenso
 
 
 def load_fsdp2(trainer: Any, doc: dict[str, Any], hf_dir: Path) -> Imported:
-    """Every model tensor of the trainer's FSDP2 model from `hf_dir`, one at a time."""
-    model: torch.nn.Module = trainer.model
-    sharded = {key: t for key, t in get_model_state_dict(model).items() if isinstance(t, torch.Tensor)}
+    """Every model tensor of the trainer's FSDP2 model from `hf_dir`, one at a time. Under pipeline
+    parallelism a rank holds the stages its `model_parts` hold, so it reads their tensors only, each into
+    the stage that has it."""
+    parts: list[torch.nn.Module] = trainer.model_parts
+    owner = {key: part for part in parts for key in get_model_state_dict(part)}
+    sharded = {key: t for part in parts for key, t in get_model_state_dict(part).items() if isinstance(t, torch.Tensor)}
     tied = bool(doc["hf_config"].get("tie_word_embeddings"))
     form, hf = ReleaseForm(doc["hf_config"]), HfTensors(hf_dir)
     largest = 0
@@ -62,6 +65,6 @@ def load_fsdp2(trainer: Any, doc: dict[str, Any], hf_dir: Path) -> Imported:
         like = torch.empty(local.shape, dtype=local.dtype, device="meta")
         full, read = released_tensor(form, key, like, hf)
         largest = max(largest, read)
-        set_model_state_dict(model, {key: full}, options=_FULL)
+        set_model_state_dict(owner[key], {key: full}, options=_FULL)
     shard = sum((t.to_local() if isinstance(t, DTensor) else t).nbytes for t in sharded.values())
     return Imported(len(sharded), largest, shard)

@@ -254,6 +254,32 @@ CASES = [
         id="torchtitan-async-tp",
     ),
     pytest.param(
+        ["train.backend=torchtitan", "hardware.gpus_per_node=2", "parallel.pp=2", "model.tie_embeddings=true"],
+        [
+            "model.tie_embeddings=true (command-line override) with parallel.pp=2 (command-line override): "
+            "torchtitan's pipeline stages share no weight",
+            "set parallel.pp=1, or train.backend=megatron",
+        ],
+        id="torchtitan-pp-tied-embeddings",
+    ),
+    pytest.param(
+        ["train.backend=torchtitan", "hardware.gpus_per_node=2", "parallel.pp=2", "parallel.virtual_stages=3"],
+        [
+            "parallel.virtual_stages=3 (command-line override) splits stages of [2, 2] layers into 3 each, leaving "
+            "a stage without a decoder layer ([1, 1, 1, 1, 0, 0])",
+            "set parallel.virtual_stages to at most 2 (the shortest stage's layers), or to null",
+        ],
+        id="torchtitan-pp-stage-without-a-layer",
+    ),
+    pytest.param(
+        ["train.backend=torchtitan", "hardware.gpus_per_node=4", "parallel.pp=2", "train.global_batch_size=8"],
+        [
+            "torch's 1F1B schedule runs at least one micro-batch per stage (parallel.pp(2)), but a step has 1",
+            "set train.global_batch_size=16 (a multiple of 8 x 2), or a smaller train.micro_batch_size",
+        ],
+        id="torchtitan-pp-fewer-micro-batches-than-stages",
+    ),
+    pytest.param(
         ["parallel.distributed_optimizer=true", "train.backend=deepspeed"],
         [
             "parallel.distributed_optimizer=true (command-line override) needs GPU hardware with "

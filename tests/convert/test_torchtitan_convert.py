@@ -5,7 +5,8 @@ the trainer saves: `{"model": state}` with transformers' names), converted, read
 mapping that does not match it is refused listing both sides; a damaged shard is one line naming the file.
 Slow (~25 s each on 2 CPU cores, most of it training): the tiny and tiny_moe models trained by FSDP2 over
 2 ranks, and tiny by tensor parallelism over them (its DCP save holds TP shards; the reader reads global
-tensors), through `lmspec run`, then the convert and verify stages; the converted model's logits match
+tensors) and by a 2-stage pipeline (each rank saves its stage's tensors), through `lmspec run`, then the
+convert and verify stages; the converted model's logits match
 transformers' logits on the DCP checkpoint's tensors (read by DCP's own dcp_to_torch_save) within the bar.
 """
 
@@ -34,6 +35,7 @@ TRAINED = {
     "tiny": ["model=tiny"],
     "tiny_moe": ["model=tiny_moe"],
     "tiny_tp2": ["model=tiny", "parallel.tp=2", "parallel.sequence_parallel=true"],
+    "tiny_pp2": ["model=tiny", "parallel.pp=2"],
 }
 
 
@@ -233,6 +235,28 @@ def test_a_damaged_shard_stops_the_stage_in_one_line(trained: dict[str, Trained]
     assert "Traceback" not in result.stderr + result.stdout
 
 
+def _imported_bit_for_bit(
+    trained: dict[str, Trained], workdir: Path, model: str, name: str, overrides: list[str]
+) -> Path:
+    """`model`'s FSDP2 run converted to HF, imported into the build `name` (`--stage import`); its step_0 holds
+    the very bits the run saved. Returns that step directory."""
+    from lmspec.runtime.convert.dcp_reader import DcpCheckpoint
+
+    run = _trained(trained, workdir, model)
+    converted = lmspec("run", str(run.build), "--stage", "convert", cwd=workdir)
+    assert converted.returncode == 0, converted.stderr[-3000:]
+    build = compile_run_build(workdir, name, overrides, spec=SPEC)
+    result = lmspec("run", str(build), "--stage", "import", "--from", str(run.hf_dir), cwd=workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = workdir / "runs" / name / "imported" / "step_0"
+    source = DcpCheckpoint(latest_checkpoint(workdir / "runs" / run.name / "checkpoints") / TORCHTITAN_DIR)
+    back = DcpCheckpoint(imported / TORCHTITAN_DIR)
+    assert back.tensors == source.tensors
+    want, got = source.read(source.tensors), back.read(back.tensors)
+    assert [key for key in want if not torch.equal(want[key], got[key])] == []
+    return imported
+
+
 @pytest.mark.slow
 def test_an_hf_release_imports_into_fsdp2_shards_bit_for_bit_and_trains(
     trained: dict[str, Trained], workdir: Path
@@ -240,23 +264,16 @@ def test_an_hf_release_imports_into_fsdp2_shards_bit_for_bit_and_trains(
     """HF -> torchtitan (`--stage import`, at another sharding than the run it came from): the experts, which
     transformers holds fused and the release per expert, come back to the very bits the run saved; a run
     started from the import (train.init_from) trains."""
-    from lmspec.runtime.convert.dcp_reader import DcpCheckpoint
-
-    run = _trained(trained, workdir, "tiny_moe")
-    converted = lmspec("run", str(run.build), "--stage", "convert", cwd=workdir)
-    assert converted.returncode == 0, converted.stderr[-3000:]
     other = [*TWO_RANKS, "parallel.zero_stage=2", "model=tiny_moe"]
-    build = compile_run_build(workdir, "torchtitan_imported", other, spec=SPEC)
-    result = lmspec("run", str(build), "--stage", "import", "--from", str(run.hf_dir), cwd=workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    imported = workdir / "runs" / "torchtitan_imported" / "imported" / "step_0"
-    source = DcpCheckpoint(latest_checkpoint(workdir / "runs" / run.name / "checkpoints") / TORCHTITAN_DIR)
-    back = DcpCheckpoint(imported / TORCHTITAN_DIR)
-    assert back.tensors == source.tensors
-    want, got = source.read(source.tensors), back.read(back.tensors)
-    assert [name for name in want if not torch.equal(want[name], got[name])] == []
-
+    imported = _imported_bit_for_bit(trained, workdir, "tiny_moe", "torchtitan_imported", other)
     start = [*other, "train.steps=1", "train.log_interval=1", f"train.init_from={imported.relative_to(workdir)}"]
     started = train(workdir, "torchtitan_from_import", start, spec=SPEC)
     log = (workdir / "runs" / started.name / "metrics.jsonl").read_text()
     assert '"loss"' in log
+
+
+@pytest.mark.slow
+def test_an_hf_release_imports_into_pipeline_stages_bit_for_bit(trained: dict[str, Trained], workdir: Path) -> None:
+    """HF -> a 2-stage torchtitan pipeline: each rank reads only its stage's tensors into its stage module
+    (under the whole model's names), and together they save the very bits the FSDP2 run saved."""
+    _imported_bit_for_bit(trained, workdir, "tiny", "torchtitan_imported_pp2", [*TWO_RANKS, "parallel.pp=2"])

@@ -70,6 +70,8 @@ CASES = (
     _case("torchtitan-zero2", 2, TT, "parallel.zero_stage=2"),
     _case("torchtitan-replicate", 2, TT, "parallel.zero_stage=0"),
     _case("torchtitan-zero3-full", 2, TT, "parallel.zero_stage=3", "train.recompute=full"),
+    _case("torchtitan-zero3-op-ac", 2, TT, "parallel.zero_stage=3", "train.recompute=selective"),
+    _case("torchtitan-tp2-op-ac", 2, TT, "parallel.zero_stage=3", "train.recompute=selective", *TP2_SP),
     _case("torchtitan-zero3-step", 2, TT, *STEP, "parallel.zero_stage=3", "train.global_batch_size=2"),
     _case("torchtitan-zero3-ga4-step", 2, TT, *STEP, "parallel.zero_stage=3", "train.global_batch_size=8"),
     _case("torchtitan-zero3-bf16", 2, TT, "parallel.zero_stage=3", "train.precision=bf16"),
@@ -77,6 +79,8 @@ CASES = (
     _case("torchtitan-moe", 2, TT, "model=tiny_moe", "parallel.zero_stage=3"),
     _case("torchtitan-tp2", 2, TT, "parallel.zero_stage=3", *TP2_SP),
     _case("torchtitan-tp2-dp2", 4, TT, "parallel.zero_stage=3", *TP2_SP),
+    _case("torchtitan-pp2", 2, TT, "parallel.pp=2"),
+    _case("torchtitan-pp2-dp2", 4, TT, "parallel.pp=2", "parallel.zero_stage=3", "train.global_batch_size=16"),
 )
 BY_NAME = {c.name: c for c in CASES}
 

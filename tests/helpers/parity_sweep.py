@@ -57,6 +57,7 @@ SAMPLE = (
     ParityLayout("tiny", 4, backend="torchtitan", zero_stage=3, recompute="full"),
     ParityLayout("tiny_moe", 2, backend="torchtitan", zero_stage=2),
     ParityLayout("tiny", 4, backend="torchtitan", tp=2, sequence_parallel=True, zero_stage=3),
+    ParityLayout("tiny", 4, backend="torchtitan", pp=2, virtual_stages=2, zero_stage=3),
 )
 
 

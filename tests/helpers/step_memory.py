@@ -148,7 +148,8 @@ def measure(build_dir: Path) -> dict[str, int | str]:
     build = load_build(build_dir)
     spec = build.training()
     trainer = make_trainer(build)
-    stage = _pipeline_rank()
+    stage = getattr(trainer, "pp_rank", None)  # the torchtitan trainer's pipeline rank
+    stage = _pipeline_rank() if stage is None else stage
     t = spec.train
     batches = _batches(spec.model.vocab_size, trainer.micro_batch_size, t.seq_length, trainer.num_micro_batches)
     trainer.train_step(batches, 1)
@@ -163,7 +164,7 @@ def measure(build_dir: Path) -> dict[str, int | str]:
 
 def _pipeline_rank() -> int:
     """This rank's pipeline stage as megatron-core placed it; 0 where there is no model-parallel state
-    (DeepSpeed)."""
+    (DeepSpeed). (The torchtitan trainer says its own: `pp_rank`.)"""
     from megatron.core import parallel_state
 
     if not parallel_state.model_parallel_is_initialized():

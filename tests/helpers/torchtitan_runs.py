@@ -36,11 +36,14 @@ class Job:
     overrides: tuple[str, ...] = DENSE
     replicate: int = 1  # HSDP's replicas; world / (replicate x tp) ranks shard each replica
     tp: int = 1  # tensor parallelism (with sequence parallelism, as torchtitan runs it) over consecutive ranks
+    pp: int = 1  # pipeline stages (1F1B), the outermost mesh dimension
+    virtual_stages: int | None = None  # stages per pipeline rank (Interleaved1F1B)
     activation_checkpoint: str = "none"
     first_step: int = 1
     last_step: int = 4
     save_after: int | None = None
     load: str | None = None  # a step directory an earlier Job saved (its Result.saved)
+    init_from: str | None = None  # a step directory whose weights alone it starts from (train.init_from)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Result:
     grad_norms: dict[int, float]
     lrs: dict[int, float]
     eval_loss: float
-    checkpointed: int  # decoder layers wrapped for full activation checkpointing
+    checkpointed: int  # decoder layers wrapped for activation checkpointing (full or per op)
     seconds: float  # the steps' wall time on rank 0
     saved: str | None  # the step directory it saved, if any
 

@@ -2,17 +2,20 @@
 
     python -m torch.distributed.run --nproc-per-node=W -m helpers.torchtitan_worker JOB.json
 
-JOB.json: {"overrides": [...], "replicate": R, "tp": T, "activation_checkpoint": "none"|"full", "first_step": F,
-"last_step": K, "save_after": k|null, "load": DIR|null, "checkpoints": DIR, "results": FILE}.
+JOB.json: {"overrides": [...], "replicate": R, "tp": T, "pp": P, "virtual_stages": V|null,
+"activation_checkpoint": "none"|"full"|"selective",
+"first_step": F, "last_step": K, "save_after": k|null, "load": DIR|null,
+"init_from": DIR|null, "checkpoints": DIR, "results": FILE}.
 Each rank compiles the built-in spec with the overrides as a torchtitan job on W ranks (fully sharded; T-way
-tensor and sequence parallelism and full activation checkpointing where asked) and trains with the document its
-build would hold, R-way replication of W/(R T)-way shards written over it. The samples are a pure function of
-their global index (`SyntheticTokens`) and each rank takes its data-parallel rank's micro-batches of the global
-batch as the runtime's loop does (lmspec.runtime.train.data.micro_batches), so 1, 2 and 4 ranks train on the
-same global batches. Steps
-F..K run; after step k the trainer saves into DIR/step_k; with `load` it first loads that directory (F is
-then k + 1). Rank 0 writes FILE: {"losses", "grad_norms", "lrs"} keyed by step, "eval_loss" (after the last
-step, the same samples on any layout), "checkpointed" (the decoder layers in checkpoint_wrapper), "seconds".
+tensor and sequence parallelism, a P-stage pipeline (V stages per rank: Interleaved1F1B) and full activation
+checkpointing where asked) and trains with the document its build would hold, R-way replication of
+W/(R T P)-way shards written over it. The samples are a pure function of their global index (`SyntheticTokens`)
+and each rank takes its data-parallel rank's micro-batches of the global batch as the runtime's loop does
+(lmspec.runtime.train.data.micro_batches), so 1, 2 and 4 ranks train on the same global batches. Steps F..K
+run; after step k the trainer saves into DIR/step_k; with `load` it first loads that directory (F is then
+k + 1); with `init_from` it starts from that step directory's weights alone. Rank 0 writes FILE: {"losses",
+"grad_norms", "lrs"} keyed by step, "eval_loss" (after the last step, the same samples on any layout),
+"checkpointed" (the decoder layers in checkpoint_wrapper), "seconds".
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def job_config(plan: Plan, replicate: int) -> dict[str, Any]:
     document = torchtitan_config(plan)
     if replicate > 1:
         layout = plan.trained().layout
-        shards = layout.world_size // (replicate * layout.tp)
+        shards = layout.world_size // (replicate * layout.tp * layout.pp)
         document["parallelism"].update(data_parallel_replicate_degree=replicate, data_parallel_shard_degree=shards)
     return document
 
@@ -66,12 +69,17 @@ def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text())
     dist.init_process_group("gloo")
     world = dist.get_world_size()
-    recompute = "full" if job["activation_checkpoint"] == "full" else "none"
+    recompute = job["activation_checkpoint"]  # train.recompute's values are torchtitan's modes
     sharding = "parallel.zero_stage=3" if world > 1 else "parallel.zero_stage=0"
     tp = [f"parallel.tp={job['tp']}", f"parallel.sequence_parallel={str(job['tp'] > 1).lower()}"]
+    virtual = "null" if job["virtual_stages"] is None else job["virtual_stages"]
+    pp = [f"parallel.pp={job['pp']}", f"parallel.virtual_stages={virtual}"]
+    init_from = [] if job["init_from"] is None else [f"train.init_from={job['init_from']}"]
     plan = make_plan(
         ["train.backend=torchtitan", sharding, f"train.recompute={recompute}", f"hardware.gpus_per_node={world}"]
         + tp
+        + pp
+        + init_from
         + job["overrides"]
     )
     spec = plan.trained().spec
@@ -79,6 +87,8 @@ def main(argv: list[str]) -> int:
     checkpoints = Path(job["checkpoints"])
     if job["load"] is not None:
         trainer.load(Path(job["load"]))
+    if job["init_from"] is not None:
+        trainer.init_from(Path(job["init_from"]))
     data = SyntheticTokens(spec.model.vocab_size, spec.train.seq_length)
     record: dict[str, dict[int, float]] = {"losses": {}, "grad_norms": {}, "lrs": {}}
     started = time.perf_counter()
@@ -96,7 +106,7 @@ def main(argv: list[str]) -> int:
     count = EVAL_SAMPLES // (trainer.micro_batch_size * trainer.dp_size)  # the same samples on any layout
     valid = micro_batches(data, VALID_FIRST, trainer.micro_batch_size, trainer.dp_rank, trainer.dp_size, count)
     eval_loss = trainer.eval_loss(valid)
-    checkpointed = sum(isinstance(m, CheckpointWrapper) for m in trainer.model.modules())
+    checkpointed = sum(isinstance(m, CheckpointWrapper) for part in trainer.model_parts for m in part.modules())
     trainer.close()
     if dist.get_rank() == 0:
         summary = {"eval_loss": eval_loss, "checkpointed": checkpointed, "seconds": seconds}

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from helpers.layouts import Layout, enumerate_one, price_one, scalar
 
+from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
+from lmspec.compiler.backends import backend_of
 from lmspec.compiler.backends.megatron import MEGATRON
+from lmspec.compiler.backends.torchtitan import pipeline_rules
+from lmspec.compiler.errors import Problem
 from lmspec.compiler.models import steptime, steptime_inputs
 from lmspec.compiler.models.comm import (
     dp_grad_bytes,
@@ -38,6 +43,19 @@ from lmspec.compiler.spec.load import compose_spec
 from lmspec.compiler.spec.sections import Spec
 from lmspec.compiler.spec.typed import from_dict
 
+
+def _run_by_its_backend(rule: Callable[[RuleContext], Iterator[Problem]]) -> Callable[..., Iterator[Problem]]:
+    """A backend's own rule as rules/backend.py runs it: on the specs of that backend only, under its name."""
+    owner = next(b for b in TRAINING_BACKENDS.values() if rule in b.rules)
+
+    def run(ctx: Any) -> Iterator[Problem]:
+        if backend_of(ctx.spec) is owner:
+            yield from rule(ctx)
+
+    run.__module__, run.__name__ = rule.__module__, rule.__name__
+    return run
+
+
 # validator order; of moe_settings only the rules that read parallel.overlap.moe_a2a, which the search searches
 SEARCHED_RULES = (
     *layout.RULES,
@@ -47,6 +65,7 @@ SEARCHED_RULES = (
     *overlap.RULES,
     moe_settings.shared_expert_overlap_has_its_layout,
     moe_settings.a2a_overlap_has_an_all_to_all,
+    _run_by_its_backend(pipeline_rules),  # the torchtitan backend's own, after the overlap's
 )
 # warnings: the search drops the layout as a duplicate of the one without the setting
 WARNED = (

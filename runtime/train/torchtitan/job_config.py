@@ -60,6 +60,14 @@ class Parallelism:
     disable_loss_parallel: bool
     enable_async_tensor_parallel: bool  # false: async TP needs torch.compile and CUDA symmetric memory
     pipeline_parallel_degree: int
+    # torch.distributed.pipelining's schedule by torchtitan's name (get_schedule_class): "1F1B", one stage per
+    # rank; "Interleaved1F1B", parallel.virtual_stages stages per rank, looped (rank r holds r, r + pp, ...)
+    pipeline_parallel_schedule: Literal["1F1B", "Interleaved1F1B"]
+    # a pipeline micro-batch's samples: local_batch_size / this is the schedule's micro-batch count
+    pipeline_parallel_microbatch_size: int
+    # each pipeline stage's modules, in stage order (transformers' names: model.embed_tokens, model.layers.<i>,
+    # model.norm, lm_head), as parallel.pp_layout and parallel.virtual_stages split the layers; None without PP
+    module_fqns_per_model_part: list[list[str]] | None
     context_parallel_degree: int
 
     @property
@@ -69,7 +77,11 @@ class Parallelism:
 
 @dataclass(frozen=True, kw_only=True)
 class ActivationCheckpoint:
-    mode: Literal["none", "full"]  # full: every decoder layer recomputed in the backward
+    # full: every decoder layer recomputed in the backward; selective: per op inside each layer
+    mode: Literal["none", "full", "selective"]
+    # "op": torchtitan's per-op policy (save the compute-bound ops' outputs but every second matmul);
+    # torchtitan's other choice, a layer frequency, is not written
+    selective_ac_option: Literal["op"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,6 +31,8 @@ torchtitan always applies sequence parallelism with TP; so does this plan: lmspe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
@@ -67,23 +69,30 @@ def _layer_plan(layer: torch.nn.Module) -> dict[str, ParallelStyle]:
     return plan
 
 
-def apply_tp(model: torch.nn.Module, layers: torch.nn.ModuleList, mesh: DeviceMesh) -> None:
+def apply_tp(model: torch.nn.Module, layers: Sequence[torch.nn.Module], mesh: DeviceMesh) -> None:
     """`model`'s weights split over the 1-D TP `mesh` in place, with sequence parallelism (the module
-    docstring's plan); `layers`: its decoder layers."""
-    parallelize_module(
-        model,
-        mesh,
-        {
-            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-            "model.norm": SequenceParallel(use_local_output=True),
-            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-        },
-    )
+    docstring's plan); `layers`: its decoder layers. A pipeline stage holds the embedding, the final norm
+    and the head only where its stage does: what it lacks is left out of the plan, and only the stage with
+    the embedding cuts the first layer's sequence shard (a later stage receives its shard)."""
+    root: dict[str, ParallelStyle] = {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "model.norm": SequenceParallel(use_local_output=True),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+    }
+    held = {name: style for name, style in root.items() if _holds(model, name)}
+    parallelize_module(model, mesh, held)
     for layer in layers:
         parallelize_module(layer, mesh, _layer_plan(layer))
-    # the first layer takes its sequence shard of the whole embedding output
-    parallelize_module(
-        layers[0],
-        mesh,
-        PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True),
-    )
+    if "model.embed_tokens" in held:  # the first layer takes its sequence shard of the whole embedding output
+        parallelize_module(
+            layers[0],
+            mesh,
+            PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True),
+        )
+
+
+def _holds(model: torch.nn.Module, name: str) -> bool:
+    """Whether `model` has a module at `name` (a pipeline stage sets what it does not run to None)."""
+    parent, _, leaf = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    return getattr(owner, leaf, None) is not None
