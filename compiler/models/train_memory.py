@@ -206,7 +206,9 @@ def deepspeed_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batch
     return StateBytes(weights=weights, gradients=gradients, optimizer=optimizer, host=host)
 
 
-def fsdp2_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber) -> StateBytes:
+def fsdp2_state_bytes(
+    spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber, pp: ArrayOrNumber = 1
+) -> StateBytes:
     """Bytes per parameter an FSDP2 rank holds, as torchtitan shards (fully_shard on each decoder layer and
     the root; measured on CPU through the runtime's trainer, tests/models/test_measured_step_memory.py).
     d = `shards` from parallel.zero_stage 2 (1 when replicated: zero_stage 0).
@@ -218,17 +220,28 @@ def fsdp2_state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: 
       second micro-batch's backward on. The first backward makes them a layer at a time as it frees that
       layer's activations, so its peak holds the larger of the two, not their sum: the step phase prices the
       end of the backward, every gradient made (`step_phase_bytes`).
-    - optimizer: Adam's moments on the shards, 8/d; no master copy (the shards are the fp32 weights)."""
+    - optimizer: Adam's moments on the shards, 8/d; no master copy (the shards are the fp32 weights).
+    - under a pipeline (pp > 1), torch's PipelineStage runs every micro-batch's backward but the last without
+      gradient sync and without resharding (backward_maybe_with_nosync: set_requires_gradient_sync(False),
+      set_reshard_after_backward(False)): from the first backward to the step the stage holds its weights
+      gathered (c per parameter) and its gradients unsharded, accumulated in the fp32 reduce dtype (4), in place
+      of the sharded ones. An upper bound at the tiny scale measured (the per-layer buffers are counted beside
+      it), the whole stage's bytes at scale."""
     d = pick(spec.parallel.zero_stage > 0, shards, 1)
     moments = optimizer_states(spec) * FP32_BYTES
-    return StateBytes(weights=FP32_BYTES / d, gradients=FP32_BYTES / d * (micro_batches > 1), optimizer=moments / d)
+    pipelined = pp > 1
+    gradients = pick(pipelined, FP32_BYTES, FP32_BYTES / d * (micro_batches > 1))
+    gathered = precision_bytes(spec.train.precision) * pipelined
+    return StateBytes(weights=FP32_BYTES / d + gathered, gradients=gradients, optimizer=moments / d)
 
 
-def state_bytes(spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber) -> StateBytes:
-    """Bytes per parameter on one GPU for this backend, precision and sharding degree."""
+def state_bytes(
+    spec: TrainingSpec, shards: ArrayOrNumber, micro_batches: ArrayOrNumber, pp: ArrayOrNumber = 1
+) -> StateBytes:
+    """Bytes per parameter on one GPU for this backend, precision, sharding degree and pipeline depth."""
     t, p = spec.train, spec.parallel
     if backend_of(spec).fsdp:
-        return fsdp2_state_bytes(spec, shards, micro_batches)
+        return fsdp2_state_bytes(spec, shards, micro_batches, pp)
     if backend_of(spec).zero_sharding:
         return deepspeed_state_bytes(spec, shards, micro_batches)
     # Megatron: the distributed optimizer shards the fp32 state only
@@ -313,12 +326,17 @@ class Workspace:
     gathered_cap: ArrayOrNumber = 0.0
     layer: ArrayOrNumber = 0.0
     layer_split: ArrayOrNumber = 0.0
+    # of `layer`, the layer's own gathered weights and unsharded gradients, which a pipeline stage's state holds
+    # already (fsdp2_state_bytes at pp > 1)
+    layer_state: ArrayOrNumber = 0.0
+    layer_state_split: ArrayOrNumber = 0.0
 
     def fixed_at(self, tp: ArrayOrNumber) -> ArrayOrNumber:
         return self.fixed + self.split / tp
 
-    def layer_at(self, tp: ArrayOrNumber) -> ArrayOrNumber:
-        return self.layer + self.layer_split / tp
+    def layer_at(self, tp: ArrayOrNumber, pp: ArrayOrNumber = 1) -> ArrayOrNumber:
+        """The per-layer bytes at this TP degree; in a pipeline (pp > 1) less what the stage's state holds."""
+        return self.layer + self.layer_split / tp - (pp > 1) * (self.layer_state + self.layer_state_split / tp)
 
     def at(self, params: ArrayOrNumber, tp: ArrayOrNumber) -> ArrayOrNumber:
         return self.fixed_at(tp) + self.gathered_bytes * smaller(params, self.gathered_cap)
@@ -493,9 +511,12 @@ def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
     def root_bytes(root: int, head: int) -> int:
         return c * ((0 if kept else root) + head)
 
-    def layer_bytes(layer: int) -> int:
+    def layer_state_bytes(layer: int) -> int:
         gathered = 0 if kept else 2 * layer  # the layer in its backward and the one prefetched
-        return c * (gathered + layer) + FP32_BYTES * layer
+        return c * (gathered + layer)
+
+    def layer_bytes(layer: int) -> int:
+        return layer_state_bytes(layer) + FP32_BYTES * layer  # and the reduce-scatter input
 
     return Workspace(
         fixed=root_bytes(counts.final_norm, 0),
@@ -504,6 +525,8 @@ def fsdp2_workspace(spec: TrainingSpec) -> Workspace:
         gathered_cap=counts.total,
         layer=layer_bytes(whole_layer),
         layer_split=layer_bytes(split_layer),
+        layer_state=layer_state_bytes(whole_layer),
+        layer_state_split=layer_state_bytes(split_layer),
     )
 
 
@@ -530,6 +553,7 @@ def stage_terms(
     phase: StepPhase,
     shards: Any,
     tp: Any,
+    pp: Any = 1,
 ) -> tuple[Any, Any, Any, Any, Any, Any]:
     """(weights, gradients, optimizer, activations, workspace, allocator) bytes of one stage's GPU at the
     peak of its step: the backward's, or the gradient reduction's and optimizer step's when that is higher
@@ -542,7 +566,7 @@ def stage_terms(
     grads = dense * dense_state.gradients + expert * expert_state.gradients
     optim = dense * dense_state.optimizer + expert * expert_state.optimizer
     activations = per_mb * in_flight + working
-    per_layer = workspace.layer_at(tp)
+    per_layer = workspace.layer_at(tp, pp)
     buffers = workspace.at(dense + expert, tp) + held + larger(layer_working + per_layer - working, 0.0)
     backward = weights + grads + optim + activations + buffers
     last_unit = workspace.fixed_at(tp) + per_layer  # the backward's last buffers, as the step phase begins
@@ -631,8 +655,8 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
     m, p = spec.model, spec.parallel
     counts = count_params(m)
     layers = [layer_params(m, i) for i in range(m.num_layers)]
-    dense_state = state_bytes(spec, dims.dense_dp, dims.micro_batches)
-    expert_state = state_bytes(spec, dims.expert_dp, dims.micro_batches)
+    dense_state = state_bytes(spec, dims.dense_dp, dims.micro_batches, p.pp)
+    expert_state = state_bytes(spec, dims.expert_dp, dims.micro_batches, p.pp)
     act = activation_setting(spec)
     workspace = backend_workspace(spec)
     phase = step_phase(spec)
@@ -684,6 +708,7 @@ def estimate_train_memory(spec: TrainingSpec) -> TrainMemory | None:
             phase,
             dims.dense_dp,
             p.tp,
+            p.pp,
         )
         out.append(
             StageMemory(

@@ -258,7 +258,7 @@ def _state_columns(spec: TrainingSpec, c: Columns) -> tuple[StateBytes, StateByt
             continue
         g = _group_spec(spec, b, zero=z, dopt=d)
         for out, shards in ((dense, dims.dense_dp[rows]), (expert, dims.expert_dp[rows])):
-            _fill(out, rows, state_bytes(g, shards, dims.micro_batches[rows]))
+            _fill(out, rows, state_bytes(g, shards, dims.micro_batches[rows], c.pp[rows]))
         _fill(workspace, rows, backend_workspace(g))
         _fill(phase, rows, step_phase(g))
     return StateBytes(**dense), StateBytes(**expert), Workspace(**workspace), StepPhase(**phase)
@@ -338,6 +338,7 @@ def worst_stage_memory(spec: TrainingSpec, c: Columns, table: StageTable, axes_v
                 _column_view(phase, col, _fields(StepPhase)),
                 col(shards),
                 col(c.tp),
+                s + 1,
             )
         )
         pick = np.argmax(stage_total, axis=1)

@@ -37,6 +37,7 @@ SAMPLE = (  # one case per mechanism; bench/memory_measured.py runs all of helpe
     "torchtitan-zero3-full",
     "torchtitan-tp2-op-ac",  # TP with torchtitan's per-op activation checkpointing: 1.025-1.039
     "torchtitan-tp2-dp2",  # TP x FSDP2: 1.024-1.044 (torchtitan-tp2 1.031-1.051, bench only)
+    "torchtitan-pp2",  # torch's 1F1B over FSDP2 stages (gathered weights, unsharded grads): 1.017-1.086
 )
 
 

@@ -51,6 +51,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from lmspec.compiler.build.files import TORCHTITAN_DIR
@@ -207,17 +208,25 @@ class TorchtitanTrainer(TransformersTrainer):
         return float(norm) if grads else math.nan
 
     def eval_loss(self, batches: list[Batch]) -> float:
-        """The mean token loss over all data-parallel ranks; under a pipeline its forward-only schedule."""
-        if self.pipeline is None:
-            return eval_token_mean(self.model_parts[0], batches, self.device)
-        for part in self.model_parts:
-            part.eval()
+        """The mean token loss over all data-parallel ranks; under a pipeline its forward-only schedule. A
+        forward without a backward leaves the weights of reshard_after_forward=False (SHARD_GRAD_OP) gathered:
+        they are resharded after it, so the optimizer's and the checkpoint's parameters are the shards again."""
         try:
-            totals = torch.tensor(self.pipeline.evaluate(batches), dtype=torch.float64)
+            if self.pipeline is None:
+                return eval_token_mean(self.model_parts[0], batches, self.device)
+            for part in self.model_parts:
+                part.eval()
+            try:
+                totals = torch.tensor(self.pipeline.evaluate(batches), dtype=torch.float64)
+            finally:
+                for part in self.model_parts:
+                    part.train()
+            return dp_token_mean(totals, self.device)
         finally:
             for part in self.model_parts:
-                part.train()
-        return dp_token_mean(totals, self.device)
+                for module in part.modules():
+                    if isinstance(module, FSDPModule):
+                        module.reshard()
 
     def model_state(self) -> dict[str, Any]:
         """This rank's shards of the model, under the whole model's names (every stage it holds)."""
