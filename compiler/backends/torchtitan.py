@@ -32,7 +32,7 @@ hold no shared weight; the first and last stage would each train their own copy)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lmspec.compiler.backends.backend import TrainingBackend
 from lmspec.compiler.build.files import TORCHTITAN_CONFIG, TORCHTITAN_DCP_FORMAT, TORCHTITAN_DIR
@@ -90,6 +90,18 @@ LACKS: dict[Feature, str] = {
 }
 
 
+def one_f_one_b_has_its_micro_batches(micro_batches: Any, pp: Any, virtual_stages: Any) -> Any:
+    """torch's Schedule1F1B (virtual_stages 1) runs at least one micro-batch per stage. Plain arithmetic, on
+    arrays of candidates in compiler/search."""
+    return (virtual_stages > 1) | (micro_batches >= pp)
+
+
+def stages_fill_their_chunks(shortest_stage_layers: Any, virtual_stages: Any) -> Any:
+    """Every virtual stage holds a decoder layer: none is cut from a stage of fewer layers than chunks. Plain
+    arithmetic, on arrays of candidates in compiler/search."""
+    return virtual_stages <= shortest_stage_layers
+
+
 def pipeline_rules(ctx: TrainingContext) -> Iterator[Problem]:
     """What torchtitan's stages cannot hold: every stage (virtual ones too) runs at least one decoder layer,
     and no weight is shared between the first stage and the last; and what torch's Schedule1F1B refuses: fewer
@@ -109,7 +121,8 @@ def pipeline_rules(ctx: TrainingContext) -> Iterator[Problem]:
             ),
         )
     dims = ParallelDims.from_spec(s)
-    if dims is not None and p.virtual_stages is None and dims.micro_batches < p.pp:
+    v = p.virtual_stages or 1
+    if dims is not None and not one_f_one_b_has_its_micro_batches(dims.micro_batches, p.pp, v):
         per_step = s.train.micro_batch_size * dims.dp
         fits = next_multiple_above(s.train.global_batch_size - 1, per_step * p.pp)
         yield error(
@@ -124,9 +137,9 @@ def pipeline_rules(ctx: TrainingContext) -> Iterator[Problem]:
     stages = stage_layers(s)
     if stages is None:
         return  # layers_fit_pipeline says why
-    chunks = chunk_layers(stages, p.virtual_stages)
-    if min(chunks) == 0:
-        shortest = min(stages)
+    shortest = min(stages)
+    if not stages_fill_their_chunks(shortest, v):
+        chunks = chunk_layers(stages, p.virtual_stages)
         fix = (
             f"set parallel.virtual_stages to at most {shortest} (the shortest stage's layers), or to null"
             if shortest >= 2

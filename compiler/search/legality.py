@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lmspec.compiler.backends import BACKENDS as TRAINING_BACKENDS
+from lmspec.compiler.backends import torchtitan
 from lmspec.compiler.models import dims
 from lmspec.compiler.models.dims import (
     ParallelDims,
@@ -273,9 +274,11 @@ def _pipeline_stages_run(c: Columns, s: TrainingSpec) -> Any:
     micro_batches = micro_batches_per_step(s.train.global_batch_size, c.micro_batch_size, data_parallel(c, s))
     extra = last_stage_extra(s.model, s.train.seq_length)
     shortest = {int(pp): min(balanced_stages(s.model.num_layers, int(pp), extra)) for pp in np.unique(c.pp)}
-    fills = c.virtual_stages <= np.vectorize(shortest.__getitem__, otypes=[np.int64])(c.pp)
-    runs = (not s.model.tie_embeddings) & ((c.virtual_stages > 1) | (micro_batches >= c.pp)) & fills
-    return (c.pp == 1) | ~modules | runs
+    fills = torchtitan.stages_fill_their_chunks(
+        np.vectorize(shortest.__getitem__, otypes=[np.int64])(c.pp), c.virtual_stages
+    )
+    scheduled = torchtitan.one_f_one_b_has_its_micro_batches(micro_batches, c.pp, c.virtual_stages)
+    return (c.pp == 1) | ~modules | ((not s.model.tie_embeddings) & scheduled & fills)
 
 
 BACKEND_CHECKS = (

@@ -54,8 +54,12 @@ def load_fsdp2(trainer: Any, doc: dict[str, Any], hf_dir: Path) -> Imported:
     parallelism a rank holds the stages its `model_parts` hold, so it reads their tensors only, each into
     the stage that has it."""
     parts: list[torch.nn.Module] = trainer.model_parts
-    owner = {key: part for part in parts for key in get_model_state_dict(part)}
-    sharded = {key: t for part in parts for key, t in get_model_state_dict(part).items() if isinstance(t, torch.Tensor)}
+    owner: dict[str, torch.nn.Module] = {}
+    sharded: dict[str, torch.Tensor] = {}
+    for part in parts:
+        for key, t in get_model_state_dict(part).items():
+            if isinstance(t, torch.Tensor):
+                owner[key], sharded[key] = part, t
     tied = bool(doc["hf_config"].get("tie_word_embeddings"))
     form, hf = ReleaseForm(doc["hf_config"]), HfTensors(hf_dir)
     largest = 0

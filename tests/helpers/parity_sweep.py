@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from helpers.cli import LMSPEC
+from helpers.convert import lmspec
 from helpers.parity_layouts import MODELS, SEED_BACKEND, WORLDS, ParityLayout, enumerate_layouts
 from helpers.processes import kill_group
 from helpers.torchrun import workers
@@ -185,15 +185,7 @@ def _seed_checkpoint(cwd: Path, seed: ParityLayout) -> str:
 
 
 def _lmspec_run(cwd: Path, build: Path, *stage: str) -> None:
-    result = subprocess.run(
-        [LMSPEC, "run", str(build), *stage],
-        cwd=cwd,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=STALL_S,
-        check=False,
-    )
+    result = lmspec("run", str(build), *stage, cwd=cwd, timeout_s=STALL_S)
     if result.returncode:
         raise AssertionError(f"lmspec run {build} {' '.join(stage)}: exit {result.returncode}\n{result.stderr[-3000:]}")
 

@@ -150,11 +150,9 @@ class TorchtitanTrainer(TransformersTrainer):
             )
             self.pp_rank = pp_mesh.get_local_rank()
         del model
-        self.params = [q for part in self.model_parts for q in part.parameters() if q.requires_grad]
-        self.optimizers = [
-            build_optimizer([q for q in part.parameters() if q.requires_grad], self.config.optimizer)
-            for part in self.model_parts
-        ]
+        part_params = [[q for q in part.parameters() if q.requires_grad] for part in self.model_parts]
+        self.params = [q for params in part_params for q in params]
+        self.optimizers = [build_optimizer(params, self.config.optimizer) for params in part_params]
         self.schedulers = [SpecSchedule(optimizer, spec.train) for optimizer in self.optimizers]
         # a background save's collectives run on a gloo group of their own, beside the training's (torchtitan's)
         async_mode = self.config.checkpoint.async_mode == "async"
