@@ -82,6 +82,12 @@ from lmspec.runtime.train.torchtitan.parallelize import (
 from lmspec.runtime.train.torchtitan.pipeline import Pipeline, build_pipeline, part_problems, split_model
 
 logger = logging.getLogger(__name__)
+# activation_checkpoint.mode as the start-up line says it
+AC_SAID = {
+    "none": "no activation checkpointing",
+    "full": "every decoder layer checkpointed",
+    "selective": "each decoder layer checkpointed per op (every second matmul recomputed)",
+}
 # torchtitan's OptimizersContainer: each parameter's entries under its FQN, so stages merge and reshard
 _FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
 _NESTED = StateDictOptions()  # how the first torchtitan saves (before pipeline stages) held the optimizer
@@ -165,7 +171,7 @@ class TorchtitanTrainer(TransformersTrainer):
                 f"{dict(zip(self.mesh.mesh_dim_names or (), self.mesh.shape))}, "
                 f"reshard_after_forward={p.fsdp_reshard_after_forward}, "
                 f"param dtype {self.config.training.mixed_precision_param}; torch {self.config.optimizer.name}; "
-                f"{'every decoder layer checkpointed' if ac == 'full' else 'no activation checkpointing'}"
+                f"{AC_SAID[ac]}"
             )
 
     def train_step(self, batches: list[Batch], step: int) -> tuple[float, float, float]:
